@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@echo "== profd-client analyze examples/*.gz (workspace: examples/src)"
+	-$(BIN)/profd-client analyze --no-daemon --workspace examples/src --fail-on never \
+		examples/seed_n64_bf16.json.gz examples/seed_n4096_bf16.json.gz \
+		examples/seed_n64_bf16_compiled.json.gz examples/tinygpt_naive.json.gz \
+		examples/tinygpt_tuned.json.gz examples/mlp_eager.1796061140317126347.pt.trace.json.gz
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,101 @@
+"""``profd-client``: prints findings like a compiler. Thin: the engine or the daemon does the work.
+
+Exit codes as ruff: 0 clean (or below --fail-on), 1 findings at/above --fail-on, 2 bad input/usage.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+import orjson
+
+from ..protocol import types as T
+from . import format as fmt
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for it in items or []:
+        if "=" not in it:
+            raise SystemExit(f"profd-client: --path-map wants REMOTE=LOCAL, got {it!r}")
+        r, l = it.split("=", 1)
+        out.append((r, os.path.abspath(l)))
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="profd-client", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("analyze", help="analyse trace files and print the findings")
+    a.add_argument("paths", nargs="+", metavar="PATH")
+    a.add_argument("--no-daemon", action="store_true", help="analyse in this process")
+    a.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    a.add_argument("--workspace", action="append", default=[], metavar="DIR",
+                   help="workspace root for mapping frame paths (repeatable; default: .)")
+    a.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
+    a.add_argument("--fail-on", choices=["error", "warning", "information", "hint", "never"],
+                   default="error")
+    a.add_argument("--hints", action="store_true", help="also print hint-level findings")
+    a.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    a.add_argument("--disable", action="append", default=[], metavar="CODE")
+    return p
+
+
+def analyze_local(paths: list[str], workspace: list[str], path_map, disabled=()) -> list[T.Report]:
+    from ..server.engine import Options, analyze_or_error
+
+    opts = Options(workspace=workspace, path_map=path_map, disabled=set(disabled))
+    return [analyze_or_error(p, opts) for p in paths]
+
+
+def exit_code(reports: list[T.Report], fail_on: str) -> int:
+    if any(r.error for r in reports):
+        return EXIT_ERROR
+    if fail_on == "never":
+        return EXIT_CLEAN
+    bar = T.SEVERITY_RANK[fail_on]
+    hit = any(T.SEVERITY_RANK[d.severity] >= bar for r in reports for d in r.diagnostics)
+    return EXIT_FINDINGS if hit else EXIT_CLEAN
+
+
+def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
+    if form == "json":
+        sys.stdout.buffer.write(fmt.json_doc(reports) + b"\n")
+    elif form == "sarif":
+        sys.stdout.buffer.write(orjson.dumps(fmt.sarif(reports), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        for r in reports:
+            if r.error:
+                print(r.error, file=sys.stderr)
+        sys.stdout.write(fmt.text([r for r in reports if not r.error], color=color, show_hints=hints)
+                         if any(not r.error for r in reports) else "")
+    sys.stdout.flush()
+
+
+def cmd_analyze(ns) -> int:
+    workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
+    path_map = parse_path_map(ns.path_map)
+    reports = analyze_local(ns.paths, workspace, path_map, ns.disable)
+    color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
+    emit(reports, ns.format, color, ns.hints)
+    return exit_code(reports, ns.fail_on)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ns = _parser().parse_args(argv)
+    try:
+        if ns.cmd == "analyze":
+            return cmd_analyze(ns)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_CLEAN
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

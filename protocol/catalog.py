@@ -1,0 +1,56 @@
+"""The rule catalog: stable codes, titles, default severities and doc anchors.
+
+Codes never change meaning; a new finding gets a new code. The doc anchor is the link target the
+LSP ``codeDescription`` carries (``docs/rules.md#<code>`` in the repository).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOCS_URL = "https://github.com/profd/profd/blob/main/docs/rules.md"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    code: str
+    title: str
+    severity: str  # default: error | warning | information | hint
+    family: str  # the server/rules module that implements it
+
+    @property
+    def doc_url(self) -> str:
+        return f"{DOCS_URL}#{self.code}"
+
+
+_RULES = [
+    RuleInfo("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning", "bound"),
+    RuleInfo("compute-bound", "GPU busy for most of the active steps", "information", "bound"),
+    RuleInfo("small-problem", "Overhead-bound with small GEMM shapes", "information", "bound"),
+    RuleInfo("cold-start-step", "First active step much wider than the rest", "warning", "steps"),
+    RuleInfo("profiler-artifact", "Time that belongs to the profiler, not the program", "information", "artifacts"),
+    RuleInfo("sync-wait", "A synchronising call blocks the CPU", "warning", "sync"),
+    RuleInfo("host-sync", "Device-to-host synchronisation forced from user code", "warning", "sync"),
+    RuleInfo("gpu-idle-gap", "GPU idle gaps inside steps", "warning", "gaps"),
+    RuleInfo("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning", "gaps"),
+    RuleInfo("kernel-class", "GPU time by kernel class", "hint", "kernels"),
+    RuleInfo("kernel-jitter", "One kernel configuration with widely spread durations", "warning", "kernels"),
+    RuleInfo("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning", "kernels"),
+    RuleInfo("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning", "kernels"),
+    RuleInfo("launch-storm", "One line launching many tiny kernels per step", "warning", "kernels"),
+    RuleInfo("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning", "compile"),
+    RuleInfo("compile-fusion", "What dispatcher-level fusion really ran on the GPU", "information", "compile"),
+    RuleInfo("memory-child-pressure", "Large allocation made by a call's children", "information", "memory"),
+    RuleInfo("memory-peak", "Peak allocated memory and the line that reached it", "information", "memory"),
+    RuleInfo("pageable-memcpy", "Host/device copies from pageable memory", "warning", "training"),
+    RuleInfo("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning", "training"),
+    RuleInfo("zero-grad-not-none", "zero_grad writes zeros every step", "warning", "training"),
+    RuleInfo("conv-bias-before-bn", "Convolution bias feeding batch norm", "information", "training"),
+    RuleInfo("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning", "training"),
+    RuleInfo("rank-straggler", "One rank much slower than the others", "warning", "ranks"),
+]
+
+RULES: dict[str, RuleInfo] = {r.code: r for r in _RULES}
+
+
+def rule(code: str) -> RuleInfo:
+    return RULES[code]

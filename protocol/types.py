@@ -1,0 +1,137 @@
+"""The wire contract: the report a trace turns into, shared by the daemon, the CLI and the tests.
+
+msgspec structs with camelCase names on the wire (``hotLines``, ``cpuTotalUs``), so the same
+types encode JSON for ``profd-client --format json`` and the LSP custom methods. No I/O here.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import msgspec
+
+Severity = Literal["error", "warning", "information", "hint"]
+Precision = Literal["statement", "function", "trace"]
+Verdict = Literal["overhead-bound", "compute-bound", "balanced", "cpu-only", "no-steps"]
+
+SEVERITY_RANK = {"hint": 0, "information": 1, "warning": 2, "error": 3}
+
+
+class Struct(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
+    """Base for every wire type: camelCase keys, keyword construction."""
+
+
+class Location(Struct):
+    """Where a finding lies: a source line (1-based) or, without stacks, the trace itself."""
+
+    path: Optional[str] = None  # workspace path after mapping, else the trace's frame path
+    line: Optional[int] = None
+    column: int = 1
+    precision: Precision = "trace"
+    function: Optional[str] = None
+    trace_path: Optional[str] = None  # the path as the trace named it, before mapping
+
+
+class Diagnostic(Struct):
+    code: str
+    severity: Severity
+    message: str
+    location: Location
+    evidence: dict[str, Any] = {}
+    fix: Optional[str] = None
+    related: list[Location] = []
+
+
+class KernelStat(Struct):
+    name: str
+    kernel_class: str
+    count: int
+    total_us: float
+
+
+class HotLine(Struct):
+    """What one user source line cost, summed over the active steps."""
+
+    path: str
+    line: int
+    function: str
+    precision: Precision
+    trace_path: str
+    calls: int = 0
+    cpu_self_us: float = 0.0
+    cpu_total_us: float = 0.0
+    gpu_us: float = 0.0
+    gpu_forward_us: float = 0.0
+    gpu_backward_us: float = 0.0
+    cpu_backward_us: float = 0.0
+    launches: int = 0
+    kernel_classes: dict[str, float] = {}
+    top_kernels: list[KernelStat] = []
+    bytes_allocated: int = 0
+
+
+class Step(Struct):
+    name: str
+    start_us: float  # from the start of the trace's first event
+    dur_us: float
+    gpu_busy_us: float
+
+
+class Summary(Struct):
+    verdict: Verdict
+    cpu_total_us: float  # as the profiler table's "Self CPU time total"
+    cuda_total_us: float  # as the profiler table's "Self CUDA time total"
+    gpu_busy_pct: Optional[float]  # of the active window; None without GPU events
+    window_us: float
+    steps: list[Step] = []
+    kernel_classes: dict[str, float] = {}  # class -> GPU µs
+    launches: int = 0
+    kernels: int = 0
+
+
+class TraceInfo(Struct):
+    path: str
+    sha256: str
+    size_bytes: int
+    device: Optional[str] = None
+    compute_capability: Optional[str] = None
+    cuda_runtime: Optional[str] = None
+    cupti: Optional[str] = None
+    with_stack: bool = False
+    record_shapes: bool = False
+    profile_memory: bool = False
+    events: int = 0
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+
+
+class Report(Struct):
+    trace: TraceInfo
+    summary: Optional[Summary] = None
+    diagnostics: list[Diagnostic] = []
+    hot_lines: list[HotLine] = []
+    error: Optional[str] = None  # set when the file could not be read as a trace
+    profd_version: str = ""
+
+
+class ReportList(Struct):
+    reports: list[Report]
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def to_builtins(obj: Any) -> Any:
+    """A wire type as plain dicts/lists (for pygls, which serialises with its own converter)."""
+    return msgspec.to_builtins(obj)
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)
+
+
+def decode_report(data: bytes | str) -> Report:
+    return msgspec.json.decode(data, type=Report)
+
+
+def report_from_builtins(obj: Any) -> Report:
+    return msgspec.convert(obj, type=Report)

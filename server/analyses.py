@@ -1,0 +1,144 @@
+"""Whole-trace analyses shared by the rules: GPU busy time, totals, steps, kernel classes.
+
+All times are microseconds, as the trace writes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import kernels
+from .model import LAUNCH_CATS, TraceModel
+
+
+def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Union of intervals, sorted."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1][1] = b
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """How much of [lo, hi] the merged intervals cover."""
+    total = 0.0
+    for a, b in merged:
+        if b <= lo:
+            continue
+        if a >= hi:
+            break
+        total += min(b, hi) - max(a, lo)
+    return total
+
+
+def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The holes in [lo, hi] that the merged intervals leave."""
+    out, cur = [], lo
+    for a, b in merged:
+        if b <= cur:
+            continue
+        if a >= hi:
+            break
+        if a > cur:
+            out.append((cur, a))
+        cur = max(cur, b)
+    if cur < hi:
+        out.append((cur, hi))
+    return out
+
+
+@dataclass
+class Analysis:
+    window: tuple[float, float]
+    busy: list[tuple[float, float]]  # merged GPU busy intervals (all streams)
+    busy_us: float
+    cpu_total_us: float
+    cuda_total_us: float
+    gpu_class: list[str]
+    launches: int
+    step_busy: list[float] = field(default_factory=list)
+    comm: list[tuple[float, float]] = field(default_factory=list)
+    comm_us: float = 0.0
+
+    @property
+    def window_us(self) -> float:
+        return self.window[1] - self.window[0]
+
+    @property
+    def busy_pct(self) -> float | None:
+        if self.window_us <= 0:
+            return None
+        return 100.0 * self.busy_us / self.window_us
+
+
+def analyse(m: TraceModel) -> Analysis:
+    gpu_class = _classes(m)
+    # Collectives spin while they wait for a peer: their time is not the GPU computing, so the
+    # busy share that decides the verdict leaves them out (they are reported on their own).
+    busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
+                  if gpu_class[g] != kernels.COMMUNICATION])
+    comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
+                  if gpu_class[g] == kernels.COMMUNICATION])
+    lo, hi = active_window(m, busy or comm)
+    a = Analysis(window=(lo, hi), busy=busy, busy_us=covered(busy, lo, hi),
+                 cpu_total_us=_cpu_total(m), cuda_total_us=sum(e.dur for e in m.gpu),
+                 gpu_class=gpu_class, launches=sum(1 for i in set(m.launcher) if i >= 0))
+    a.comm = comm
+    a.comm_us = covered(comm, lo, hi)
+    a.step_busy = [covered(busy, s.ts, s.end) for s in m.steps]
+    return a
+
+
+def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float, float]:
+    """The steps' span, starting at the GPU's first event and ending after the work they issued.
+
+    The lead-in before the first GPU event is the profiler's CPU->GPU lane offset plus the first
+    dispatch (``profiler-artifact`` reports it); GPU work still running when the last step
+    returns belongs to the steps, so the window stretches to it.
+    """
+    lo, hi = m.window()
+    if busy:
+        if m.steps:
+            lo = max(lo, min(busy[0][0], hi))
+        hi = max(hi, busy[-1][1])
+    return lo, hi
+
+
+def _cpu_total(m: TraceModel) -> float:
+    """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
+    total = 0.0
+    top_op = [False] * len(m.cpu)  # event i has a non-python ancestor (or is one)
+    for i, e in enumerate(m.cpu):
+        p = m.parent[i]
+        inside = p >= 0 and top_op[p]
+        if e.cat != "python_function":
+            if not inside:
+                total += e.dur
+            top_op[i] = True
+        else:
+            top_op[i] = inside
+    return total
+
+
+def _classes(m: TraceModel) -> list[str]:
+    out = []
+    for g, e in enumerate(m.gpu):
+        li = m.launcher[g]
+        api = m.cpu[li].name if li >= 0 else None
+        out.append(kernels.classify(e.name, e.cat, api, li >= 0 and _occupancy_before(m, li)))
+    return out
+
+
+def _occupancy_before(m: TraceModel, li: int) -> bool:
+    """Seed stacks: an occupancy query inside the same op just before the launch marks a GEMM."""
+    op = m.enclosing_op(li)
+    if op < 0:
+        return False
+    for c in m.children(op):
+        e = m.cpu[c]
+        if e.cat in LAUNCH_CATS and e.name == kernels.OCCUPANCY_QUERY and e.ts <= m.cpu[li].ts:
+            return True
+    return False

@@ -1,0 +1,277 @@
+"""The engine: trace file -> model -> analyses -> rules -> Report. No protocol, no network.
+
+``analyze_file`` is the one path the CLI, the daemon and the tests share.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from .. import __version__
+from ..protocol.catalog import RULES as CATALOG
+from ..protocol.types import (Diagnostic, HotLine, KernelStat, Location, Report, Step, Summary,
+                              TraceInfo)
+from . import kernels, loader
+from .analyses import Analysis, analyse
+from .model import LAUNCH_CATS, TraceModel, build
+from .rules import load_all
+from .sourcemap import SourceMap
+from .statements import StatementResolver
+
+log = logging.getLogger("profd.engine")
+
+MAX_HOT_LINES = 200
+
+
+@dataclass
+class Options:
+    workspace: list[str] = field(default_factory=list)
+    path_map: list[tuple[str, str]] = field(default_factory=list)
+    disabled: set[str] = field(default_factory=set)  # rule codes not to run
+    source_map: Optional[SourceMap] = None
+
+    def sources(self) -> SourceMap:
+        if self.source_map is None:
+            self.source_map = SourceMap(self.workspace, self.path_map)
+        return self.source_map
+
+
+@dataclass
+class LineKey:
+    trace_path: str
+    line: int
+    function: str
+    precision: str
+
+
+class Context:
+    """What a rule sees: the model, the analyses, and helpers that place findings on lines."""
+
+    def __init__(self, model: TraceModel, analysis: Analysis, trace_path: str, options: Options):
+        self.model = model
+        self.a = analysis
+        self.trace_path = trace_path
+        self.options = options
+        self.sources = options.sources()
+        self.statements = StatementResolver(model, self.sources)
+        self._keys: dict[int, Optional[LineKey]] = {}
+        self.hot: dict[tuple, HotLine] = {}
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.model.steps))
+
+    # ---- placing findings --------------------------------------------------------------------
+    def line_key(self, i: int) -> Optional[LineKey]:
+        """The user source line that owns cpu event i (statement when recoverable)."""
+        if i in self._keys:
+            return self._keys[i]
+        m = self.model
+        f = m.user_frame(i)
+        key = None
+        if f >= 0:
+            fr = m.frames[f]
+            src = i if m.frame_of[i] >= 0 else m.fwd_of[i]
+            line, precision = self.statements.line_for(f, src)
+            key = LineKey(fr.path, line, fr.function, precision)
+        self._keys[i] = key
+        return key
+
+    def location(self, i: int) -> Location:
+        key = self.line_key(i) if i >= 0 else None
+        if key is None:
+            return self.trace_location()
+        return self.location_of_key(key)
+
+    def location_of_key(self, key: LineKey) -> Location:
+        local = self.sources.resolve(key.trace_path)
+        return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
+                        function=key.function, trace_path=key.trace_path)
+
+    def trace_location(self) -> Location:
+        return Location(path=self.trace_path, line=None, precision="trace")
+
+    def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
+             fix: str | None = None, severity: str | None = None,
+             related: Iterable[Location] = ()) -> Diagnostic:
+        return Diagnostic(code=code, severity=severity or CATALOG[code].severity, message=message,
+                          location=location, evidence=evidence or {}, fix=fix, related=list(related))
+
+
+def analyze_file(path: str, options: Optional[Options] = None) -> Report:
+    """Analyse one trace file. Raises ``loader.TraceError`` for a file that is not a trace."""
+    options = options or Options()
+    doc, sha, size = loader.load(path)
+    model = build(doc)
+    info = _trace_info(path, sha, size, model)
+    return analyze_model(model, info, options)
+
+
+def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
+    """Like ``analyze_file`` but a bad trace becomes a Report carrying ``error``."""
+    try:
+        return analyze_file(path, options)
+    except loader.TraceError as e:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=str(e),
+                      profd_version=__version__)
+
+
+def analyze_model(model: TraceModel, info: TraceInfo, options: Options) -> Report:
+    analysis = analyse(model)
+    ctx = Context(model, analysis, info.path, options)
+    hot = _hot_lines(ctx)
+    ctx.hot = hot
+    diagnostics: list[Diagnostic] = []
+    for code, check in load_all().items():
+        if code in options.disabled:
+            continue
+        try:
+            diagnostics.extend(check(ctx))
+        except Exception:  # one broken rule must not take the report down
+            log.exception("rule %s failed on %s", code, info.path)
+    diagnostics.sort(key=_diag_order)
+    ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
+    return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
+                  profd_version=__version__)
+
+
+_SEV = {"error": 0, "warning": 1, "information": 2, "hint": 3}
+
+
+def _diag_order(d: Diagnostic):
+    return (_SEV.get(d.severity, 9), d.location.path or "", d.location.line or 0, d.code)
+
+
+def _trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
+    doc = m.doc
+    dev = m.device
+    cc = m.compute_capability
+    dist = doc.distributedInfo or {}
+    return TraceInfo(
+        path=path, sha256=sha, size_bytes=size,
+        device=dev.name if dev is not None else None,
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+        cuda_runtime=str(doc.cuda_runtime_version) if doc.cuda_runtime_version is not None else None,
+        cupti=str(doc.cupti_version) if doc.cupti_version is not None else None,
+        with_stack=m.with_stack, record_shapes=m.record_shapes, profile_memory=m.profile_memory,
+        events=len(doc.traceEvents),
+        rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
+    )
+
+
+def _int_or_none(v) -> Optional[int]:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def verdict(m: TraceModel, a: Analysis) -> str:
+    """overhead-bound / compute-bound / balanced / cpu-only, from GPU busy share of the window.
+
+    Below 30% busy the GPU waits most of the time for the CPU to hand it work; at 80% and above
+    the GPU is the bottleneck and CPU savings cannot shorten the step. Between is "balanced".
+    """
+    if not m.gpu:
+        return "cpu-only"
+    pct = a.busy_pct
+    if pct is None:
+        return "no-steps"
+    if pct < OVERHEAD_BUSY_PCT:
+        return "overhead-bound"
+    if pct >= COMPUTE_BUSY_PCT:
+        return "compute-bound"
+    return "balanced"
+
+
+OVERHEAD_BUSY_PCT = 30.0
+COMPUTE_BUSY_PCT = 80.0
+
+
+def _summary(ctx: Context) -> Summary:
+    m, a = ctx.model, ctx.a
+    classes: dict[str, float] = {}
+    for g, e in enumerate(m.gpu):
+        classes[a.gpu_class[g]] = classes.get(a.gpu_class[g], 0.0) + e.dur
+    steps = [Step(name=s.name, start_us=round(s.ts - m.t0, 3), dur_us=round(s.dur, 3),
+                  gpu_busy_us=round(a.step_busy[k], 3)) for k, s in enumerate(m.steps)]
+    return Summary(verdict=verdict(m, a), cpu_total_us=round(a.cpu_total_us, 3),
+                   cuda_total_us=round(a.cuda_total_us, 3),
+                   gpu_busy_pct=round(a.busy_pct, 2) if a.busy_pct is not None and m.gpu else None,
+                   window_us=round(a.window_us, 3), steps=steps,
+                   kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
+                   launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"))
+
+
+def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
+    m, a = ctx.model, ctx.a
+    hot: dict[tuple, HotLine] = {}
+    kstats: dict[tuple, dict[str, list]] = {}
+
+    def line(i: int) -> Optional[HotLine]:
+        key = ctx.line_key(i)
+        if key is None:
+            return None
+        k = (key.trace_path, key.line)
+        h = hot.get(k)
+        if h is None:
+            loc = ctx.location_of_key(key)
+            h = hot[k] = HotLine(path=loc.path, line=key.line, function=key.function,
+                                 precision=key.precision, trace_path=key.trace_path)
+        return h
+
+    for i, e in enumerate(m.cpu):
+        if e.cat == "python_function":
+            continue
+        h = line(i)
+        if h is None:
+            continue
+        p = m.parent[i]
+        backward = m.is_backward(i)
+        top = p < 0 or m.cpu[p].cat == "python_function" or ctx.line_key(p) != ctx.line_key(i)
+        self_us = e.dur - sum(m.cpu[c].dur for c in m.children(i))
+        if backward:
+            if top:
+                h.cpu_backward_us += e.dur
+        else:
+            h.cpu_self_us += max(0.0, self_us)
+            if top:
+                h.cpu_total_us += e.dur
+                h.calls += 1
+        if e.cat in LAUNCH_CATS:
+            gs = m.gpu_of_launch(i)
+            if gs:
+                h.launches += 1
+            for g in gs:
+                ge = m.gpu[g]
+                cls = a.gpu_class[g]
+                h.gpu_us += ge.dur
+                if backward:
+                    h.gpu_backward_us += ge.dur
+                else:
+                    h.gpu_forward_us += ge.dur
+                h.kernel_classes[cls] = h.kernel_classes.get(cls, 0.0) + ge.dur
+                ks = kstats.setdefault((h.trace_path, h.line), {})
+                st = ks.setdefault(ge.name, [cls, 0, 0.0])
+                st[1] += 1
+                st[2] += ge.dur
+    for mem in m.memory:
+        if mem.owner >= 0 and mem.nbytes > 0:
+            h = line(mem.owner)
+            if h is not None:
+                h.bytes_allocated += mem.nbytes
+    for k, h in hot.items():
+        ks = kstats.get(k, {})
+        top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
+        h.top_kernels = [KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
+                         for n, (c, cnt, t) in top]
+        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
+        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
+            setattr(h, f, round(getattr(h, f), 3))
+    return hot

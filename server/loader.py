@@ -1,0 +1,180 @@
+"""Reading a trace file: bytes (plain or gzip) -> typed events.
+
+msgspec decodes straight into small structs and skips every field the analyses do not use
+(``Ev Idx``, ``Record function id``, strides, ...). Measured on the shared traces it is several
+times faster than ``orjson.loads`` and holds far less memory (see bench/). Every failure becomes a
+``TraceError`` naming the file and what is wrong; callers print it, never a traceback.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import zlib
+from typing import Any, Optional, Union
+
+import msgspec
+
+# A gzip that inflates past this is refused (a bomb, or far beyond any trace we can analyse).
+MAX_INFLATED_BYTES = int(os.environ.get("PROFD_MAX_TRACE_BYTES", 16 * 1024**3))
+
+Id = Union[int, str, None]
+
+
+class TraceError(Exception):
+    """A file that cannot be read as a torch.profiler trace."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"profd: bad trace {path}: {what}")
+        self.path = path
+        self.what = what
+
+
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    external_id: Id = msgspec.field(default=None, name="External id")
+    correlation: Id = None
+    python_id: Id = msgspec.field(default=None, name="Python id")
+    python_parent_id: Id = msgspec.field(default=None, name="Python parent id")
+    seq: Id = msgspec.field(default=None, name="Sequence number")
+    fwd_tid: Id = msgspec.field(default=None, name="Fwd thread id")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")
+    total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
+    device_type: Id = msgspec.field(default=None, name="Device Type")
+    device_id: Id = msgspec.field(default=None, name="Device Id")
+    nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")
+    stream: Id = None
+    device: Id = None
+    grid: msgspec.Raw = msgspec.Raw(b"")
+    block: msgspec.Raw = msgspec.Raw(b"")
+    name: Optional[str] = None  # metadata events (process_name, thread_name)
+    call_from: Optional[str] = msgspec.field(default=None, name="CallFrom")
+
+
+class Event(msgspec.Struct, gc=False, omit_defaults=True):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: Id = 0
+    tid: Id = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    id: Id = None
+    bp: Optional[str] = None
+    args: Optional[Args] = None
+
+
+class Device(msgspec.Struct, gc=False):
+    id: Id = 0
+    name: str = ""
+    computeMajor: Optional[int] = None
+    computeMinor: Optional[int] = None
+    numSms: Optional[int] = None
+    totalGlobalMem: Optional[int] = None
+
+
+Flag = Union[int, str, bool, None]
+
+
+class TraceDoc(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+    deviceProperties: Optional[list[Device]] = None
+    distributedInfo: Optional[dict[str, Any]] = None
+    with_stack: Flag = None
+    record_shapes: Flag = None
+    profile_memory: Flag = None
+    with_modules: Flag = None
+    cuda_runtime_version: Flag = None
+    cuda_driver_version: Flag = None
+    cupti_version: Flag = None
+    baseTimeNanoseconds: Flag = None
+    traceName: Optional[str] = None
+
+
+_doc_decoder = msgspec.json.Decoder(TraceDoc)
+_list_decoder = msgspec.json.Decoder(list[Event])
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(path, data)
+    return data
+
+
+def _gunzip(path: str, data: bytes) -> bytearray:
+    out = bytearray()
+    buf = data
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        while buf:
+            out += d.decompress(buf, 1 << 26)
+            if len(out) > MAX_INFLATED_BYTES:
+                raise TraceError(path, f"gzip inflates past {MAX_INFLATED_BYTES} bytes; refusing")
+            buf = d.unconsumed_tail
+            if d.eof:
+                buf = d.unused_data  # a concatenated gzip member follows, or nothing
+                if buf:
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if not d.eof:
+            raise TraceError(path, "truncated gzip stream (file still being written?)")
+    except zlib.error as e:
+        raise TraceError(path, f"corrupt gzip: {e}") from None
+    return out
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode(path: str, data: bytes) -> TraceDoc:
+    """Typed decode; the cyclic GC is paused because millions of fresh objects only trigger it."""
+    stripped = data.lstrip()
+    if not stripped:
+        raise TraceError(path, "empty file")
+    first = stripped[:1]
+    if first not in (b"{", b"["):
+        raise TraceError(path, "not JSON (does not start with '{' or '[')")
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if first == b"[":  # the Chrome "JSON array" form: events only
+            return TraceDoc(traceEvents=_list_decoder.decode(data))
+        return _doc_decoder.decode(data)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        if "missing required field `traceEvents`" in msg:
+            raise TraceError(path, "not a torch.profiler trace: JSON object has no 'traceEvents'") from None
+        raise TraceError(path, f"unexpected value: {msg}") from None
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        if "truncated" in msg.lower():
+            msg = f"{msg} (file still being written?)"
+        raise TraceError(path, f"invalid JSON: {msg}") from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def load(path: str) -> tuple[TraceDoc, str, int]:
+    """Read and decode ``path``: (document, sha256 of the JSON bytes, byte size)."""
+    data = read_bytes(path)
+    doc = decode(path, data)
+    return doc, sha256_of(data), len(data)
+
+
+def flag(value: Flag) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return bool(value)

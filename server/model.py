@@ -1,0 +1,399 @@
+"""The trace model: typed events plus the indexes the analyses need, built in linear passes.
+
+Indexes (all positions are into ``cpu`` or ``gpu``):
+- ``cpu``: every complete CPU-side event (ops, annotations, python frames, runtime/driver calls),
+  grouped by thread and sorted so that a parent always precedes its children; ``parent[i]`` is the
+  innermost enclosing event on the same thread (-1 at the top).
+- ``frame_of[i]``: the innermost *user* python frame enclosing event i (-1 when none).
+- ``gpu``: kernels, memcpys and memsets sorted by start; ``launcher[g]`` is the runtime/driver call
+  that launched GPU event g (via ``correlation``), -1 when the launch was not captured.
+- ``fwd_of[i]``: for an event on the autograd thread, the forward op it is the backward of (via
+  ``fwdbwd`` flows, else sequence numbers), -1 otherwise.
+- ``steps``: ``ProfilerStep#N`` windows; ``memory``: ``[memory]`` instants with their enclosing event.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .loader import Event, TraceDoc, flag
+
+CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+
+_FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+# Top-level packages whose frames are never "user code" even when the trace strips site-packages.
+_LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {
+    "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "transformers",
+    "accelerate", "deepspeed", "apex", "lightning", "pytorch_lightning", "tqdm", "typing_extensions",
+    "importlib_metadata", "_pytest", "pytest", "pluggy", "IPython", "ipykernel", "tornado", "asyncio",
+}
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    function: str
+    user: bool
+
+
+def parse_frame(name: str) -> Optional[Frame]:
+    """``file.py(LINE): func`` -> Frame; None for built-ins and module markers."""
+    m = _FRAME_RE.match(name)
+    if not m:
+        return None
+    path, line, func = m.group(1), int(m.group(2)), m.group(3)
+    return Frame(path, line, func, is_user_path(path))
+
+
+def is_user_path(path: str) -> bool:
+    if not path or path.startswith("<"):
+        return False
+    p = path.replace("\\", "/")
+    if "site-packages/" in p or "dist-packages/" in p or "/lib/python" in p or "/lib64/python" in p:
+        return False
+    if "torchinductor" in p or "/triton/" in p:
+        return False  # generated code (Inductor's output cache), not the user's
+    if p.startswith("/"):
+        return True  # an absolute path outside any python lib dir: the user's own file
+    root = p.split("/", 1)[0]
+    if root.endswith(".py"):
+        root = root[:-3]
+    return root not in _LIBRARY_ROOTS
+
+
+@dataclass
+class Step:
+    name: str
+    number: int
+    ts: float
+    end: float
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.ts
+
+
+@dataclass
+class MemoryEvent:
+    ts: float
+    nbytes: int
+    total_allocated: int
+    device_type: int
+    owner: int  # index into cpu of the innermost enclosing event, -1 when none
+    thread: tuple
+
+
+@dataclass
+class TraceModel:
+    doc: TraceDoc
+    cpu: list[Event]
+    parent: list[int]
+    thread: list[tuple]
+    frames: dict[int, Frame]  # cpu index of a python_function event -> its parsed frame
+    frame_of: list[int]
+    gpu: list[Event]
+    launcher: list[int]
+    fwd_of: list[int]
+    steps: list[Step]
+    memory: list[MemoryEvent]
+    gpu_annotations: list[Event]
+    thread_names: dict[tuple, str] = field(default_factory=dict)
+    main_thread: Optional[tuple] = None
+    t0: float = 0.0
+
+    # ---- metadata -------------------------------------------------------------------------
+    @property
+    def with_stack(self) -> bool:
+        return flag(self.doc.with_stack) or bool(self.frames)
+
+    @property
+    def record_shapes(self) -> bool:
+        return flag(self.doc.record_shapes)
+
+    @property
+    def profile_memory(self) -> bool:
+        return flag(self.doc.profile_memory) or bool(self.memory)
+
+    @property
+    def device(self):
+        props = self.doc.deviceProperties or []
+        return props[0] if props else None
+
+    @property
+    def compute_capability(self) -> Optional[tuple[int, int]]:
+        d = self.device
+        if d is None or d.computeMajor is None:
+            return None
+        return (d.computeMajor, d.computeMinor or 0)
+
+    # ---- windows --------------------------------------------------------------------------
+    def window(self) -> tuple[float, float]:
+        """The active window: first step start to last step end, else the CPU span."""
+        if self.steps:
+            return self.steps[0].ts, max(s.end for s in self.steps)
+        if self.cpu:
+            return min(e.ts for e in self.cpu), max(e.ts + e.dur for e in self.cpu)
+        if self.gpu:
+            return self.gpu[0].ts, max(e.ts + e.dur for e in self.gpu)
+        return 0.0, 0.0
+
+    def step_at(self, ts: float) -> Optional[Step]:
+        i = bisect.bisect_right(self._step_starts, ts) - 1
+        if i >= 0 and ts <= self.steps[i].end:
+            return self.steps[i]
+        return None
+
+    def __post_init__(self):
+        self._step_starts = [s.ts for s in self.steps]
+
+    # ---- navigation ------------------------------------------------------------------------
+    def ancestors(self, i: int):
+        i = self.parent[i]
+        while i >= 0:
+            yield i
+            i = self.parent[i]
+
+    def enclosing_op(self, i: int) -> int:
+        """The nearest enclosing cpu_op of event i (itself excluded), -1 when none."""
+        for a in self.ancestors(i):
+            if self.cpu[a].cat == "cpu_op":
+                return a
+        return -1
+
+    def outermost_op(self, i: int) -> int:
+        """The outermost cpu_op enclosing event i (itself included) below its user frame."""
+        best = i if self.cpu[i].cat == "cpu_op" else -1
+        for a in self.ancestors(i):
+            if self.cpu[a].cat == "python_function":
+                break
+            if self.cpu[a].cat == "cpu_op":
+                best = a
+        return best
+
+    def children(self, i: int) -> list[int]:
+        return self._children.get(i, [])
+
+    def user_frame(self, i: int) -> int:
+        """The user frame that owns event i: its own, or through the backward->forward link."""
+        f = self.frame_of[i]
+        if f >= 0:
+            return f
+        fw = self.fwd_of[i]
+        return self.frame_of[fw] if fw >= 0 else -1
+
+    def is_backward(self, i: int) -> bool:
+        return self.frame_of[i] < 0 and self.fwd_of[i] >= 0
+
+    def gpu_of_launch(self, i: int) -> list[int]:
+        return self._gpu_by_launch.get(i, [])
+
+
+def build(doc: TraceDoc) -> TraceModel:
+    events = doc.traceEvents
+    by_thread: dict[tuple, list[Event]] = {}
+    gpu: list[Event] = []
+    gpu_ann: list[Event] = []
+    mem_raw: list[Event] = []
+    flows_s: dict = {}
+    flows_f: dict = {}
+    thread_names: dict[tuple, str] = {}
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            cat = e.cat
+            if cat in GPU_CATS:
+                gpu.append(e)
+            elif cat in CPU_CATS:
+                by_thread.setdefault((e.pid, e.tid), []).append(e)
+            elif cat == "gpu_user_annotation":
+                gpu_ann.append(e)
+        elif ph == "i" or ph == "I":
+            if e.name == "[memory]" and e.args is not None:
+                mem_raw.append(e)
+        elif ph == "s" or ph == "f":
+            if e.cat == "fwdbwd":
+                (flows_s if ph == "s" else flows_f)[e.id] = e
+        elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+            thread_names[(e.pid, e.tid)] = e.args.name
+
+    cpu: list[Event] = []
+    parent: list[int] = []
+    thread: list[tuple] = []
+    for key in sorted(by_thread, key=str):
+        evs = by_thread[key]
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        base = len(cpu)
+        stack: list[int] = []  # positions into cpu
+        for j, e in enumerate(evs):
+            end = e.ts + e.dur
+            while stack:
+                top = cpu[stack[-1]]
+                # a small tolerance: kineto rounds to ns, and children may end a hair late
+                if e.ts < top.ts + top.dur and end <= top.ts + top.dur + 0.01:
+                    break
+                stack.pop()
+            parent.append(stack[-1] if stack else -1)
+            cpu.append(e)
+            thread.append(key)
+            stack.append(base + j)
+
+    frames: dict[int, Frame] = {}
+    frame_of = [-1] * len(cpu)
+    children: dict[int, list[int]] = {}
+    for i, e in enumerate(cpu):
+        p = parent[i]
+        if p >= 0:
+            children.setdefault(p, []).append(i)
+        if e.cat == "python_function":
+            fr = parse_frame(e.name)
+            if fr is not None:
+                frames[i] = fr
+                if fr.user:
+                    frame_of[i] = i
+                    continue
+        frame_of[i] = frame_of[p] if p >= 0 else -1
+
+    gpu.sort(key=lambda e: e.ts)
+    by_corr: dict = {}
+    for i, e in enumerate(cpu):
+        if e.cat in LAUNCH_CATS and e.args is not None and e.args.correlation is not None:
+            by_corr[(e.pid, e.args.correlation)] = i
+    corr_any = {c: i for (p, c), i in by_corr.items()}
+    launcher = []
+    gpu_by_launch: dict[int, list[int]] = {}
+    for g, e in enumerate(gpu):
+        c = e.args.correlation if e.args is not None else None
+        i = corr_any.get(c, -1) if c is not None else -1
+        launcher.append(i)
+        if i >= 0:
+            gpu_by_launch.setdefault(i, []).append(g)
+
+    tindex = ThreadIndex(cpu, parent, thread)
+    fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
+    steps = _steps(cpu)
+    main = _main_thread(cpu, thread, steps)
+    memory = _memory(mem_raw, tindex)
+    t0 = min((e.ts for e in cpu), default=gpu[0].ts if gpu else 0.0)
+    m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
+                   gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
+                   gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0)
+    m._children = children
+    m.tindex = tindex
+    m._gpu_by_launch = gpu_by_launch
+    return m
+
+
+class ThreadIndex:
+    """Per-thread start times, for "which event encloses this instant" queries."""
+
+    def __init__(self, cpu, parent, thread):
+        self.cpu, self.parent = cpu, parent
+        self.starts: dict = {}
+        self.positions: dict = {}
+        for i, e in enumerate(cpu):
+            key = thread[i]
+            self.starts.setdefault(key, []).append(e.ts)
+            self.positions.setdefault(key, []).append(i)
+
+    def innermost(self, key, ts: float, cat: Optional[str] = None, slack: float = 1e-3) -> int:
+        """Innermost event on ``key`` containing ``ts`` (of category ``cat`` if given), or -1."""
+        starts = self.starts.get(key)
+        if not starts:
+            return -1
+        j = bisect.bisect_right(starts, ts + slack) - 1
+        if j < 0:
+            return -1
+        i = self.positions[key][j]
+        cpu, parent = self.cpu, self.parent
+        while i >= 0:
+            e = cpu[i]
+            if e.ts + e.dur + slack >= ts and (cat is None or e.cat == cat):
+                return i
+            i = parent[i]
+        return -1
+
+
+def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]:
+    """fwd_of[i] for events on backward threads: the forward op whose backward they run."""
+    n = len(cpu)
+    fwd_of = [-1] * n
+    if not flows_f and not any(e.args is not None and e.args.fwd_tid not in (None, 0) for e in cpu):
+        return fwd_of
+    target: dict[int, int] = {}
+    for fid, f in flows_f.items():
+        s = flows_s.get(fid)
+        if s is None:
+            continue
+        fw = tindex.innermost((s.pid, s.tid), s.ts, "cpu_op")
+        bw = tindex.innermost((f.pid, f.tid), f.ts, "cpu_op")
+        if fw >= 0 and bw >= 0:
+            target[bw] = fw
+    if not target:  # older traces: match sequence numbers instead
+        fwd_seq: dict = {}
+        for i, e in enumerate(cpu):
+            a = e.args
+            if e.cat == "cpu_op" and a is not None and a.seq is not None and a.fwd_tid in (None, 0):
+                fwd_seq.setdefault(a.seq, i)
+        for i, e in enumerate(cpu):
+            a = e.args
+            if e.cat == "cpu_op" and a is not None and a.seq is not None and a.fwd_tid not in (None, 0):
+                fw = fwd_seq.get(a.seq, -1)
+                if fw >= 0:
+                    target.setdefault(i, fw)
+    for i in range(n):
+        t = target.get(i)
+        if t is not None:
+            fwd_of[i] = t
+        elif parent[i] >= 0 and frame_of[i] < 0:
+            fwd_of[i] = fwd_of[parent[i]]
+    return fwd_of
+
+
+def _steps(cpu) -> list[Step]:
+    steps = []
+    for e in cpu:
+        if e.cat == "user_annotation":
+            m = _STEP_RE.match(e.name)
+            if m:
+                steps.append(Step(e.name, int(m.group(1)), e.ts, e.ts + e.dur))
+    steps.sort(key=lambda s: s.ts)
+    return steps
+
+
+def _main_thread(cpu, thread, steps) -> Optional[tuple]:
+    if steps:
+        for i, e in enumerate(cpu):
+            if e.cat == "user_annotation" and e.name == steps[0].name:
+                return thread[i]
+    counts: dict = {}
+    for i, e in enumerate(cpu):
+        counts[thread[i]] = counts.get(thread[i], 0) + 1
+    return max(counts, key=counts.get) if counts else None
+
+
+def _memory(mem_raw, tindex: ThreadIndex) -> list[MemoryEvent]:
+    """Each [memory] instant with the innermost CPU event around it on its thread."""
+    out = []
+    for e in sorted(mem_raw, key=lambda e: e.ts):
+        a = e.args
+        key = (e.pid, e.tid)
+        dt = a.device_type
+        out.append(MemoryEvent(ts=e.ts, nbytes=_int(a.mem_bytes), total_allocated=_int(a.total_allocated),
+                               device_type=dt if isinstance(dt, int) else -1,
+                               owner=tindex.innermost(key, e.ts, slack=0.0), thread=key))
+    return out
+
+
+def _int(v) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0

@@ -1,0 +1,113 @@
+"""Mapping the trace's frame paths onto the user's workspace.
+
+Frame paths are as the remote interpreter saw them: relative (``train.py``), with site-packages
+stripped, or absolute on another machine (``/home/x/exp/model.py``). In order: the exact path
+(when it exists here), the configured prefix mappings (``REMOTE=LOCAL``), a path relative to a
+workspace root, then a unique suffix match under the workspace roots. When nothing matches the
+trace's path is kept and the location says so (``mapped=False``).
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Iterable, Optional
+
+_SKIP_DIRS = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", "site-packages",
+              ".mypy_cache", ".pytest_cache", ".tox", "build", "dist"}
+_MAX_FILES = 200_000
+
+
+class SourceMap:
+    def __init__(self, roots: Iterable[str] = (), path_map: Iterable[tuple[str, str]] = ()):
+        self.roots = [os.path.abspath(r) for r in roots]
+        # longest remote prefix first, so /a/b wins over /a
+        self.path_map = sorted(((r, l) for r, l in path_map), key=lambda p: -len(p[0]))
+        self._by_name: Optional[dict[str, list[str]]] = None
+        self._cache: dict[str, Optional[str]] = {}
+
+    def resolve(self, trace_path: str) -> Optional[str]:
+        """A local file for ``trace_path``, or None."""
+        if trace_path in self._cache:
+            return self._cache[trace_path]
+        found = self._resolve(trace_path)
+        self._cache[trace_path] = found
+        return found
+
+    def _resolve(self, p: str) -> Optional[str]:
+        if os.path.isabs(p) and os.path.isfile(p) and (not self.roots or self._inside_roots(p)):
+            return p
+        for remote, local in self.path_map:
+            if p == remote or p.startswith(remote.rstrip("/") + "/"):
+                cand = os.path.join(local, p[len(remote):].lstrip("/"))
+                if os.path.isfile(cand):
+                    return os.path.abspath(cand)
+        if not os.path.isabs(p):
+            for root in self.roots:
+                cand = os.path.join(root, p)
+                if os.path.isfile(cand):
+                    return cand
+        return self._suffix_match(p)
+
+    def _inside_roots(self, p: str) -> bool:
+        ap = os.path.abspath(p)
+        return any(ap == r or ap.startswith(r + os.sep) for r in self.roots)
+
+    def _suffix_match(self, p: str) -> Optional[str]:
+        if not self.roots:
+            return None
+        parts = [x for x in p.replace("\\", "/").split("/") if x and x != "."]
+        if not parts:
+            return None
+        cands = self._index().get(parts[-1], [])
+        if not cands:
+            return None
+        # the longest shared tail of path components decides; a tie means ambiguous
+        best, best_len, tie = None, 0, False
+        for c in cands:
+            cparts = c.split(os.sep)
+            k = 0
+            while k < len(parts) and k < len(cparts) and parts[-1 - k] == cparts[-1 - k]:
+                k += 1
+            if k > best_len:
+                best, best_len, tie = c, k, False
+            elif k == best_len:
+                tie = True
+        return None if tie else best
+
+    def _index(self) -> dict[str, list[str]]:
+        if self._by_name is None:
+            idx: dict[str, list[str]] = {}
+            n = 0
+            for root in self.roots:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
+                    for f in filenames:
+                        if f.endswith(".py"):
+                            idx.setdefault(f, []).append(os.path.join(dirpath, f))
+                            n += 1
+                    if n > _MAX_FILES:
+                        break
+            self._by_name = idx
+        return self._by_name
+
+
+@lru_cache(maxsize=256)
+def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return tuple(f.read().splitlines())
+    except OSError:
+        return ()
+
+
+def source_lines(path: str) -> tuple[str, ...]:
+    """The file's lines (cached by mtime); empty when unreadable."""
+    try:
+        return _read_lines(path, os.stat(path).st_mtime)
+    except OSError:
+        return ()
+
+
+def source_line(path: str, line: int) -> Optional[str]:
+    lines = source_lines(path)
+    return lines[line - 1] if 0 < line <= len(lines) else None

@@ -1,0 +1,41 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+SRC = os.path.join(EXAMPLES, "src")
+
+
+def trace(name: str) -> str:
+    """Path of a shipped real trace (examples/), by its short name."""
+    for d in (EXAMPLES, os.path.join(EXAMPLES, "nccl"), os.path.join(ROOT, "tests", "data")):
+        if not os.path.isdir(d):
+            continue
+        for f in sorted(os.listdir(d)):
+            if f.startswith(name + ".") or f == name:
+                return os.path.join(d, f)
+    raise FileNotFoundError(name)
+
+
+_cache: dict = {}
+
+
+def report_of(name: str, workspace=(SRC,)):
+    """The engine's report of a shipped trace, cached per session (the engine is pure)."""
+    from profd.server.engine import Options, analyze_file
+
+    key = (name, tuple(workspace))
+    if key not in _cache:
+        _cache[key] = analyze_file(trace(name), Options(workspace=list(workspace)))
+    return _cache[key]
+
+
+def codes(report) -> set:
+    return {d.code for d in report.diagnostics}
+
+
+@pytest.fixture
+def examples_dir():
+    return EXAMPLES
