@@ -142,3 +142,25 @@ def _occupancy_before(m: TraceModel, li: int) -> bool:
         if e.cat in LAUNCH_CATS and e.name == kernels.OCCUPANCY_QUERY and e.ts <= m.cpu[li].ts:
             return True
     return False
+
+
+def verdict(m: TraceModel, a: Analysis) -> str:
+    """overhead-bound / compute-bound / balanced / cpu-only, from GPU busy share of the window.
+
+    Below 30% busy the GPU waits most of the time for the CPU to hand it work; at 80% and above
+    the GPU is the bottleneck and CPU savings cannot shorten the step. Between is "balanced".
+    """
+    if not m.gpu:
+        return "cpu-only"
+    pct = a.busy_pct
+    if pct is None:
+        return "no-steps"
+    if pct < OVERHEAD_BUSY_PCT:
+        return "overhead-bound"
+    if pct >= COMPUTE_BUSY_PCT:
+        return "compute-bound"
+    return "balanced"
+
+
+OVERHEAD_BUSY_PCT = 30.0
+COMPUTE_BUSY_PCT = 80.0

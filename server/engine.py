@@ -14,7 +14,7 @@ from ..protocol.catalog import RULES as CATALOG
 from ..protocol.types import (Diagnostic, HotLine, KernelStat, Location, Report, Step, Summary,
                               TraceInfo)
 from . import kernels, loader
-from .analyses import Analysis, analyse
+from .analyses import Analysis, analyse, verdict
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
 from .sourcemap import SourceMap
@@ -89,6 +89,10 @@ class Context:
         local = self.sources.resolve(key.trace_path)
         return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
                         function=key.function, trace_path=key.trace_path)
+
+    def location_of_hot(self, h: HotLine) -> Location:
+        return Location(path=h.path, line=h.line, precision=h.precision, function=h.function,
+                        trace_path=h.trace_path)
 
     def trace_location(self) -> Location:
         return Location(path=self.trace_path, line=None, precision="trace")
@@ -170,28 +174,6 @@ def _int_or_none(v) -> Optional[int]:
         return int(v) if v is not None else None
     except (TypeError, ValueError):
         return None
-
-
-def verdict(m: TraceModel, a: Analysis) -> str:
-    """overhead-bound / compute-bound / balanced / cpu-only, from GPU busy share of the window.
-
-    Below 30% busy the GPU waits most of the time for the CPU to hand it work; at 80% and above
-    the GPU is the bottleneck and CPU savings cannot shorten the step. Between is "balanced".
-    """
-    if not m.gpu:
-        return "cpu-only"
-    pct = a.busy_pct
-    if pct is None:
-        return "no-steps"
-    if pct < OVERHEAD_BUSY_PCT:
-        return "overhead-bound"
-    if pct >= COMPUTE_BUSY_PCT:
-        return "compute-bound"
-    return "balanced"
-
-
-OVERHEAD_BUSY_PCT = 30.0
-COMPUTE_BUSY_PCT = 80.0
 
 
 def _summary(ctx: Context) -> Summary:

@@ -336,6 +336,9 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
         bw = tindex.innermost((f.pid, f.tid), f.ts, "cpu_op")
         if fw >= 0 and bw >= 0:
             target[bw] = fw
+            p = parent[bw]  # the engine's wrapper op around the backward node belongs to it too
+            if p >= 0 and cpu[p].name.startswith("autograd::engine::evaluate_function"):
+                target.setdefault(p, fw)
     if not target:  # older traces: match sequence numbers instead
         fwd_seq: dict = {}
         for i, e in enumerate(cpu):

@@ -1,1 +1,160 @@
-"""Rules of this family."""
+"""Is the GPU or the CPU the bottleneck? ``overhead-bound``, ``compute-bound``, ``small-problem``."""
+from __future__ import annotations
+
+from ..analyses import verdict
+from ..kernels import GEMM, short_name
+from . import rule
+from .util import pct, r3, us
+
+# Ops whose Input Dims give a GEMM's (M, K) x (K, N).
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+# A GEMM of fewer FLOPs than this finishes on a Hopper/Ampere GPU (hundreds of TFLOP/s) in about a
+# microsecond: less than its own launch costs. Below it the problem cannot keep the GPU busy.
+SMALL_GEMM_FLOPS = 1e9
+# Without shapes: GEMM kernels this short are launch-latency sized.
+SMALL_GEMM_KERNEL_US = 10.0
+
+
+def _top_launch_line(ctx):
+    """The hot line that launches most (ties: more CPU time)."""
+    lines = [h for h in ctx.hot.values() if h.launches]
+    return max(lines, key=lambda h: (h.launches, h.cpu_total_us)) if lines else None
+
+
+def _inflation_note(m) -> str:
+    opts = [n for n, on in (("with_stack", m.with_stack), ("record_shapes", m.record_shapes),
+                            ("profile_memory", m.profile_memory)) if on]
+    return ("; the profiler itself inflates CPU time (options on: " + ", ".join(opts) + ")") if opts else ""
+
+
+@rule("overhead-bound")
+def overhead_bound(ctx):
+    """Evidence: GPU busy share of the active window (collectives left out), CPU total vs CUDA total,
+    launches per step, and the line that launches most.
+
+    Threshold: busy < 30% of the window. Below that the GPU waits for the CPU most of the time: a
+    faster kernel cannot shorten the step, fewer or larger launches can.
+    """
+    if verdict(ctx.model, ctx.a) != "overhead-bound":
+        return
+    a, m = ctx.a, ctx.model
+    top = _top_launch_line(ctx)
+    loc = ctx.location_of_hot(top) if top else ctx.trace_location()
+    per_step = a.launches / ctx.n_steps
+    where = f"; {top.launches / ctx.n_steps:.0f} of them from this line" if top else ""
+    yield ctx.diag(
+        "overhead-bound",
+        f"GPU busy {pct(a.busy_pct)} of the active steps: CPU total {us(a.cpu_total_us)} vs CUDA total "
+        f"{us(a.cuda_total_us)}; the CPU dispatches {per_step:.0f} launches per step{where}"
+        + _inflation_note(m),
+        loc,
+        evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
+                  "cuda_total_us": r3(a.cuda_total_us), "launches_per_step": r3(per_step),
+                  "window_us": r3(a.window_us)},
+        fix="launch less and bigger: batch the work, fuse ops (torch.compile), capture the step in a "
+            "CUDA graph (mode='reduce-overhead'), or raise the problem size",
+    )
+
+
+@rule("compute-bound")
+def compute_bound(ctx):
+    """Evidence: GPU busy share of the active window and the kernels that hold it.
+
+    Threshold: busy >= 80%. The GPU is the bottleneck; CPU-side savings cannot shorten the step,
+    so the message names the kernels worth optimising.
+    """
+    if verdict(ctx.model, ctx.a) != "compute-bound":
+        return
+    m, a = ctx.model, ctx.a
+    per: dict[str, list] = {}
+    for g, e in enumerate(m.gpu):
+        st = per.setdefault(e.name, [0.0, 0, a.gpu_class[g]])
+        st[0] += e.dur
+        st[1] += 1
+    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:3]
+    total = a.cuda_total_us or 1.0
+    names = ", ".join(f"{short_name(n, 50)} ({c}, {100 * t / total:.0f}%)" for n, (t, _, c) in top)
+    hot = max(ctx.hot.values(), key=lambda h: h.gpu_us, default=None)
+    loc = ctx.location_of_hot(hot) if hot and hot.gpu_us > 0 else ctx.trace_location()
+    yield ctx.diag(
+        "compute-bound",
+        f"GPU busy {pct(a.busy_pct)} of the active steps (CUDA total {us(a.cuda_total_us)} vs CPU "
+        f"total {us(a.cpu_total_us)}); held by {names}",
+        loc,
+        evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
+                  "cuda_total_us": r3(a.cuda_total_us),
+                  "top_kernels": [{"name": n, "class": c, "count": k, "total_us": r3(t)}
+                                  for n, (t, k, c) in top]},
+        fix="the GPU is the bottleneck: lower precision (bf16/fp8), fuse memory-bound kernels, or "
+            "pick a faster algorithm; CPU-side changes will not shorten the step",
+    )
+
+
+def _gemm_shapes(m):
+    """(flops, dims, op index) of GEMM ops that recorded their input dims."""
+    import msgspec
+
+    out = []
+    for i, e in enumerate(m.cpu):
+        if e.cat != "cpu_op" or e.name not in GEMM_OPS or e.args is None or not e.args.input_dims:
+            continue
+        try:
+            dims = msgspec.json.decode(e.args.input_dims)
+        except msgspec.DecodeError:
+            continue
+        mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+        if len(mats) < 2:
+            continue
+        a_, b_ = mats[-2], mats[-1]
+        if e.name in ("aten::linear",):
+            a_, b_ = mats[0], mats[1][::-1]
+        batch = 1
+        for d in a_[:-2]:
+            batch *= d
+        mm, k, n = a_[-2], a_[-1], b_[-1]
+        out.append((2.0 * batch * mm * k * n, (batch, mm, k, n), i))
+    return out
+
+
+@rule("small-problem")
+def small_problem(ctx):
+    """Evidence: overhead-bound, and the GEMMs are tiny: from ``record_shapes`` their FLOPs, else
+    their kernel durations.
+
+    Threshold: every recorded GEMM under 1 GFLOP (about a microsecond on a modern GPU, less than its
+    launch), or without shapes a median GEMM kernel under 10 µs. A benchmark this small measures
+    launch overhead, not the model: production-sized problems are usually compute-bound.
+    """
+    m, a = ctx.model, ctx.a
+    if verdict(m, a) != "overhead-bound":
+        return
+    shapes = _gemm_shapes(m)
+    gemm_durs = [e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == GEMM]
+    if shapes:
+        biggest = max(shapes, key=lambda s: s[0])
+        if biggest[0] >= SMALL_GEMM_FLOPS:
+            return
+        b, mm, k, n = biggest[1]
+        what = f"the largest GEMM is {mm}x{k} @ {k}x{n}" + (f" (batch {b})" if b > 1 else "") + \
+               f", {biggest[0] / 1e6:.1f} MFLOP"
+        loc = ctx.location(biggest[2])
+        ev = {"largest_gemm_flops": biggest[0], "largest_gemm_mkn": [mm, k, n], "batch": b}
+    elif gemm_durs:
+        gemm_durs.sort()
+        med = gemm_durs[len(gemm_durs) // 2]
+        if med >= SMALL_GEMM_KERNEL_US:
+            return
+        what = f"GEMM kernels run a median {us(med)}"
+        loc = ctx.trace_location()
+        ev = {"median_gemm_kernel_us": r3(med)}
+    else:
+        return
+    ev.update({"gpu_busy_pct": r3(a.busy_pct)})
+    yield ctx.diag(
+        "small-problem",
+        f"overhead-bound with a small problem: {what}; at this size the step measures launch "
+        f"overhead, not the GPU",
+        loc, evidence=ev,
+        fix="profile at production sizes (batch, sequence, hidden dims) before optimising; small "
+            "shapes call for batching or CUDA graphs, large ones are usually compute-bound",
+    )

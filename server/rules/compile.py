@@ -1,1 +1,108 @@
-"""Rules of this family."""
+"""torch.compile rules: ``compile-overhead`` and ``compile-fusion``."""
+from __future__ import annotations
+
+from .. import kernels as K
+from . import rule
+from .util import r3, us
+
+REGION = "Torch-Compiled Region"
+WRAPPER_OPS = ("TorchDynamo Cache Lookup",)
+SMALL_REGION_KERNELS = 2  # kernels per call at or below which fusion cannot save much
+FUSED_OPS = {"aten::addmm": "aten::add + aten::mm", "aten::_addmm_activation": "aten::addmm + activation",
+             "aten::baddbmm": "aten::add + aten::bmm"}
+
+
+def _regions(m):
+    return [i for i, e in enumerate(m.cpu) if e.cat == "cpu_op" and e.name.startswith(REGION)]
+
+
+def _subtree(m, i):
+    stack, out = [i], []
+    while stack:
+        j = stack.pop()
+        out.append(j)
+        stack.extend(m.children(j))
+    return out
+
+
+@rule("compile-overhead")
+def compile_overhead(ctx):
+    """Evidence: per call of a ``Torch-Compiled Region``, the wrapper's CPU time (the region and
+    its Dynamo cache lookup, minus the aten ops the compiled graph dispatches) against the GPU time
+    of the kernels it runs.
+
+    Threshold: regions of at most 2 kernels per call whose wrapper costs more CPU time than their
+    GPU work. With one or two ops there is nothing to fuse, so the Dynamo/AOTAutograd/Inductor
+    wrappers are pure tax (the seed measured about 2x the eager CPU time).
+    """
+    m = ctx.model
+    regions = _regions(m)
+    if not regions:
+        return
+    wrapper = gpu = 0.0
+    kernels = 0
+    for r in regions:
+        sub = _subtree(m, r)
+        aten = [j for j in sub if m.cpu[j].cat == "cpu_op" and m.cpu[j].name.startswith("aten::")
+                and m.enclosing_op(j) >= 0 and not m.cpu[m.enclosing_op(j)].name.startswith("aten::")]
+        lookup = 0.0
+        p = m.parent[r]
+        if p >= 0:
+            lookup = sum(m.cpu[c].dur for c in m.children(p) if m.cpu[c].name in WRAPPER_OPS)
+        wrapper += m.cpu[r].dur + lookup - sum(m.cpu[j].dur for j in aten)
+        for j in sub:
+            for g in m.gpu_of_launch(j):
+                gpu += m.gpu[g].dur
+                kernels += m.gpu[g].cat == "kernel"
+    n = len(regions)
+    if kernels / n > SMALL_REGION_KERNELS or wrapper <= gpu:
+        return
+    yield ctx.diag(
+        "compile-overhead",
+        f"torch.compile region of {kernels / n:.0f} kernel(s) per call: its Dynamo/AOT wrappers cost "
+        f"{us(wrapper / n)} of CPU per call against {us(gpu / n)} of GPU work; nothing is left to fuse",
+        ctx.location(regions[0]),
+        evidence={"regions": n, "kernels_per_call": r3(kernels / n), "wrapper_us_per_call": r3(wrapper / n),
+                  "gpu_us_per_call": r3(gpu / n)},
+        fix="compile a larger region (the whole model or training step) so fusion pays for the "
+            "wrapper, or leave one- and two-op functions eager",
+    )
+
+
+@rule("compile-fusion")
+def compile_fusion(ctx):
+    """Evidence: a fused aten op (``aten::addmm`` for ``mm + add``) dispatched inside a compiled
+    region, and what the GPU ran for it: a bias copy (``Memcpy DtoD``) before the GEMM (older
+    stacks) or the bias folded into the GEMM epilogue (``*_bias_*`` kernels on Hopper/CUDA 13).
+
+    Threshold: none; information whenever a compiled region dispatches a fused op.
+    """
+    m = ctx.model
+    seen: dict = {}
+    for r in _regions(m):
+        for j in _subtree(m, r):
+            e = m.cpu[j]
+            if e.cat == "cpu_op" and e.name in FUSED_OPS:
+                runs = [m.gpu[g] for k in _subtree(m, j) for g in m.gpu_of_launch(k)]
+                seen.setdefault(e.name, []).append((j, runs))
+    for name, calls in seen.items():
+        runs = [g for _, rs in calls for g in rs]
+        copies = [g for g in runs if g.cat == "gpu_memcpy" and "DtoD" in g.name]
+        gemms = [g for g in runs if g.cat == "kernel"]
+        epilogue = any("bias" in g.name.lower() for g in gemms)
+        if copies:
+            what = (f"a bias copy ({copies[0].name}, {us(sum(c.dur for c in copies) / len(calls))}) then the "
+                    f"GEMM: fusion at the dispatcher, not in the kernel")
+        elif epilogue:
+            what = "one GEMM with the bias folded into its epilogue (no separate add kernel)"
+        else:
+            what = f"{len(gemms) / len(calls):.0f} kernel(s) per call"
+        kn = K.short_name(gemms[0].name, 60) if gemms else "?"
+        yield ctx.diag(
+            "compile-fusion",
+            f"torch.compile fused {FUSED_OPS[name]} into {name}; the GPU ran {what} ({kn})",
+            ctx.location(calls[0][0]),
+            evidence={"op": name, "calls": len(calls), "bias_copy": bool(copies), "bias_epilogue": epilogue,
+                      "kernels": sorted({g.name for g in gemms})},
+            fix=None,
+        )

@@ -1,1 +1,119 @@
-"""Rules of this family."""
+"""GPU timeline rules: ``gpu-idle-gap`` and ``gpu-contention``."""
+from __future__ import annotations
+
+from ..analyses import covered, gaps, merge, verdict
+from . import rule
+from .util import pct, quantile, r3, us
+
+# A gap counts when it is at least this long (several launch latencies) ...
+GAP_MIN_US = 50.0
+# ... and the gaps inside the steps add up to this share of the window.
+GAP_TOTAL_SHARE = 0.10
+# gpu-contention: a kernel waits this long after its launch returned while our lane is idle.
+CONTENTION_DELAY_US = 100.0
+CONTENTION_MIN_SAMPLES = 3
+CONTENTION_SHARE = 0.05  # of launched GPU events
+
+
+def _cpu_during(ctx, lo: float, hi: float):
+    """What the main thread ran during [lo, hi]: the innermost non-python event covering most of it."""
+    m = ctx.model
+    i = m.tindex.innermost(m.main_thread, (lo + hi) / 2)
+    fallback = -1
+    while i >= 0:
+        e = m.cpu[i]
+        if e.cat != "python_function":
+            if min(e.ts + e.dur, hi) - max(e.ts, lo) >= 0.5 * (hi - lo):
+                return i
+            fallback = i
+        i = m.parent[i]
+    return fallback
+
+
+@rule("gpu-idle-gap")
+def gpu_idle_gap(ctx):
+    """Evidence: holes between GPU work inside the active steps, each with what the main thread
+    was doing meanwhile (the op and the user line), largest first.
+
+    Threshold: gaps of 50 µs or more that add up to 10% of the window. Not reported on
+    overhead-bound traces, where idle time is everywhere and ``overhead-bound`` explains it.
+    """
+    m, a = ctx.model, ctx.a
+    if not m.steps or not m.gpu or verdict(m, a) == "overhead-bound":
+        return
+    lo, hi = a.window
+    holes = [(x, y) for x, y in gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end))
+             if y - x >= GAP_MIN_US]
+    total = sum(y - x for x, y in holes)
+    if not holes or total < GAP_TOTAL_SHARE * a.window_us:
+        return
+    holes.sort(key=lambda g: -(g[1] - g[0]))
+    # group the gaps by what the CPU was doing, so that one cause is one finding
+    by_cause: dict = {}
+    for x, y in holes:
+        i = _cpu_during(ctx, x, y)
+        key = ctx.line_key(i) if i >= 0 else None
+        k = (key.trace_path, key.line) if key else ("", m.cpu[i].name if i >= 0 else "?")
+        c = by_cause.setdefault(k, {"gaps": [], "op": i})
+        c["gaps"].append((x, y))
+    for k, c in sorted(by_cause.items(), key=lambda kv: -sum(y - x for x, y in kv[1]["gaps"]))[:3]:
+        gs = c["gaps"]
+        t = sum(y - x for x, y in gs)
+        if t < 0.05 * a.window_us:
+            continue
+        op = c["op"]
+        doing = m.cpu[op].name if op >= 0 else "nothing recorded"
+        yield ctx.diag(
+            "gpu-idle-gap",
+            f"the GPU idles {us(t / ctx.n_steps)} per step ({pct(100 * t / a.window_us)} of the window) "
+            f"in {len(gs)} gap(s) up to {us(max(y - x for x, y in gs))}, while the CPU runs {doing}",
+            ctx.location(op) if op >= 0 else ctx.trace_location(),
+            evidence={"gaps": len(gs), "idle_us": r3(t), "idle_share": r3(t / a.window_us),
+                      "largest_gap_us": r3(max(y - x for x, y in gs)), "cpu_during": doing,
+                      "first_gap_at_us": r3(gs[0][0] - m.t0)},
+            fix="move this CPU work off the critical path (pinned non_blocking copies, a DataLoader "
+                "with workers, no host syncs) or overlap it with GPU work queued ahead",
+        )
+
+
+@rule("gpu-contention")
+def gpu_contention(ctx):
+    """Evidence: launch-to-start delays (kernel start minus the launch call's start) of kernels
+    that waited while this trace's own GPU work was idle, with p50/p90/max; the kernels' own
+    durations stay steady.
+
+    Threshold: at least 3 such kernels, 5% of the launches, each waiting 100 µs or more with our
+    lane less than 10% busy meanwhile. A long delay while our own lane is busy is just a queue
+    (the CPU ahead of a busy GPU), not contention.
+    """
+    m, a = ctx.model, ctx.a
+    own = merge(a.busy + a.comm)
+    delays, late = [], []
+    for g, e in enumerate(m.gpu):
+        li = m.launcher[g]
+        if li < 0:
+            continue
+        call = m.cpu[li]
+        d = e.ts - call.ts
+        delays.append(d)
+        wait_from = call.ts + call.dur
+        if d >= CONTENTION_DELAY_US and e.ts > wait_from:
+            if covered(own, wait_from, e.ts) < 0.1 * (e.ts - wait_from):
+                late.append((d, g))
+    if len(late) < CONTENTION_MIN_SAMPLES or len(late) < CONTENTION_SHARE * max(1, len(delays)):
+        return
+    ds = [d for d, _ in late]
+    worst = max(late)[1]
+    yield ctx.diag(
+        "gpu-contention",
+        f"{len(late)} of {len(delays)} GPU launches started {us(quantile(ds, 0.5))} (median; max "
+        f"{us(max(ds))}) after their launch while this process's GPU work was idle: another process "
+        f"or context holds the GPU (launch delay p50 {us(quantile(delays, 0.5))}, p90 "
+        f"{us(quantile(delays, 0.9))} overall)",
+        ctx.location(m.launcher[worst]),
+        evidence={"late_launches": len(late), "launches": len(delays),
+                  "delay_p50_us": r3(quantile(delays, 0.5)), "delay_p90_us": r3(quantile(delays, 0.9)),
+                  "delay_max_us": r3(max(delays)), "late_delay_median_us": r3(quantile(ds, 0.5))},
+        fix="profile on a dedicated GPU (check nvidia-smi for other processes, MPS or MIG "
+            "neighbours); the kernels themselves are not slow",
+    )

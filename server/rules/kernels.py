@@ -1,1 +1,242 @@
-"""Rules of this family."""
+"""Kernel-level rules: ``kernel-class``, ``kernel-jitter``, ``fp32-matmul``, ``misaligned-dims``,
+``launch-storm``."""
+from __future__ import annotations
+
+import msgspec
+
+from .. import kernels as K
+from ..analyses import covered
+from . import rule
+from .util import median, pct, quantile, r3, us
+
+JITTER_MIN_SAMPLES = 10
+JITTER_P90_RATIO = 1.25  # p90 over p50
+JITTER_MIN_SPREAD_US = 20.0  # and p90 - p50 at least this
+FP32_GEMM_SHARE = 0.10  # of GPU time
+MISALIGNED_SHARE = 0.01  # of GPU time in the misaligned GEMMs
+STORM_PER_STEP = 10  # launches of one kernel from one line per step
+_HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
+_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+
+
+@rule("kernel-class")
+def kernel_class(ctx):
+    """Evidence: GPU time per kernel class (GEMM, attention, conv, elementwise, reduction, copy,
+    communication), from kernel-name families and launch-API patterns together.
+
+    Threshold: none; a summary (hint) whenever the trace has GPU work.
+    """
+    m, a = ctx.model, ctx.a
+    if not m.gpu:
+        return
+    per: dict[str, float] = {}
+    for g, e in enumerate(m.gpu):
+        per[a.gpu_class[g]] = per.get(a.gpu_class[g], 0.0) + e.dur
+    total = sum(per.values()) or 1.0
+    parts = ", ".join(f"{c} {pct(100 * t / total)}" for c, t in sorted(per.items(), key=lambda kv: -kv[1]))
+    yield ctx.diag("kernel-class", f"GPU time by kernel class: {parts}", ctx.trace_location(),
+                   evidence={"classes_us": {c: r3(t) for c, t in per.items()}})
+
+
+@rule("kernel-jitter")
+def kernel_jitter(ctx):
+    """Evidence: for one kernel configuration (name, grid, block) with enough samples, p50, p90
+    and max durations.
+
+    Threshold: 10 samples or more, p90 at least 1.25x p50 and 20 µs above it. On the H200 traces
+    the same GEMM varies under 3% over 20-40 samples, which must stay silent; the seed's Ampere
+    traces showed 580 µs typical with 1000+ µs outliers, which must fire.
+    """
+    m = ctx.model
+    groups: dict = {}
+    for g, e in enumerate(m.gpu):
+        if e.cat != "kernel" or ctx.a.gpu_class[g] == K.COMMUNICATION:
+            continue  # collectives' durations are mostly waiting for peers
+        a = e.args
+        key = (e.name, bytes(a.grid) if a else b"", bytes(a.block) if a else b"")
+        groups.setdefault(key, []).append(g)
+    for key, gs in groups.items():
+        if len(gs) < JITTER_MIN_SAMPLES:
+            continue
+        ds = [m.gpu[g].dur for g in gs]
+        p50, p90, mx = quantile(ds, 0.5), quantile(ds, 0.9), max(ds)
+        if p50 <= 0 or p90 < JITTER_P90_RATIO * p50 or p90 - p50 < JITTER_MIN_SPREAD_US:
+            continue
+        li = m.launcher[gs[0]]
+        slow = [g for g in gs if m.gpu[g].dur >= p90]
+        shared = sum(1 for g in slow if covered(ctx.a.comm, m.gpu[g].ts, m.gpu[g].ts + m.gpu[g].dur) > 0)
+        why = (f"; {shared} of the {len(slow)} slowest runs overlap collectives, which share the SMs"
+               if shared * 2 >= len(slow) and shared else "")
+        yield ctx.diag(
+            "kernel-jitter",
+            f"{K.short_name(key[0], 60)} varies widely over {len(ds)} runs: p50 {us(p50)}, p90 {us(p90)}, "
+            f"max {us(mx)}; an average hides it{why}",
+            ctx.location(li) if li >= 0 else ctx.trace_location(),
+            evidence={"kernel": key[0], "samples": len(ds), "p50_us": r3(p50), "p90_us": r3(p90),
+                      "max_us": r3(mx), "min_us": r3(min(ds))},
+            fix="check clocks and power (nvidia-smi -q -d CLOCK,PERFORMANCE), other processes on the "
+                "GPU, and thermal throttling; lock clocks for benchmarking",
+        )
+
+
+@rule("fp32-matmul")
+def fp32_matmul(ctx):
+    """Evidence: GPU time in fp32 GEMM kernels that run on CUDA cores (``sgemm``, ``*_f32f32_*``
+    with FFMA, SIMT kernels) on a GPU with tensor cores for TF32/bf16 (compute capability >= 8).
+
+    Threshold: 10% of GPU time. Tensor cores run the same GEMMs several times faster in TF32 or
+    bf16; below 10% the gain is not worth a precision change.
+    """
+    m, a = ctx.model, ctx.a
+    cc = m.compute_capability
+    if cc is not None and cc[0] < 8:
+        return
+    total = a.cuda_total_us or 0.0
+    lines: dict = {}
+    fp32 = 0.0
+    names: dict[str, float] = {}
+    for g, e in enumerate(m.gpu):
+        if a.gpu_class[g] != K.GEMM or not K.is_fp32_simt_gemm(e.name):
+            continue
+        fp32 += e.dur
+        names[e.name] = names.get(e.name, 0.0) + e.dur
+        li = m.launcher[g]
+        key = ctx.line_key(li) if li >= 0 else None
+        k = (key.trace_path, key.line) if key else None
+        lines.setdefault(k, [0.0, li])[0] += e.dur
+    if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
+        return
+    top_line = max(lines.items(), key=lambda kv: kv[1][0])
+    li = top_line[1][1]
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    yield ctx.diag(
+        "fp32-matmul",
+        f"{pct(100 * fp32 / total)} of GPU time ({us(fp32)}) is fp32 GEMMs on CUDA cores, not tensor "
+        f"cores: {', '.join(K.short_name(n, 50) for n, _ in top)}",
+        ctx.location(li) if li >= 0 else ctx.trace_location(),
+        evidence={"fp32_gemm_us": r3(fp32), "share": r3(fp32 / total), "kernels": [n for n, _ in top],
+                  "lines": len(lines), "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None},
+        fix="enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True or "
+            "torch.set_float32_matmul_precision('high')) or run the model under "
+            "torch.autocast('cuda', dtype=torch.bfloat16)",
+        related=[ctx.location(v[1]) for k, v in lines.items() if v[1] != li and v[1] >= 0][:5],
+    )
+
+
+def _dims_and_types(e):
+    try:
+        dims = msgspec.json.decode(e.args.input_dims) if e.args.input_dims else None
+        types = msgspec.json.decode(e.args.input_types) if e.args.input_types else None
+    except msgspec.DecodeError:
+        return None, None
+    return dims, types
+
+
+@rule("misaligned-dims")
+def misaligned_dims(ctx):
+    """Evidence: fp16/bf16 GEMM ops (``record_shapes``) with a dimension that is not a multiple
+    of 8, and the GPU time of their kernels.
+
+    Threshold: such GEMMs hold 1% of GPU time or more. Tensor-core GEMM tiles want M, N, K in
+    multiples of 8 (16 bytes of fp16/bf16); odd sizes fall back to slower kernels or padding.
+    """
+    m, a = ctx.model, ctx.a
+    total = a.cuda_total_us or 0.0
+    if total <= 0:
+        return
+    found: dict = {}
+    for i, e in enumerate(m.cpu):
+        if e.cat != "cpu_op" or e.name not in _GEMM_OPS or e.args is None or not e.args.input_dims:
+            continue
+        if m.enclosing_op(i) >= 0 and m.cpu[m.enclosing_op(i)].name in _GEMM_OPS:
+            continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
+        dims, types = _dims_and_types(e)
+        if not dims or not types or not any(isinstance(t, str) and any(h in t for h in _HALF_TYPES) for t in types):
+            continue
+        mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+        bad = sorted({x for d in mats for x in d[-2:] if isinstance(x, int) and x % 8})
+        if not bad:
+            continue
+        gpu_us = _gpu_under(m, i)
+        key = ctx.line_key(i)
+        k = (key.trace_path, key.line) if key else None
+        f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "dims": mats, "bad": set()})
+        f["gpu_us"] += gpu_us
+        f["bad"].update(bad)
+    for k, f in found.items():
+        if f["gpu_us"] < MISALIGNED_SHARE * total:
+            continue
+        yield ctx.diag(
+            "misaligned-dims",
+            f"{m.cpu[f['op']].name} on {' x '.join(str(d) for d in f['dims'])} in 16-bit precision: "
+            f"{', '.join(map(str, sorted(f['bad'])))} not a multiple of 8; its kernels take "
+            f"{us(f['gpu_us'])} ({pct(100 * f['gpu_us'] / total)} of GPU time)",
+            ctx.location(f["op"]),
+            evidence={"op": m.cpu[f["op"]].name, "dims": f["dims"], "misaligned": sorted(f["bad"]),
+                      "gpu_us": r3(f["gpu_us"])},
+            fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
+                "round the vocabulary up to a multiple of 64",
+        )
+
+
+def _gpu_under(m, op: int) -> float:
+    total, stack = 0.0, [op]
+    while stack:
+        j = stack.pop()
+        for g in m.gpu_of_launch(j):
+            total += m.gpu[g].dur
+        stack.extend(m.children(j))
+    return total
+
+
+@rule("launch-storm")
+def launch_storm(ctx):
+    """Evidence: one source line launching the same kernel many times within one call of its
+    frame and one step, each run shorter than the CPU call that launched it (a python loop over
+    rows, per-parameter updates).
+
+    Threshold: 10 or more launches of one kernel per frame call and step, with the kernel's median
+    duration below the median launch call's. Counting per call keeps a layer called 48 times a
+    step (one launch per call) out; requiring kernels shorter than their launch keeps loops over
+    large work, which keep the GPU fed, out. Backward launches come from the autograd engine, not
+    a Python loop, and are not counted.
+    """
+    m = ctx.model
+    per: dict = {}
+    for g, e in enumerate(m.gpu):
+        li = m.launcher[g]
+        if li < 0 or e.cat != "kernel" or m.frame_of[li] < 0:
+            continue
+        key = ctx.line_key(li)
+        step = m.step_at(m.cpu[li].ts)
+        if key is None or step is None:
+            continue
+        d = per.setdefault((key.trace_path, key.line), {})
+        d.setdefault((e.name, m.frame_of[li], step.number), []).append((e.dur, m.cpu[li].dur, li))
+    for k, groups in per.items():
+        storm: dict = {}
+        for (name, _, _), runs in groups.items():
+            if len(runs) >= STORM_PER_STEP:
+                storm.setdefault(name, []).extend(runs)
+        storm = {n: r for n, r in storm.items()
+                 if median(x[0] for x in r) < median(x[1] for x in r)}
+        if not storm:
+            continue
+        runs_all = [x for r in storm.values() for x in r]
+        launches = len(runs_all) / ctx.n_steps
+        gpu = sum(x[0] for x in runs_all) / ctx.n_steps
+        cpu = sum(x[1] for x in runs_all) / ctx.n_steps
+        name, runs = max(storm.items(), key=lambda kv: len(kv[1]))
+        yield ctx.diag(
+            "launch-storm",
+            f"{launches:.0f} tiny kernel launches per step from this line ({len(storm)} kernel(s) "
+            f"repeated in a loop, e.g. {K.short_name(name, 50)} x{len(runs) / ctx.n_steps:.0f}): "
+            f"{us(gpu)} of GPU work per step costs {us(cpu)} of launch calls",
+            ctx.location(runs[0][2]),
+            evidence={"launches_per_step": r3(launches), "kernels": len(storm),
+                      "gpu_us_per_step": r3(gpu), "launch_cpu_us_per_step": r3(cpu),
+                      "median_kernel_us": r3(median(x[0] for x in runs)),
+                      "median_launch_us": r3(median(x[1] for x in runs))},
+            fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
+                "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
+        )

@@ -1,1 +1,113 @@
-"""Rules of this family."""
+"""Memory rules from ``profile_memory`` traces: ``memory-peak``, ``memory-child-pressure``."""
+from __future__ import annotations
+
+from . import rule
+from .util import mib, r3
+
+CUDA = 1
+CHILD_MIN_BYTES = 16 * 1024**2  # a call must allocate at least this through its children ...
+CHILD_PEAK_SHARE = 0.05  # ... and at least this share of the peak,
+CHILD_SELF_SHARE = 0.10  # while allocating at most this share itself.
+CHILD_MAX_FINDINGS = 3
+
+
+def _device_events(m):
+    evs = [x for x in m.memory if x.device_type == CUDA]
+    return evs or [x for x in m.memory if x.device_type != CUDA]
+
+
+@rule("memory-peak")
+def memory_peak(ctx):
+    """Evidence: the largest ``Total Allocated`` among the ``[memory]`` events (GPU first, else
+    CPU), the allocation that reached it and its line.
+
+    Threshold: none; information whenever the trace was recorded with ``profile_memory``.
+    """
+    m = ctx.model
+    evs = _device_events(m)
+    if not evs:
+        return
+    peak = max(evs, key=lambda x: x.total_allocated)
+    total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
+    share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
+    yield ctx.diag(
+        "memory-peak",
+        f"peak allocated memory {mib(peak.total_allocated)}{share}, reached by an allocation of "
+        f"{mib(peak.nbytes)}" + (f" in {ctx.model.cpu[peak.owner].name}" if peak.owner >= 0 else ""),
+        ctx.location(peak.owner) if peak.owner >= 0 else ctx.trace_location(),
+        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes,
+                  "device": "cuda" if peak.device_type == CUDA else "cpu",
+                  "device_total_bytes": total_mem},
+        fix="to lower it: activation checkpointing, smaller micro-batches, bf16 activations, or "
+            "freeing references earlier (del, set_to_none=True)",
+    )
+
+
+@rule("memory-child-pressure")
+def memory_child_pressure(ctx):
+    """Evidence: an op whose allocations with its children are large while its own are small,
+    with the chain of children down to the one that allocates most.
+
+    Threshold: at least 16 MiB and 5% of the peak through children, at most 10% by the op
+    itself; the 3 largest. This is the table's "CPU Mem large, Self CPU Mem small": the pressure
+    comes from the call chain beneath, which is where to look.
+    """
+    m = ctx.model
+    evs = _device_events(m)
+    if not evs:
+        return
+    peak = max(x.total_allocated for x in evs) or 1
+    self_b: dict[int, int] = {}
+    for x in evs:
+        if x.owner >= 0 and x.nbytes > 0:
+            self_b[x.owner] = self_b.get(x.owner, 0) + x.nbytes
+    total_b: dict[int, int] = {}
+    for i, b in self_b.items():
+        total_b[i] = total_b.get(i, 0) + b
+        for a in m.ancestors(i):
+            total_b[a] = total_b.get(a, 0) + b
+    cands = []
+    for i, tot in total_b.items():
+        e = m.cpu[i]
+        if e.cat != "cpu_op" or e.name.startswith(("Torch-Compiled Region", "TorchDynamo", "CompiledFunction")):
+            continue
+        own = self_b.get(i, 0)
+        if tot >= CHILD_MIN_BYTES and tot >= CHILD_PEAK_SHARE * peak and own <= CHILD_SELF_SHARE * tot:
+            outer = m.enclosing_op(i)
+            if outer >= 0 and total_b.get(outer, 0) == tot and self_b.get(outer, 0) <= CHILD_SELF_SHARE * tot:
+                continue  # the outer op tells the same story
+            cands.append((tot, i))
+    by_name: dict = {}
+    for tot, i in sorted(cands, reverse=True):
+        by_name.setdefault((m.cpu[i].name, ctx.line_key(i) and ctx.line_key(i).line), []).append((tot, i))
+    shown = 0
+    for (name, _), items in by_name.items():
+        if shown >= CHILD_MAX_FINDINGS:
+            break
+        tot, i = items[0]
+        chain = _chain(m, i, total_b)
+        if len(chain) < 3:
+            continue  # op -> its one implementation (aten::matmul -> aten::mm): a wrapper, not a chain
+        shown += 1
+        yield ctx.diag(
+            "memory-child-pressure",
+            f"{name} allocates {mib(tot)} through its children but {mib(self_b.get(i, 0))} itself "
+            f"({len(items)} call(s)); the memory comes from {' -> '.join(chain)}",
+            ctx.location(i),
+            evidence={"op": name, "total_bytes": tot, "self_bytes": self_b.get(i, 0), "chain": chain,
+                      "calls": len(items), "peak_share": r3(tot / peak)},
+            fix="look at the child chain: a large intermediate (logits, attention scores, a float32 "
+                "upcast) is the target for chunking, fusion or checkpointing",
+        )
+
+
+def _chain(m, i: int, total_b: dict) -> list[str]:
+    out = [m.cpu[i].name]
+    while True:
+        kids = [c for c in m.children(i) if total_b.get(c, 0) > 0]
+        if not kids:
+            return out
+        i = max(kids, key=lambda c: total_b[c])
+        out.append(m.cpu[i].name)
+        if len(out) > 8:
+            return out

@@ -1,1 +1,171 @@
-"""Rules of this family."""
+"""Synchronisation: ``sync-wait`` (explicit syncs that block) and ``host-sync`` (syncs forced
+from user code by reading a GPU value on the host)."""
+from __future__ import annotations
+
+from ..analyses import covered
+from . import rule
+from .util import pct, r3, us
+
+SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}
+# aten ops that read a device value on the host, and what the user wrote to cause them.
+HOST_READ_OPS = {
+    "aten::item": ".item() / float(t) / int(t)",
+    "aten::_local_scalar_dense": ".item() / float(t) / int(t)",
+    "aten::is_nonzero": "a tensor in a condition (if t.sum() > 0, bool(t))",
+    "aten::nonzero": "torch.nonzero / t[mask] (output size depends on data)",
+    "aten::tolist": ".tolist()",
+    "aten::equal": "torch.equal",
+    "aten::masked_select": "t[mask] (output size depends on data)",
+    "aten::unique": "torch.unique",
+    "aten::_unique2": "torch.unique",
+    "aten::repeat_interleave": "repeat_interleave with tensor repeats",
+}
+_COPY_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu"}
+# sync-wait: a sync is worth a warning when the CPU blocks this share of a step in it.
+SYNC_WAIT_STEP_SHARE = 0.05
+SYNC_WAIT_MIN_US = 100.0
+# host-sync: a warning when the forced syncs block this share of the step; below, information.
+HOST_SYNC_WARN_SHARE = 0.01
+
+
+def is_profiler_internal(m, i: int) -> bool:
+    """Event i runs inside the profiler's own python code (start/stop/step)."""
+    for a in m.ancestors(i):
+        fr = m.frames.get(a)
+        if fr is not None and ("torch/profiler/" in fr.path or fr.path.endswith("autograd/profiler.py")):
+            return True
+    return False
+
+
+def host_read_op(m, i: int):
+    """(op index, what the user wrote) when sync call i was forced by a host read, else None."""
+    for a in m.ancestors(i):
+        e = m.cpu[a]
+        if e.cat != "cpu_op":
+            if e.cat == "python_function":
+                break
+            continue
+        if e.name in HOST_READ_OPS:
+            top = a
+            for b in m.ancestors(a):  # report the outermost host-read op (aten::item over _local_scalar_dense)
+                if m.cpu[b].cat == "cpu_op" and m.cpu[b].name in HOST_READ_OPS:
+                    top = b
+                elif m.cpu[b].cat == "python_function":
+                    break
+            return top, HOST_READ_OPS[m.cpu[top].name]
+        if e.name in _COPY_OPS and _copies_to_host(m, a):
+            return _outermost_copy(m, a), ".cpu() / .to('cpu') / .numpy() / printing a tensor"
+    return None
+
+
+def _copies_to_host(m, op: int) -> bool:
+    stack = [op]
+    while stack:
+        j = stack.pop()
+        for g in m.gpu_of_launch(j):
+            if "DtoH" in m.gpu[g].name:
+                return True
+        stack.extend(m.children(j))
+    return False
+
+
+def _outermost_copy(m, a: int) -> int:
+    top = a
+    for b in m.ancestors(a):
+        if m.cpu[b].cat == "cpu_op" and m.cpu[b].name in _COPY_OPS:
+            top = b
+        elif m.cpu[b].cat == "python_function":
+            break
+    return top
+
+
+@rule("host-sync")
+def host_sync(ctx):
+    """Evidence: sync calls inside the steps whose enclosing aten op reads a device value on the
+    host (``aten::item``, ``aten::is_nonzero``, ``aten::nonzero``, a DtoH copy), grouped by source
+    line: how many per step and how long the CPU was blocked per step.
+
+    Threshold: one or more per step in user code. Each one drains the GPU queue and stops the CPU
+    from running ahead, so its cost is the lost overlap more than the blocked time: a warning when
+    it happens every step or blocks at least 1% of the step, else information.
+    """
+    m = ctx.model
+    if not m.steps:
+        return
+    groups: dict = {}
+    for i, e in enumerate(m.cpu):
+        if e.name not in SYNC_CALLS or m.step_at(e.ts) is None or is_profiler_internal(m, i):
+            continue
+        hit = host_read_op(m, i)
+        if hit is None:
+            continue
+        op, what = hit
+        key = ctx.line_key(op)
+        k = (key.trace_path, key.line) if key else None
+        g = groups.setdefault(k, {"ops": set(), "what": set(), "sync": e.name, "first": op})
+        if op not in g["ops"]:
+            g["ops"].add(op)
+            g["what"].add(what)
+    step_us = sum(s.dur for s in m.steps) / len(m.steps)
+    for k, g in groups.items():
+        ops = sorted(g["ops"])
+        blocked = sum(m.cpu[o].dur for o in ops) / ctx.n_steps
+        per_step = len(ops) / ctx.n_steps
+        names = sorted({m.cpu[o].name for o in ops})
+        share = blocked / step_us if step_us else 0.0
+        yield ctx.diag(
+            "host-sync",
+            f"{per_step:.0f} device->host sync(s) per step from {', '.join(sorted(g['what']))} "
+            f"({', '.join(names)} -> {g['sync']}): the CPU blocks {us(blocked)} per step "
+            f"({pct(100 * share)} of the step) and cannot queue work ahead of the GPU",
+            ctx.location(g["first"]),
+            evidence={"sync_call": g["sync"], "ops": names, "per_step": r3(per_step),
+                      "blocked_us_per_step": r3(blocked), "step_share": r3(share)},
+            fix="keep values on the GPU inside the loop (accumulate losses as tensors, log every N "
+                "steps), avoid data-dependent shapes and Python conditions on tensors",
+            severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
+        )
+
+
+@rule("sync-wait")
+def sync_wait(ctx):
+    """Evidence: explicit synchronising calls inside the steps (``torch.cuda.synchronize``,
+    stream/event syncs) that are not host reads, with how long they block and what the GPU did
+    meanwhile: draining a busy queue (the CPU ran ahead, fine unless repeated) or idle (the sync
+    waited for nothing, or for work that was late).
+
+    Threshold: the syncs at one line block at least 5% of the step time and 100 µs per step.
+    """
+    m, a = ctx.model, ctx.a
+    if not m.steps:
+        return
+    groups: dict = {}
+    for i, e in enumerate(m.cpu):
+        if e.name not in SYNC_CALLS or m.step_at(e.ts) is None or is_profiler_internal(m, i):
+            continue
+        if host_read_op(m, i) is not None:
+            continue
+        key = ctx.line_key(i)
+        k = (key.trace_path, key.line) if key else None
+        groups.setdefault(k, []).append(i)
+    step_us = sum(s.dur for s in m.steps) / len(m.steps)
+    for k, idx in groups.items():
+        blocked = sum(m.cpu[i].dur for i in idx) / ctx.n_steps
+        if blocked < SYNC_WAIT_MIN_US or blocked < SYNC_WAIT_STEP_SHARE * step_us:
+            continue
+        busy = sum(covered(a.busy, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx)
+        total = sum(m.cpu[i].dur for i in idx) or 1.0
+        frac = busy / total
+        kind = "draining a busy GPU queue" if frac >= 0.5 else "while the GPU sat idle"
+        name = m.cpu[idx[0]].name
+        yield ctx.diag(
+            "sync-wait",
+            f"{name} blocks the CPU {us(blocked)} per step ({pct(100 * blocked / step_us)} of the step), "
+            f"{kind} ({pct(100 * frac)} busy during the waits)",
+            ctx.location(idx[0]),
+            evidence={"sync_call": name, "count": len(idx), "blocked_us_per_step": r3(blocked),
+                      "gpu_busy_during": r3(frac), "kind": "draining" if frac >= 0.5 else "idle"},
+            fix="synchronise only where a result is needed (timing, logging every N steps); use "
+                "events (torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU",
+        )

@@ -1,1 +1,236 @@
-"""Rules of this family."""
+"""Training-loop anti-patterns: ``pageable-memcpy``, ``optimizer-foreach-off``,
+``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``."""
+from __future__ import annotations
+
+import msgspec
+
+from ..analyses import covered
+from . import rule
+from .util import mib, pct, r3, us
+
+OPT_STEP = "Optimizer.step#"
+OPT_ZERO = "Optimizer.zero_grad#"
+SINGLE_TENSOR_FNS = ("_single_tensor_adam", "_single_tensor_adamw", "_single_tensor_sgd",
+                     "_single_tensor_rmsprop", "_single_tensor_adagrad", "_single_tensor_nadam",
+                     "_single_tensor_radam", "_single_tensor_adamax", "_single_tensor_asgd")
+UPDATE_OPS = {"aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::mul_", "aten::add_", "aten::sqrt",
+              "aten::div_", "aten::sub_"}
+SINGLE_TENSOR_MIN_OPS = 20  # per-parameter update ops per step that give the loop away
+DATALOADER_MARK = "enumerate(DataLoader)#"
+DATALOADER_STEP_SHARE = 0.10
+CONV_OPS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
+            "aten::cudnn_convolution"}
+BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batch_norm",
+          "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit"}
+
+
+def _subtree(m, i):
+    stack, out = [i], []
+    while stack:
+        j = stack.pop()
+        out.append(j)
+        stack.extend(m.children(j))
+    return out
+
+
+@rule("pageable-memcpy")
+def pageable_memcpy(ctx):
+    """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
+    them: count per step, bytes and time.
+
+    Threshold: any inside the steps. A pageable copy is staged through a driver buffer and
+    synchronises the host, so it can neither overlap compute nor be queued ahead.
+    """
+    m = ctx.model
+    groups: dict = {}
+    for g, e in enumerate(m.gpu):
+        if e.cat != "gpu_memcpy" or "Pageable" not in e.name:
+            continue
+        li = m.launcher[g]
+        if li >= 0 and m.step_at(m.cpu[li].ts) is None:
+            continue
+        key = ctx.line_key(li) if li >= 0 else None
+        k = (key.trace_path, key.line) if key else None
+        grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set()})
+        grp["n"] += 1
+        grp["bytes"] += int(e.args.nbytes or 0) if e.args else 0
+        grp["us"] += e.dur
+        grp["cpu_us"] += m.cpu[li].dur if li >= 0 else 0.0
+        grp["names"].add(e.name)
+    for k, grp in groups.items():
+        yield ctx.diag(
+            "pageable-memcpy",
+            f"{grp['n'] / ctx.n_steps:.0f} copy(ies) per step from pageable host memory "
+            f"({', '.join(sorted(grp['names']))}; {mib(grp['bytes'] / ctx.n_steps)} per step): each one is "
+            f"staged and blocks the CPU for {us(grp['cpu_us'] / grp['n'])}",
+            ctx.location(grp["li"]) if grp["li"] >= 0 else ctx.trace_location(),
+            evidence={"copies_per_step": r3(grp["n"] / ctx.n_steps), "bytes_per_step": grp["bytes"] / ctx.n_steps,
+                      "gpu_us": r3(grp["us"]), "launch_cpu_us": r3(grp["cpu_us"]), "kinds": sorted(grp["names"])},
+            fix="allocate host batches in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
+                "and copy with .to(device, non_blocking=True)",
+        )
+
+
+def _optimizer_steps(m):
+    return [i for i, e in enumerate(m.cpu) if e.cat == "user_annotation" and e.name.startswith(OPT_STEP)]
+
+
+@rule("optimizer-foreach-off")
+def optimizer_foreach_off(ctx):
+    """Evidence: inside ``Optimizer.step``, the single-tensor implementation: its frame
+    (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update ops
+    (``aten::lerp_``, ``aten::addcdiv_`` ...) and no ``_foreach_``/``_fused_`` op.
+
+    Threshold: 20 or more per-parameter update ops per step with no foreach/fused op. The
+    single-tensor loop launches several kernels per parameter; foreach or fused implementations
+    launch a handful for all of them.
+    """
+    m = ctx.model
+    for i in _optimizer_steps(m)[:1]:
+        pass
+    steps = _optimizer_steps(m)
+    if not steps:
+        return
+    names = set()
+    update_ops = 0
+    grouped = False
+    single_frame = None
+    for i in steps:
+        for j in _subtree(m, i):
+            e = m.cpu[j]
+            if e.cat == "cpu_op":
+                if e.name.startswith(("aten::_foreach_", "aten::_fused_")):
+                    grouped = True
+                elif e.name in UPDATE_OPS:
+                    update_ops += 1
+            fr = m.frames.get(j)
+            if fr is not None and fr.function in SINGLE_TENSOR_FNS:
+                single_frame = fr
+        names.add(m.cpu[i].name.split("#", 1)[1].split(".")[0])
+    per_step = update_ops / len(steps)
+    if grouped or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
+        return
+    how = f"its frames run {single_frame.function}" if single_frame else \
+        f"{per_step:.0f} per-parameter update ops per step and no _foreach_/_fused_ op"
+    yield ctx.diag(
+        "optimizer-foreach-off",
+        f"{', '.join(sorted(names))} uses the single-tensor implementation (foreach=False): {how}",
+        ctx.location(steps[0]),
+        evidence={"optimizer": sorted(names), "update_ops_per_step": r3(per_step),
+                  "single_tensor_frame": single_frame.function if single_frame else None},
+        fix="construct the optimizer with foreach=True (the default on CUDA) or fused=True",
+    )
+
+
+@rule("zero-grad-not-none")
+def zero_grad_not_none(ctx):
+    """Evidence: ``aten::zero_``/``aten::fill_``/``aten::_foreach_zero_`` ops inside
+    ``Optimizer.zero_grad`` (or ``Module.zero_grad``): gradients are overwritten with zeros.
+
+    Threshold: any such op in the steps. With ``set_to_none=True`` (the default since PyTorch 2.0)
+    zero_grad launches nothing and the next backward writes the gradients fresh.
+    """
+    m = ctx.model
+    hits = []
+    for i, e in enumerate(m.cpu):
+        zero_scope = (e.cat == "user_annotation" and e.name.startswith(OPT_ZERO)) or \
+            (e.cat == "python_function" and m.frames.get(i) is not None and m.frames[i].function == "zero_grad"
+             and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i)))
+        if not zero_scope:
+            continue
+        ops = [j for j in _subtree(m, i) if m.cpu[j].cat == "cpu_op"
+               and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")]
+        if ops:
+            hits.append((i, ops))
+    if not hits:
+        return
+    n_ops = sum(len(o) for _, o in hits)
+    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for k in _subtree(m, j) for g in m.gpu_of_launch(k))
+    yield ctx.diag(
+        "zero-grad-not-none",
+        f"zero_grad writes zeros into the gradients every step ({n_ops / ctx.n_steps:.0f} fill ops per "
+        f"step, {us(gpu / ctx.n_steps)} of GPU): set_to_none=False",
+        ctx.location(hits[0][0]),
+        evidence={"fill_ops_per_step": r3(n_ops / ctx.n_steps), "gpu_us_per_step": r3(gpu / ctx.n_steps)},
+        fix="call zero_grad(set_to_none=True) (the default): no kernels, and less memory traffic",
+    )
+
+
+def _has_bias(e) -> bool:
+    try:
+        dims = msgspec.json.decode(e.args.input_dims) if e.args and e.args.input_dims else None
+    except msgspec.DecodeError:
+        return False
+    return bool(dims) and len(dims) >= 3 and isinstance(dims[2], list) and len(dims[2]) == 1
+
+
+@rule("conv-bias-before-bn")
+def conv_bias_before_bn(ctx):
+    """Evidence: a convolution op with a bias input (``record_shapes``) whose next op on the same
+    thread is a batch norm: the bias is subtracted right back out by the norm's mean.
+
+    Threshold: any such pair. The bias costs a read and add per output element and a parameter
+    for nothing; ``bias=False`` is the standard fix.
+    """
+    m = ctx.model
+    pairs = []
+    last_conv = None
+    for i, e in enumerate(m.cpu):
+        if e.cat != "cpu_op" or m.is_backward(i):
+            continue
+        if e.name in CONV_OPS and (m.enclosing_op(i) < 0 or m.cpu[m.enclosing_op(i)].name not in CONV_OPS):
+            last_conv = i if _has_bias(e) or any(_has_bias(m.cpu[c]) for c in m.children(i)) else None
+        elif e.name in BN_OPS and (m.enclosing_op(i) < 0 or m.cpu[m.enclosing_op(i)].name not in BN_OPS):
+            if last_conv is not None and m.thread[last_conv] == m.thread[i]:
+                pairs.append((last_conv, i))
+            last_conv = None
+    if not pairs:
+        return
+    by_line: dict = {}
+    for c, b in pairs:
+        key = ctx.line_key(c)
+        by_line.setdefault((key.trace_path, key.line) if key else None, []).append((c, b))
+    for k, ps in by_line.items():
+        yield ctx.diag(
+            "conv-bias-before-bn",
+            f"{len(ps) / ctx.n_steps:.0f} convolution(s) per step with a bias feed straight into batch norm, "
+            f"which removes the bias again",
+            ctx.location(ps[0][0]),
+            evidence={"pairs": len(ps), "conv_op": m.cpu[ps[0][0]].name, "bn_op": m.cpu[ps[0][1]].name},
+            fix="construct the convolution with bias=False when a BatchNorm follows it",
+        )
+
+
+@rule("dataloader-bound")
+def dataloader_bound(ctx):
+    """Evidence: time inside the DataLoader's ``__next__`` (``enumerate(DataLoader)#...``) within
+    the steps, and how idle the GPU was meanwhile.
+
+    Threshold: the DataLoader holds 10% of the step time or more while the GPU is under half
+    busy. Then the input pipeline, not the model, sets the pace.
+    """
+    m, a = ctx.model, ctx.a
+    if not m.steps:
+        return
+    loads = [i for i, e in enumerate(m.cpu) if e.cat == "user_annotation" and e.name.startswith(DATALOADER_MARK)
+             and m.step_at(e.ts) is not None]
+    if not loads:
+        return
+    t = sum(m.cpu[i].dur for i in loads)
+    busy = sum(covered(a.busy, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in loads)
+    step_total = sum(s.dur for s in m.steps)
+    share = t / step_total if step_total else 0.0
+    idle = 1 - (busy / t if t else 0.0)
+    if share < DATALOADER_STEP_SHARE or idle < 0.5:
+        return
+    kind = m.cpu[loads[0]].name.split("#", 1)[1]
+    yield ctx.diag(
+        "dataloader-bound",
+        f"the DataLoader takes {us(t / ctx.n_steps)} per step ({pct(100 * share)} of the step) in {kind}, "
+        f"with the GPU idle {pct(100 * idle)} of that time",
+        ctx.location(loads[0]),
+        evidence={"loader_us_per_step": r3(t / ctx.n_steps), "step_share": r3(share), "gpu_idle_share": r3(idle),
+                  "iterator": kind},
+        fix="use DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2+) "
+            "and move per-sample work (decoding, augmentation) out of the training process",
+    )
