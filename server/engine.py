@@ -209,8 +209,8 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         return h
 
     for i, e in enumerate(m.cpu):
-        if e.cat == "python_function":
-            continue
+        if e.cat == "python_function" or (e.cat == "user_annotation" and e.name.startswith("ProfilerStep#")):
+            continue  # frames are counted through their ops; step markers are the profiler's
         h = line(i)
         if h is None:
             continue

@@ -1,20 +1,325 @@
 """Statement-level lines: which statement of a function issued an op.
 
-A ``with_stack`` trace names a frame by its function's first line (or, for frames already running
-when the profiler started, the line they were at). Until the AST alignment recovers the statement,
-findings sit on the frame's line with ``function`` precision.
+A ``with_stack`` trace names a frame by its function's first line (``tinygpt.py(14): forward``), or,
+for frames already running when the profiler started, by the line they were at
+(``train_tinygpt.py(71): main``). It does not say which statement issued each call (Kineto #630).
+
+When the source is in the workspace we recover it: the frame's direct children, in time order
+(``<built-in method item ...>``, ``torch/nn/modules/module.py(..): _call_impl``, a user callee
+``train_tinygpt.py(21): token_stats``, a bare ``aten::add``, a ``record_function`` label), are
+aligned with the call sites of the function's AST in execution order (arguments before the call
+that takes them). The alignment walks forward and wraps around, so loops and untaken branches cost
+nothing. A child that matches no site keeps the frame's line with ``function`` precision.
 """
 from __future__ import annotations
 
+import ast
+import re
+from dataclasses import dataclass
+from typing import Optional
+
 from .model import TraceModel
-from .sourcemap import SourceMap
+from .sourcemap import SourceMap, source_lines
+
+_BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([A-Za-z_][A-Za-z0-9_]*)")
+# Frames of library code whose name says nothing about the call site.
+_SKIP = {"__enter__", "__exit__"}
+# aten ops that appear directly under a frame (no python-level wrapper) -> the names of the
+# call sites or operators that cause them.
+_ATEN_SITES = {
+    "aten::item": {"item", "int", "float", "bool"},
+    "aten::_local_scalar_dense": {"item", "int", "float", "bool"},
+    "aten::is_nonzero": {"<test>", "bool"},
+    "aten::add": {"<+>"}, "aten::add_": {"<+=>"}, "aten::sub": {"<->"}, "aten::sub_": {"<-=>"},
+    "aten::mul": {"<*>"}, "aten::mul_": {"<*=>"}, "aten::div": {"</>"}, "aten::div_": {"</=>"},
+    "aten::matmul": {"<@>"}, "aten::gt": {"<>>"}, "aten::lt": {"<<>"}, "aten::ge": {"<>=>"},
+    "aten::le": {"<<=>"}, "aten::eq": {"<==>"}, "aten::ne": {"<!=>"}, "aten::neg": {"<-x>"},
+    "aten::bitwise_not": {"<~>"}, "aten::pow": {"<**>"}, "aten::remainder": {"<%>"},
+    "aten::floor_divide": {"<//>"}, "aten::index": {"<[]>"}, "aten::select": {"<[]>"},
+    "aten::slice": {"<[]>"}, "aten::index_put_": {"<[]=>"}, "aten::copy_": {"<[]=>"},
+}
+# Python operator slots that reach the profiler as ``<built-in method __gt__ ...>``.
+_DUNDER = {"__add__": "<+>", "__radd__": "<+>", "__iadd__": "<+=>", "__sub__": "<->", "__rsub__": "<->",
+           "__isub__": "<-=>", "__mul__": "<*>", "__rmul__": "<*>", "__imul__": "<*=>", "__truediv__": "</>",
+           "__rtruediv__": "</>", "__itruediv__": "</=>", "__matmul__": "<@>", "__rmatmul__": "<@>",
+           "__pow__": "<**>", "__mod__": "<%>", "__floordiv__": "<//>", "__gt__": "<>>", "__lt__": "<<>",
+           "__ge__": "<>=>", "__le__": "<<=>", "__eq__": "<==>", "__ne__": "<!=>", "__neg__": "<-x>",
+           "__invert__": "<~>", "__getitem__": "<[]>", "__setitem__": "<[]=>", "__bool__": "<test>",
+           "__int__": "int", "__float__": "float", "__len__": "len", "__iter__": "__iter__",
+           "__format__": "<fmt>", "__repr__": "repr", "__str__": "str"}
+_BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@", ast.Pow: "**",
+          ast.Mod: "%", ast.FloorDiv: "//"}
+_CMPOP = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str  # callee name (``item``, ``to``, ``model``), ``record_function:LABEL``, or ``<op>``
+    line: int  # the line of the statement that holds it
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        return f.attr
+    if isinstance(f, ast.Name):
+        return f.id
+    return "<call>"
+
+
+class _SiteCollector(ast.NodeVisitor):
+    """Call sites of one function body in execution order, each with its statement's line."""
+
+    def __init__(self):
+        self.sites: list[Site] = []
+        self.stmt_line = 0
+
+    def visit_FunctionDef(self, node):  # nested defs run later, elsewhere
+        pass
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+    visit_Lambda = visit_FunctionDef
+
+    def generic_visit(self, node):
+        if isinstance(node, ast.stmt):
+            self._stmt(node)
+            return
+        super().generic_visit(node)
+
+    def _stmt(self, node: ast.stmt):
+        outer = self.stmt_line
+        self.stmt_line = node.lineno
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                self.visit(item.context_expr)
+                ce = item.context_expr
+                if isinstance(ce, ast.Call) and _call_name(ce) == "record_function" and ce.args \
+                        and isinstance(ce.args[0], ast.Constant) and isinstance(ce.args[0].value, str):
+                    self._add(f"record_function:{ce.args[0].value}")
+            for s in node.body:
+                self.visit(s)
+        elif isinstance(node, (ast.If, ast.While)):
+            self.visit(node.test)
+            self._add("<test>")
+            for s in node.body + node.orelse:
+                self.visit(s)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            self.visit(node.iter)
+            self._add("__iter__")
+            for s in node.body + node.orelse:
+                self.visit(s)
+        elif isinstance(node, ast.AugAssign):
+            self.visit(node.value)
+            self.visit(node.target)
+            op = _BINOP.get(type(node.op))
+            if op:
+                self._add(f"<{op}=>")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(isinstance(t, ast.Subscript) for t in
+                                                                    getattr(node, "targets", [])):
+            self.visit(node.value)
+            self._add("<[]=>")
+        else:
+            for child in ast.iter_child_nodes(node):
+                self.visit(child)
+        self.stmt_line = outer
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)  # arguments run first
+        self._add(_call_name(node))
+
+    def visit_BinOp(self, node: ast.BinOp):
+        self.generic_visit(node)
+        op = _BINOP.get(type(node.op))
+        if op:
+            self._add(f"<{op}>")
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        for op in node.ops:
+            sym = _CMPOP.get(type(op))
+            if sym:
+                self._add(f"<{sym}>")
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Invert):
+            self._add("<~>")
+        elif isinstance(node.op, ast.USub):
+            self._add("<-x>")
+
+    def visit_Subscript(self, node: ast.Subscript):
+        self.generic_visit(node)
+        self._add("<[]>")
+
+    def _add(self, name: str):
+        self.sites.append(Site(name, self.stmt_line))
+
+
+class _Function:
+    """The call sites of the function a frame runs, and where a running frame resumes."""
+
+    def __init__(self, sites: list[Site]):
+        self.sites = sites
+
+
+def _function_at(tree: ast.AST, line: int):
+    """(function node, is_def_line): the def starting at ``line``, else the innermost def containing it."""
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if first <= line <= (node.end_lineno or node.lineno) and line in (node.lineno, first):
+                return node, True
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                if best is None or node.lineno >= best.lineno:
+                    best = node
+    return (best if best is not None else tree), False
 
 
 class StatementResolver:
     def __init__(self, model: TraceModel, sources: SourceMap):
         self.model = model
         self.sources = sources
+        self._trees: dict[str, Optional[ast.AST]] = {}
+        self._frame_lines: dict[int, dict[int, int]] = {}  # frame -> {token event: line}
 
     def line_for(self, frame: int, event: int) -> tuple[int, str]:
         """(line, precision) for cpu ``event`` issued inside user ``frame``."""
-        return self.model.frames[frame].line, "function"
+        m = self.model
+        fr = m.frames[frame]
+        call_from = self._call_from(event)
+        if call_from is not None:
+            return call_from, "statement"
+        lines = self._frame_lines.get(frame)
+        if lines is None:
+            lines = self._frame_lines[frame] = self._align(frame)
+        if not lines:
+            return fr.line, "function"
+        tok = self._token_of(frame, event)
+        line = lines.get(tok) if tok is not None else None
+        if line is None:
+            return fr.line, "function"
+        return line, "statement"
+
+    def _call_from(self, event: int) -> Optional[int]:
+        e = self.model.cpu[event]
+        cf = e.args.call_from if e.args is not None else None
+        if cf:
+            m = re.search(r"\((\d+)\)|:(\d+)", cf)
+            if m:
+                return int(m.group(1) or m.group(2))
+        return None
+
+    def _token_of(self, frame: int, event: int) -> Optional[int]:
+        """The frame's direct child (through user_annotation labels) that contains ``event``."""
+        m = self.model
+        i = event
+        while i >= 0:
+            p = m.parent[i]
+            if p == frame:
+                return i
+            if p < 0:
+                return None
+            if m.cpu[p].cat == "user_annotation":
+                q = p
+                while q >= 0 and m.cpu[q].cat == "user_annotation":
+                    q = m.parent[q]
+                if q == frame:
+                    return i
+            i = p
+        return None
+
+    def _tree(self, local: str) -> Optional[ast.AST]:
+        if local not in self._trees:
+            try:
+                self._trees[local] = ast.parse("\n".join(source_lines(local)))
+            except (SyntaxError, ValueError):
+                self._trees[local] = None
+        return self._trees[local]
+
+    def _align(self, frame: int) -> dict[int, int]:
+        m = self.model
+        fr = m.frames[frame]
+        local = self.sources.resolve(fr.path)
+        if local is None:
+            return {}
+        tree = self._tree(local)
+        if tree is None:
+            return {}
+        func, is_def = _function_at(tree, fr.line)
+        col = _SiteCollector()
+        body = func.body if hasattr(func, "body") else []
+        for stmt in body:
+            col.visit(stmt)
+        sites = col.sites
+        if not sites:
+            return {}
+        cursor, first = 0, True
+        if not is_def:  # a frame already running: it resumes at the line it was on
+            cursor = next((k for k, s in enumerate(sites) if s.line >= fr.line), 0)
+        out: dict[int, int] = {}
+        for tok in self._tokens(frame):
+            named = self._names(tok)
+            if named is None:
+                continue
+            names, any_call = named
+            start = cursor if first else cursor + 1
+            k = _find(sites, start, names, any_call)
+            if k is None:
+                continue
+            out[tok] = sites[k].line
+            cursor, first = k, False
+        return out
+
+    def _tokens(self, frame: int):
+        """Direct children of the frame in time order, looking through record_function labels."""
+        m = self.model
+        stack = list(reversed(m.children(frame)))
+        while stack:
+            i = stack.pop()
+            e = m.cpu[i]
+            if e.cat == "user_annotation":
+                yield i  # the label itself anchors its with-statement
+                stack.extend(reversed(m.children(i)))
+            else:
+                yield i
+
+    def _names(self, i: int) -> Optional[tuple[set[str], bool]]:
+        """(site names the child can stand for, whether any call site will do); None: skip it."""
+        m = self.model
+        e = m.cpu[i]
+        if e.cat == "user_annotation":
+            return {f"record_function:{e.name}"}, False
+        if e.cat == "python_function":
+            mb = _BUILTIN_RE.match(e.name)
+            if mb:
+                name = mb.group(1)
+                return {_DUNDER.get(name, name)}, False
+            fr = m.frames.get(i)
+            if fr is None:
+                return set(), True  # ``nn.Module: X`` markers are module calls
+            if fr.function in _SKIP:
+                return None
+            if fr.user and fr.function not in ("forward", "__call__"):
+                return {fr.function}, False
+            return {fr.function}, True  # a library function or a module call
+        if e.cat == "cpu_op":
+            return _ATEN_SITES.get(e.name, set()), e.name not in _ATEN_SITES
+        return None
+
+
+def _find(sites: list[Site], start: int, names: set[str], any_call: bool) -> Optional[int]:
+    """The next site from ``start`` (wrapping) named in ``names``, else, when allowed, the next call."""
+    n = len(sites)
+    for d in range(n):
+        k = (start + d) % n
+        if sites[k].name in names:
+            return k
+    if not any_call:
+        return None
+    for d in range(n):
+        k = (start + d) % n
+        if not sites[k].name.startswith(("<", "record_function:")):
+            return k
+    return None
