@@ -38,7 +38,8 @@ class SourceMap:
             return p
         for remote, local in self.path_map:
             if p == remote or p.startswith(remote.rstrip("/") + "/"):
-                cand = os.path.join(local, p[len(remote):].lstrip("/"))
+                rest = p[len(remote):].lstrip("/")
+                cand = os.path.join(local, rest) if rest else local
                 if os.path.isfile(cand):
                     return os.path.abspath(cand)
         if not os.path.isabs(p):

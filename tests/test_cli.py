@@ -1,0 +1,84 @@
+"""profd-client analyze as a user runs it: a real console script in a subprocess."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, SRC, trace
+
+CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
+
+
+def run(*args, cwd=None):
+    return subprocess.run([CLIENT, "analyze", "--no-daemon", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_text_output_is_compiler_style_with_the_source_line():
+    p = run("--workspace", SRC, "--fail-on", "never", trace("tinygpt_naive"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    sync = next(l for l in lines if "warning[host-sync]" in l)
+    path, line, col, rest = sync.split(":", 3)
+    assert path.endswith("train_tinygpt.py") and int(line) == 70 and int(col) >= 1
+    nxt = lines[lines.index(sync) + 1]
+    assert "loss.item()" in nxt  # the source line under the finding
+    assert any("balanced" in l or "overhead-bound" in l for l in lines if "CPU total" in l)
+
+
+def test_json_output_matches_the_protocol():
+    p = run("--workspace", SRC, "--format", "json", "--fail-on", "never", trace("seed_n64_bf16"))
+    doc = json.loads(p.stdout)
+    (rep,) = doc["reports"]
+    assert rep["summary"]["verdict"] == "overhead-bound"
+    assert len(rep["trace"]["sha256"]) == 64
+    d = next(d for d in rep["diagnostics"] if d["code"] == "overhead-bound")
+    assert d["location"]["line"] == 21 and d["location"]["path"].endswith("seed_matmul.py")
+    assert rep["hotLines"] and "cpuTotalUs" in rep["hotLines"][0]
+
+
+def test_sarif_output_has_rules_and_results():
+    p = run("--workspace", SRC, "--format", "sarif", "--fail-on", "never", trace("tinygpt_naive"))
+    sarif = json.loads(p.stdout)
+    assert sarif["version"] == "2.1.0"
+    run0 = sarif["runs"][0]
+    ids = {r["id"] for r in run0["tool"]["driver"]["rules"]}
+    assert {"host-sync", "fp32-matmul"} <= ids
+    res = next(r for r in run0["results"] if r["ruleId"] == "host-sync")
+    assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 70
+
+
+def test_exit_codes_follow_fail_on():
+    assert run("--fail-on", "warning", trace("tinygpt_naive")).returncode == 1
+    assert run("--fail-on", "error", trace("tinygpt_naive")).returncode == 0
+    assert run("--fail-on", "never", trace("tinygpt_naive")).returncode == 0
+
+
+def test_bad_input_is_one_clear_error_and_exit_2(tmp_path):
+    bad = tmp_path / "half.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text('{"hello": "world"}')
+    p = run(str(bad), str(foreign), trace("seed_n64_bf16"))
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    assert f"profd: bad trace {bad}: invalid JSON" in p.stderr
+    assert f"profd: bad trace {foreign}: not a torch.profiler trace" in p.stderr
+    assert "overhead-bound" in p.stdout  # the good file is still reported
+
+
+def test_path_map_maps_remote_paths(tmp_path):
+    p = run("--workspace", str(tmp_path), "--path-map", f"train_tinygpt.py={SRC}/train_tinygpt.py",
+            "--format", "json", "--fail-on", "never", trace("tinygpt_naive"))
+    rep = json.loads(p.stdout)["reports"][0]
+    d = next(d for d in rep["diagnostics"] if d["code"] == "host-sync")
+    assert d["location"]["path"] == os.path.join(SRC, "train_tinygpt.py")
+    assert d["location"]["precision"] == "statement"
+
+
+def test_usage_error_exits_2():
+    p = subprocess.run([CLIENT, "analyze"], capture_output=True, text=True)
+    assert p.returncode == 2
