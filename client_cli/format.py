@@ -67,7 +67,7 @@ def _summary_line(r: T.Report) -> str:
 
 
 def sparkline(fractions: list[float]) -> str:
-    return "".join(_BARS[min(8, max(0, round(f * 8)))] for f in fractions)
+    return "".join(_BARS[min(8, max(1 if f > 0 else 0, round(f * 8)))] for f in fractions)
 
 
 def _fmt_us(us: float) -> str:

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from dataclasses import dataclass, field
@@ -107,10 +108,18 @@ class Context:
 def analyze_file(path: str, options: Optional[Options] = None) -> Report:
     """Analyse one trace file. Raises ``loader.TraceError`` for a file that is not a trace."""
     options = options or Options()
-    doc, sha, size = loader.load(path)
-    model = build(doc)
-    info = _trace_info(path, sha, size, model)
-    return analyze_model(model, info, options)
+    # Building the model creates millions of small objects and no cycles: the cyclic GC would
+    # only rescan them again and again (it tripled the time on the 36 MB trace).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc, sha, size = loader.load(path)
+        model = build(doc)
+        info = _trace_info(path, sha, size, model)
+        return analyze_model(model, info, options)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:

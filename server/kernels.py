@@ -38,9 +38,19 @@ GEMM_LAUNCH_APIS = frozenset({"cuLaunchKernelEx", "cudaLaunchKernelExC"})
 OCCUPANCY_QUERY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 
 
+_class_cache: dict[str, str] = {}
+
+
 def classify_name(name: str, cat: str = "kernel") -> str:
     if cat == "gpu_memcpy" or cat == "gpu_memset":
         return COPY
+    cls = _class_cache.get(name)
+    if cls is None:
+        cls = _class_cache[name] = _classify(name) if len(_class_cache) < 100_000 else _classify(name)
+    return cls
+
+
+def _classify(name: str) -> str:
     for cls, rx in _FAMILIES:
         if rx.search(name):
             return cls

@@ -14,6 +14,7 @@ Indexes (all positions are into ``cpu`` or ``gpu``):
 from __future__ import annotations
 
 import bisect
+from operator import attrgetter
 import re
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runt
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
+_ts = attrgetter("ts")
+_dur = attrgetter("dur")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -44,8 +47,25 @@ class Frame:
     user: bool
 
 
+_frame_cache: dict[str, Optional[Frame]] = {}
+
+
 def parse_frame(name: str) -> Optional[Frame]:
-    """``file.py(LINE): func`` -> Frame; None for built-ins and module markers."""
+    """``file.py(LINE): func`` -> Frame; None for built-ins and module markers (memoised: a trace
+    repeats the same few thousand frame names hundreds of thousands of times)."""
+    try:
+        return _frame_cache[name]
+    except KeyError:
+        pass
+    fr = _parse_frame(name)
+    if len(_frame_cache) < 200_000:
+        _frame_cache[name] = fr
+    return fr
+
+
+def _parse_frame(name: str) -> Optional[Frame]:
+    if name.startswith("<") or name.startswith("nn.Module"):
+        return None
     m = _FRAME_RE.match(name)
     if not m:
         return None
@@ -178,6 +198,23 @@ class TraceModel:
                 best = a
         return best
 
+    def named(self, prefix: str) -> list[int]:
+        """cpu indices of events whose name starts with ``prefix``, in order."""
+        out = []
+        for name, idx in self._by_name.items():
+            if name.startswith(prefix):
+                out.extend(idx)
+        out.sort()
+        return out
+
+    def indices(self, names) -> list[int]:
+        """cpu indices of events with one of these exact names, in order."""
+        out = []
+        for n in names:
+            out.extend(self._by_name.get(n, ()))
+        out.sort()
+        return out
+
     def children(self, i: int) -> list[int]:
         return self._children.get(i, [])
 
@@ -229,7 +266,8 @@ def build(doc: TraceDoc) -> TraceModel:
     thread: list[tuple] = []
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
-        evs.sort(key=lambda e: (e.ts, -e.dur))
+        evs.sort(key=_dur, reverse=True)  # longest first among equal starts (stable sorts) ...
+        evs.sort(key=_ts)  # ... so that a parent precedes the children that start with it
         base = len(cpu)
         stack: list[int] = []  # positions into cpu
         for j, e in enumerate(evs):
@@ -248,7 +286,10 @@ def build(doc: TraceDoc) -> TraceModel:
     frames: dict[int, Frame] = {}
     frame_of = [-1] * len(cpu)
     children: dict[int, list[int]] = {}
+    by_name: dict[str, list[int]] = {}
     for i, e in enumerate(cpu):
+        if e.cat != "python_function":
+            by_name.setdefault(e.name, []).append(i)
         p = parent[i]
         if p >= 0:
             children.setdefault(p, []).append(i)
@@ -286,6 +327,7 @@ def build(doc: TraceDoc) -> TraceModel:
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
                    gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0)
     m._children = children
+    m._by_name = by_name
     m.tindex = tindex
     m._gpu_by_launch = gpu_by_launch
     return m

@@ -78,8 +78,8 @@ def _flush_sync(ctx):
     from .sync import SYNC_CALLS, is_profiler_internal
 
     last = m.steps[-1].end
-    syncs = [e for i, e in enumerate(m.cpu)
-             if e.name in SYNC_CALLS and (e.ts >= last or is_profiler_internal(m, i))]
+    syncs = [m.cpu[i] for i in m.indices(SYNC_CALLS)
+             if (m.cpu[i].ts >= last or is_profiler_internal(m, i))]
     if not syncs:
         return
     e = max(syncs, key=lambda e: e.dur)

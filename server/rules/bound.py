@@ -95,8 +95,9 @@ def _gemm_shapes(m):
     import msgspec
 
     out = []
-    for i, e in enumerate(m.cpu):
-        if e.cat != "cpu_op" or e.name not in GEMM_OPS or e.args is None or not e.args.input_dims:
+    for i in m.indices(GEMM_OPS):
+        e = m.cpu[i]
+        if e.cat != "cpu_op" or e.args is None or not e.args.input_dims:
             continue
         try:
             dims = msgspec.json.decode(e.args.input_dims)

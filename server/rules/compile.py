@@ -13,7 +13,7 @@ FUSED_OPS = {"aten::addmm": "aten::add + aten::mm", "aten::_addmm_activation": "
 
 
 def _regions(m):
-    return [i for i, e in enumerate(m.cpu) if e.cat == "cpu_op" and e.name.startswith(REGION)]
+    return [i for i in m.named(REGION) if m.cpu[i].cat == "cpu_op"]
 
 
 def _subtree(m, i):

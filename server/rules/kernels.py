@@ -145,8 +145,9 @@ def misaligned_dims(ctx):
     if total <= 0:
         return
     found: dict = {}
-    for i, e in enumerate(m.cpu):
-        if e.cat != "cpu_op" or e.name not in _GEMM_OPS or e.args is None or not e.args.input_dims:
+    for i in m.indices(_GEMM_OPS):
+        e = m.cpu[i]
+        if e.cat != "cpu_op" or e.args is None or not e.args.input_dims:
             continue
         if m.enclosing_op(i) >= 0 and m.cpu[m.enclosing_op(i)].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)

@@ -1,6 +1,8 @@
 """Step-shape rules: ``cold-start-step``."""
 from __future__ import annotations
 
+import bisect
+
 from . import rule
 from .util import median, r3, us
 
@@ -12,9 +14,14 @@ COLD_START_MIN_US = 50.0
 
 def _first_op_delay(m, step) -> float | None:
     """Time from the step's start to its first aten op on the same thread (the seed's dead window)."""
-    for i, e in enumerate(m.cpu):
-        if e.cat == "cpu_op" and step.ts <= e.ts <= step.end and m.thread[i] == m.main_thread:
+    starts = m.tindex.starts.get(m.main_thread, [])
+    positions = m.tindex.positions.get(m.main_thread, [])
+    j = bisect.bisect_left(starts, step.ts)
+    while j < len(starts) and starts[j] <= step.end:
+        e = m.cpu[positions[j]]
+        if e.cat == "cpu_op":
             return e.ts - step.ts
+        j += 1
     return None
 
 

@@ -94,8 +94,9 @@ def host_sync(ctx):
     if not m.steps:
         return
     groups: dict = {}
-    for i, e in enumerate(m.cpu):
-        if e.name not in SYNC_CALLS or m.step_at(e.ts) is None or is_profiler_internal(m, i):
+    for i in m.indices(SYNC_CALLS):
+        e = m.cpu[i]
+        if m.step_at(e.ts) is None or is_profiler_internal(m, i):
             continue
         hit = host_read_op(m, i)
         if hit is None:
@@ -141,8 +142,9 @@ def sync_wait(ctx):
     if not m.steps:
         return
     groups: dict = {}
-    for i, e in enumerate(m.cpu):
-        if e.name not in SYNC_CALLS or m.step_at(e.ts) is None or is_profiler_internal(m, i):
+    for i in m.indices(SYNC_CALLS):
+        e = m.cpu[i]
+        if m.step_at(e.ts) is None or is_profiler_internal(m, i):
             continue
         if host_read_op(m, i) is not None:
             continue

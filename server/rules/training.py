@@ -72,7 +72,7 @@ def pageable_memcpy(ctx):
 
 
 def _optimizer_steps(m):
-    return [i for i, e in enumerate(m.cpu) if e.cat == "user_annotation" and e.name.startswith(OPT_STEP)]
+    return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
 
 @rule("optimizer-foreach-off")
@@ -132,12 +132,10 @@ def zero_grad_not_none(ctx):
     """
     m = ctx.model
     hits = []
-    for i, e in enumerate(m.cpu):
-        zero_scope = (e.cat == "user_annotation" and e.name.startswith(OPT_ZERO)) or \
-            (e.cat == "python_function" and m.frames.get(i) is not None and m.frames[i].function == "zero_grad"
-             and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i)))
-        if not zero_scope:
-            continue
+    scopes = [i for i in m.named(OPT_ZERO) if m.cpu[i].cat == "user_annotation"]
+    scopes += [i for i, fr in m.frames.items() if fr.function == "zero_grad"
+               and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))]
+    for i in scopes:
         ops = [j for j in _subtree(m, i) if m.cpu[j].cat == "cpu_op"
                and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")]
         if ops:
@@ -175,7 +173,8 @@ def conv_bias_before_bn(ctx):
     m = ctx.model
     pairs = []
     last_conv = None
-    for i, e in enumerate(m.cpu):
+    for i in m.indices(CONV_OPS | BN_OPS):
+        e = m.cpu[i]
         if e.cat != "cpu_op" or m.is_backward(i):
             continue
         if e.name in CONV_OPS and (m.enclosing_op(i) < 0 or m.cpu[m.enclosing_op(i)].name not in CONV_OPS):
@@ -212,8 +211,8 @@ def dataloader_bound(ctx):
     m, a = ctx.model, ctx.a
     if not m.steps:
         return
-    loads = [i for i, e in enumerate(m.cpu) if e.cat == "user_annotation" and e.name.startswith(DATALOADER_MARK)
-             and m.step_at(e.ts) is not None]
+    loads = [i for i in m.named(DATALOADER_MARK) if m.cpu[i].cat == "user_annotation"
+             and m.step_at(m.cpu[i].ts) is not None]
     if not loads:
         return
     t = sum(m.cpu[i].dur for i in loads)
