@@ -190,17 +190,26 @@ def _gpu_under(m, op: int) -> float:
     return total
 
 
+def _python_frame(m, i: int) -> int:
+    """The nearest enclosing call of a Python function (user or library), built-ins skipped."""
+    for a in m.ancestors(i):
+        if a in m.frames:
+            return a
+    return -1
+
+
 @rule("launch-storm")
 def launch_storm(ctx):
-    """Evidence: one source line launching the same kernel many times within one call of its
-    frame and one step, each run shorter than the CPU call that launched it (a python loop over
-    rows, per-parameter updates).
+    """Evidence: one source line whose code launches the same kernel many times from within a
+    single call of one Python function in one step (a Python loop: over rows in the user's code,
+    over parameters in a single-tensor optimizer), each run shorter than the CPU call that
+    launched it.
 
-    Threshold: 10 or more launches of one kernel per frame call and step, with the kernel's median
-    duration below the median launch call's. Counting per call keeps a layer called 48 times a
-    step (one launch per call) out; requiring kernels shorter than their launch keeps loops over
-    large work, which keep the GPU fed, out. Backward launches come from the autograd engine, not
-    a Python loop, and are not counted.
+    Threshold: 10 or more launches of one kernel per Python function call and step, with the
+    kernel's median duration below the median launch call's. Counting per innermost Python call
+    keeps a model of 48 layers out (each layer's forward launches its kernel once); requiring
+    kernels shorter than their launch keeps loops over large work, which keep the GPU fed, out.
+    Backward launches come from the autograd engine, not a Python loop, and are not counted.
     """
     m = ctx.model
     per: dict = {}
@@ -213,7 +222,7 @@ def launch_storm(ctx):
         if key is None or step is None:
             continue
         d = per.setdefault((key.trace_path, key.line), {})
-        d.setdefault((e.name, m.frame_of[li], step.number), []).append((e.dur, m.cpu[li].dur, li))
+        d.setdefault((e.name, _python_frame(m, li), step.number), []).append((e.dur, m.cpu[li].dur, li))
     for k, groups in per.items():
         storm: dict = {}
         for (name, _, _), runs in groups.items():
