@@ -1,6 +1,8 @@
 """GPU timeline rules: ``gpu-idle-gap`` and ``gpu-contention``."""
 from __future__ import annotations
 
+import bisect
+
 from ..analyses import covered, gaps, merge, verdict
 from . import rule
 from .util import pct, quantile, r3, us
@@ -16,9 +18,15 @@ CONTENTION_SHARE = 0.05  # of launched GPU events
 
 
 def _cpu_during(ctx, lo: float, hi: float):
-    """What the main thread ran during [lo, hi]: the innermost non-python event covering most of it."""
+    """What held up the GPU during [lo, hi]: on the thread that launched the work that ended the
+    gap (the autograd thread during backward, the main thread otherwise), the innermost
+    non-python event covering most of the gap."""
     m = ctx.model
-    i = m.tindex.innermost(m.main_thread, (lo + hi) / 2)
+    key = m.main_thread
+    g = bisect.bisect_left(ctx.gpu_starts, hi - 1e-3)
+    if g < len(m.gpu) and m.launcher[g] >= 0:
+        key = m.thread[m.launcher[g]]
+    i = m.tindex.innermost(key, (lo + hi) / 2)
     fallback = -1
     while i >= 0:
         e = m.cpu[i]
@@ -27,7 +35,16 @@ def _cpu_during(ctx, lo: float, hi: float):
                 return i
             fallback = i
         i = m.parent[i]
+    if fallback < 0 and g < len(m.gpu) and m.launcher[g] >= 0:
+        return m.launcher[g]
     return fallback
+
+
+def _main_during(m, lo: float, hi: float) -> int:
+    i = m.tindex.innermost(m.main_thread, (lo + hi) / 2)
+    while i >= 0 and m.cpu[i].cat == "python_function":
+        i = m.parent[i]
+    return i
 
 
 @rule("gpu-idle-gap")
@@ -48,13 +65,22 @@ def gpu_idle_gap(ctx):
     if not holes or total < GAP_TOTAL_SHARE * a.window_us:
         return
     holes.sort(key=lambda g: -(g[1] - g[0]))
+    ctx.gpu_starts = [e.ts for e in m.gpu]
     # group the gaps by what the CPU was doing, so that one cause is one finding
     by_cause: dict = {}
     for x, y in holes:
         i = _cpu_during(ctx, x, y)
-        key = ctx.line_key(i) if i >= 0 else None
-        k = (key.trace_path, key.line) if key else ("", m.cpu[i].name if i >= 0 else "?")
-        c = by_cause.setdefault(k, {"gaps": [], "op": i})
+        if i >= 0 and m.is_backward(i):
+            # backward ops run on the autograd thread: one cause, placed where the main thread
+            # waits for it (the loss.backward() line), naming the ops seen
+            j = _main_during(m, x, y)
+            c = by_cause.setdefault(("backward",), {"gaps": [], "op": j, "ops": {}})
+            name = m.cpu[i].name.replace("autograd::engine::evaluate_function: ", "")
+            c["ops"][name] = c["ops"].get(name, 0.0) + (y - x)
+        else:
+            key = ctx.line_key(i) if i >= 0 else None
+            k = (key.trace_path, key.line) if key else ("", m.cpu[i].name if i >= 0 else "?")
+            c = by_cause.setdefault(k, {"gaps": [], "op": i})
         c["gaps"].append((x, y))
     for k, c in sorted(by_cause.items(), key=lambda kv: -sum(y - x for x, y in kv[1]["gaps"]))[:3]:
         gs = c["gaps"]
@@ -63,6 +89,9 @@ def gpu_idle_gap(ctx):
             continue
         op = c["op"]
         doing = m.cpu[op].name if op >= 0 else "nothing recorded"
+        if "ops" in c:
+            top = sorted(c["ops"], key=lambda n: -c["ops"][n])[:3]
+            doing = f"the autograd engine's backward ops ({', '.join(top)})"
         yield ctx.diag(
             "gpu-idle-gap",
             f"the GPU idles {us(t / ctx.n_steps)} per step ({pct(100 * t / a.window_us)} of the window) "
