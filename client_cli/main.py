@@ -42,7 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--hints", action="store_true", help="also print hint-level findings")
     a.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     a.add_argument("--disable", action="append", default=[], metavar="CODE")
+    a.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
+    _daemon_subcommands(sub)
     return p
+
+
+def _daemon_subcommands(sub) -> None:
+    """status / hover / reports: questions for the running daemon (daemon_client)."""
+    s = sub.add_parser("status", help="what the daemon is doing")
+    h = sub.add_parser("hover", help="the daemon's numbers for a source line")
+    h.add_argument("where", metavar="FILE:LINE")
+    r = sub.add_parser("reports", help="the reports the daemon holds")
+    r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
+    for x in (s, h, r):
+        x.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
 
 
 def analyze_local(paths: list[str], workspace: list[str], path_map, disabled=()) -> list[T.Report]:
@@ -50,6 +63,55 @@ def analyze_local(paths: list[str], workspace: list[str], path_map, disabled=())
 
     opts = Options(workspace=workspace, path_map=path_map, disabled=set(disabled))
     return [analyze_or_error(p, opts) for p in paths]
+
+
+def analyze_daemon(ns, workspace, path_map) -> list[T.Report]:
+    """Through the running daemon (started if none runs); in-process if it cannot be reached."""
+    from . import daemon_client as dc
+
+    def local(p):
+        return analyze_local([p], workspace, path_map, ns.disable)[0]
+
+    try:
+        doc = dc.ensure_daemon(ns.state, workspace, ns.paths)
+        return dc.analyze_sync(doc, ns.paths, workspace, path_map, set(ns.disable), local)
+    except (OSError, SystemExit, dc.RpcError, TimeoutError) as e:
+        dc.warn(f"daemon unavailable ({e}); analysing in-process")
+        return analyze_local(ns.paths, workspace, path_map, ns.disable)
+
+
+def cmd_daemon(ns) -> int:
+    """profd-client status | hover FILE:LINE | reports [PATH]."""
+    from . import daemon_client as dc
+
+    doc = dc.find_daemon(ns.state)
+    if doc is None:
+        dc.warn("no daemon running (start one with `profd start --watch DIR`)")
+        return EXIT_ERROR
+    if ns.cmd == "status":
+        st = dc.status_sync(doc)
+        print(f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: watching "
+              f"{st['watch']}; {st['reports']} reports, {st['queued']} queued, {st['running']} "
+              f"running, {st['analyses']} analyses, {st['sessions']} sessions, "
+              f"up {st['uptimeS']:.0f} s")
+        return EXIT_CLEAN
+    if ns.cmd == "hover":
+        file, _, line = ns.where.rpartition(":")
+        if not file or not line.isdigit():
+            dc.warn(f"hover wants FILE:LINE, got {ns.where!r}")
+            return EXIT_ERROR
+        text = dc.hover_sync(doc, file, int(line))
+        if not text:
+            print(f"{ns.where}: no profile data for this line")
+            return EXIT_FINDINGS
+        print(text)
+        return EXIT_CLEAN
+    rows = dc.reports_sync(doc, ns.path)
+    for r in rows:
+        what = r.get("error") or f"{len(r.get('sources', []))} files"
+        mark = "*" if r.get("newest") else " "
+        print(f"{mark} {r['key'][:12]}  {r['path']}  {what}")
+    return EXIT_CLEAN
 
 
 def exit_code(reports: list[T.Report], fail_on: str) -> int:
@@ -79,7 +141,10 @@ def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
 def cmd_analyze(ns) -> int:
     workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
     path_map = parse_path_map(ns.path_map)
-    reports = analyze_local(ns.paths, workspace, path_map, ns.disable)
+    if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
+        reports = analyze_local(ns.paths, workspace, path_map, ns.disable)
+    else:
+        reports = analyze_daemon(ns, workspace, path_map)
     color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
     emit(reports, ns.format, color, ns.hints)
     return exit_code(reports, ns.fail_on)
@@ -90,6 +155,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if ns.cmd == "analyze":
             return cmd_analyze(ns)
+        if ns.cmd in ("status", "hover", "reports"):
+            return cmd_daemon(ns)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

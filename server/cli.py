@@ -1,19 +1,285 @@
-"""``profd``: the daemon side (serve, start, stop, status)."""
+"""``profd``: the daemon side.
+
+  profd serve [--stdio | --tcp HOST:PORT] --watch DIR [--workspace DIR]... [--path-map R=L]...
+              [--state DIR] [--allow DIR]...
+  profd start [same options]   background TCP daemon (as dmypy): STATE/daemon.json, mode 0600
+  profd stop | profd status
+
+Over TCP the daemon writes ``STATE/daemon.json`` ({host, port, pid, token, ...}, owner-only) once
+it listens, and removes it when it stops. Clients send the token in
+``initializationOptions.token``.
+"""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
 import sys
+import time
 from typing import Optional
 
 from .. import __version__
 
+DAEMON_FILE = "daemon.json"
 
-def main(argv: Optional[list[str]] = None) -> int:
+
+def default_state() -> str:
+    env = os.environ.get("PROFD_STATE")
+    if env:
+        return env
+    from platformdirs import user_cache_dir
+    return user_cache_dir("profd")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--watch", metavar="DIR", help="folder to watch for new traces")
+    p.add_argument("--workspace", action="append", default=[], metavar="DIR",
+                   help="workspace root for mapping frame paths (repeatable)")
+    p.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
+    p.add_argument("--disable", action="append", default=[], metavar="CODE")
+    p.add_argument("--state", metavar="DIR", help="state dir (default: user cache dir / profd)")
+    p.add_argument("--allow", action="append", default=[], metavar="DIR",
+                   help="profd/analyze may read only under these (default: watch + workspace)")
+    p.add_argument("--workers", type=int, default=2, help="analysis processes (default 2)")
+    p.add_argument("--settle", type=float, default=0.3, help=argparse.SUPPRESS)
+    p.add_argument("--quiet", type=float, default=2.0, help=argparse.SUPPRESS)
+    p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--idle-exit", type=float, default=0.0, metavar="S",
+                   help="TCP: exit after S seconds without any client (0: never)")
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="profd", description="profd daemon")
     p.add_argument("--version", action="version", version=f"profd {__version__}")
-    p.parse_args(argv)
-    p.print_help()
-    return 2
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve LSP over stdio (default) or TCP")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--stdio", action="store_true")
+    g.add_argument("--tcp", metavar="HOST:PORT")
+    _common(s)
+    st = sub.add_parser("start", help="start a background TCP daemon")
+    st.add_argument("--tcp", metavar="HOST:PORT", default="127.0.0.1:0")
+    st.add_argument("--timeout", type=float, default=20.0)
+    _common(st)
+    for name in ("stop", "status"):
+        x = sub.add_parser(name, help=f"{name} the background daemon")
+        x.add_argument("--state", metavar="DIR")
+    return p
+
+
+def _config(ns):
+    from .core import Config
+
+    def pm(items):
+        out = []
+        for it in items:
+            if "=" not in it:
+                raise SystemExit(f"profd: --path-map wants REMOTE=LOCAL, got {it!r}")
+            r, l = it.split("=", 1)
+            out.append((r, os.path.abspath(l)))
+        return out
+
+    return Config(watch=os.path.abspath(ns.watch) if ns.watch else None,
+                  workspace=[os.path.abspath(w) for w in ns.workspace],
+                  path_map=pm(ns.path_map), disabled=set(ns.disable),
+                  state=os.path.abspath(ns.state or default_state()),
+                  allow=[os.path.abspath(a) for a in ns.allow], workers=max(1, ns.workers),
+                  settle=ns.settle, quiet=ns.quiet)
+
+
+def _logging(level: str, state: Optional[str] = None) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.CRITICAL)  # pygls logs every message at INFO
+
+
+def write_private_json(path: str, doc: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def read_daemon(state: str) -> Optional[dict]:
+    try:
+        with open(os.path.join(state, DAEMON_FILE)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "port" in doc and "token" in doc else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmd_serve(ns) -> int:
+    _logging(ns.log_level)
+    cfg = _config(ns)
+    if ns.tcp:
+        return asyncio.run(_serve_tcp(cfg, ns.tcp, ns.idle_exit))
+    from .core import Core
+    from .transport import run_stdio
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but LSP may reach the real stdout
+    try:
+        asyncio.run(run_stdio(Core(cfg, "stdio"), stdin, stdout))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0) -> int:
+    from .core import Core
+    from .transport import TcpServer
+
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    core = Core(cfg, "tcp")
+    await core.start()
+    token = secrets.token_urlsafe(32)
+    srv = TcpServer(core, host, int(port or 0), token)
+    h, p = await srv.start()
+    path = os.path.join(cfg.state, DAEMON_FILE)
+    write_private_json(path, {"host": h, "port": p, "pid": os.getpid(), "token": token,
+                              "watch": cfg.watch, "workspace": cfg.workspace,
+                              "version": __version__, "started": time.time()})
+    logging.getLogger("profd").warning("profd %s listening on %s:%s (pid %d, state %s)",
+                                       __version__, h, p, os.getpid(), cfg.state)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    last_busy = time.monotonic()
+
+    def idle_check():
+        nonlocal last_busy
+        if srv.tasks or core.running:
+            last_busy = time.monotonic()
+        elif time.monotonic() - last_busy > idle_exit:
+            logging.getLogger("profd").warning("profd: idle for %.0f s, exiting", idle_exit)
+            stop.set()
+            return
+        loop.call_later(min(5.0, idle_exit / 2), idle_check)
+
+    if idle_exit > 0:
+        idle_check()
+    try:
+        await stop.wait()
+    finally:
+        await srv.close()
+        await core.stop()
+        doc = read_daemon(cfg.state)
+        if doc and doc.get("pid") == os.getpid():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return 0
+
+
+def running(state: str) -> Optional[dict]:
+    doc = read_daemon(state)
+    if doc and isinstance(doc.get("pid"), int) and pid_alive(doc["pid"]):
+        return doc
+    return None
+
+
+def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dict:
+    """Start ``profd serve --tcp`` in the background; return its daemon.json once it listens."""
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    log_path = os.path.join(state, "daemon.log")
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    proc = subprocess.Popen([sys.executable, "-m", "profd.server.cli", "serve", *argv_opts,
+                             "--state", state], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                            start_new_session=True, close_fds=True)
+    os.close(fd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = read_daemon(state)
+        if doc and doc.get("pid") == proc.pid:
+            return doc
+        if proc.poll() is not None:
+            raise SystemExit(f"profd: the daemon exited ({proc.returncode}); see {log_path}")
+        time.sleep(0.05)
+    raise SystemExit(f"profd: the daemon did not start within {timeout:.0f} s; see {log_path}")
+
+
+def cmd_start(ns) -> int:
+    state = os.path.abspath(ns.state or default_state())
+    doc = running(state)
+    if doc:
+        print(f"profd: already running: {doc['host']}:{doc['port']} pid {doc['pid']}")
+        return 0
+    opts = ["--tcp", ns.tcp]
+    if ns.watch:
+        opts += ["--watch", os.path.abspath(ns.watch)]
+    for w in ns.workspace:
+        opts += ["--workspace", os.path.abspath(w)]
+    for m in ns.path_map:
+        opts += ["--path-map", m]
+    for d in ns.disable:
+        opts += ["--disable", d]
+    for a in ns.allow:
+        opts += ["--allow", os.path.abspath(a)]
+    opts += ["--workers", str(ns.workers), "--log-level", ns.log_level,
+             "--idle-exit", str(ns.idle_exit)]
+    doc = start_daemon(opts, state, ns.timeout)
+    print(f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']} (state {state})")
+    return 0
+
+
+def cmd_stop(ns) -> int:
+    state = os.path.abspath(ns.state or default_state())
+    doc = running(state)
+    if not doc:
+        print("profd: no daemon running")
+        return 0
+    os.kill(doc["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and pid_alive(doc["pid"]):
+        time.sleep(0.05)
+    if pid_alive(doc["pid"]):
+        print(f"profd: pid {doc['pid']} did not stop", file=sys.stderr)
+        return 1
+    print(f"profd: stopped pid {doc['pid']}")
+    return 0
+
+
+def cmd_status(ns) -> int:
+    state = os.path.abspath(ns.state or default_state())
+    doc = running(state)
+    if not doc:
+        print("profd: no daemon running")
+        return 1
+    from ..client_cli.daemon_client import status_sync
+
+    st = status_sync(doc)
+    print(f"profd {st['version']}: pid {st['pid']} on {doc['host']}:{doc['port']}, "
+          f"watching {st['watch']}, {st['reports']} reports, {st['queued']} queued, "
+          f"{st['running']} running, {st['analyses']} analyses, {st['sessions']} sessions, "
+          f"up {st['uptimeS']:.0f} s")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ns = _parser().parse_args(argv)
+    return {"serve": cmd_serve, "start": cmd_start, "stop": cmd_stop,
+            "status": cmd_status}[ns.cmd](ns)
 
 
 if __name__ == "__main__":

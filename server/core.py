@@ -1,0 +1,380 @@
+"""The daemon's shared core: one store, one analysis executor, one watcher, many LSP sessions.
+
+The engine runs in a process pool of our own (spawned workers; the event loop never parses a
+trace, so hovers and status answer at once while a large trace is read). Results are keyed by
+``sha256(raw file bytes):options fingerprint`` (protocol.methods), stored in SQLite, and indexed in
+memory by the source files their findings point at: for each source file the newest report wins,
+older ones stay queryable through profd/reports and profd/report.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import functools
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import msgspec
+
+from .. import __version__
+from ..protocol import methods as M
+from ..protocol import types as T
+from .store import Row, Store
+from .watcher import Intake, Outcome, Sig, Watcher, signature
+
+log = logging.getLogger("profd.core")
+
+
+@dataclass
+class Config:
+    watch: Optional[str] = None
+    workspace: list[str] = field(default_factory=list)
+    path_map: list[tuple[str, str]] = field(default_factory=list)
+    disabled: set[str] = field(default_factory=set)
+    state: str = "."
+    allow: list[str] = field(default_factory=list)  # explicit allow-list for profd/analyze
+    workers: int = 2
+    settle: float = 0.3  # s a file's size/mtime must hold still before it is read
+    quiet: float = 2.0  # s a file that did not parse must stay unchanged before it is an error
+    progress_min_bytes: int = 8 << 20  # $/progress for traces at least this big
+
+
+class Session(Protocol):
+    def report_ready(self, key: str, sources: list[str], report: T.Report) -> None: ...
+
+    def log_error(self, text: str) -> None: ...
+
+    def progress(self, token: str, title: Optional[str]) -> None: ...
+
+
+class PathError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# ---- in the worker processes -------------------------------------------------------------------
+def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
+                 disabled: list[str]) -> bytes:
+    from .engine import Options, analyze_or_error
+
+    opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
+                   disabled=set(disabled))
+    return T.encode(analyze_or_error(path, opts))
+
+
+def _warm() -> int:
+    from . import engine  # noqa: F401  (import the engine once, before the first trace)
+    return os.getpid()
+
+
+def sha_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def options_fp(workspace, path_map, disabled) -> str:
+    doc = json.dumps([sorted(os.path.abspath(w) for w in workspace),
+                      [list(p) for p in path_map], sorted(disabled)])
+    return hashlib.sha256(doc.encode()).hexdigest()[:12]
+
+
+def sources_of(report: T.Report, trace_path: str) -> list[str]:
+    """Absolute files the report's findings and hot lines point at (+ the trace for trace-level)."""
+    out: dict[str, None] = {}
+    for d in report.diagnostics:
+        out[placed_path(d.location, trace_path)] = None
+    for h in report.hot_lines:
+        if os.path.isabs(h.path):
+            out[h.path] = None
+    if report.error:
+        out[trace_path] = None
+    return list(out)
+
+
+def placed_path(loc: T.Location, trace_path: str) -> str:
+    """The file a finding is shown on: its source line when mapped, else the trace itself."""
+    if loc.line and loc.path and os.path.isabs(loc.path):
+        return loc.path
+    return trace_path
+
+
+def relabel(report: T.Report, path: str) -> T.Report:
+    """The report as if the trace were at ``path`` (same content seen under another name)."""
+    old = report.trace.path
+    if old == path:
+        return report
+    report.trace.path = path
+    for d in report.diagnostics:
+        for loc in [d.location, *d.related]:
+            if loc.path == old:
+                loc.path = path
+    return report
+
+
+class Core:
+    def __init__(self, cfg: Config, transport: str = "stdio"):
+        self.cfg = cfg
+        self.transport = transport
+        self.sessions: set[Session] = set()
+        self.meta: dict[str, Row] = {}
+        self.by_source: dict[str, list[str]] = {}  # source path -> keys, oldest first
+        self.trace_key: dict[str, str] = {}  # trace path -> key of its newest content
+        self.inflight: dict[str, asyncio.Future] = {}
+        self.analyses = 0
+        self.running = 0
+        self.started = time.time()
+        self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
+        self._cache: OrderedDict[str, T.Report] = OrderedDict()
+        self.store: Optional[Store] = None
+        self.watcher: Optional[Watcher] = None
+        self.intake: Optional[Intake] = None
+        self._pool: Optional[cf.ProcessPoolExecutor] = None
+        self._io = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="profd-io")
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        os.makedirs(self.cfg.state, mode=0o700, exist_ok=True)
+        self.store = Store(os.path.join(self.cfg.state, "profd.sqlite3"))
+        for row in self.store.rows():
+            self._index(row)
+        self._new_pool()
+        # Warm the workers (spawn + engine import) without waiting for them.
+        for _ in range(self.cfg.workers):
+            self._pool.submit(_warm)
+        if self.cfg.watch:
+            self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
+                                 quiet=self.cfg.quiet, workers=self.cfg.workers)
+            self.intake.start()
+            self.watcher = Watcher(self.cfg.watch, self.loop, self.intake.notice)
+            self.watcher.start()
+        log.info("profd: %d reports loaded from %s", len(self.meta), self.store.path)
+
+    async def stop(self) -> None:
+        if self.watcher:
+            self.watcher.stop()
+        if self.intake:
+            await self.intake.stop()
+        if self._pool:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=False)
+        if self.store:
+            self.store.close()
+
+    def _new_pool(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._pool = cf.ProcessPoolExecutor(max_workers=self.cfg.workers, mp_context=ctx)
+
+    # ---- the index --------------------------------------------------------------------------
+    def _index(self, row: Row) -> None:
+        self.meta[row.key] = row
+        for s in row.sources:
+            keys = self.by_source.setdefault(s, [])
+            if row.key in keys:
+                keys.remove(row.key)
+            keys.append(row.key)
+        self.trace_key[row.path] = row.key
+
+    def report(self, key: str) -> Optional[T.Report]:
+        r = self._cache.get(key)
+        if r is not None:
+            self._cache.move_to_end(key)
+            return r
+        data = self.store.get(key)
+        if data is None:
+            return None
+        r = T.decode_report(data)
+        self._cache[key] = r
+        if len(self._cache) > 64:
+            self._cache.popitem(last=False)
+        return r
+
+    def newest_for(self, source: str) -> Optional[str]:
+        keys = self.by_source.get(source)
+        return keys[-1] if keys else None
+
+    def diagnostics_for(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
+        key = self.newest_for(source)
+        if key is None:
+            return None, []
+        r = self.report(key)
+        if r is None:
+            return key, []
+        trace_path = self.meta[key].path
+        if r.error:
+            return key, [T.Diagnostic(code="bad-trace", severity="error", message=r.error,
+                                      location=T.Location(path=trace_path))] \
+                if source == trace_path else []
+        return key, [d for d in r.diagnostics if placed_path(d.location, trace_path) == source]
+
+    def hot_lines_for(self, source: str) -> tuple[Optional[str], list[T.HotLine]]:
+        key = self.newest_for(source)
+        r = self.report(key) if key else None
+        if r is None:
+            return key, []
+        return key, [h for h in r.hot_lines if h.path == source]
+
+    def entries(self, path: Optional[str] = None) -> list[M.ReportEntry]:
+        out = []
+        for row in self.meta.values():
+            if path and row.path != path and path not in row.sources:
+                continue
+            out.append(M.ReportEntry(key=row.key, path=row.path, mtime=row.mtime, size=row.size,
+                                     created=row.created, error=row.error, sources=row.sources,
+                                     newest=self.trace_key.get(row.path) == row.key))
+        return out
+
+    def status(self) -> M.StatusResult:
+        running = self.running
+        return M.StatusResult(version=__version__, pid=os.getpid(), transport=self.transport,
+                              watch=self.cfg.watch, workspace=self.cfg.workspace,
+                              reports=len(self.meta),
+                              queued=self.intake.queued if self.intake else 0, running=running,
+                              analyses=self.analyses, sessions=len(self.sessions),
+                              uptime_s=round(time.time() - self.started, 3))
+
+    # ---- analysis ---------------------------------------------------------------------------
+    async def _hash(self, path: str) -> Optional[str]:
+        try:
+            return await self.loop.run_in_executor(self._io, sha_file, path)
+        except OSError:
+            return None
+
+    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled) -> bytes:
+        """Analyse once per key: concurrent callers of the same content share one run."""
+        fut = self.inflight.get(key)
+        if fut is not None:
+            return await asyncio.shield(fut)
+        fut = self.loop.create_future()
+        self.inflight[key] = fut
+        token = f"profd-analyze-{key[:16]}-{time.monotonic_ns()}"
+        big = size >= self.cfg.progress_min_bytes
+        if big:
+            for s in list(self.sessions):
+                s.progress(token, f"profd: analysing {os.path.basename(path)}")
+        self.running += 1
+        try:
+            data = await self._submit(path, workspace, path_map, disabled)
+            self.analyses += 1
+            fut.set_result(data)
+            return data
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self.running -= 1
+            self.inflight.pop(key, None)
+            if big:
+                for s in list(self.sessions):
+                    s.progress(token, None)
+
+    async def _submit(self, path, workspace, path_map, disabled) -> bytes:
+        try:
+            return await self.loop.run_in_executor(
+                self._pool, _analyze_job, path, list(workspace), [list(p) for p in path_map],
+                sorted(disabled))
+        except cf.process.BrokenProcessPool:
+            log.error("profd: an analysis process died on %s; restarting the pool", path)
+            self._new_pool()
+            return T.encode(T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
+                                     error=f"profd: bad trace {path}: the analysis process died "
+                                           "(out of memory?)"))
+
+    def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report) -> None:
+        sources = sources_of(report, path)
+        size, mtime_ns = sig[0], sig[1]
+        created = self.store.put(key, path, mtime_ns / 1e9, size, data, report.error, sources)
+        row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created)
+        self._cache[key] = report
+        self._index(row)
+        if report.error:
+            log.error("%s", report.error)
+        for s in list(self.sessions):
+            try:
+                s.report_ready(key, sources, report)
+                if report.error:
+                    s.log_error(report.error)
+            except Exception:
+                log.exception("profd: notifying a session failed")
+
+    async def _handle_watched(self, path: str, sig: Sig) -> Optional[Outcome]:
+        known = self.store.known_file(path, sig[1] / 1e9, sig[0])
+        if known and known.endswith(":" + self.fp) and known in self.meta:
+            return None
+        sha = await self._hash(path)
+        if sha is None:
+            return None
+        key = f"{sha}:{self.fp}"
+        if key in self.meta:  # same content again (here or under another name): costs nothing
+            self.store.link(path, key, sig[1] / 1e9, sig[0])
+            return None
+        cfg = self.cfg
+        data = await self._run(key, path, sig[0], cfg.workspace, cfg.path_map, cfg.disabled)
+        report = relabel(T.decode_report(data), path)
+        if report.error is None:
+            data_out = data
+        else:
+            data_out = T.encode(report)
+        return Outcome(ok=report.error is None,
+                       commit=functools.partial(self._commit, key, path, sig, data_out, report))
+
+    # ---- profd/analyze ----------------------------------------------------------------------
+    def roots(self) -> list[str]:
+        if self.cfg.allow:
+            return list(self.cfg.allow)
+        return [r for r in [self.cfg.watch, *self.cfg.workspace] if r]
+
+    def check_path(self, path: str) -> str:
+        """The real path of ``path`` if it lies under a root (symlinks resolved), else PathError."""
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise PathError(-32602, "profd: analyze wants a path")
+        if path.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+            path = unquote(urlparse(path).path)
+        if not os.path.isabs(path):
+            raise PathError(-32602, f"profd: analyze wants an absolute path, got {path!r}")
+        real = os.path.realpath(path)
+        for root in self.roots():
+            r = os.path.realpath(root)
+            if real == r or real.startswith(r.rstrip(os.sep) + os.sep):
+                break
+        else:
+            raise PathError(M.ERR_FORBIDDEN_PATH,
+                            f"profd: {path} is outside the watched folder and workspace roots")
+        if not os.path.isfile(real):
+            raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {path}")
+        return real
+
+    async def analyze(self, p: M.AnalyzeParams) -> T.Report:
+        real = self.check_path(p.path)
+        cfg = self.cfg
+        ws = [os.path.abspath(w) for w in p.workspace] if p.workspace is not None else cfg.workspace
+        pm = [tuple(x) for x in p.path_map] if p.path_map is not None else cfg.path_map
+        dis = set(p.disabled) if p.disabled is not None else cfg.disabled
+        fp = options_fp(ws, pm, dis)
+        sig = signature(real)
+        sha = await self._hash(real)
+        if sig is None or sha is None:
+            raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
+        key = f"{sha}:{fp}"
+        if key in self.meta:
+            data = self.store.get(key)
+            return relabel(T.decode_report(data), p.path)
+        data = await self._run(key, real, sig[0], ws, pm, dis)
+        if key not in self.meta:
+            report = relabel(T.decode_report(data), real)
+            self._commit(key, real, sig, T.encode(report) if report.error else data, report)
+        return relabel(T.decode_report(data), p.path)

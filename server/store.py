@@ -1,0 +1,154 @@
+"""The results store: SQLite (WAL, one transaction per write, owner-only file) under the state dir.
+
+``reports``: one row per key (raw-file sha256 + options fingerprint, see protocol.methods), the
+encoded Report and the absolute source files its findings point at (so a restart rebuilds the
+per-source index without decoding a single report). ``files``: trace path -> key of its newest
+content, with the size/mtime it had, so a restart skips hashing files it already knows.
+Thread-safe (one connection, one lock); every call is short.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Iterator, NamedTuple, Optional
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS reports (
+    key TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    mtime REAL NOT NULL,
+    size INTEGER NOT NULL,
+    report BLOB NOT NULL,
+    error TEXT,
+    sources TEXT NOT NULL DEFAULT '[]',
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    key TEXT NOT NULL,
+    mtime REAL NOT NULL,
+    size INTEGER NOT NULL,
+    seen REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reports_created ON reports(created);
+"""
+
+
+class Row(NamedTuple):
+    key: str
+    path: str
+    mtime: float
+    size: int
+    error: Optional[str]
+    sources: list[str]
+    created: float
+
+
+def _private_file(path: str) -> None:
+    """Create ``path`` (if missing) readable and writable by its owner only."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = path
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        _private_file(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        with self._tx() as c:
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+        for suffix in ("-wal", "-shm"):  # created by the first write; owner-only too
+            if os.path.exists(path + suffix):
+                os.chmod(path + suffix, 0o600)
+
+    class _Tx:
+        def __init__(self, store: "Store"):
+            self.s = store
+
+        def __enter__(self):
+            self.s._lock.acquire()
+            self.s._db.execute("BEGIN IMMEDIATE")
+            return self.s._db
+
+        def __exit__(self, et, e, tb):
+            try:
+                self.s._db.execute("ROLLBACK" if et else "COMMIT")
+            finally:
+                self.s._lock.release()
+            return False
+
+    def _tx(self) -> "Store._Tx":
+        return Store._Tx(self)
+
+    def _q(self, sql: str, args=()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ---- writes -----------------------------------------------------------------------------
+    def put(self, key: str, path: str, mtime: float, size: int, report: bytes,
+            error: Optional[str], sources: list[str]) -> float:
+        """Store a report and point its trace path at it, in one transaction. Returns created."""
+        now = time.time()
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO reports(key, path, mtime, size, report, error, sources,"
+                      " created) VALUES (?,?,?,?,?,?,?,?)",
+                      (key, path, mtime, size, report, error, json.dumps(sources), now))
+            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen) VALUES (?,?,?,?,?)",
+                      (path, key, mtime, size, now))
+        return now
+
+    def link(self, path: str, key: str, mtime: float, size: int) -> None:
+        """Record that the file at ``path`` (as stat'ed) has the content of ``key``."""
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen) VALUES (?,?,?,?,?)",
+                      (path, key, mtime, size, time.time()))
+
+    # ---- reads ------------------------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        return bool(self._q("SELECT 1 FROM reports WHERE key=?", (key,)))
+
+    def get(self, key: str) -> Optional[bytes]:
+        r = self._q("SELECT report FROM reports WHERE key=?", (key,))
+        return bytes(r[0][0]) if r else None
+
+    def row(self, key: str) -> Optional[Row]:
+        r = self._q("SELECT key, path, mtime, size, error, sources, created FROM reports WHERE key=?",
+                    (key,))
+        return _row(r[0]) if r else None
+
+    def known_file(self, path: str, mtime: float, size: int) -> Optional[str]:
+        """The key of ``path`` if it is unchanged since it was last seen (same size and mtime)."""
+        r = self._q("SELECT key FROM files WHERE path=? AND mtime=? AND size=?", (path, mtime, size))
+        return r[0][0] if r else None
+
+    def file_key(self, path: str) -> Optional[str]:
+        r = self._q("SELECT key FROM files WHERE path=?", (path,))
+        return r[0][0] if r else None
+
+    def rows(self) -> Iterator[Row]:
+        """Every report's metadata, oldest first."""
+        for r in self._q("SELECT key, path, mtime, size, error, sources, created FROM reports "
+                         "ORDER BY created, rowid"):
+            yield _row(r)
+
+    def count(self) -> int:
+        return self._q("SELECT COUNT(*) FROM reports")[0][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _row(r: tuple) -> Row:
+    return Row(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "[]"), r[6])

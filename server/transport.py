@@ -1,0 +1,228 @@
+"""Transports: the JSON-RPC read loop, stdio, and a TCP server with a session per connection.
+
+pygls's own ``start_tcp`` serves one session per process; here an asyncio server accepts any
+number of connections and gives each its own pygls LanguageServer (``lsp.LspSession``) over the
+shared ``Core``. The read loop (instead of pygls's ``run_async``) answers what pygls would drop:
+a body that is not JSON gets -32700, a message that is not a JSON-RPC request -32600, a request
+before ``initialize`` -32002, and over TCP an ``initialize`` without the daemon's token is refused
+(-32001, logged) and the connection closed. Bodies are capped so no client can make us buffer
+gigabytes.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+import threading
+from typing import Any, Optional
+
+import orjson
+from pygls.exceptions import JsonRpcException
+
+from ..protocol import methods as M
+from .core import Core
+from .lsp import LspSession
+
+log = logging.getLogger("profd.transport")
+
+MAX_BODY = 64 << 20
+_CL = re.compile(rb"^Content-Length:\s*(\d+)\s*$", re.I)
+
+
+def _frame(obj: Any) -> bytes:
+    body = orjson.dumps(obj)
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _error(msg_id: Any, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+
+
+async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str) -> None:
+    """Run one client's session until it disconnects or sends ``exit``."""
+    session = LspSession(core, token, peer)
+    proto = session.ls.protocol
+    proto.set_writer(writer)
+    done = asyncio.Event()
+    session.on_close = done.set
+
+    def send_raw(obj: dict) -> None:
+        res = writer.write(_frame(obj))
+        if asyncio.iscoroutine(res):
+            asyncio.ensure_future(res)
+
+    async def read_message() -> Optional[bytes]:
+        length = None
+        while True:
+            line = await reader.readline()
+            if not line:
+                return None
+            if line in (b"\r\n", b"\n"):
+                if length is None:
+                    continue  # stray blank line
+                break
+            m = _CL.match(line)
+            if m:
+                length = int(m.group(1))
+        if length > MAX_BODY:
+            send_raw(_error(None, -32600, f"profd: message of {length} bytes refused"))
+            return None
+        return await reader.readexactly(length)
+
+    try:
+        while not done.is_set():
+            rd = asyncio.ensure_future(read_message())
+            stop = asyncio.ensure_future(done.wait())
+            await asyncio.wait({rd, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not rd.done():
+                rd.cancel()
+                break
+            stop.cancel()
+            try:
+                body = rd.result()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            if body is None:
+                break
+            try:
+                raw = orjson.loads(body)
+            except orjson.JSONDecodeError as e:
+                log.warning("profd: %s sent a body that is not JSON: %s", peer, e)
+                send_raw(_error(None, -32700, f"Parse error: {e}"))
+                continue
+            if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or not (
+                    isinstance(raw.get("method"), str) or "id" in raw):
+                send_raw(_error(raw.get("id") if isinstance(raw, dict) else None, -32600,
+                                "Invalid Request: not a JSON-RPC 2.0 message"))
+                continue
+            method = raw.get("method")
+            is_request = "id" in raw and method is not None
+            if not session.authed:
+                if method == "initialize":
+                    opts = (raw.get("params") or {}).get("initializationOptions") \
+                        if isinstance(raw.get("params"), dict) else None
+                    given = opts.get("token") if isinstance(opts, dict) else None
+                    if isinstance(given, str) and hmac.compare_digest(given, token):
+                        session.authed = True
+                    else:
+                        log.warning("profd: refused %s: initialize without the daemon token", peer)
+                        send_raw(_error(raw.get("id"), M.ERR_UNAUTHORIZED,
+                                        "profd: unauthorized: initializationOptions.token is "
+                                        "missing or wrong (see STATE/daemon.json)"))
+                        await _drain(writer)
+                        break
+                elif method == "exit":
+                    break
+                else:
+                    if is_request:
+                        send_raw(_error(raw.get("id"), M.ERR_NOT_INITIALIZED,
+                                        "profd: initialize first"))
+                    continue
+            try:
+                message = json.loads(body, object_hook=proto.structure_message)
+            except JsonRpcException as e:
+                if is_request:
+                    send_raw(_error(raw.get("id"), e.code, e.message or "Invalid params"))
+                continue
+            except Exception as e:  # pragma: no cover - structure failures not covered above
+                if is_request:
+                    send_raw(_error(raw.get("id"), -32600, f"Invalid Request: {e}"))
+                continue
+            try:
+                proto.handle_message(message)
+            except Exception:
+                log.exception("profd: handling a message from %s failed", peer)
+                if is_request:
+                    send_raw(_error(raw.get("id"), -32603, "Internal error"))
+    finally:
+        session.close()
+
+
+async def _drain(writer) -> None:
+    d = getattr(writer, "drain", None)
+    if d:
+        try:
+            await asyncio.wait_for(d(), 2)
+        except Exception:
+            pass
+
+
+class _StdinReader:
+    """stdin read by one thread of our own (never pygls's pool, never the loop)."""
+
+    def __init__(self, stream):
+        import concurrent.futures as cf
+        self.stream = stream
+        self.pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-stdin")
+
+    def readline(self):
+        return asyncio.get_running_loop().run_in_executor(self.pool, self.stream.readline)
+
+    async def readexactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = await asyncio.get_running_loop().run_in_executor(
+                self.pool, self.stream.read, n - len(buf))
+            if not chunk:
+                raise asyncio.IncompleteReadError(buf, n)
+            buf += chunk
+        return buf
+
+
+class _StdoutWriter:
+    def __init__(self, stream):
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.stream.write(data)
+            self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+async def run_stdio(core: Core, stdin, stdout) -> None:
+    await core.start()
+    try:
+        await serve_session(core, _StdinReader(stdin), _StdoutWriter(stdout), token=None,
+                            peer="stdio")
+    finally:
+        await core.stop()
+
+
+class TcpServer:
+    def __init__(self, core: Core, host: str, port: int, token: str):
+        self.core, self.host, self.port, self.token = core, host, port, token
+        self.server: Optional[asyncio.base_events.Server] = None
+        self.tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._conn, self.host, self.port)
+        addr = self.server.sockets[0].getsockname()
+        return addr[0], addr[1]
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
+        task = asyncio.current_task()
+        self.tasks.add(task)
+        try:
+            await serve_session(self.core, reader, writer, token=self.token, peer=peer)
+        except Exception:
+            log.exception("profd: session %s failed", peer)
+        finally:
+            self.tasks.discard(task)
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def close(self) -> None:
+        if self.server:
+            self.server.close()
+        for t in list(self.tasks):
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)

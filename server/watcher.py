@@ -1,0 +1,260 @@
+"""The watched folder: watchdog events -> debounce -> a bounded queue -> a fixed pool of workers.
+
+Threads: watchdog's observer thread only calls ``loop.call_soon_threadsafe``; everything else runs
+on the server's event loop. A path goes through:
+
+  pending (size/mtime/inode re-stat every ``settle`` s until two stats agree)
+  -> queue (bounded; when full, the path stays pending and is retried)
+  -> a worker calls ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
+  -> ok: ``commit()``; failed to parse: wait ``quiet`` s; still unchanged -> ``commit()`` the one
+     error report; changed meanwhile -> back to pending (the writer was still writing).
+
+A file deleted at any point drops out; one replaced while being read is seen as changed and goes
+round again. The watched folder removed and recreated is re-armed (the parent folder is watched
+too, plus a cheap periodic check of the folder's inode) and rescanned.
+"""
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import os
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Optional
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+log = logging.getLogger("profd.watcher")
+
+PATTERNS = ("*.json", "*.pt.trace.json", "*.json.gz")
+
+Sig = tuple  # (size, mtime_ns, ino)
+
+
+def matches(path: str) -> bool:
+    name = os.path.basename(path)
+    return not name.startswith(".") and any(fnmatch.fnmatch(name, p) for p in PATTERNS)
+
+
+def signature(path: str) -> Optional[Sig]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@dataclass
+class Outcome:
+    """What ``handle`` did with a stable file: ``ok`` False = it did not parse (maybe not yet)."""
+
+    ok: bool
+    commit: Callable[[], None]
+
+
+Handler = Callable[[str, Sig], Awaitable[Optional[Outcome]]]
+
+
+class Intake:
+    def __init__(self, loop: asyncio.AbstractEventLoop, handle: Handler, *, settle: float = 0.3,
+                 quiet: float = 2.0, workers: int = 2, maxsize: int = 1024):
+        self.loop = loop
+        self.handle = handle
+        self.settle = settle
+        self.quiet = quiet
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize)
+        self.pending: dict[str, Optional[Sig]] = {}
+        self.busy: set[str] = set()  # queued or being handled
+        self.dirty: set[str] = set()  # an event came while busy
+        self.n_workers = workers
+        self._tasks: list[asyncio.Task] = []
+        self.handled = 0
+
+    def start(self) -> None:
+        self._tasks = [self.loop.create_task(self._worker()) for _ in range(self.n_workers)]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def queued(self) -> int:
+        return len(self.pending) + self.queue.qsize()
+
+    # ---- on the loop ------------------------------------------------------------------------
+    def notice(self, path: str) -> None:
+        """A file event (created, modified, closed, moved here) or a scan found ``path``."""
+        if path in self.busy:
+            self.dirty.add(path)
+            return
+        if path in self.pending:
+            return
+        self.pending[path] = signature(path)
+        self.loop.call_later(self.settle, self._check, path)
+
+    def _check(self, path: str) -> None:
+        if path not in self.pending:
+            return
+        prev, now = self.pending[path], signature(path)
+        if now is None:
+            del self.pending[path]  # deleted (or not a file): nothing to do
+            return
+        if now != prev:
+            self.pending[path] = now
+            self.loop.call_later(self.settle, self._check, path)
+            return
+        try:
+            self.queue.put_nowait((path, now))
+        except asyncio.QueueFull:
+            self.loop.call_later(self.settle, self._check, path)
+            return
+        del self.pending[path]
+        self.busy.add(path)
+
+    async def _worker(self) -> None:
+        while True:
+            path, sig = await self.queue.get()
+            try:
+                await self._one(path, sig)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one file stop a worker
+                log.exception("profd: handling %s failed", path)
+                self._release(path)
+            finally:
+                self.queue.task_done()
+
+    async def _one(self, path: str, sig: Sig) -> None:
+        self.dirty.discard(path)
+        out = await self.handle(path, sig)
+        self.handled += 1
+        if out is None:
+            self._release(path)
+            return
+        if signature(path) != sig:  # replaced or still written while we read it: go round again
+            self._release(path, again=True)
+            return
+        if out.ok:
+            out.commit()
+            self._release(path)
+            return
+        # Did not parse. Still being written? Wait until it has been quiet for a while.
+        await asyncio.sleep(self.quiet)
+        now = signature(path)
+        if now is None:
+            self._release(path)
+        elif now != sig:
+            self._release(path, again=True)
+        else:
+            out.commit()  # the one error report for this content
+            self._release(path)
+
+    def _release(self, path: str, again: bool = False) -> None:
+        self.busy.discard(path)
+        if again or path in self.dirty:
+            self.dirty.discard(path)
+            if os.path.exists(path):
+                self.notice(path)
+
+
+class _Events(FileSystemEventHandler):
+    def __init__(self, watcher: "Watcher"):
+        self.w = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        paths = [event.src_path]
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            paths = [dest]
+        for p in paths:
+            p = os.fsdecode(p)
+            if event.is_directory or p == self.w.root:
+                self.w.loop.call_soon_threadsafe(self.w.rearm_if_needed)
+                if event.is_directory and event.event_type in ("created", "moved") and \
+                        p.startswith(self.w.root + os.sep):
+                    self.w.loop.call_soon_threadsafe(self.w.scan, p)
+            elif event.event_type != "deleted" and matches(p):
+                self.w.loop.call_soon_threadsafe(self.w.on_path, p)
+
+
+class Watcher:
+    """watchdog on ``root`` (recursive) and its parent (to see ``root`` come back)."""
+
+    def __init__(self, root: str, loop: asyncio.AbstractEventLoop, on_path: Callable[[str], None],
+                 check_every: float = 1.0):
+        self.root = os.path.abspath(root)
+        self.loop = loop
+        self.on_path = on_path
+        self.check_every = check_every
+        self.observer = Observer()
+        self._handler = _Events(self)
+        self._root_watch = None
+        self._parent_watch = None
+        self._ino: Optional[int] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self.rearmed = 0
+
+    def start(self) -> None:
+        self.observer.daemon = True
+        self.observer.start()
+        self.rearm_if_needed()
+        self._tick()
+
+    def stop(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+        self.observer.stop()
+        self.observer.join(timeout=5)
+
+    def _tick(self) -> None:
+        self.rearm_if_needed()
+        self._timer = self.loop.call_later(self.check_every, self._tick)
+
+    def rearm_if_needed(self) -> None:
+        parent = os.path.dirname(self.root)
+        if self._parent_watch is None and os.path.isdir(parent):
+            try:
+                self._parent_watch = self.observer.schedule(self._handler, parent, recursive=False)
+            except OSError:
+                self._parent_watch = None
+        try:
+            ino = os.stat(self.root).st_ino if os.path.isdir(self.root) else None
+        except OSError:
+            ino = None
+        if ino == self._ino:
+            return
+        if self._root_watch is not None:
+            try:
+                self.observer.unschedule(self._root_watch)
+            except (KeyError, OSError):
+                pass
+            self._root_watch = None
+        self._ino = ino
+        if ino is None:
+            log.warning("profd: watched folder %s is gone; waiting for it to come back", self.root)
+            return
+        try:
+            self._root_watch = self.observer.schedule(self._handler, self.root, recursive=True)
+        except OSError as e:
+            log.error("profd: cannot watch %s: %s", self.root, e)
+            self._ino = None
+            return
+        if self.rearmed:
+            log.warning("profd: watching %s again", self.root)
+        self.rearmed += 1
+        self.scan(self.root)
+
+    def scan(self, top: str) -> None:
+        """Files already there (at start, or in a folder that just appeared)."""
+        for d, dirs, files in os.walk(top):
+            dirs[:] = [x for x in dirs if not x.startswith(".")]
+            for f in files:
+                p = os.path.join(d, f)
+                if matches(p):
+                    self.on_path(p)
