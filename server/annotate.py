@@ -1,0 +1,158 @@
+"""An annotated copy of a trace: the findings as instant events where their evidence first occurs,
+and a "profd" track with one slice per ProfilerStep carrying its verdict and GPU busy.
+
+The output is Chrome trace JSON as Perfetto's JSON importer and chrome://tracing read it: the
+original events untouched, plus
+- ``{"ph": "i", "s": "t", ...}`` instants (ts in µs, the trace's own clock) on the thread of the
+  first CPU event of the finding's line (its first occurrence); findings without a line go on the
+  profd track at the step they concern (or the start of the active window);
+- a process of its own (an unused integer pid, ``process_name`` "profd", sorted first) with a
+  ``steps`` thread of ``X`` slices (one per step) and a ``findings`` thread.
+Written event by event with orjson, so the copy never needs a second whole-document buffer.
+"""
+from __future__ import annotations
+
+import gzip
+from typing import IO, Iterable, Iterator, Optional
+
+import orjson
+
+from ..protocol.types import Diagnostic, Report
+from . import loader
+from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyse
+from .model import TraceModel, build
+
+STEPS_TID = 1
+FINDINGS_TID = 2
+CAT = "profd"
+
+
+def step_verdict(busy_pct: float) -> str:
+    """The per-step verdict with the whole-trace thresholds (analyses.verdict)."""
+    if busy_pct < OVERHEAD_BUSY_PCT:
+        return "overhead-bound"
+    if busy_pct >= COMPUTE_BUSY_PCT:
+        return "compute-bound"
+    return "balanced"
+
+
+def annotate_file(path: str, out_path: str, options=None) -> Report:
+    """Analyse ``path`` and write the annotated copy to ``out_path`` (gzip when it ends in .gz)."""
+    from .engine import Context, Options, _trace_info, analyze_model
+
+    options = options or Options()
+    data = loader.read_bytes(path)
+    doc = loader.decode(path, data)
+    m = build(doc)
+    report = analyze_model(m, _trace_info(path, loader.sha256_of(data), len(data), m), options)
+    a = analyse(m)
+    ctx = Context(m, a, path, options)
+    raw = orjson.loads(bytes(data))
+    if isinstance(raw, list):
+        raw = {"traceEvents": raw}
+    extra = list(markers(m, a, report.diagnostics, ctx, raw.get("traceEvents", [])))
+    opener = gzip.open if out_path.endswith(".gz") else open
+    with opener(out_path, "wb") as f:
+        write_trace(f, raw, extra)
+    return report
+
+
+def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
+            events: list) -> Iterator[dict]:
+    """The events profd adds: metadata, the steps track, and one instant per finding."""
+    pid = _free_pid(events)
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "profd"}}
+    yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": STEPS_TID, "args": {"name": "steps"}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": FINDINGS_TID, "args": {"name": "findings"}}
+    for k, s in enumerate(m.steps):
+        busy = a.step_busy[k] if k < len(a.step_busy) else 0.0
+        pct = 100.0 * busy / s.dur if s.dur > 0 else 0.0
+        v = step_verdict(pct)
+        yield {"ph": "X", "cat": CAT, "name": f"{s.name}: {v}, GPU busy {pct:.0f}%", "pid": pid,
+               "tid": STEPS_TID, "ts": s.ts, "dur": s.dur,
+               "args": {"verdict": v, "gpu_busy_us": round(busy, 3), "gpu_busy_pct": round(pct, 1),
+                        "step_us": round(s.dur, 3)}}
+    first = _first_event_by_line(m, ctx, diagnostics)
+    lo = a.window[0]
+    for d in diagnostics:
+        loc = d.location
+        i = first.get((loc.trace_path, loc.line)) if loc.line is not None else None
+        if i is not None:
+            e = m.cpu[i]
+            where = {"pid": e.pid, "tid": e.tid, "ts": e.ts}
+        else:
+            where = {"pid": pid, "tid": FINDINGS_TID, "ts": _trace_level_ts(m, d, lo)}
+        args = {"code": d.code, "severity": d.severity, "message": d.message,
+                "location": f"{loc.path}:{loc.line}" if loc.line else (loc.path or ""),
+                "evidence": d.evidence}
+        if d.fix:
+            args["fix"] = d.fix
+        yield {"ph": "i", "s": "t", "cat": CAT, "name": f"{d.code}", **where, "args": args}
+
+
+def _first_event_by_line(m: TraceModel, ctx, diagnostics: Iterable[Diagnostic]) -> dict[tuple, int]:
+    """(trace path, line) of each located finding -> the earliest CPU event charged to that line."""
+    want = {(d.location.trace_path, d.location.line) for d in diagnostics if d.location.line is not None}
+    found: dict[tuple, int] = {}
+    if not want:
+        return found
+    lo = m.steps[0].ts if m.steps else float("-inf")
+    for i, e in enumerate(m.cpu):
+        if e.cat == "python_function" or e.ts < lo or m.user_frame(i) < 0:
+            continue
+        key = ctx.line_key(i)
+        if key is None:
+            continue
+        k = (key.trace_path, key.line)
+        if k in want and (k not in found or e.ts < m.cpu[found[k]].ts):
+            found[k] = i
+    return found
+
+
+def _trace_level_ts(m: TraceModel, d: Diagnostic, default: float) -> float:
+    """A trace-level finding's time: the step its evidence names, else the active window's start."""
+    ev = d.evidence or {}
+    for key in ("first_step", "step"):
+        name = ev.get(key)
+        if isinstance(name, str):
+            for s in m.steps:
+                if s.name == name:
+                    return s.ts
+    return default
+
+
+def _free_pid(events: list) -> int:
+    used = [e.get("pid") for e in events if isinstance(e, dict)]
+    ints = [p for p in used if isinstance(p, int)]
+    return max(ints, default=0) + 1
+
+
+def write_trace(f: IO[bytes], doc: dict, extra: list[dict], chunk: int = 4096) -> None:
+    """``doc`` with ``extra`` appended to its events, written event by event."""
+    f.write(b'{"traceEvents":[')
+    sep = b""
+    buf: list[bytes] = []
+    for e in _chain(doc.get("traceEvents", []), extra):
+        buf.append(sep + orjson.dumps(e))
+        sep = b","
+        if len(buf) >= chunk:
+            f.write(b"".join(buf))
+            buf.clear()
+    f.write(b"".join(buf))
+    f.write(b"]")
+    for k, v in doc.items():
+        if k == "traceEvents":
+            continue
+        f.write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
+    f.write(b"}")
+
+
+def _chain(a: list, b: list) -> Iterator[dict]:
+    yield from a
+    yield from b
+
+
+def annotated_events(path: str) -> Optional[list]:
+    """The events of an annotated (or any) trace file, for tests and tools."""
+    return orjson.loads(bytes(loader.read_bytes(path))).get("traceEvents")

@@ -1,0 +1,367 @@
+"""Multi-rank jobs: per-rank summaries (map) and the job report (reduce). Pure: no I/O beyond the engine.
+
+- ``summarize_rank(path, options) -> RankSummary`` is a pure function of one trace file; the
+  summary is small and picklable, so a process pool or a cluster can map it over ranks.
+- ``reduce_job(summaries) -> JobReport`` folds summaries of one job; it never needs the reports.
+- ``group_jobs(summaries)`` splits a mixed set into jobs (same world size, backend, group ranks).
+
+How the numbers are measured (all per step, µs, GPU work charged to the step whose CPU launched it,
+so nothing depends on the ranks' clocks agreeing):
+- compute: union of the non-communication GPU intervals (all streams) launched by the step.
+- comm: union of the collective kernels launched by the step.
+- exposed comm: the part of comm with no compute running anywhere on that GPU: what overlap with
+  backward (DDP buckets) or prefetch (FSDP) did not hide. overlap % = 1 - exposed / comm.
+- cpu own: the step's wall time minus blocking synchronisations on its thread.
+- wait: NCCL kernels start when their stream reaches them and spin until every peer has arrived,
+  so a collective's duration is wait plus transfer. The same collective (same step, kernel and
+  ordinal) is matched across ranks; the shortest duration is the transfer (the last rank to arrive
+  hardly waits), and each rank's excess over it is its wait. The rank that arrives last is the one
+  the others wait for. No clock alignment is needed: only durations are compared.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Iterable, Optional
+
+from ..protocol.catalog import RULES as CATALOG
+from ..protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
+from ..protocol.types import Diagnostic, Location, Report
+from . import kernels, loader
+from .analyses import Analysis, analyse, covered, merge
+from .model import TraceModel
+
+BLOCKING_SYNCS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
+HOT_LINES_PER_RANK = 50
+
+# rank-straggler thresholds (see ``straggler`` for why these values)
+LAST_SHARE = 0.75
+MIN_MATCHED = 6
+EXCESS_OF_STEP = 0.10
+GPU_RATIO = 1.2
+CPU_RATIO = 1.1
+WAIT_EXPLAINS = 0.5
+
+
+# ---- map: one trace -> RankSummary ---------------------------------------------------------------
+
+def summarize_rank(path: str, options=None) -> RankSummary:
+    """The summary of one rank's trace (a bad trace gives a summary carrying ``error``)."""
+    return analyze_rank(path, options)[1]
+
+
+def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
+    """The full per-trace report and the rank summary, from one load of the file.
+
+    A file that is not a trace gives a Report and a summary that both carry ``error``.
+    """
+    from .engine import Options, _trace_info, analyze_model  # engine imports rules; keep this lazy
+
+    options = options or Options()
+    try:
+        doc, sha, size = loader.load(path)
+    except loader.TraceError as e:
+        return _error_report(path, str(e)), RankSummary(path=path, error=str(e))
+    from .model import build
+
+    m = build(doc)
+    report = analyze_model(m, _trace_info(path, sha, size, m), options)
+    return report, summarize_model(m, analyse(m), report)
+
+
+def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None) -> RankSummary:
+    """The rank summary from an already built model (and optionally its report)."""
+    info = report.trace if report is not None else None
+    dist = m.doc.distributedInfo or {}
+    rank = _int(dist.get("rank"))
+    world = _int(dist.get("world_size"))
+    backend = dist.get("backend")
+    s = RankSummary(path=info.path if info else "", sha256=info.sha256 if info else "", rank=rank,
+                    world_size=world, backend=str(backend) if backend is not None else None,
+                    group=_group_key(dist), steps=step_stats(m, a), collectives=collectives(m, a))
+    if report is not None:
+        s.verdict = report.summary.verdict if report.summary else None
+        counts: dict[str, int] = {}
+        for d in report.diagnostics:
+            counts[d.code] = counts.get(d.code, 0) + 1
+        s.findings = counts
+        s.hot_lines = [LineCost(path=h.path, line=h.line, function=h.function,
+                                cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us)
+                       for h in report.hot_lines[:HOT_LINES_PER_RANK]]
+    return s
+
+
+def _group_key(dist: dict) -> str:
+    world = dist.get("world_size")
+    backend = dist.get("backend")
+    ranks = ""
+    for pg in dist.get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_desc") == "default_pg":
+            ranks = str(pg.get("ranks"))
+    return f"world={world};backend={backend};ranks={ranks}" if world is not None else ""
+
+
+def _step_of_launch(m: TraceModel) -> list[int]:
+    """For each GPU event, the index of the step whose window holds its launch (-1 when none)."""
+    out = []
+    starts = {id(s): k for k, s in enumerate(m.steps)}
+    for g in range(len(m.gpu)):
+        li = m.launcher[g]
+        st = m.step_at(m.cpu[li].ts) if li >= 0 else None
+        out.append(starts[id(st)] if st is not None else -1)
+    return out
+
+
+def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
+    owner = _step_of_launch(m)
+    n = len(m.steps)
+    comp: list[list] = [[] for _ in range(n)]
+    comm: list[list] = [[] for _ in range(n)]
+    for g, e in enumerate(m.gpu):
+        k = owner[g]
+        if k < 0:
+            continue
+        (comm if a.gpu_class[g] == kernels.COMMUNICATION else comp)[k].append((e.ts, e.ts + e.dur))
+    sync = [0.0] * n
+    for i, e in enumerate(m.cpu):
+        if e.name in BLOCKING_SYNCS and m.thread[i] == m.main_thread:
+            st = m.step_at(e.ts)
+            if st is not None:
+                sync[m.steps.index(st)] += min(e.dur, st.end - e.ts)
+    out = []
+    for k, s in enumerate(m.steps):
+        cm = merge(comm[k])
+        comm_us = sum(b - x for x, b in cm)
+        hidden = sum(covered(a.busy, x, b) for x, b in cm)  # compute anywhere on the GPU
+        cp = merge(comp[k])
+        out.append(RankStep(number=s.number, dur_us=_r(s.dur), cpu_own_us=_r(max(0.0, s.dur - sync[k])),
+                            compute_us=_r(sum(b - x for x, b in cp)), comm_us=_r(comm_us),
+                            exposed_comm_us=_r(max(0.0, comm_us - hidden))))
+    return out
+
+
+def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
+    owner = _step_of_launch(m)
+    seen: dict[tuple, int] = {}
+    out = []
+    for g, e in enumerate(m.gpu):
+        if a.gpu_class[g] != kernels.COMMUNICATION or owner[g] < 0:
+            continue
+        number = m.steps[owner[g]].number
+        k = (number, e.name)
+        o = seen.get(k, 0)
+        seen[k] = o + 1
+        short = kernels.short_name(e.name)
+        out.append(Collective(key=f"{number}|{short}|{o}", name=short, dur_us=_r(e.dur)))
+    return out
+
+
+# ---- grouping ------------------------------------------------------------------------------------
+
+def group_jobs(summaries: Iterable[RankSummary]) -> list[list[RankSummary]]:
+    """Summaries of distributed traces grouped by job; single-process traces are left out."""
+    groups: dict[str, list[RankSummary]] = {}
+    for s in summaries:
+        if s.error or s.rank is None or not s.world_size or s.world_size < 2:
+            continue
+        groups.setdefault(s.group, []).append(s)
+    return [sorted(g, key=lambda s: s.rank) for g in groups.values() if len(g) >= 2]
+
+
+# ---- reduce: summaries -> JobReport ----------------------------------------------------------------
+
+def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
+    """The job report of the rank summaries of one job (in any order; streamed once)."""
+    rows: list[RankRow] = []
+    coll: dict[str, list[tuple[int, float]]] = defaultdict(list)  # key -> [(row index, dur)]
+    lines: dict[tuple, LineCost] = {}
+    notes: list[str] = []
+    world = backend = None
+    group = ""
+    for s in summaries:
+        if s.error:
+            notes.append(f"{s.path}: {s.error}")
+            continue
+        world = world or s.world_size
+        backend = backend or s.backend
+        group = group or s.group
+        idx = len(rows)
+        rows.append(_row(s))
+        for c in s.collectives:
+            coll[c.key].append((idx, c.dur_us))
+        for h in s.hot_lines:
+            k = (h.path, h.line)
+            t = lines.get(k)
+            if t is None:
+                lines[k] = LineCost(path=h.path, line=h.line, function=h.function,
+                                    cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us, ranks=1)
+            else:
+                t.cpu_total_us = _r(t.cpu_total_us + h.cpu_total_us)
+                t.gpu_us = _r(t.gpu_us + h.gpu_us)
+                t.ranks += 1
+    _waits(rows, coll)  # indices in ``coll`` are positions in arrival order: sort only after
+    rows.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0))
+    job = JobReport(group=group, world_size=world, backend=backend, ranks=rows, notes=notes)
+    job.collectives_matched = _matched(coll, len(rows))
+    if world:
+        present = {r.rank for r in rows}
+        job.missing_ranks = [k for k in range(world) if k not in present]
+    job.hot_lines = sorted(lines.values(), key=lambda h: -(h.cpu_total_us + h.gpu_us))[:HOT_LINES_PER_RANK]
+    d = straggler(job)
+    if d is not None:
+        job.diagnostics.append(d)
+        job.straggler = d.evidence.get("rank")
+    return job
+
+
+def _row(s: RankSummary) -> RankRow:
+    n = max(1, len(s.steps))
+
+    def mean(f):
+        return _r(sum(getattr(st, f) for st in s.steps) / n)
+
+    comm = sum(st.comm_us for st in s.steps)
+    exposed = sum(st.exposed_comm_us for st in s.steps)
+    return RankRow(rank=s.rank, path=s.path, steps=len(s.steps), step_us=mean("dur_us"),
+                   cpu_own_us=mean("cpu_own_us"), compute_us=mean("compute_us"), comm_us=mean("comm_us"),
+                   exposed_comm_us=mean("exposed_comm_us"),
+                   overlap_pct=_r(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
+                   verdict=s.verdict)
+
+
+def _complete(durs: list[tuple[int, float]], n: int) -> bool:
+    return len(durs) == n and len({i for i, _ in durs}) == n
+
+
+def _matched(coll: dict, n: int) -> int:
+    return sum(1 for durs in coll.values() if _complete(durs, n)) if n >= 2 else 0
+
+
+def _waits(rows: list[RankRow], coll: dict[str, list[tuple[int, float]]]) -> None:
+    """Per-rank collective wait per step, from the durations of the collectives every rank ran."""
+    n = len(rows)
+    if n < 2:
+        return
+    wait = [0.0] * n
+    last = [0] * n
+    steps: set = set()
+    for key, durs in coll.items():
+        if not _complete(durs, n):
+            continue  # not every rank ran it (different profiled steps, or a partial group)
+        steps.add(key.split("|", 1)[0])
+        lo = min(d for _, d in durs)
+        for i, d in durs:
+            wait[i] += d - lo
+        last[min(durs, key=lambda t: t[1])[0]] += 1
+    if not steps:
+        return
+    for k, r in enumerate(rows):
+        r.wait_us = _r(wait[k] / len(steps))
+        r.transfer_us = _r(max(0.0, r.comm_us - r.wait_us))
+        r.last_arrivals = last[k]
+
+
+def straggler(job: JobReport) -> Optional[Diagnostic]:
+    """Evidence: per rank, the share of matched collectives it arrived last at; its compute (GPU busy
+    in non-communication work per step) and its CPU own time per step (step wall time minus
+    blocking syncs) against the median of the other ranks; the other ranks' collective wait per step.
+
+    Threshold: fires on the rank that arrives last most often when all of these hold:
+    (1) it is last at ≥ 75% of at least 6 matched collectives: with two ranks chance alone gives 50%
+    (the balanced DDP pair splits 23/28), a rank that really lags gates nearly every one (the FSDP
+    pair: 144 of 144); (2) its extra work, GPU compute ≥ 1.2x or CPU own time ≥ 1.1x the median of
+    the others, amounts to ≥ 10% of the others' step: a synchronous job runs at its slowest rank's
+    pace, so that excess is lost on every other rank each step, while step-to-step noise between
+    ranks stays below it (the balanced pair: 9%, with no consistent last rank); GPU compute needs the
+    larger ratio because a GPU with slack absorbs some extra kernels; (3) the others' collective wait
+    per step is at least half of that excess, so the waiting the others do is explained by it (if
+    they did not wait, the extra work was hidden and rebalancing would not speed the job up).
+    NCCL kernels spin while they wait, so absolute NCCL durations are never compared, only matched
+    collectives across ranks. The rank is compared on work, not step time alone: a rank that waits
+    in a blocking collective has as long a step as the one it waits for.
+    """
+    rows = [r for r in job.ranks if r.wait_us is not None]
+    if len(rows) < 2 or job.collectives_matched < MIN_MATCHED:
+        return None
+    cand = max(rows, key=lambda r: (r.last_arrivals, r.cpu_own_us + r.compute_us))
+    share = cand.last_arrivals / job.collectives_matched
+    others = [r for r in rows if r is not cand]
+    med = statistics.median
+    o_step = med(r.step_us for r in others)
+    o_comp = med(r.compute_us for r in others)
+    o_cpu = med(r.cpu_own_us for r in others)
+    o_wait = med(r.wait_us for r in others)
+    d_gpu = cand.compute_us - o_comp
+    d_cpu = cand.cpu_own_us - o_cpu
+    gpu_hit = o_comp > 0 and cand.compute_us >= GPU_RATIO * o_comp
+    cpu_hit = o_cpu > 0 and cand.cpu_own_us >= CPU_RATIO * o_cpu
+    excess = max(d_gpu if gpu_hit else 0.0, d_cpu if cpu_hit else 0.0)
+    if share < LAST_SHARE or excess <= 0 or excess < EXCESS_OF_STEP * o_step or o_wait < WAIT_EXPLAINS * excess:
+        return None
+    side = "GPU compute" if excess == d_gpu and gpu_hit else "CPU"
+    msg = (f"rank {cand.rank} is the straggler: it arrives last at {cand.last_arrivals} of "
+           f"{job.collectives_matched} matched collectives; per step its {side} takes "
+           f"{_ms(cand.compute_us if side == 'GPU compute' else cand.cpu_own_us)} vs "
+           f"{_ms(o_comp if side == 'GPU compute' else o_cpu)} median on the other ranks "
+           f"(+{_ms(excess)}, {excess / o_step:.0%} of their {_ms(o_step)} step), and the other ranks "
+           f"wait {_ms(o_wait)} per step in collectives for it")
+    fix = ("CPU-side: find what rank {r} does more of on the CPU (data loading, logging, rank-0-only work, "
+           "a busier core) and move it off the step; fewer, larger collectives cut per-step dispatch"
+           if side == "CPU" else
+           "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
+           "kernels run longer (clocks, a shared GPU)").format(r=cand.rank)
+    evidence = {"rank": cand.rank, "last_arrivals": cand.last_arrivals,
+                "collectives_matched": job.collectives_matched, "last_share": _r(share, 3),
+                "side": "gpu" if side == "GPU compute" else "cpu",
+                "compute_us": cand.compute_us, "others_compute_us": _r(o_comp),
+                "cpu_own_us": cand.cpu_own_us, "others_cpu_own_us": _r(o_cpu),
+                "step_us": cand.step_us, "others_step_us": _r(o_step),
+                "excess_us": _r(excess), "others_wait_us": _r(o_wait), "straggler_wait_us": cand.wait_us}
+    return Diagnostic(code="rank-straggler", severity=CATALOG["rank-straggler"].severity, message=msg,
+                      location=Location(path=cand.path, precision="trace"), evidence=evidence, fix=fix)
+
+
+def comm_findings(job: JobReport) -> list[str]:
+    """One line per rank: communication vs computation and how much of it overlaps compute."""
+    out = []
+    for r in job.ranks:
+        ov = f"{r.overlap_pct:.0f}% overlapped" if r.overlap_pct is not None else "no collectives"
+        w = (f"; waiting {_ms(r.wait_us)}, transfer ~{_ms(r.transfer_us)}" if r.wait_us is not None else "")
+        out.append(f"rank {r.rank}: step {_ms(r.step_us)}, compute {_ms(r.compute_us)}, "
+                   f"collectives {_ms(r.comm_us)} ({ov}, exposed {_ms(r.exposed_comm_us)}){w}")
+    return out
+
+
+def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobReport]]:
+    """Single-process path: every trace's report plus one job report per job among them."""
+    reports, summaries = [], []
+    for p in paths:
+        rep, s = analyze_rank(p, options)
+        reports.append(rep)
+        summaries.append(s)
+    return reports, [reduce_job(g) for g in group_jobs(summaries)]
+
+
+def _error_report(path: str, error: str) -> Report:
+    import os
+
+    from .. import __version__
+    from ..protocol.types import TraceInfo
+
+    size = os.path.getsize(path) if os.path.isfile(path) else 0
+    return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error, profd_version=__version__)
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+
+
+def _r(v: float, nd: int = 3) -> float:
+    return round(float(v), nd)
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
