@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--disable", action="append", default=[], metavar="CODE")
     a.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
     _daemon_subcommands(sub)
+    from . import jobs
+
+    jobs.add_subcommands(sub)  # diff, annotate
     return p
 
 
@@ -141,6 +144,10 @@ def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
 def cmd_analyze(ns) -> int:
     workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
     path_map = parse_path_map(ns.path_map)
+    if len(ns.paths) > 1:  # several rank traces of one job: the per-rank reports plus the job report
+        from . import jobs
+
+        return jobs.cmd_analyze_job(ns, workspace, path_map)
     if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
         reports = analyze_local(ns.paths, workspace, path_map, ns.disable)
     else:
@@ -155,6 +162,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if ns.cmd == "analyze":
             return cmd_analyze(ns)
+        if ns.cmd in ("diff", "annotate"):
+            from . import jobs
+
+            return jobs.run(ns)
         if ns.cmd in ("status", "hover", "reports"):
             return cmd_daemon(ns)
     except KeyboardInterrupt:

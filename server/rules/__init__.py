@@ -13,7 +13,7 @@ from ...protocol.catalog import RULES as CATALOG
 Check = Callable[..., Iterable]
 REGISTRY: dict[str, Check] = {}
 
-FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "training"]
+FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "training", "ranks"]
 
 
 def rule(code: str):
