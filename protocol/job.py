@@ -52,6 +52,7 @@ class RankSummary(Struct):
     world_size: Optional[int] = None
     backend: Optional[str] = None
     group: str = ""  # what identifies the job: world size, backend, the default group's ranks
+    start_us: float = 0.0  # wall-clock start of the trace (baseTimeNanoseconds + first event), µs
     verdict: Optional[str] = None
     steps: list[RankStep] = []
     collectives: list[Collective] = []

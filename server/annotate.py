@@ -18,7 +18,7 @@ from typing import IO, Iterable, Iterator, Optional
 import orjson
 
 from ..protocol.types import Diagnostic, Report
-from . import loader
+from . import kernels, loader
 from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyse
 from .model import TraceModel, build
 
@@ -73,15 +73,13 @@ def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
                "tid": STEPS_TID, "ts": s.ts, "dur": s.dur,
                "args": {"verdict": v, "gpu_busy_us": round(busy, 3), "gpu_busy_pct": round(pct, 1),
                         "step_us": round(s.dur, 3)}}
-    first = _first_event_by_line(m, ctx, diagnostics)
+    on_line = _events_by_line(m, ctx, diagnostics)
     lo = a.window[0]
     for d in diagnostics:
         loc = d.location
-        i = first.get((loc.trace_path, loc.line)) if loc.line is not None else None
-        if i is not None:
-            e = m.cpu[i]
-            where = {"pid": e.pid, "tid": e.tid, "ts": e.ts}
-        else:
+        evs = on_line.get((loc.trace_path, loc.line), []) if loc.line is not None else []
+        where = _evidence_at(m, d, evs) if evs else None
+        if where is None:
             where = {"pid": pid, "tid": FINDINGS_TID, "ts": _trace_level_ts(m, d, lo)}
         args = {"code": d.code, "severity": d.severity, "message": d.message,
                 "location": f"{loc.path}:{loc.line}" if loc.line else (loc.path or ""),
@@ -91,10 +89,10 @@ def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
         yield {"ph": "i", "s": "t", "cat": CAT, "name": f"{d.code}", **where, "args": args}
 
 
-def _first_event_by_line(m: TraceModel, ctx, diagnostics: Iterable[Diagnostic]) -> dict[tuple, int]:
-    """(trace path, line) of each located finding -> the earliest CPU event charged to that line."""
+def _events_by_line(m: TraceModel, ctx, diagnostics: Iterable[Diagnostic]) -> dict[tuple, list[int]]:
+    """(trace path, line) of each located finding -> CPU events charged to that line, by start time."""
     want = {(d.location.trace_path, d.location.line) for d in diagnostics if d.location.line is not None}
-    found: dict[tuple, int] = {}
+    found: dict[tuple, list[int]] = {}
     if not want:
         return found
     lo = m.steps[0].ts if m.steps else float("-inf")
@@ -102,17 +100,63 @@ def _first_event_by_line(m: TraceModel, ctx, diagnostics: Iterable[Diagnostic]) 
         if e.cat == "python_function" or e.ts < lo or m.user_frame(i) < 0:
             continue
         key = ctx.line_key(i)
-        if key is None:
-            continue
-        k = (key.trace_path, key.line)
-        if k in want and (k not in found or e.ts < m.cpu[found[k]].ts):
-            found[k] = i
+        if key is not None and (key.trace_path, key.line) in want:
+            found.setdefault((key.trace_path, key.line), []).append(i)
+    for v in found.values():
+        v.sort(key=lambda i: m.cpu[i].ts)
     return found
+
+
+def _at(e) -> dict:
+    return {"pid": e.pid, "tid": e.tid, "ts": e.ts}
+
+
+def _evidence_at(m: TraceModel, d: Diagnostic, evs: list[int]) -> Optional[dict]:
+    """Where the finding's evidence first shows among its line's events.
+
+    host-sync: the synchronising call; fp32-matmul / pageable-memcpy: the first offending kernel or
+    copy on its GPU stream; memory findings: the allocation that reached the peak (memory-peak);
+    otherwise the line's first event in the active steps.
+    """
+    ev = d.evidence or {}
+    if d.code == "host-sync" and ev.get("sync_call"):
+        for i in evs:
+            for c in _subtree(m, i):
+                if m.cpu[c].name == ev["sync_call"]:
+                    return _at(m.cpu[c])
+    if d.code in ("fp32-matmul", "pageable-memcpy"):
+        gpu = []
+        for i in evs:
+            for c in _subtree(m, i):
+                gpu.extend(m.gpu_of_launch(c))
+        for g in sorted(gpu, key=lambda g: m.gpu[g].ts):
+            e = m.gpu[g]
+            if (d.code == "fp32-matmul" and e.cat == "kernel" and kernels.is_fp32_simt_gemm(e.name)) or \
+               (d.code == "pageable-memcpy" and e.cat == "gpu_memcpy" and "pageable" in e.name.lower()):
+                return _at(e)
+    if d.code == "memory-peak" and m.memory:
+        peak = max(m.memory, key=lambda x: x.total_allocated)
+        return {"pid": peak.thread[0], "tid": peak.thread[1], "ts": peak.ts}
+    return _at(m.cpu[evs[0]])
+
+
+def _subtree(m: TraceModel, i: int):
+    stack = [i]
+    while stack:
+        j = stack.pop()
+        yield j
+        stack.extend(m.children(j))
 
 
 def _trace_level_ts(m: TraceModel, d: Diagnostic, default: float) -> float:
     """A trace-level finding's time: the step its evidence names, else the active window's start."""
     ev = d.evidence or {}
+    if ev.get("kind") == "flush-sync":
+        syncs = [e for e in m.cpu if e.name == "cudaDeviceSynchronize"]
+        if syncs:
+            return max(syncs, key=lambda e: e.ts).ts
+    if ev.get("kind") == "lane-offset" and m.steps:
+        return m.steps[0].ts
     for key in ("first_step", "step"):
         name = ev.get(key)
         if isinstance(name, str):

@@ -78,7 +78,8 @@ def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None)
     backend = dist.get("backend")
     s = RankSummary(path=info.path if info else "", sha256=info.sha256 if info else "", rank=rank,
                     world_size=world, backend=str(backend) if backend is not None else None,
-                    group=_group_key(dist), steps=step_stats(m, a), collectives=collectives(m, a))
+                    group=_group_key(dist), start_us=_start_us(m), steps=step_stats(m, a),
+                    collectives=collectives(m, a))
     if report is not None:
         s.verdict = report.summary.verdict if report.summary else None
         counts: dict[str, int] = {}
@@ -89,6 +90,15 @@ def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None)
                                 cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us)
                        for h in report.hot_lines[:HOT_LINES_PER_RANK]]
     return s
+
+
+def _start_us(m: TraceModel) -> float:
+    """Wall-clock start: kineto's event clock plus ``baseTimeNanoseconds`` (its offset to the epoch)."""
+    try:
+        base = float(m.doc.baseTimeNanoseconds or 0) / 1000.0
+    except (TypeError, ValueError):
+        base = 0.0
+    return _r(base + m.t0)
 
 
 def _group_key(dist: dict) -> str:
@@ -158,14 +168,34 @@ def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
 
 # ---- grouping ------------------------------------------------------------------------------------
 
+JOB_GAP_US = 10e6
+
+
 def group_jobs(summaries: Iterable[RankSummary]) -> list[list[RankSummary]]:
-    """Summaries of distributed traces grouped by job; single-process traces are left out."""
+    """Summaries of distributed traces grouped by job; single-process traces are left out.
+
+    Traces of one job share world size, backend and the default group's ranks. Two jobs of the same
+    shape (the balanced and the FSDP pair here) are told apart by time: the ranks of one job enter
+    their profiled steps together (collectives hold them within a step of each other), so a start
+    more than 10 s after the previous trace's, or a rank seen twice, begins another job. 10 s
+    leaves room for clocks of different hosts.
+    """
     groups: dict[str, list[RankSummary]] = {}
     for s in summaries:
         if s.error or s.rank is None or not s.world_size or s.world_size < 2:
             continue
         groups.setdefault(s.group, []).append(s)
-    return [sorted(g, key=lambda s: s.rank) for g in groups.values() if len(g) >= 2]
+    jobs = []
+    for g in groups.values():
+        cur: list[RankSummary] = []
+        for s in sorted(g, key=lambda s: s.start_us):
+            if cur and (s.start_us - cur[-1].start_us > JOB_GAP_US or any(c.rank == s.rank for c in cur)):
+                jobs.append(cur)
+                cur = []
+            cur.append(s)
+        if cur:
+            jobs.append(cur)
+    return [sorted(j, key=lambda s: s.rank) for j in jobs if len(j) >= 2]
 
 
 # ---- reduce: summaries -> JobReport ----------------------------------------------------------------
