@@ -1,0 +1,216 @@
+"""profd against a plain JSON parse (and HTA when installed), on real traces tiled to large sizes.
+
+    python bench/bench.py                      # 50 MB and 250 MB
+    python bench/bench.py --sizes 50,250,1000  # and 1 GB (one run per case at >= 1000 MB)
+
+Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so peak RSS (the
+child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
+parent) belongs to that case alone; the tiling also runs in a subprocess so the bench stays small. ``work s`` is the
+time inside the child from before reading the file to the end of the case (page cache warm);
+``proc s`` is the whole process (interpreter start and imports included). Ratios are against the
+fastest plain parse, ``orjson.loads`` with the cyclic GC disabled, on the same file in the same run,
+and RSS against the file's size on disk. Benchmarks print numbers; nothing here asserts a time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out")
+DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
+
+MODES = [
+    ("orjson-gc", "orjson.loads, gc on"),
+    ("orjson", "orjson.loads, gc off (baseline)"),
+    ("msgspec-raw", "msgspec.json.decode untyped, gc off"),
+    ("profd-load", "profd loader.load (read+typed decode+sha256)"),
+    ("profd-full", "profd analyze_file (all rules, hot lines)"),
+    ("hta", "HTA load + temporal + idle breakdown"),
+]
+
+
+# ---- children ---------------------------------------------------------------------------------
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def child(mode: str, path: str) -> dict:
+    import gc
+    t0 = time.perf_counter()
+    extra = {}
+    if mode == "orjson-gc":
+        import orjson
+        doc = orjson.loads(_read(path))
+        extra["events"] = len(doc["traceEvents"])
+    elif mode == "orjson":
+        import orjson
+        gc.disable()
+        doc = orjson.loads(_read(path))
+        extra["events"] = len(doc["traceEvents"])
+    elif mode == "msgspec-raw":
+        import msgspec
+        gc.disable()
+        doc = msgspec.json.decode(_read(path))
+        extra["events"] = len(doc["traceEvents"])
+    elif mode == "profd-load":
+        from profd.server import loader
+        doc, _, _ = loader.load(path)
+        extra["events"] = len(doc.traceEvents)
+    elif mode == "profd-full":
+        from profd.server.engine import Options, analyze_file
+        rep = analyze_file(path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+        extra["events"] = rep.trace.events
+        extra["diagnostics"] = len(rep.diagnostics)
+        extra["hot_lines"] = len(rep.hot_lines)
+    elif mode == "hta":
+        from hta.trace_analysis import TraceAnalysis  # type: ignore
+        d = os.path.join(OUT, "hta_" + os.path.basename(path).replace(".", "_"))
+        os.makedirs(d, exist_ok=True)
+        link = os.path.join(d, "rank0.json")
+        if not os.path.exists(link):
+            os.symlink(os.path.abspath(path), link)
+        ta = TraceAnalysis(trace_dir=d)
+        ta.get_temporal_breakdown(visualize=False)
+        ta.get_idle_time_breakdown(visualize=False)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    wall = time.perf_counter() - t0
+    return {"work_s": wall, "rss": _vm_hwm(), **extra}
+
+
+def _vm_hwm() -> int:
+    """This process's peak RSS. ``VmHWM`` belongs to the mm created at exec; ``ru_maxrss`` also
+    keeps the RSS of the forked parent image, which would charge the bench's own memory to us."""
+    import resource
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def have_hta() -> bool:
+    try:
+        import importlib.util
+        return importlib.util.find_spec("hta") is not None
+    except Exception:
+        return False
+
+
+def run_child(mode: str, path: str) -> dict:
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", mode, path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read()
+    err = p.stderr.read()
+    p.wait()
+    proc = time.perf_counter() - t0
+    if p.returncode != 0:
+        return {"error": (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]}
+    r = json.loads(out.decode().strip().splitlines()[-1])
+    r["proc_s"] = proc
+    return r
+
+
+# ---- the run ----------------------------------------------------------------------------------
+def ensure_trace(source: str, mb: int) -> str:
+    os.makedirs(OUT, exist_ok=True)
+    base = os.path.basename(source).split(".")[0]
+    path = os.path.join(OUT, f"{base}_x{mb}MB.json")
+    stamp = path + ".src"
+    if os.path.exists(path) and os.path.exists(stamp) and open(stamp).read() == os.path.abspath(source):
+        return path
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, os.path.join(HERE, "tile.py"), source, path, "--mb", str(mb)],
+                         check=True, capture_output=True, text=True)
+    n, copies = os.path.getsize(path), res.stdout.split(" copies")[0].rsplit(" ", 1)[-1]
+    with open(stamp, "w") as f:
+        f.write(os.path.abspath(source))
+    print(f"# tiled {source} x{copies} -> {path} ({n / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
+          flush=True)
+    return path
+
+
+def fmt_mb(b: float) -> str:
+    return f"{b / 1e6:,.0f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="profd vs orjson.loads (and HTA) on tiled real traces")
+    ap.add_argument("--sizes", default="50,250", help="sizes in MB, comma-separated (default 50,250)")
+    ap.add_argument("--source", default=DEFAULT_SOURCE, help="real trace to tile (default tinygpt_naive)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case below 1000 MB (median)")
+    ap.add_argument("--modes", default=",".join(m for m, _ in MODES))
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
+    ns = ap.parse_args(argv)
+    if ns.child:
+        print(json.dumps(child(*ns.child)))
+        return 0
+
+    modes = [m for m in ns.modes.split(",") if m]
+    if "hta" in modes and not have_hta():
+        modes.remove("hta")
+        print("# HTA (HolisticTraceAnalysis) not installed: skipped (it pulls pandas/numpy/plotly)")
+    print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, source {os.path.relpath(ns.source, ROOT)}")
+    for mode in modes:
+        print(f"#   {mode:12} {dict(MODES)[mode]}")
+    rows = []
+    for mb in [int(s) for s in ns.sizes.split(",") if s]:
+        path = ensure_trace(ns.source, mb)
+        size = os.path.getsize(path)
+        reps = ns.repeat if mb < 1000 else 1
+        results = {}
+        for mode in modes:
+            runs = [run_child(mode, path) for _ in range(reps)]
+            ok = [r for r in runs if "error" not in r]
+            if not ok:
+                results[mode] = {"error": runs[0]["error"], "n": reps}
+                continue
+            results[mode] = {
+                "work_s": statistics.median(r["work_s"] for r in ok),
+                "proc_s": statistics.median(r["proc_s"] for r in ok),
+                "rss": statistics.median(r["rss"] for r in ok),
+                "n": len(ok), "events": ok[0].get("events"),
+            }
+            print(f"#   {mb} MB {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
+                  f"(n={len(ok)})", flush=True)
+        rows.append((mb, path, size, reps, results))
+
+    print()
+    hdr = (f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'proc s':>8} {'peak RSS MB':>11} "
+           f"{'t/orjson':>9} {'RSS/file':>9} {'MB/s':>7}")
+    print(hdr)
+    print("-" * len(hdr))
+    for mb, path, size, reps, results in rows:
+        base = results.get("orjson", {}).get("work_s")
+        for mode in modes:
+            r = results[mode]
+            if "error" in r:
+                print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} error: {r['error'][:70]}")
+                continue
+            ratio = f"{r['work_s'] / base:.2f}x" if base else "-"
+            print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['proc_s']:>8.2f} "
+                  f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}")
+        full = results.get("profd-full", {})
+        if base and "work_s" in full:
+            t_ok = full["work_s"] <= 0.5 * base
+            m_ok = full["rss"] <= size
+            print(f"{'':>9} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
+                  f"{'MET' if t_ok else 'MISSED'}; peak RSS <= file: {full['rss'] / size:.2f}x "
+                  f"{'MET' if m_ok else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
