@@ -84,6 +84,8 @@ def cmd_analyze_job(ns, workspace, path_map) -> int:
     from .main import analyze_daemon, emit, exit_code
 
     opts = _options(ns, workspace, path_map)
+    if ns.cluster or any(os.path.isdir(p) for p in ns.paths):
+        return _analyze_cluster(ns, opts)
     if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
         reports, jobs = job.analyze_job(ns.paths, opts)
     else:
@@ -109,3 +111,30 @@ def cmd_analyze_job(ns, workspace, path_map) -> int:
 
             return EXIT_FINDINGS
     return code
+
+
+def _analyze_cluster(ns, opts) -> int:
+    """A job folder (or many files): summaries on the cluster or a local pool, only the job report
+    printed (the rank reports are never gathered in one process)."""
+    from ..server import cluster
+    from .main import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+
+    try:
+        jobs = cluster.analyze_job_paths(ns.paths, opts, cluster=ns.cluster, workers=ns.workers)
+    except (OSError, RuntimeError, TimeoutError) as e:
+        print(f"profd-client: cluster analysis failed: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if ns.format == "json":
+        sys.stdout.buffer.write(fmt.json_jobs_doc([], jobs) + b"\n")
+    elif ns.format == "sarif":
+        doc = fmt.sarif_jobs(fmt.sarif([]), jobs)
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
+        sys.stdout.write(fmt.job_text(jobs, color=color) or "no multi-rank job among these traces\n")
+    sys.stdout.flush()
+    if ns.fail_on != "never":
+        bar = T.SEVERITY_RANK[ns.fail_on]
+        if any(T.SEVERITY_RANK[d.severity] >= bar for j in jobs for d in j.diagnostics):
+            return EXIT_FINDINGS
+    return EXIT_CLEAN

@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     a.add_argument("--disable", action="append", default=[], metavar="CODE")
     a.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
+    a.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786): summarise "
+                   "the rank traces of a job (files or a folder) there; prints the job report")
+    a.add_argument("--workers", type=int, metavar="N", help="local processes for a job folder")
     _daemon_subcommands(sub)
     from . import jobs
 
@@ -144,7 +147,7 @@ def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
 def cmd_analyze(ns) -> int:
     workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
     path_map = parse_path_map(ns.path_map)
-    if len(ns.paths) > 1:  # several rank traces of one job: the per-rank reports plus the job report
+    if len(ns.paths) > 1 or ns.cluster or any(os.path.isdir(p) for p in ns.paths):  # a multi-rank job
         from . import jobs
 
         return jobs.cmd_analyze_job(ns, workspace, path_map)
