@@ -38,14 +38,14 @@ def step_verdict(busy_pct: float) -> str:
 
 def annotate_file(path: str, out_path: str, options=None) -> Report:
     """Analyse ``path`` and write the annotated copy to ``out_path`` (gzip when it ends in .gz)."""
-    from .engine import Context, Options, _trace_info, analyze_model
+    from .engine import Context, Options, trace_info, analyze_model
 
     options = options or Options()
     data = loader.read_bytes(path)
     doc = loader.decode(path, data)
     m = build(doc)
-    report = analyze_model(m, _trace_info(path, loader.sha256_of(data), len(data), m), options)
     a = analyse(m)
+    report = analyze_model(m, trace_info(path, loader.sha256_of(data), len(data), m), options, a)
     ctx = Context(m, a, path, options)
     raw = orjson.loads(bytes(data))
     if isinstance(raw, list):

@@ -115,7 +115,7 @@ def analyze_file(path: str, options: Optional[Options] = None) -> Report:
     try:
         doc, sha, size = loader.load(path)
         model = build(doc)
-        info = _trace_info(path, sha, size, model)
+        info = trace_info(path, sha, size, model)
         return analyze_model(model, info, options)
     finally:
         if enabled:
@@ -135,8 +135,10 @@ def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
                       profd_version=__version__)
 
 
-def analyze_model(model: TraceModel, info: TraceInfo, options: Options) -> Report:
-    analysis = analyse(model)
+def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
+                  analysis: Optional[Analysis] = None) -> Report:
+    """Rules and hot lines over a built model; pass ``analysis`` when the caller has it already."""
+    analysis = analysis or analyse(model)
     ctx = Context(model, analysis, info.path, options)
     hot = _hot_lines(ctx)
     ctx.hot = hot
@@ -161,7 +163,7 @@ def _diag_order(d: Diagnostic):
     return (_SEV.get(d.severity, 9), d.location.path or "", d.location.line or 0, d.code)
 
 
-def _trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
+def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
     doc = m.doc
     dev = m.device
     cc = m.compute_capability

@@ -55,7 +55,7 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
 
     A file that is not a trace gives a Report and a summary that both carry ``error``.
     """
-    from .engine import Options, _trace_info, analyze_model  # engine imports rules; keep this lazy
+    from .engine import Options, trace_info, analyze_model  # engine imports rules; keep this lazy
 
     options = options or Options()
     try:
@@ -65,8 +65,9 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
     from .model import build
 
     m = build(doc)
-    report = analyze_model(m, _trace_info(path, sha, size, m), options)
-    return report, summarize_model(m, analyse(m), report)
+    a = analyse(m)
+    report = analyze_model(m, trace_info(path, sha, size, m), options, a)
+    return report, summarize_model(m, a, report)
 
 
 def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None) -> RankSummary:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
 from .model import TraceModel
 from .sourcemap import SourceMap, source_lines
 
+_PARSE_LOCK = threading.Lock()
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([A-Za-z_][A-Za-z0-9_]*)")
 # Frames of library code whose name says nothing about the call site.
 _SKIP = {"__enter__", "__exit__"}
@@ -232,10 +234,13 @@ class StatementResolver:
 
     def _tree(self, local: str) -> Optional[ast.AST]:
         if local not in self._trees:
-            try:
-                self._trees[local] = ast.parse("\n".join(source_lines(local)))
-            except (SyntaxError, ValueError):
-                self._trees[local] = None
+            # ast.parse is not thread-safe on CPython 3.11 ("AST constructor recursion depth
+            # mismatch" under concurrent parses): the daemon and Dask workers analyse in threads
+            with _PARSE_LOCK:
+                try:
+                    self._trees[local] = ast.parse("\n".join(source_lines(local)))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    self._trees[local] = None
         return self._trees[local]
 
     def _align(self, frame: int) -> dict[int, int]:
