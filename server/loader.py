@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import stat
 import re
 import zlib
 from typing import Any, Optional, Union
@@ -100,19 +101,48 @@ _list_decoder = msgspec.json.Decoder(list[Event])
 
 
 def read_bytes(path: str) -> bytes:
-    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap."""
+    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap.
+
+    The file is opened non-blocking and checked to be a regular file on the open descriptor, so a
+    FIFO or device named ``*.json`` is refused instead of hanging, and a file replaced or removed
+    between a watcher's stat and this read is either read whole or reported, never half-judged.
+    """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a directory") from None
     except OSError as e:
+        raise TraceError(path, f"cannot open: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise TraceError(path, "is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(path, "not a regular file")
+        if st.st_size > MAX_INFLATED_BYTES:
+            raise TraceError(path, f"file is {st.st_size} bytes, larger than the "
+                                   f"{MAX_INFLATED_BYTES}-byte limit (PROFD_MAX_TRACE_BYTES); refusing")
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            fd = -1
+            data = _read_all(f, st.st_size)
+    except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(path, data)
+    elif len(data) > MAX_INFLATED_BYTES:  # it grew while we read it
+        raise TraceError(path, f"file is larger than the {MAX_INFLATED_BYTES}-byte limit; refusing")
     return data
+
+
+def _read_all(f, size_hint: int) -> bytes:
+    """Read to EOF; one allocation when the file does not grow while we read (the common case)."""
+    data = f.read()
+    return data if data is not None else b""
 
 
 def _gunzip(path: str, data: bytes) -> bytearray:
@@ -121,9 +151,11 @@ def _gunzip(path: str, data: bytes) -> bytearray:
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         while buf:
-            out += d.decompress(buf, 1 << 26)
+            room = MAX_INFLATED_BYTES + 1 - len(out)
+            out += d.decompress(buf, max(1, min(1 << 26, room)))
             if len(out) > MAX_INFLATED_BYTES:
-                raise TraceError(path, f"gzip inflates past {MAX_INFLATED_BYTES} bytes; refusing")
+                raise TraceError(path, f"gzip inflates past {MAX_INFLATED_BYTES} bytes "
+                                       f"(PROFD_MAX_TRACE_BYTES); refusing")
             buf = d.unconsumed_tail
             if d.eof:
                 buf = d.unused_data  # a concatenated gzip member follows, or nothing
@@ -159,6 +191,8 @@ def decode(path: str, data: bytes) -> TraceDoc:
         if "missing required field `traceEvents`" in msg:
             raise TraceError(path, "not a torch.profiler trace: JSON object has no 'traceEvents'") from None
         raise TraceError(path, f"unexpected value: {msg}") from None
+    except RecursionError:  # msgspec's own depth guard: arrays/objects nested thousands deep
+        raise TraceError(path, "invalid JSON: nested too deeply (more levels than any trace has)") from None
     except msgspec.DecodeError as e:
         msg = str(e)
         if "truncated" in msg.lower():
