@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     from . import jobs
 
     jobs.add_subcommands(sub)  # diff, annotate
+    from . import workload
+
+    workload.add_subcommands(sub)  # run
     return p
 
 
@@ -171,6 +174,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             return jobs.run(ns)
         if ns.cmd in ("status", "hover", "reports"):
             return cmd_daemon(ns)
+        if ns.cmd == "run":
+            from . import workload
+
+            return workload.run(ns)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
