@@ -115,6 +115,8 @@ def read_bytes(path: str) -> bytes:
         raise TraceError(path, "is a directory") from None
     except OSError as e:
         raise TraceError(path, f"cannot open: {e.strerror or e}") from None
+    except ValueError as e:  # e.g. an embedded NUL byte in the path
+        raise TraceError(path, f"invalid path: {e}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
