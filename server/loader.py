@@ -206,10 +206,48 @@ def decode(path: str, data: bytes) -> TraceDoc:
 
 
 def load(path: str) -> tuple[TraceDoc, str, int]:
-    """Read and decode ``path``: (document, sha256 of the JSON bytes, byte size)."""
+    """Read and decode ``path``: (document, sha256 of the JSON bytes, byte size).
+
+    The JSON buffer is released before returning: see ``detach_raw``.
+    """
     data = read_bytes(path)
+    sha, size = sha256_of(data), len(data)
     doc = decode(path, data)
-    return doc, sha256_of(data), len(data)
+    detach_raw(doc)
+    return doc, sha, size
+
+
+def detach_raw(doc: TraceDoc) -> None:
+    """Give every ``msgspec.Raw`` field its own small bytes, so the file's buffer can be freed.
+
+    msgspec's ``Raw`` is zero-copy: each one references the whole input buffer, so a document
+    with shapes or grids otherwise keeps the entire JSON alive through the analysis. Equal values
+    (the same shapes every step, the same grids) share one object. Measured on a 255 MB tiling of
+    tinygpt_naive: 0.18 s, and the full analysis's peak RSS fell from 1166 MB to 899 MB (the
+    decode's own peak, buffer + structs, is then the process's peak).
+    """
+    raws: dict[bytes, msgspec.Raw] = {}
+    Raw = msgspec.Raw
+    for e in doc.traceEvents:
+        a = e.args
+        if a is None:
+            continue
+        r = a.input_dims
+        if r:
+            b = bytes(r)
+            a.input_dims = raws.get(b) or raws.setdefault(b, Raw(b))
+        r = a.input_types
+        if r:
+            b = bytes(r)
+            a.input_types = raws.get(b) or raws.setdefault(b, Raw(b))
+        r = a.grid
+        if r:
+            b = bytes(r)
+            a.grid = raws.get(b) or raws.setdefault(b, Raw(b))
+        r = a.block
+        if r:
+            b = bytes(r)
+            a.block = raws.get(b) or raws.setdefault(b, Raw(b))
 
 
 def flag(value: Flag) -> bool:
