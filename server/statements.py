@@ -260,17 +260,33 @@ class StatementResolver:
         sites = col.sites
         if not sites:
             return {}
+        if not is_def:
+            # A frame already running resumes at the line it was on; code before the outermost
+            # loop around that line has run and will not run again (a warm-up loop, say).
+            floor = _resume_floor(func, fr.line)
+            sites = [st for st in sites if st.line >= floor]
+            if not sites:
+                return {}
         cursor, first = 0, True
-        if not is_def:  # a frame already running: it resumes at the line it was on
-            cursor = next((k for k, s in enumerate(sites) if s.line >= fr.line), 0)
+        if not is_def:
+            cursor = next((k for k, st in enumerate(sites) if st.line >= fr.line), 0)
+        toks = [(t, n) for t in self._tokens(frame) for n in [self._names(t)] if n is not None]
         out: dict[int, int] = {}
-        for tok in self._tokens(frame):
-            named = self._names(tok)
-            if named is None:
-                continue
-            names, any_call = named
+        for idx, (tok, (names, any_call)) in enumerate(toks):
             start = cursor if first else cursor + 1
-            k = _find(sites, start, names, any_call)
+            limit, pending = None, 1
+            if any_call:
+                # The next token that names its site bounds this one; the calls before that site
+                # are shared out, in order, among the unnamed tokens before it.
+                for j in range(idx + 1, min(len(toks), idx + 40)):
+                    n, anyc = toks[j][1]
+                    if n and n != names:
+                        limit = _find(sites, start, n, False)
+                        if limit is not None:
+                            break
+                    if anyc:
+                        pending += 1
+            k = _find(sites, start, names, any_call, limit, pending)
             if k is None:
                 continue
             out[tok] = sites[k].line
@@ -314,17 +330,32 @@ class StatementResolver:
         return None
 
 
-def _find(sites: list[Site], start: int, names: set[str], any_call: bool) -> Optional[int]:
-    """The next site from ``start`` (wrapping) named in ``names``, else, when allowed, the next call."""
+def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
+          limit: Optional[int] = None, pending: int = 1) -> Optional[int]:
+    """The next site from ``start`` (wrapping) named in ``names``; else, when any call will do,
+    the last call site before ``limit`` (the site the next unambiguous token needs), or the next
+    call site when there is no limit."""
     n = len(sites)
+    span = n if limit is None else (limit - start) % n
     for d in range(n):
         k = (start + d) % n
         if sites[k].name in names:
-            return k
+            if not any_call or limit is None or d < span:
+                return k
+            break
     if not any_call:
         return None
-    for d in range(n):
-        k = (start + d) % n
-        if not sites[k].name.startswith(("<", "record_function:")):
-            return k
-    return None
+    calls = [(start + d) % n for d in range(span if limit is not None else n)
+             if not sites[(start + d) % n].name.startswith(("<", "record_function:"))]
+    if not calls:
+        return None
+    return calls[max(0, len(calls) - pending)] if limit is not None else calls[0]
+
+
+def _resume_floor(func, line: int) -> int:
+    """First line of the outermost loop statement of ``func`` that contains ``line``."""
+    for node in ast.walk(func):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node is not func:
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return node.lineno  # ast.walk is breadth-first: the outermost comes first
+    return line
