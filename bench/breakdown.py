@@ -1,0 +1,59 @@
+"""Where profd's full analysis spends its time, phase by phase and rule by rule (gc off, as
+``engine.analyze_file`` runs it).
+
+    python bench/breakdown.py bench/out/tinygpt_naive_x250MB.json
+"""
+import gc
+import os
+import sys
+import time
+
+from profd.server import analyses as A
+from profd.server import engine as E
+from profd.server import loader
+from profd.server import model as M
+from profd.server.rules import load_all
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(path: str) -> None:
+    gc.disable()
+    T = {}
+    t = time.perf_counter()
+    data = loader.read_bytes(path)
+    T["read"] = time.perf_counter() - t
+    t = time.perf_counter()
+    sha = loader.sha256_of(data)
+    T["sha256"] = time.perf_counter() - t
+    t = time.perf_counter()
+    doc = loader.decode(path, data)
+    T["decode"] = time.perf_counter() - t
+    t = time.perf_counter()
+    loader.detach_raw(doc)
+    del data
+    T["detach_raw"] = time.perf_counter() - t
+    t = time.perf_counter()
+    m = M.build(doc)
+    T["model.build"] = time.perf_counter() - t
+    t = time.perf_counter()
+    a = A.analyse(m)
+    T["analyse"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ctx = E.Context(m, a, path, E.Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    ctx.hot = E._hot_lines(ctx)
+    T["hot_lines"] = time.perf_counter() - t
+    for code, check in load_all().items():
+        t = time.perf_counter()
+        list(check(ctx))
+        T["rule " + code] = time.perf_counter() - t
+    total = sum(T.values())
+    print(f"{path}: {len(doc.traceEvents)} events, {len(m.cpu)} cpu, {len(m.gpu)} gpu")
+    for k, v in sorted(T.items(), key=lambda kv: -kv[1]):
+        if v >= 0.005:
+            print(f"  {k:32} {v:7.2f} s  {100 * v / total:5.1f}%")
+    print(f"  {'total':32} {total:7.2f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
