@@ -6,9 +6,10 @@ frames of seed_n64_bf16 mixed in so the stack paths are exercised):
   plus generated events (every phase/category the model reads), written as JSON;
 - bytes: the real trace's bytes mutated (flips, cuts, splices, insertions), sometimes gzipped.
 
-CI runs a fixed, small number of examples (PROFD_FUZZ_EXAMPLES overrides it for a campaign):
+CI runs a fixed, small number of examples (PROFD_FUZZ_EXAMPLES overrides it for a campaign;
+PROFD_FUZZ_BASE=<example name> fuzzes around another real trace, e.g. mlp_eager):
 
-    PROFD_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_fuzz.py
+    PROFD_FUZZ_EXAMPLES=12000 .venv/bin/python -m pytest -q --hypothesis-show-statistics tests/test_fuzz.py
 
 A rule that raises is caught by the engine (logged, the report goes on without it); the fuzzer also
 counts that as a bug, through the ``profd.engine`` log.
@@ -39,6 +40,8 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize="PROFD_FUZ
 
 
 def _base() -> dict:
+    if os.environ.get("PROFD_FUZZ_BASE"):  # e.g. mlp_eager: training rules (fwd/bwd, memory, optimizer)
+        return orjson.loads(gzip.decompress(open(trace(os.environ["PROFD_FUZZ_BASE"]), "rb").read()))
     d = orjson.loads(gzip.decompress(open(trace("seed_n1024_bf16_nostack"), "rb").read()))
     stack = orjson.loads(gzip.decompress(open(trace("seed_n64_bf16"), "rb").read()))
     frames = [e for e in stack["traceEvents"] if e.get("cat") == "python_function"][:40]
