@@ -101,9 +101,11 @@ def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float
     """
     lo, hi = m.window()
     if busy:
-        if m.steps:
-            lo = max(lo, min(busy[0][0], hi))
         hi = max(hi, busy[-1][1])
+        if m.steps:
+            # also when the GPU starts after the last step returns: it was still draining work
+            # queued before the window (the schedule's warm-up steps), which the trace does not show
+            lo = max(lo, busy[0][0])
     return lo, hi
 
 

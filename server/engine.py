@@ -129,7 +129,7 @@ def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
     except loader.TraceError as e:
         try:
             size = os.path.getsize(path)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the path
             size = 0
         return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=str(e),
                       profd_version=__version__)

@@ -106,6 +106,7 @@ class MemoryEvent:
     ts: float
     nbytes: int
     total_allocated: int
+    total_reserved: int
     device_type: int
     owner: int  # index into cpu of the innermost enclosing event, -1 when none
     thread: tuple
@@ -206,6 +207,10 @@ class TraceModel:
                 out.extend(idx)
         out.sort()
         return out
+
+    def names_of(self, cats) -> set[str]:
+        """Distinct names of the (non-python) cpu events of these categories."""
+        return {n for n, idx in self._by_name.items() if self.cpu[idx[0]].cat in cats}
 
     def indices(self, names) -> list[int]:
         """cpu indices of events with one of these exact names, in order."""
@@ -432,6 +437,7 @@ def _memory(mem_raw, tindex: ThreadIndex) -> list[MemoryEvent]:
         key = (e.pid, e.tid)
         dt = a.device_type
         out.append(MemoryEvent(ts=e.ts, nbytes=_int(a.mem_bytes), total_allocated=_int(a.total_allocated),
+                               total_reserved=_int(a.total_reserved),
                                device_type=dt if isinstance(dt, int) else -1,
                                owner=tindex.innermost(key, e.ts, slack=0.0), thread=key))
     return out

@@ -83,8 +83,6 @@ def test_nul_in_path(tmp_path):
         analyze_file(p, Options())
 
 
-@pytest.mark.xfail(strict=False, reason="engine bug: analyze_or_error's os.path.getsize(path) raises "
-                   "ValueError('embedded null byte'); it catches only OSError (server/engine.py)")
 def test_nul_in_path_report(tmp_path):
     rep = analyze_or_error(str(tmp_path / "a\0b.json"), Options())
     assert "invalid path" in rep.error

@@ -37,6 +37,8 @@ def test_cold_start_step_fires_on_the_wide_first_step_only():
     (d,) = diags(r, "cold-start-step")
     assert d.evidence["first_step"] == "ProfilerStep#2"
     assert d.evidence["first_step_us"] == pytest.approx(644.3, abs=1)
+    # no first-time work is visible in that step, so it is information, not a warning
+    assert d.evidence["first_time_work"] == [] and d.severity == "information"
     # the tuned TinyGPT's first step is not the widest: no cold start there
     assert "cold-start-step" not in codes(report_of("tinygpt_tuned"))
     assert "cold-start-step" not in codes(report_of("tinygpt_naive"))

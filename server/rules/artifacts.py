@@ -28,13 +28,22 @@ def profiler_artifact(ctx):
     yield from _buffer_requests(ctx)
     if m.gpu and m.steps:
         offset = m.gpu[0].ts - m.steps[0].ts
+        li = m.launcher[0]
+        queued = m.gpu[0].ts - m.cpu[li].ts if li >= 0 else 0.0
         if offset >= LANE_OFFSET_MIN_US:
+            if li < 0 or (queued >= 0.5 * offset and queued >= 1000):
+                waited = f"its launch waited {us(queued)} in the queue" if li >= 0 else \
+                    "it was launched before the recording started"
+                what = (f"{waited}: the GPU was still running work "
+                        f"queued before the recorded window (the schedule's warm-up steps), which the "
+                        f"trace does not show")
+            else:
+                what = "the profiler's CPU->GPU lane offset and the first dispatch, not a gap in your program"
             yield ctx.diag(
                 "profiler-artifact",
-                f"the first GPU event starts {us(offset)} after the first step begins: the profiler's "
-                f"CPU->GPU lane offset and the first dispatch, not a gap in your program",
+                f"the first GPU event starts {us(offset)} after the first step begins; {what}",
                 ctx.trace_location(),
-                evidence={"kind": "lane-offset", "offset_us": r3(offset)},
+                evidence={"kind": "lane-offset", "offset_us": r3(offset), "first_launch_queued_us": r3(queued)},
                 fix="ignore this lead-in when reading the timeline; profd measures GPU busy from the first GPU event",
             )
     yield from _flush_sync(ctx)
