@@ -133,8 +133,9 @@ def host_sync(ctx):
 def sync_wait(ctx):
     """Evidence: explicit synchronising calls inside the steps (``torch.cuda.synchronize``,
     stream/event syncs) that are not host reads, with how long they block and what the GPU did
-    meanwhile: draining a busy queue (the CPU ran ahead, fine unless repeated) or idle (the sync
-    waited for nothing, or for work that was late).
+    meanwhile: draining a busy queue (the CPU ran ahead, fine unless repeated), waiting on a
+    collective (an NCCL kernel spinning for a late peer: see ``rank-straggler``) or idle (the
+    sync waited for nothing, or for work that was late).
 
     Threshold: the syncs at one line block at least 5% of the step time and 100 µs per step.
     """
@@ -159,15 +160,24 @@ def sync_wait(ctx):
         busy = sum(covered(a.busy, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx)
         total = sum(m.cpu[i].dur for i in idx) or 1.0
         frac = busy / total
-        kind = "draining a busy GPU queue" if frac >= 0.5 else "while the GPU sat idle"
+        comm = sum(covered(a.comm, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx) / total
+        if frac >= 0.5:
+            kind, what = "draining", "draining a busy GPU queue"
+        elif comm >= 0.5:
+            # a collective spins on the GPU while it waits for a peer: the wait is another rank's
+            kind, what = "collective", f"waiting on a collective ({pct(100 * comm)} of the time in NCCL kernels): another rank is late"
+        else:
+            kind, what = "idle", "while the GPU sat idle"
         name = m.cpu[idx[0]].name
         yield ctx.diag(
             "sync-wait",
             f"{name} blocks the CPU {us(blocked)} per step ({pct(100 * blocked / step_us)} of the step), "
-            f"{kind} ({pct(100 * frac)} busy during the waits)",
+            f"{what} ({pct(100 * frac)} compute-busy during the waits)",
             ctx.location(idx[0]),
             evidence={"sync_call": name, "count": len(idx), "blocked_us_per_step": r3(blocked),
-                      "gpu_busy_during": r3(frac), "kind": "draining" if frac >= 0.5 else "idle"},
-            fix="synchronise only where a result is needed (timing, logging every N steps); use "
-                "events (torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU",
+                      "gpu_busy_during": r3(frac), "collective_during": r3(comm), "kind": kind},
+            fix=("the wait is another rank's lateness: balance the work across ranks (batch sizes, data "
+                 "shards, host-side work) and see rank-straggler in the job report" if kind == "collective" else
+                 "synchronise only where a result is needed (timing, logging every N steps); use events "
+                 "(torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU"),
         )
