@@ -181,3 +181,11 @@ def test_ddp_overlap_is_good_and_has_no_straggler():
     job = _job("ddp_overlap_b8192")
     assert job.straggler is None and not job.diagnostics
     assert all(r.overlap_pct > 80 for r in job.ranks)  # measured 90.7% / 95.0%
+
+
+def test_sync_wait_on_the_waiting_rank_blames_the_collective():
+    # the DDP straggler pair: rank 1 has twice the batch; rank 0's reducer sync waits in all-reduce
+    waiting = [d for d in diags("ddp_straggler_rank0", "sync-wait") if d.evidence["kind"] == "collective"]
+    assert waiting and waiting[0].evidence["collective_during"] >= 0.5
+    assert "another rank" in waiting[0].message
+    assert not [d for d in diags("ddp_straggler_rank1", "sync-wait") if d.evidence["kind"] == "collective"]
