@@ -55,6 +55,10 @@ BASE_BYTES = orjson.dumps(BASE)
 
 _bad = logging.getLogger("profd.engine")
 
+# Rules with a known crash, reproduced minimally (xfail) in tests/test_bad_input.py; skipped here so
+# a campaign goes on to find new ones. Remove a code once its xfail test passes.
+KNOWN_RULE_BUGS = {"small-problem", "misaligned-dims"}  # odd 'Input Dims' / 'Input type' values
+
 
 class _RuleErrors(logging.Handler):
     def __init__(self):
@@ -88,8 +92,9 @@ def check(data: bytes, suffix: str = ".json") -> None:
         _event("report")
         assert rep.error is None and rep.summary is not None
         msgspec.json.encode(rep)  # the report serialises (the daemon stores and sends it)
-        if handler.records:
-            r = handler.records[0]
+        records = [r for r in handler.records if not any(f"rule {c} failed" in r.getMessage() for c in KNOWN_RULE_BUGS)]
+        if records:
+            r = records[0]
             raise AssertionError(f"rule raised: {r.getMessage()}\n{r.exc_text or ''}")
     finally:
         _bad.removeHandler(handler)
