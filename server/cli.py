@@ -128,6 +128,8 @@ def pid_alive(pid: int) -> bool:
 
 def cmd_serve(ns) -> int:
     _logging(ns.log_level)
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     cfg = _config(ns)
     if ns.tcp:
         return asyncio.run(_serve_tcp(cfg, ns.tcp, ns.idle_exit))

@@ -70,6 +70,26 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
     return T.encode(analyze_or_error(path, opts))
 
 
+def _worker_init(quiet_stderr: bool) -> None:
+    """In each analysis process: let go of the daemon's stdio (an editor waits for those pipes to
+    close), and exit when the daemon is gone (even after kill -9: nothing else would tell us)."""
+    import threading
+
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2) if quiet_stderr else (0, 1):
+        os.dup2(null, fd)
+    os.close(null)
+    parent = os.getppid()
+
+    def watch_parent():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
+
+
 def _warm() -> int:
     from . import engine  # noqa: F401  (import the engine once, before the first trace)
     return os.getpid()
@@ -175,7 +195,9 @@ class Core:
 
     def _new_pool(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._pool = cf.ProcessPoolExecutor(max_workers=self.cfg.workers, mp_context=ctx)
+        self._pool = cf.ProcessPoolExecutor(max_workers=self.cfg.workers, mp_context=ctx,
+                                            initializer=_worker_init,
+                                            initargs=(self.transport == "stdio",))
 
     # ---- the index --------------------------------------------------------------------------
     def _index(self, row: Row) -> None:

@@ -16,6 +16,7 @@ from lsprotocol import types as L
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.uris import from_fs_path, to_fs_path
 
 from .. import __version__
@@ -41,6 +42,7 @@ class ProfdProtocol(LanguageServerProtocol):
 
     session: "LspSession"
 
+    @lsp_method(L.EXIT)
     def lsp_exit(self, *args):  # type: ignore[override]
         s = getattr(self, "session", None)
         if s is not None:

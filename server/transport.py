@@ -14,6 +14,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import re
 import threading
 from typing import Any, Optional
@@ -149,26 +150,29 @@ async def _drain(writer) -> None:
             pass
 
 
-class _StdinReader:
-    """stdin read by one thread of our own (never pygls's pool, never the loop)."""
+def _stdin_stream(stdin) -> asyncio.StreamReader:
+    """stdin fed into an asyncio stream by a daemon thread of our own (never pygls's pool, never
+    the loop); being a daemon thread, a blocked read never holds the process at exit."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_BODY + (1 << 16), loop=loop)
+    fd = stdin.fileno()
 
-    def __init__(self, stream):
-        import concurrent.futures as cf
-        self.stream = stream
-        self.pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-stdin")
+    def pump():
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                loop.call_soon_threadsafe(reader.feed_data, chunk)
+        except (OSError, RuntimeError):
+            pass
+        try:
+            loop.call_soon_threadsafe(reader.feed_eof)
+        except RuntimeError:
+            pass
 
-    def readline(self):
-        return asyncio.get_running_loop().run_in_executor(self.pool, self.stream.readline)
-
-    async def readexactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self.stream.read, n - len(buf))
-            if not chunk:
-                raise asyncio.IncompleteReadError(buf, n)
-            buf += chunk
-        return buf
+    threading.Thread(target=pump, name="profd-stdin", daemon=True).start()
+    return reader
 
 
 class _StdoutWriter:
@@ -188,7 +192,7 @@ class _StdoutWriter:
 async def run_stdio(core: Core, stdin, stdout) -> None:
     await core.start()
     try:
-        await serve_session(core, _StdinReader(stdin), _StdoutWriter(stdout), token=None,
+        await serve_session(core, _stdin_stream(stdin), _StdoutWriter(stdout), token=None,
                             peer="stdio")
     finally:
         await core.stop()

@@ -1,0 +1,136 @@
+"""Helpers for the daemon tests: start/stop real daemons, wait on conditions, write traces."""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import SRC, trace
+
+PY = sys.executable
+FAST = ["--settle", "0.2", "--quiet", "0.8"]  # debounce tuned for tests (defaults 0.3 / 2.0)
+
+
+def serve_cmd(watch, state, *extra, transport=("--stdio",)):
+    return [PY, "-m", "profd.server.cli", "serve", *transport, "--watch", str(watch),
+            "--workspace", SRC, "--state", str(state), *FAST, *extra]
+
+
+class Daemon:
+    """``profd serve --tcp 127.0.0.1:0`` in its own process group; stopped by ``stop()``."""
+
+    def __init__(self, watch, state, *extra):
+        self.watch, self.state, self.extra = str(watch), str(state), extra
+        self.proc = None
+        self.doc = None
+
+    def start(self, timeout=20.0) -> dict:
+        djson = os.path.join(self.state, "daemon.json")
+        if os.path.exists(djson):
+            os.unlink(djson)  # a stale one from a killed daemon
+        os.makedirs(self.state, exist_ok=True)
+        self.log = open(os.path.join(self.state, "test-daemon.log"), "ab")
+        self.proc = subprocess.Popen(
+            serve_cmd(self.watch, self.state, *self.extra, "--log-level", "INFO",
+                      transport=("--tcp", "127.0.0.1:0")),
+            stdout=self.log, stderr=self.log, start_new_session=True)
+        self.doc = wait_for(lambda: _daemon_doc(djson, self.proc.pid), timeout,
+                            f"daemon.json from pid {self.proc.pid}")
+        return self.doc
+
+    def log_text(self) -> str:
+        with open(os.path.join(self.state, "test-daemon.log"), errors="replace") as f:
+            return f.read()
+
+    def kill9(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the daemon and its analysis workers
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self._reap()
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reap()
+
+    def _reap(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # any worker left behind
+        except (ProcessLookupError, PermissionError, TypeError, AttributeError):
+            pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+def _daemon_doc(path, pid):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("pid") == pid else None
+
+
+def wait_for(cond, timeout=10.0, what="condition", every=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+
+
+async def await_for(cond, timeout=10.0, what="condition", every=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+def trace_bytes(name: str) -> bytes:
+    with open(trace(name), "rb") as f:
+        return f.read()
+
+
+def variant(name: str, i: int) -> bytes:
+    """The trace ``name`` as distinct content: the JSON with ``i`` trailing spaces, gzipped."""
+    raw = gzip.decompress(trace_bytes(name))
+    return gzip.compress(raw + b" " * (i + 1), compresslevel=1)
+
+
+def drop(dst_dir, name: str, as_name: str | None = None) -> str:
+    """Copy a shipped trace into ``dst_dir`` atomically (write a dot-file, then rename)."""
+    data = trace_bytes(name)
+    dst = os.path.join(str(dst_dir), as_name or os.path.basename(trace(name)))
+    tmp = os.path.join(str(dst_dir), "." + os.path.basename(dst) + ".part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dst)
+    return dst
+
+
+def uri(path: str) -> str:
+    return "file://" + path

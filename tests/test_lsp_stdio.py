@@ -1,0 +1,123 @@
+"""The daemon as an editor spawns it: ``profd serve --stdio``, driven by pytest-lsp's client."""
+import asyncio
+import os
+import sys
+
+import pytest
+from lsprotocol import types as L
+from pytest_lsp import client_capabilities, make_test_lsp_client
+
+from conftest import SRC
+from daemon_util import await_for, drop, serve_cmd, trace_bytes, uri
+
+SEED_SRC = os.path.join(SRC, "seed_matmul.py")
+TRAIN_SRC = os.path.join(SRC, "train_tinygpt.py")
+
+
+@pytest.fixture
+async def lsp(tmp_path):
+    watch, state = tmp_path / "watch", tmp_path / "state"
+    watch.mkdir()
+    client = make_test_lsp_client()
+    await client.start_io(*serve_cmd(watch, state))
+    caps = client_capabilities("visual-studio-code")
+    await client.initialize_session(L.InitializeParams(capabilities=caps))
+    client.watch = str(watch)
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+async def status(client):
+    return await client.protocol.send_request_async("profd/status", {})
+
+
+def field(obj, name):
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+async def test_dropped_trace_gives_diagnostics_and_hover_on_the_source_line(lsp):
+    drop(lsp.watch, "seed_n64_bf16")
+    diags = await await_for(lambda: lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
+    d = next(d for d in diags if d.code == "overhead-bound")
+    assert d.range.start.line == 20  # seed_matmul.py:21, 0-based
+    assert d.severity == L.DiagnosticSeverity.Warning and d.source == "profd"
+    assert d.code_description and d.code_description.href.startswith("http")
+    assert "fix:" in d.message
+
+    hover = await lsp.text_document_hover_async(L.HoverParams(
+        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)), position=L.Position(20, 4)))
+    text = hover.contents.value
+    assert "GPU: 11.9 µs" in text and "Launches: 6" in text and "(gemm)" in text
+    assert "seed_n64_bf16.json.gz" in text  # which trace
+
+    pulled = await lsp.text_document_diagnostic_async(L.DocumentDiagnosticParams(
+        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
+    assert {x.code for x in pulled.items} == {x.code for x in diags}
+
+    hints = await lsp.text_document_inlay_hint_async(L.InlayHintParams(
+        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)),
+        range=L.Range(L.Position(0, 0), L.Position(100, 0))))
+    assert any(h.position.line == 20 and "GPU" in h.label for h in hints)
+    lenses = await lsp.text_document_code_lens_async(L.CodeLensParams(
+        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
+    assert lenses and all(lens.command.title.startswith("profd:") for lens in lenses)
+
+    st = await status(lsp)
+    assert field(st, "reports") == 1 and field(st, "analyses") == 1
+
+
+async def test_training_trace_lands_on_train_tinygpt_and_analyze_request(lsp):
+    drop(lsp.watch, "tinygpt_naive")
+    diags = await await_for(lambda: lsp.diagnostics.get(uri(TRAIN_SRC)), 30, "diagnostics")
+    sync = next(d for d in diags if d.code == "host-sync")
+    assert sync.range.start.line == 69  # loss.item() on line 70
+    # profd/analyze of the same file: served from the store, no second analysis
+    path = os.path.join(lsp.watch, "tinygpt_naive.json.gz")
+    rep = await lsp.protocol.send_request_async("profd/analyze", {"path": path})
+    assert field(field(rep, "trace"), "path") == path
+    assert field(await status(lsp), "analyses") == 1
+    # outside the roots: refused
+    with pytest.raises(Exception, match="outside"):
+        await lsp.protocol.send_request_async("profd/analyze", {"path": "/etc/passwd"})
+    with pytest.raises(Exception, match="outside"):
+        await lsp.protocol.send_request_async(
+            "profd/analyze", {"path": os.path.join(lsp.watch, "..", "..", "x.json")})
+
+
+async def test_half_written_trace_waits_until_complete(lsp):
+    data = trace_bytes("seed_n64_bf16")
+    path = os.path.join(lsp.watch, "slow.json.gz")
+    half = len(data) // 2
+    with open(path, "wb") as f:
+        # first half in small pieces (faster than the 0.2 s settle), then a pause longer than
+        # settle but shorter than quiet (0.8 s): it is tried, fails, and is not reported
+        for i in range(0, half, 4096):
+            f.write(data[i:min(i + 4096, half)])
+            f.flush()
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.45)
+        assert uri(SEED_SRC) not in lsp.diagnostics and uri(path) not in lsp.diagnostics
+        f.write(data[half:])
+    diags = await await_for(lambda: lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
+    assert any(d.code == "overhead-bound" for d in diags)
+    on_trace = lsp.diagnostics.get(uri(path), [])  # trace-level findings, but no error
+    assert on_trace and not any(d.code == "bad-trace" for d in on_trace)
+    reps = await lsp.protocol.send_request_async("profd/reports", {})
+    rows = field(reps, "reports")
+    assert len(rows) == 1 and field(rows[0], "error") is None
+
+
+async def test_corrupt_file_gives_one_error(lsp):
+    bad = os.path.join(lsp.watch, "bad.json")
+    with open(bad, "wb") as f:
+        f.write(b'{"traceEvents": [ {"ph": "X", "name": ')
+    diags = await await_for(lambda: lsp.diagnostics.get(uri(bad)), 20, "error diagnostic")
+    assert len(diags) == 1 and "bad.json" in diags[0].message
+    assert diags[0].severity == L.DiagnosticSeverity.Error
+    errors = lambda: [m for m in lsp.log_messages if m.type == L.MessageType.Error]  # noqa: E731
+    await await_for(lambda: errors(), 5, "logMessage")
+    await asyncio.sleep(1.2)  # longer than quiet: no retry loop, still one
+    assert len(errors()) == 1
+    st = await status(lsp)
+    assert field(st, "reports") == 1 and field(st, "queued") == 0
