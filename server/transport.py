@@ -121,6 +121,10 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                         send_raw(_error(raw.get("id"), M.ERR_NOT_INITIALIZED,
                                         "profd: initialize first"))
                     continue
+            if is_request and method not in proto.fm.builtin_features \
+                    and method not in proto.fm.features:
+                send_raw(_error(raw.get("id"), -32601, f"Method not found: {method}"))
+                continue
             try:
                 message = json.loads(body, object_hook=proto.structure_message)
             except JsonRpcException as e:
