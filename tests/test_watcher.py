@@ -1,0 +1,126 @@
+"""The watched folder with a real Core (watchdog, SQLite, analysis processes) in this process."""
+import asyncio
+import os
+import shutil
+import time
+
+import pytest
+
+from conftest import SRC
+from daemon_util import await_for, drop, trace_bytes, variant
+
+from profd.server.core import Config, Core
+
+
+class Recorder:
+    def __init__(self):
+        self.ready = []
+        self.errors = []
+
+    def report_ready(self, key, sources, report):
+        self.ready.append((key, report.trace.path, report.error))
+
+    def log_error(self, text):
+        self.errors.append(text)
+
+    def progress(self, token, title):
+        pass
+
+
+@pytest.fixture
+async def core(tmp_path):
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    c = Core(Config(watch=str(watch), workspace=[SRC], state=str(tmp_path / "state"), workers=2,
+                    settle=0.2, quiet=0.8))
+    rec = Recorder()
+    c.sessions.add(rec)
+    await c.start()
+    c.rec = rec
+    c.watch = str(watch)
+    yield c
+    await c.stop()
+
+
+async def test_flood_of_1000_files_each_analysed_once(core):
+    blobs = [variant("seed_n64_bf16", i) for i in range(1000)]
+    t0 = time.monotonic()
+    for i, b in enumerate(blobs):
+        sub = os.path.join(core.watch, f"d{i % 10}")
+        os.makedirs(sub, exist_ok=True)
+        tmp = os.path.join(sub, f".t{i}.part")
+        with open(tmp, "wb") as f:
+            f.write(b)
+        os.replace(tmp, os.path.join(sub, f"trace_{i:04d}.json.gz"))
+        if i % 50 == 0:
+            await asyncio.sleep(0)  # let the loop take events while we write
+    written = time.monotonic() - t0
+    assert written < 10
+    await await_for(lambda: len(core.meta) == 1000, 90, "1000 reports", every=0.1)
+    took = time.monotonic() - t0
+    await asyncio.sleep(0.5)  # late events must not cause second analyses
+    assert core.analyses == 1000 and len(core.rec.ready) == 1000
+    assert not any(e for _, _, e in core.rec.ready)
+    assert len({p for _, p, _ in core.rec.ready}) == 1000  # none lost, none twice
+    assert core.store.count() == 1000 and core.intake.queued == 0
+    print(f"\nflood: 1000 files written in {written:.2f} s, all analysed in {took:.2f} s, "
+          f"{core.analyses} analyses")
+
+
+async def test_slow_writer_analysed_once_complete(core):
+    data = trace_bytes("tinygpt_naive")
+    path = os.path.join(core.watch, "slow.pt.trace.json.gz")
+    n = 30
+    step = len(data) // n + 1
+    with open(path, "wb") as f:
+        for i in range(n):
+            f.write(data[i * step:(i + 1) * step])
+            f.flush()
+            # mostly faster than settle, sometimes a pause longer than settle (< quiet)
+            await asyncio.sleep(0.5 if i % 10 == 9 else 0.05)
+    await await_for(lambda: core.rec.ready, 30, "report")
+    await asyncio.sleep(1.0)
+    assert len(core.rec.ready) == 1 and core.rec.ready[0][2] is None and not core.rec.errors
+
+
+async def test_same_content_twice_costs_nothing(core):
+    drop(core.watch, "seed_n64_bf16")
+    await await_for(lambda: core.rec.ready, 20, "report")
+    drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
+    await await_for(lambda: core.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
+                    "link")
+    assert core.analyses == 1 and len(core.meta) == 1
+
+
+async def test_deleted_and_replaced_files_and_folder_recreated(core):
+    # deleted right after it appears: no report, no crash
+    p = drop(core.watch, "seed_n64_bf16", as_name="gone.json.gz")
+    os.unlink(p)
+    # replaced while pending: the final content is what gets analysed
+    with open(os.path.join(core.watch, "swap.json"), "wb") as f:
+        f.write(b"not a trace yet")
+    drop(core.watch, "seed_n64_bf16", as_name="swap.json.gz")
+    os.unlink(os.path.join(core.watch, "swap.json"))
+    await await_for(lambda: core.rec.ready, 20, "report")
+    await asyncio.sleep(1.2)
+    assert [os.path.basename(p) for _, p, _ in core.rec.ready] == ["swap.json.gz"]
+    # the watched folder removed and recreated: still watching
+    shutil.rmtree(core.watch)
+    await asyncio.sleep(0.3)
+    os.makedirs(core.watch)
+    await asyncio.sleep(0.3)
+    drop(core.watch, "tinygpt_naive")
+    await await_for(lambda: len(core.rec.ready) == 2, 30, "report after re-arm")
+    assert core.rec.ready[-1][1].endswith("tinygpt_naive.json.gz")
+    assert core.rec.ready[-1][2] is None
+
+
+async def test_foreign_and_empty_json_one_error_each(core):
+    for name, body in [("empty.json", b""), ("foreign.json", b'{"name": "package"}'),
+                       ("garbage.json.gz", os.urandom(3000))]:
+        with open(os.path.join(core.watch, name), "wb") as f:
+            f.write(body)
+    await await_for(lambda: len(core.rec.ready) == 3, 20, "three error reports")
+    await asyncio.sleep(1.5)
+    assert len(core.rec.ready) == 3 and all(e for _, _, e in core.rec.ready)
+    assert len(core.rec.errors) == 3
