@@ -179,7 +179,8 @@ class _Events(FileSystemEventHandler):
                 if event.is_directory and event.event_type in ("created", "moved") and \
                         p.startswith(self.w.root + os.sep):
                     self.w.loop.call_soon_threadsafe(self.w.scan, p)
-            elif event.event_type != "deleted" and matches(p):
+            elif event.event_type != "deleted" and matches(p) and \
+                    p.startswith(self.w.root + os.sep):  # not the parent's own files
                 self.w.loop.call_soon_threadsafe(self.w.on_path, p)
 
 

@@ -124,3 +124,14 @@ async def test_foreign_and_empty_json_one_error_each(core):
     await asyncio.sleep(1.5)
     assert len(core.rec.ready) == 3 and all(e for _, _, e in core.rec.ready)
     assert len(core.rec.errors) == 3
+
+
+async def test_files_next_to_the_watched_folder_are_ignored(core):
+    parent = os.path.dirname(core.watch)
+    with open(os.path.join(parent, "sibling.json.gz"), "wb") as f:  # the parent is watched too
+        f.write(variant("seed_n64_bf16", 7))
+    drop(core.watch, "seed_n64_bf16", as_name="inside.json.gz")
+    await await_for(lambda: core.rec.ready, 20, "report")
+    await asyncio.sleep(0.8)
+    assert [os.path.basename(p) for _, p, _ in core.rec.ready] == ["inside.json.gz"]
+    assert core.analyses == 1
