@@ -245,3 +245,22 @@ async def await_for_async(c, pred, what, timeout=20, every=0.05):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}: {st}")
         await asyncio.sleep(every)
+
+
+def test_client_starts_a_daemon_when_none_runs(tmp_path):
+    state = str(tmp_path / "state")
+    env = dict(os.environ, PROFD_STATE=state)
+    env.pop("PROFD_NO_DAEMON", None)
+    t = trace("seed_n64_bf16")
+    try:
+        p = subprocess.run([CLIENT, "analyze", "--workspace", SRC, "--fail-on", "never", t],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0 and "warning[overhead-bound]" in p.stdout, p.stderr
+        doc = json.load(open(os.path.join(state, "daemon.json")))
+        assert mode(os.path.join(state, "daemon.json")) == 0o600
+        st = asyncio.run(call(doc, M.STATUS))
+        assert st["analyses"] == 1 and st["reports"] == 1
+    finally:
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "profd"), "stop"],
+                       env=env, timeout=30, capture_output=True)
+    assert not os.path.exists(os.path.join(state, "daemon.json"))

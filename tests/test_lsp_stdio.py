@@ -77,6 +77,9 @@ async def test_training_trace_lands_on_train_tinygpt_and_analyze_request(lsp):
     rep = await lsp.protocol.send_request_async("profd/analyze", {"path": path})
     assert field(field(rep, "trace"), "path") == path
     assert field(await status(lsp), "analyses") == 1
+    via_cmd = await lsp.workspace_execute_command_async(L.ExecuteCommandParams(
+        command="profd.analyze", arguments=[path]))
+    assert field(field(via_cmd, "summary"), "verdict") == field(field(rep, "summary"), "verdict")
     # outside the roots: refused
     with pytest.raises(Exception, match="outside"):
         await lsp.protocol.send_request_async("profd/analyze", {"path": "/etc/passwd"})
