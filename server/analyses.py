@@ -4,6 +4,7 @@ All times are microseconds, as the trace writes them.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from . import kernels
@@ -22,15 +23,38 @@ def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
+_index_cache: dict[int, tuple] = {}
+
+
+def _index(merged: list[tuple[float, float]]):
+    """starts, ends and prefix sums of a merged interval list, built once per list."""
+    hit = _index_cache.get(id(merged))
+    if hit is not None and hit[0] is merged:
+        return hit[1:]
+    starts = [x for x, _ in merged]
+    ends = [y for _, y in merged]
+    pre = [0.0]
+    for x, y in merged:
+        pre.append(pre[-1] + (y - x))
+    if len(_index_cache) > 64:
+        _index_cache.clear()
+    _index_cache[id(merged)] = (merged, starts, ends, pre)
+    return starts, ends, pre
+
+
 def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """How much of [lo, hi] the merged intervals cover."""
-    total = 0.0
-    for a, b in merged:
-        if b <= lo:
-            continue
-        if a >= hi:
-            break
-        total += min(b, hi) - max(a, lo)
+    """How much of [lo, hi] the merged intervals cover: two bisections on a prefix sum, so the
+    rules can ask it once per event without a quadratic scan."""
+    if hi <= lo or not merged:
+        return 0.0
+    starts, ends, pre = _index(merged)
+    i = bisect.bisect_right(ends, lo)  # first interval ending after lo
+    j = bisect.bisect_left(starts, hi)  # intervals from j on start at or after hi
+    if j <= i:
+        return 0.0
+    total = pre[j] - pre[i]
+    total -= max(0.0, lo - starts[i])
+    total -= max(0.0, ends[j - 1] - hi)
     return total
 
 

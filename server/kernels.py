@@ -46,7 +46,10 @@ def classify_name(name: str, cat: str = "kernel") -> str:
         return COPY
     cls = _class_cache.get(name)
     if cls is None:
-        cls = _class_cache[name] = _classify(name) if len(_class_cache) < 100_000 else _classify(name)
+        cls = _classify(name)
+        if len(_class_cache) >= 20_000:  # a long-running daemon sees new kernel names forever
+            _class_cache.clear()
+        _class_cache[name] = cls
     return cls
 
 

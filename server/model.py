@@ -58,8 +58,9 @@ def parse_frame(name: str) -> Optional[Frame]:
     except KeyError:
         pass
     fr = _parse_frame(name)
-    if len(_frame_cache) < 200_000:
-        _frame_cache[name] = fr
+    if len(_frame_cache) >= 200_000:  # bounded: the daemon lives through many traces
+        _frame_cache.clear()
+    _frame_cache[name] = fr
     return fr
 
 

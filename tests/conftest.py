@@ -3,6 +3,10 @@ import sys
 
 import pytest
 
+# A test that runs profd-client without --no-daemon must not leave a daemon in the user's cache dir;
+# the daemon tests start their own with an explicit --state and unset this where they need to.
+os.environ.setdefault("PROFD_NO_DAEMON", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 SRC = os.path.join(EXAMPLES, "src")

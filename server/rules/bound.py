@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..analyses import verdict
 from ..kernels import GEMM, short_name
 from . import rule
-from .util import pct, r3, us
+from .util import pct, r3, shapes, us
 
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -92,18 +92,12 @@ def compute_bound(ctx):
 
 def _gemm_shapes(m):
     """(flops, dims, op index) of GEMM ops that recorded their input dims."""
-    import msgspec
-
     out = []
     for i in m.indices(GEMM_OPS):
         e = m.cpu[i]
-        if e.cat != "cpu_op" or e.args is None or not e.args.input_dims:
+        if e.cat != "cpu_op":
             continue
-        try:
-            dims = msgspec.json.decode(e.args.input_dims)
-        except msgspec.DecodeError:
-            continue
-        mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+        mats, _ = shapes(e)
         if len(mats) < 2:
             continue
         a_, b_ = mats[-2], mats[-1]

@@ -2,12 +2,11 @@
 ``launch-storm``."""
 from __future__ import annotations
 
-import msgspec
 
 from .. import kernels as K
 from ..analyses import covered
 from . import rule
-from .util import median, pct, quantile, r3, us
+from .util import shapes, median, pct, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_P90_RATIO = 1.25  # p90 over p50
@@ -137,15 +136,6 @@ def fp32_matmul(ctx):
     )
 
 
-def _dims_and_types(e):
-    try:
-        dims = msgspec.json.decode(e.args.input_dims) if e.args.input_dims else None
-        types = msgspec.json.decode(e.args.input_types) if e.args.input_types else None
-    except msgspec.DecodeError:
-        return None, None
-    return dims, types
-
-
 @rule("misaligned-dims")
 def misaligned_dims(ctx):
     """Evidence: fp16/bf16 GEMM ops (``record_shapes``) with a dimension that is not a multiple
@@ -165,11 +155,10 @@ def misaligned_dims(ctx):
             continue
         if m.enclosing_op(i) >= 0 and m.cpu[m.enclosing_op(i)].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
-        dims, types = _dims_and_types(e)
-        if not dims or not types or not any(isinstance(t, str) and any(h in t for h in _HALF_TYPES) for t in types):
+        mats, types = shapes(e)
+        if not mats or not any(h in t for t in types for h in _HALF_TYPES):
             continue
-        mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
-        bad = sorted({x for d in mats for x in d[-2:] if isinstance(x, int) and x % 8})
+        bad = sorted({x for d in mats for x in d[-2:] if x % 8})
         if not bad:
             continue
         gpu_us = _gpu_under(m, i)

@@ -35,3 +35,26 @@ def quantile(xs: list[float], q: float) -> float:
 
 def r3(v: float) -> float:
     return round(v, 3)
+
+
+def shapes(e) -> tuple[list[list[int]], list[str]]:
+    """An op's ``record_shapes`` inputs: the matrices (int lists of rank >= 2) and the dtype names.
+
+    Foreign or corrupt traces put anything there (null, scalars, strings, nested nulls): whatever
+    is not a list of non-negative ints is dropped rather than trusted.
+    """
+    import msgspec
+
+    a = e.args
+    if a is None:
+        return [], []
+    try:
+        dims = msgspec.json.decode(a.input_dims) if a.input_dims else []
+        types = msgspec.json.decode(a.input_types) if a.input_types else []
+    except (msgspec.DecodeError, RecursionError):
+        return [], []
+    mats = [d for d in (dims if isinstance(dims, list) else [])
+            if isinstance(d, list) and len(d) >= 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40 for x in d)]
+    names = [t for t in (types if isinstance(types, list) else []) if isinstance(t, str)]
+    return mats, names
