@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-from functools import lru_cache
 from typing import Any, Optional
 
 import msgspec
@@ -24,6 +23,7 @@ from ..protocol import methods as M
 from ..protocol import types as T
 from ..protocol.catalog import RULES
 from .core import Core, PathError
+from .sourcemap import source_lines
 
 log = logging.getLogger("profd.lsp")
 
@@ -67,22 +67,6 @@ def fmt_bytes(n: int) -> str:
             return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
         x /= 1024
     return f"{n} B"
-
-
-@lru_cache(maxsize=256)
-def _lines(path: str, mtime_ns: int) -> tuple[str, ...]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return tuple(f.read().splitlines())
-    except OSError:
-        return ()
-
-
-def source_lines(path: str) -> tuple[str, ...]:
-    try:
-        return _lines(path, os.stat(path).st_mtime_ns)
-    except OSError:
-        return ()
 
 
 def line_len(path: str, line0: int) -> int:

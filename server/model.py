@@ -221,6 +221,15 @@ class TraceModel:
         out.sort()
         return out
 
+    def subtree(self, i: int) -> list[int]:
+        """Event i and every event nested in it."""
+        stack, out = [i], []
+        while stack:
+            j = stack.pop()
+            out.append(j)
+            stack.extend(self._children.get(j, ()))
+        return out
+
     def children(self, i: int) -> list[int]:
         return self._children.get(i, [])
 

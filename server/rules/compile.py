@@ -16,15 +16,6 @@ def _regions(m):
     return [i for i in m.named(REGION) if m.cpu[i].cat == "cpu_op"]
 
 
-def _subtree(m, i):
-    stack, out = [i], []
-    while stack:
-        j = stack.pop()
-        out.append(j)
-        stack.extend(m.children(j))
-    return out
-
-
 @rule("compile-overhead")
 def compile_overhead(ctx):
     """Evidence: per call of a ``Torch-Compiled Region``, the wrapper's CPU time (the region and
@@ -42,7 +33,7 @@ def compile_overhead(ctx):
     wrapper = gpu = 0.0
     kernels = 0
     for r in regions:
-        sub = _subtree(m, r)
+        sub = m.subtree(r)
         aten = [j for j in sub if m.cpu[j].cat == "cpu_op" and m.cpu[j].name.startswith("aten::")
                 and m.enclosing_op(j) >= 0 and not m.cpu[m.enclosing_op(j)].name.startswith("aten::")]
         lookup = 0.0
@@ -80,10 +71,10 @@ def compile_fusion(ctx):
     m = ctx.model
     seen: dict = {}
     for r in _regions(m):
-        for j in _subtree(m, r):
+        for j in m.subtree(r):
             e = m.cpu[j]
             if e.cat == "cpu_op" and e.name in FUSED_OPS:
-                runs = [m.gpu[g] for k in _subtree(m, j) for g in m.gpu_of_launch(k)]
+                runs = [m.gpu[g] for k in m.subtree(j) for g in m.gpu_of_launch(k)]
                 seen.setdefault(e.name, []).append((j, runs))
     for name, calls in seen.items():
         runs = [g for _, rs in calls for g in rs]

@@ -80,6 +80,12 @@ def _outermost_copy(m, a: int) -> int:
     return top
 
 
+def _loop_syncs(m) -> list[int]:
+    """Sync calls inside the steps, the profiler's own left out."""
+    return [i for i in m.indices(SYNC_CALLS)
+            if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)]
+
+
 @rule("host-sync")
 def host_sync(ctx):
     """Evidence: sync calls inside the steps whose enclosing aten op reads a device value on the
@@ -94,10 +100,8 @@ def host_sync(ctx):
     if not m.steps:
         return
     groups: dict = {}
-    for i in m.indices(SYNC_CALLS):
+    for i in _loop_syncs(m):
         e = m.cpu[i]
-        if m.step_at(e.ts) is None or is_profiler_internal(m, i):
-            continue
         hit = host_read_op(m, i)
         if hit is None:
             continue
@@ -143,10 +147,7 @@ def sync_wait(ctx):
     if not m.steps:
         return
     groups: dict = {}
-    for i in m.indices(SYNC_CALLS):
-        e = m.cpu[i]
-        if m.step_at(e.ts) is None or is_profiler_internal(m, i):
-            continue
+    for i in _loop_syncs(m):
         if host_read_op(m, i) is not None:
             continue
         key = ctx.line_key(i)

@@ -24,15 +24,6 @@ BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batc
           "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit"}
 
 
-def _subtree(m, i):
-    stack, out = [i], []
-    while stack:
-        j = stack.pop()
-        out.append(j)
-        stack.extend(m.children(j))
-    return out
-
-
 @rule("pageable-memcpy")
 def pageable_memcpy(ctx):
     """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
@@ -96,7 +87,7 @@ def optimizer_foreach_off(ctx):
     grouped = False
     single_frame = None
     for i in steps:
-        for j in _subtree(m, i):
+        for j in m.subtree(i):
             e = m.cpu[j]
             if e.cat == "cpu_op":
                 if e.name.startswith(("aten::_foreach_", "aten::_fused_")):
@@ -136,14 +127,14 @@ def zero_grad_not_none(ctx):
     scopes += [i for i, fr in m.frames.items() if fr.function == "zero_grad"
                and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))]
     for i in scopes:
-        ops = [j for j in _subtree(m, i) if m.cpu[j].cat == "cpu_op"
+        ops = [j for j in m.subtree(i) if m.cpu[j].cat == "cpu_op"
                and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")]
         if ops:
             hits.append((i, ops))
     if not hits:
         return
     n_ops = sum(len(o) for _, o in hits)
-    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for k in _subtree(m, j) for g in m.gpu_of_launch(k))
+    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for k in m.subtree(j) for g in m.gpu_of_launch(k))
     yield ctx.diag(
         "zero-grad-not-none",
         f"zero_grad writes zeros into the gradients every step ({n_ops / ctx.n_steps:.0f} fill ops per "
