@@ -104,7 +104,8 @@ async def test_half_written_trace_waits_until_complete(lsp):
         f.write(data[half:])
     diags = await await_for(lambda: lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
     assert any(d.code == "overhead-bound" for d in diags)
-    on_trace = lsp.diagnostics.get(uri(path), [])  # trace-level findings, but no error
+    # trace-level findings arrive in their own notification, maybe a moment later: but no error
+    on_trace = await await_for(lambda: lsp.diagnostics.get(uri(path)), 20, "trace diagnostics")
     assert on_trace and not any(d.code == "bad-trace" for d in on_trace)
     reps = await lsp.protocol.send_request_async("profd/reports", {})
     rows = field(reps, "reports")
