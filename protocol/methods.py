@@ -17,7 +17,7 @@ REPORTS = "profd/reports"          # ReportsParams -> ReportsResult
 REPORT = "profd/report"            # ReportParams -> Report (or null)
 STATUS = "profd/status"            # {} -> StatusResult
 REPORT_READY = "profd/reportReady"  # notification, ReportReady
-RUN_WORKLOAD = "profd/runWorkload"  # reserved for the workload runner (its own issue)
+RUN_WORKLOAD = "profd/runWorkload"  # {workload, params} -> {trace, table, wallS, report}
 
 CMD_ANALYZE = "profd.analyze"      # workspace/executeCommand, arguments: [path]
 

@@ -6,6 +6,7 @@ they point at (push and pull), hot lines -> hover / inlay hints / code lenses, a
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any, Optional
@@ -254,6 +255,9 @@ def _lookup(core: Core, uri: str) -> str:
     return p
 
 
+WORKLOAD_TIMEOUT_S = 600.0
+
+
 def build_server(session: LspSession) -> LanguageServer:
     core = session.core
     ls = LanguageServer("profd", __version__, protocol_cls=ProfdProtocol,
@@ -384,5 +388,34 @@ def build_server(session: LspSession) -> LanguageServer:
     @ls.feature(M.STATUS)
     def status(ls_: LanguageServer, params: Any):
         return T.to_builtins(core.status())
+
+    @ls.feature(M.RUN_WORKLOAD)
+    async def run_workload(ls_: LanguageServer, params: Any):
+        """Run a built-in workload (validated; never code from the request) in a subprocess,
+        write its trace and table into the watched folder, and answer with the analysis."""
+        from . import runner
+
+        raw = _plain(params)
+        if not isinstance(raw, dict):
+            raise RpcError(-32602, "profd/runWorkload wants {workload, params}")
+        if not core.cfg.watch:
+            raise RpcError(-32602, "this daemon watches no folder to write the trace into")
+        try:
+            spec = runner.WorkloadSpec.parse(raw)
+        except runner.WorkloadError as e:
+            raise RpcError(-32602, f"profd: workload: {e}")
+        token = f"profd-run-{os.getpid()}-{id(spec)}"
+        session.progress(token, f"profd: running {spec.label()}")
+        try:
+            res = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: runner.run_workload(spec, core.cfg.watch, timeout=WORKLOAD_TIMEOUT_S))
+        except runner.WorkloadError as e:
+            session.log_error(f"profd: workload {spec.label()} failed: {e}")
+            raise RpcError(-32003, f"profd: workload {spec.label()} failed: {e}")
+        finally:
+            session.progress(token, None)
+        report = await core.analyze(M.AnalyzeParams(path=res.trace_path))
+        return {"trace": res.trace_path, "table": res.table_path, "wallS": round(res.wall_s, 3),
+                "report": T.to_builtins(report)}
 
     return ls

@@ -125,3 +125,20 @@ async def test_corrupt_file_gives_one_error(lsp):
     assert len(errors()) == 1
     st = await status(lsp)
     assert field(st, "reports") == 1 and field(st, "queued") == 0
+
+
+async def test_run_workload_writes_into_the_watched_folder_and_answers_with_findings(lsp):
+    pytest.importorskip("torch")
+    res = await lsp.protocol.send_request_async("profd/runWorkload", {
+        "workload": "matmul-bias", "params": {"n": 64, "device": "cpu", "active": 2}})
+    trace_path = field(res, "trace")
+    assert os.path.dirname(trace_path) == lsp.watch and trace_path.endswith(".json.gz")
+    assert os.path.isfile(field(res, "table"))
+    rep = field(res, "report")
+    assert field(field(rep, "summary"), "verdict") == "cpu-only"
+    # only built-in workloads with validated parameters
+    with pytest.raises(Exception, match="unknown workload"):
+        await lsp.protocol.send_request_async("profd/runWorkload", {"workload": "rm -rf /"})
+    with pytest.raises(Exception):
+        await lsp.protocol.send_request_async("profd/runWorkload", {"workload": "matmul-bias",
+                                                                    "params": {"n": "64; echo"}})
