@@ -121,3 +121,23 @@ def test_cli_prints_per_rank_reports_and_the_job_report(capsys, monkeypatch):
     assert len(doc["reports"]) == 2 and len(doc["jobs"]) == 1
     assert [r["rank"] for r in doc["jobs"][0]["ranks"]] == [0, 1]
     assert doc["jobs"][0]["straggler"] is None
+
+
+def _recorded_job(name):
+    # real 2-rank NCCL DDP runs recorded on two H200s (examples/recorded/README.md)
+    return job.reduce_job([job.summarize_rank(trace(f"{name}_rank{r}")) for r in (0, 1)])
+
+
+def test_recorded_straggler_pair_names_the_rank_with_the_bigger_batch():
+    j = _recorded_job("ddp_straggler")  # rank 1 gets twice the batch
+    assert j.straggler == 1
+    (d,) = [d for d in j.diagnostics if d.code == "rank-straggler"]
+    waiting = next(r for r in j.ranks if r.rank == 0)
+    assert waiting.wait_us > 0
+
+
+def test_recorded_overlapping_pair_has_no_straggler_and_hides_its_communication():
+    j = _recorded_job("ddp_overlap_b8192")
+    assert j.straggler is None
+    for r in j.ranks:
+        assert r.overlap_pct > 80  # all-reduce buckets run under the backward GEMMs
