@@ -25,7 +25,7 @@ from .sourcemap import SourceMap, source_lines
 _PARSE_LOCK = threading.Lock()
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([A-Za-z_][A-Za-z0-9_]*)")
 # Frames of library code whose name says nothing about the call site.
-_SKIP = {"__enter__", "__exit__"}
+_SKIP = {"__enter__", "__exit__", "__getattr__", "__setattr__", "__getattribute__", "__delattr__"}
 # aten ops that appear directly under a frame (no python-level wrapper) -> the names of the
 # call sites or operators that cause them.
 _ATEN_SITES = {
@@ -286,7 +286,7 @@ class StatementResolver:
                             break
                     if anyc:
                         pending += 1
-            k = _find(sites, start, names, any_call, limit, pending)
+            k = _find(sites, start, names, any_call, limit, pending, None if first else cursor)
             if k is None:
                 continue
             out[tok] = sites[k].line
@@ -331,7 +331,7 @@ class StatementResolver:
 
 
 def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
-          limit: Optional[int] = None, pending: int = 1) -> Optional[int]:
+          limit: Optional[int] = None, pending: int = 1, stay: Optional[int] = None) -> Optional[int]:
     """The next site from ``start`` (wrapping) named in ``names``; else, when any call will do,
     the last call site before ``limit`` (the site the next unambiguous token needs), or the next
     call site when there is no limit."""
@@ -345,11 +345,16 @@ def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
             break
     if not any_call:
         return None
-    calls = [(start + d) % n for d in range(span if limit is not None else n)
-             if not sites[(start + d) % n].name.startswith(("<", "record_function:"))]
+    calls = [(start + d) % n for d in range(span if limit is not None else n) if _is_call(sites[(start + d) % n])]
+    if limit is not None and pending > len(calls) and stay is not None and _is_call(sites[stay]):
+        return stay  # more unnamed calls than call sites before the next named one: a loop repeats it
     if not calls:
         return None
     return calls[max(0, len(calls) - pending)] if limit is not None else calls[0]
+
+
+def _is_call(site: Site) -> bool:
+    return not site.name.startswith(("<", "record_function:"))
 
 
 def _resume_floor(func, line: int) -> int:

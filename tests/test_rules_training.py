@@ -80,3 +80,14 @@ def test_statement_precision_needs_the_source():
     assert d.location.precision == "function"
     assert d.location.path == "train_tinygpt.py"  # the trace's own path is kept
     assert d.location.line == 71  # main was already running: the line it was at
+
+
+def test_module_calls_in_loops_and_attribute_lookups_resolve_to_statements():
+    hot = [h for h in report_of("tinygpt_naive").hot_lines if h.trace_path == "tinygpt.py" and h.gpu_us > 0]
+    assert hot and all(h.precision == "statement" for h in hot)
+    lines = {h.line for h in hot}
+    # `x = blk(x)` runs four blocks in a loop; `logits = self.head(self.ln(x))` after it
+    with open(f"{SRC}/tinygpt.py") as f:
+        src = f.read().splitlines()
+    assert any("self.head(self.ln(x))" in src[l - 1] for l in lines)
+    assert any("self.out(F.gelu(self.fc(x)))" in src[l - 1] for l in lines)
