@@ -121,14 +121,13 @@ def _evidence_at(m: TraceModel, d: Diagnostic, evs: list[int]) -> Optional[dict]
     ev = d.evidence or {}
     if d.code == "host-sync" and ev.get("sync_call"):
         for i in evs:
-            for c in _subtree(m, i):
+            for c in m.subtree(i):
                 if m.cpu[c].name == ev["sync_call"]:
                     return _at(m.cpu[c])
     if d.code in ("fp32-matmul", "pageable-memcpy"):
         gpu = []
         for i in evs:
-            for c in _subtree(m, i):
-                gpu.extend(m.gpu_of_launch(c))
+            gpu.extend(m.gpu_under(i))
         for g in sorted(gpu, key=lambda g: m.gpu[g].ts):
             e = m.gpu[g]
             if (d.code == "fp32-matmul" and e.cat == "kernel" and kernels.is_fp32_simt_gemm(e.name)) or \
@@ -138,14 +137,6 @@ def _evidence_at(m: TraceModel, d: Diagnostic, evs: list[int]) -> Optional[dict]
         peak = max(m.memory, key=lambda x: x.total_allocated)
         return {"pid": peak.thread[0], "tid": peak.thread[1], "ts": peak.ts}
     return _at(m.cpu[evs[0]])
-
-
-def _subtree(m: TraceModel, i: int):
-    stack = [i]
-    while stack:
-        j = stack.pop()
-        yield j
-        stack.extend(m.children(j))
 
 
 def _trace_level_ts(m: TraceModel, d: Diagnostic, default: float) -> float:

@@ -80,6 +80,16 @@ class Context:
         self._keys[i] = key
         return key
 
+    def line_id(self, i: int) -> Optional[tuple[str, int]]:
+        """(trace path, line) of event i's user line, for grouping findings; None when it has none."""
+        key = self.line_key(i) if i >= 0 else None
+        return (key.trace_path, key.line) if key else None
+
+    @property
+    def mean_step_us(self) -> float:
+        steps = self.model.steps
+        return sum(s.dur for s in steps) / len(steps) if steps else 0.0
+
     def location(self, i: int) -> Location:
         key = self.line_key(i) if i >= 0 else None
         if key is None:

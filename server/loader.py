@@ -227,27 +227,18 @@ def detach_raw(doc: TraceDoc) -> None:
     decode's own peak, buffer + structs, is then the process's peak).
     """
     raws: dict[bytes, msgspec.Raw] = {}
-    Raw = msgspec.Raw
     for e in doc.traceEvents:
         a = e.args
         if a is None:
             continue
-        r = a.input_dims
-        if r:
-            b = bytes(r)
-            a.input_dims = raws.get(b) or raws.setdefault(b, Raw(b))
-        r = a.input_types
-        if r:
-            b = bytes(r)
-            a.input_types = raws.get(b) or raws.setdefault(b, Raw(b))
-        r = a.grid
-        if r:
-            b = bytes(r)
-            a.grid = raws.get(b) or raws.setdefault(b, Raw(b))
-        r = a.block
-        if r:
-            b = bytes(r)
-            a.block = raws.get(b) or raws.setdefault(b, Raw(b))
+        for name in _RAW_FIELDS:
+            r = getattr(a, name)
+            if r:
+                b = bytes(r)
+                setattr(a, name, raws.get(b) or raws.setdefault(b, msgspec.Raw(b)))
+
+
+_RAW_FIELDS = ("input_dims", "input_types", "grid", "block")
 
 
 def flag(value: Flag) -> bool:

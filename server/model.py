@@ -230,6 +230,10 @@ class TraceModel:
             stack.extend(self._children.get(j, ()))
         return out
 
+    def gpu_under(self, i: int) -> list[int]:
+        """GPU events launched from event i or anything nested in it."""
+        return [g for j in self.subtree(i) for g in self._gpu_by_launch.get(j, ())]
+
     def children(self, i: int) -> list[int]:
         return self._children.get(i, [])
 

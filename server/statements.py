@@ -158,13 +158,6 @@ class _SiteCollector(ast.NodeVisitor):
         self.sites.append(Site(name, self.stmt_line))
 
 
-class _Function:
-    """The call sites of the function a frame runs, and where a running frame resumes."""
-
-    def __init__(self, sites: list[Site]):
-        self.sites = sites
-
-
 def _function_at(tree: ast.AST, line: int):
     """(function node, is_def_line): the def starting at ``line``, else the innermost def containing it."""
     best = None

@@ -66,8 +66,9 @@ def profiler_artifact(ctx):
 
 
 def _buffer_requests(ctx):
-    evs = [e for e in ctx.model.cpu + ctx.model.gpu_annotations + ctx.model.gpu
-           if e.name == "Activity Buffer Request"]
+    m = ctx.model
+    evs = [m.cpu[i] for i in m.indices(("Activity Buffer Request",))] + \
+        [e for e in m.gpu_annotations + m.gpu if e.name == "Activity Buffer Request"]
     if evs:
         total = sum(e.dur for e in evs)
         yield ctx.diag(

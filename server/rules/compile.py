@@ -41,10 +41,9 @@ def compile_overhead(ctx):
         if p >= 0:
             lookup = sum(m.cpu[c].dur for c in m.children(p) if m.cpu[c].name in WRAPPER_OPS)
         wrapper += m.cpu[r].dur + lookup - sum(m.cpu[j].dur for j in aten)
-        for j in sub:
-            for g in m.gpu_of_launch(j):
-                gpu += m.gpu[g].dur
-                kernels += m.gpu[g].cat == "kernel"
+        for g in m.gpu_under(r):
+            gpu += m.gpu[g].dur
+            kernels += m.gpu[g].cat == "kernel"
     n = len(regions)
     if kernels / n > SMALL_REGION_KERNELS or wrapper <= gpu:
         return
@@ -74,7 +73,7 @@ def compile_fusion(ctx):
         for j in m.subtree(r):
             e = m.cpu[j]
             if e.cat == "cpu_op" and e.name in FUSED_OPS:
-                runs = [m.gpu[g] for k in m.subtree(j) for g in m.gpu_of_launch(k)]
+                runs = [m.gpu[g] for g in m.gpu_under(j)]
                 seen.setdefault(e.name, []).append((j, runs))
     for name, calls in seen.items():
         runs = [g for _, rs in calls for g in rs]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+from operator import attrgetter
 
 from ..analyses import covered, gaps, merge, verdict
 from . import rule
@@ -16,6 +17,8 @@ CONTENTION_DELAY_US = 100.0
 CONTENTION_MIN_SAMPLES = 3
 CONTENTION_SHARE = 0.05  # of launched GPU events
 
+_ts = attrgetter("ts")
+
 
 def _cpu_during(ctx, lo: float, hi: float):
     """What held up the GPU during [lo, hi]: on the thread that launched the work that ended the
@@ -23,7 +26,7 @@ def _cpu_during(ctx, lo: float, hi: float):
     non-python event covering most of the gap."""
     m = ctx.model
     key = m.main_thread
-    g = bisect.bisect_left(ctx.gpu_starts, hi - 1e-3)
+    g = bisect.bisect_left(m.gpu, hi - 1e-3, key=_ts)  # the GPU event that ended the gap
     if g < len(m.gpu) and m.launcher[g] >= 0:
         key = m.thread[m.launcher[g]]
     i = m.tindex.innermost(key, (lo + hi) / 2)
@@ -65,7 +68,6 @@ def gpu_idle_gap(ctx):
     if not holes or total < GAP_TOTAL_SHARE * a.window_us:
         return
     holes.sort(key=lambda g: -(g[1] - g[0]))
-    ctx.gpu_starts = [e.ts for e in m.gpu]
     # group the gaps by what the CPU was doing, so that one cause is one finding
     by_cause: dict = {}
     for x, y in holes:
@@ -78,8 +80,7 @@ def gpu_idle_gap(ctx):
             name = m.cpu[i].name.replace("autograd::engine::evaluate_function: ", "")
             c["ops"][name] = c["ops"].get(name, 0.0) + (y - x)
         else:
-            key = ctx.line_key(i) if i >= 0 else None
-            k = (key.trace_path, key.line) if key else ("", m.cpu[i].name if i >= 0 else "?")
+            k = ctx.line_id(i) or ("", m.cpu[i].name if i >= 0 else "?")
             c = by_cause.setdefault(k, {"gaps": [], "op": i})
         c["gaps"].append((x, y))
     for k, c in sorted(by_cause.items(), key=lambda kv: -sum(y - x for x, y in kv[1]["gaps"]))[:3]:

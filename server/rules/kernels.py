@@ -59,9 +59,8 @@ def kernel_jitter(ctx):
         op = m.enclosing_op(li) if li >= 0 else -1
         # the same kernel launched by different ops (a forward op and its backward, say) does
         # different work: only the same op's launches are one configuration
-        lk = ctx.line_key(li) if li >= 0 else None
         key = (e.name, bytes(a.grid) if a else b"", bytes(a.block) if a else b"",
-               m.cpu[op].name if op >= 0 else "", (lk.trace_path, lk.line) if lk else None,
+               m.cpu[op].name if op >= 0 else "", ctx.line_id(li),
                li >= 0 and m.is_backward(li))
         groups.setdefault(key, []).append(g)
     for key, gs in groups.items():
@@ -114,8 +113,7 @@ def fp32_matmul(ctx):
         fp32 += e.dur
         names[e.name] = names.get(e.name, 0.0) + e.dur
         li = m.launcher[g]
-        key = ctx.line_key(li) if li >= 0 else None
-        k = (key.trace_path, key.line) if key else None
+        k = ctx.line_id(li)
         lines.setdefault(k, [0.0, li])[0] += e.dur
     if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
         return
@@ -161,9 +159,8 @@ def misaligned_dims(ctx):
         bad = sorted({x for d in mats for x in d[-2:] if x % 8})
         if not bad:
             continue
-        gpu_us = _gpu_under(m, i)
-        key = ctx.line_key(i)
-        k = (key.trace_path, key.line) if key else None
+        gpu_us = sum(m.gpu[g].dur for g in m.gpu_under(i))
+        k = ctx.line_id(i)
         f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "dims": mats, "bad": set()})
         f["gpu_us"] += gpu_us
         f["bad"].update(bad)
@@ -181,16 +178,6 @@ def misaligned_dims(ctx):
             fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
                 "round the vocabulary up to a multiple of 64",
         )
-
-
-def _gpu_under(m, op: int) -> float:
-    total, stack = 0.0, [op]
-    while stack:
-        j = stack.pop()
-        for g in m.gpu_of_launch(j):
-            total += m.gpu[g].dur
-        stack.extend(m.children(j))
-    return total
 
 
 def _python_frame(m, i: int) -> int:
@@ -220,11 +207,11 @@ def launch_storm(ctx):
         li = m.launcher[g]
         if li < 0 or e.cat != "kernel" or m.frame_of[li] < 0:
             continue
-        key = ctx.line_key(li)
+        k = ctx.line_id(li)
         step = m.step_at(m.cpu[li].ts)
-        if key is None or step is None:
+        if k is None or step is None:
             continue
-        d = per.setdefault((key.trace_path, key.line), {})
+        d = per.setdefault(k, {})
         d.setdefault((e.name, _python_frame(m, li), step.number), []).append((e.dur, m.cpu[li].dur, li))
     for k, groups in per.items():
         storm: dict = {}

@@ -79,7 +79,7 @@ def memory_child_pressure(ctx):
             cands.append((tot, i))
     by_name: dict = {}
     for tot, i in sorted(cands, reverse=True):
-        by_name.setdefault((m.cpu[i].name, ctx.line_key(i) and ctx.line_key(i).line), []).append((tot, i))
+        by_name.setdefault((m.cpu[i].name, ctx.line_id(i)), []).append((tot, i))
     shown = 0
     for (name, _), items in by_name.items():
         if shown >= CHILD_MAX_FINDINGS:

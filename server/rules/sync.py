@@ -60,14 +60,7 @@ def host_read_op(m, i: int):
 
 
 def _copies_to_host(m, op: int) -> bool:
-    stack = [op]
-    while stack:
-        j = stack.pop()
-        for g in m.gpu_of_launch(j):
-            if "DtoH" in m.gpu[g].name:
-                return True
-        stack.extend(m.children(j))
-    return False
+    return any("DtoH" in m.gpu[g].name for g in m.gpu_under(op))
 
 
 def _outermost_copy(m, a: int) -> int:
@@ -106,13 +99,12 @@ def host_sync(ctx):
         if hit is None:
             continue
         op, what = hit
-        key = ctx.line_key(op)
-        k = (key.trace_path, key.line) if key else None
+        k = ctx.line_id(op)
         g = groups.setdefault(k, {"ops": set(), "what": set(), "sync": e.name, "first": op})
         if op not in g["ops"]:
             g["ops"].add(op)
             g["what"].add(what)
-    step_us = sum(s.dur for s in m.steps) / len(m.steps)
+    step_us = ctx.mean_step_us
     for k, g in groups.items():
         ops = sorted(g["ops"])
         blocked = sum(m.cpu[o].dur for o in ops) / ctx.n_steps
@@ -150,10 +142,9 @@ def sync_wait(ctx):
     for i in _loop_syncs(m):
         if host_read_op(m, i) is not None:
             continue
-        key = ctx.line_key(i)
-        k = (key.trace_path, key.line) if key else None
+        k = ctx.line_id(i)
         groups.setdefault(k, []).append(i)
-    step_us = sum(s.dur for s in m.steps) / len(m.steps)
+    step_us = ctx.mean_step_us
     for k, idx in groups.items():
         blocked = sum(m.cpu[i].dur for i in idx) / ctx.n_steps
         if blocked < SYNC_WAIT_MIN_US or blocked < SYNC_WAIT_STEP_SHARE * step_us:

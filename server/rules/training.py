@@ -40,8 +40,7 @@ def pageable_memcpy(ctx):
         li = m.launcher[g]
         if li >= 0 and m.step_at(m.cpu[li].ts) is None:
             continue
-        key = ctx.line_key(li) if li >= 0 else None
-        k = (key.trace_path, key.line) if key else None
+        k = ctx.line_id(li)
         grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set()})
         grp["n"] += 1
         grp["bytes"] += int(e.args.nbytes or 0) if e.args else 0
@@ -77,8 +76,6 @@ def optimizer_foreach_off(ctx):
     launch a handful for all of them.
     """
     m = ctx.model
-    for i in _optimizer_steps(m)[:1]:
-        pass
     steps = _optimizer_steps(m)
     if not steps:
         return
@@ -134,7 +131,7 @@ def zero_grad_not_none(ctx):
     if not hits:
         return
     n_ops = sum(len(o) for _, o in hits)
-    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for k in m.subtree(j) for g in m.gpu_of_launch(k))
+    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for g in m.gpu_under(j))
     yield ctx.diag(
         "zero-grad-not-none",
         f"zero_grad writes zeros into the gradients every step ({n_ops / ctx.n_steps:.0f} fill ops per "
@@ -178,8 +175,7 @@ def conv_bias_before_bn(ctx):
         return
     by_line: dict = {}
     for c, b in pairs:
-        key = ctx.line_key(c)
-        by_line.setdefault((key.trace_path, key.line) if key else None, []).append((c, b))
+        by_line.setdefault(ctx.line_id(c), []).append((c, b))
     for k, ps in by_line.items():
         yield ctx.diag(
             "conv-bias-before-bn",
