@@ -10,6 +10,10 @@ time inside the child from before reading the file to the end of the case (page 
 ``proc s`` is the whole process (interpreter start and imports included). Ratios are against the
 fastest plain parse, ``orjson.loads`` with the cyclic GC disabled, on the same file in the same run,
 and RSS against the file's size on disk. Benchmarks print numbers; nothing here asserts a time.
+
+HTA is not a profd dependency: ``bash bench/setup_hta.sh`` makes its own venv, ``bench/.hta-venv``,
+and the ``hta`` case then runs under that venv's python (``work s`` includes its imports, as every
+case's does); the table adds, per size, how many times faster profd-full is than HTA.
 """
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
 DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
+# HTA lives in its own venv (bench/setup_hta.sh) so its pandas/numpy/plotly stack stays out of the
+# project's; the hta child runs under that venv's python (it must not import profd).
+HTA_VENV = os.path.join(HERE, ".hta-venv")
+HTA_PYTHON = os.path.join(HTA_VENV, "bin", "python")
 
 MODES = [
     ("orjson-gc", "orjson.loads, gc on"),
@@ -32,7 +40,7 @@ MODES = [
     ("msgspec-raw", "msgspec.json.decode untyped, gc off"),
     ("profd-load", "profd loader.load (read+typed decode+sha256)"),
     ("profd-full", "profd analyze_file (all rules, hot lines)"),
-    ("hta", "HTA load + temporal + idle breakdown"),
+    ("hta", "HTA TraceAnalysis load + temporal + idle breakdown"),
 ]
 
 
@@ -71,15 +79,24 @@ def child(mode: str, path: str) -> dict:
         extra["diagnostics"] = len(rep.diagnostics)
         extra["hot_lines"] = len(rep.hot_lines)
     elif mode == "hta":
+        # Runs under HTA_PYTHON when bench/.hta-venv exists: nothing of profd may be imported here.
         from hta.trace_analysis import TraceAnalysis  # type: ignore
         d = os.path.join(OUT, "hta_" + os.path.basename(path).replace(".", "_"))
         os.makedirs(d, exist_ok=True)
         link = os.path.join(d, "rank0.json")
         if not os.path.exists(link):
             os.symlink(os.path.abspath(path), link)
-        ta = TraceAnalysis(trace_dir=d)
-        ta.get_temporal_breakdown(visualize=False)
+        t1 = time.perf_counter()
+        ta = TraceAnalysis(trace_dir=d)  # one rank: HTA parses in this process (no pool)
+        t2 = time.perf_counter()
+        temporal = ta.get_temporal_breakdown(visualize=False)
+        t3 = time.perf_counter()
         ta.get_idle_time_breakdown(visualize=False)
+        t4 = time.perf_counter()
+        extra["events"] = int(sum(len(df) for df in ta.t.traces.values()))  # HTA's kept events
+        extra["import_s"], extra["load_s"] = t1 - t0, t2 - t1
+        extra["temporal_s"], extra["idle_s"] = t3 - t2, t4 - t3
+        extra["idle_pct"] = float(temporal["idle_time_pctg"].iloc[0])
     else:
         raise SystemExit(f"unknown mode {mode}")
     wall = time.perf_counter() - t0
@@ -100,8 +117,20 @@ def _vm_hwm() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def child_python(mode: str) -> str:
+    """The interpreter for a case: HTA's own venv for ``hta`` when it exists, else ours."""
+    if mode == "hta" and os.path.exists(HTA_PYTHON):
+        return HTA_PYTHON
+    return sys.executable
+
+
 def have_hta() -> bool:
+    py = child_python("hta")
     try:
+        if py != sys.executable:
+            return subprocess.run([py, "-c", "import importlib.util, sys; "
+                                   "sys.exit(importlib.util.find_spec('hta') is None)"],
+                                  capture_output=True, timeout=60).returncode == 0
         import importlib.util
         return importlib.util.find_spec("hta") is not None
     except Exception:
@@ -110,11 +139,9 @@ def have_hta() -> bool:
 
 def run_child(mode: str, path: str) -> dict:
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", mode, path],
+    p = subprocess.Popen([child_python(mode), os.path.abspath(__file__), "--child", mode, path],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = p.stdout.read()
-    err = p.stderr.read()
-    p.wait()
+    out, err = p.communicate()  # both pipes at once: HTA logs to stderr and could fill it
     proc = time.perf_counter() - t0
     if p.returncode != 0:
         return {"error": (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]}
@@ -161,7 +188,10 @@ def main(argv=None) -> int:
     modes = [m for m in ns.modes.split(",") if m]
     if "hta" in modes and not have_hta():
         modes.remove("hta")
-        print("# HTA (HolisticTraceAnalysis) not installed: skipped (it pulls pandas/numpy/plotly)")
+        print("# HTA (HolisticTraceAnalysis) not installed: skipped (run bench/setup_hta.sh to make "
+              "bench/.hta-venv, HTA's own venv)")
+    if "hta" in modes:
+        print(f"# hta runs under {os.path.relpath(child_python('hta'), ROOT)}")
     print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, source {os.path.relpath(ns.source, ROOT)}")
     for mode in modes:
         print(f"#   {mode:12} {dict(MODES)[mode]}")
@@ -183,6 +213,14 @@ def main(argv=None) -> int:
                 "rss": statistics.median(r["rss"] for r in ok),
                 "n": len(ok), "events": ok[0].get("events"),
             }
+            if mode == "hta":
+                for k in ("import_s", "load_s", "temporal_s", "idle_s"):
+                    results[mode][k] = statistics.median(r[k] for r in ok)
+                results[mode]["idle_pct"] = ok[0]["idle_pct"]
+                h = results[mode]
+                print(f"#   {mb} MB hta: import {h['import_s']:.2f} s, load {h['load_s']:.2f} s, temporal "
+                      f"{h['temporal_s']:.2f} s, idle {h['idle_s']:.2f} s; {h['events']:,} events kept, "
+                      f"idle {h['idle_pct']:.1f}%", flush=True)
             print(f"#   {mb} MB {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
                   f"(n={len(ok)})", flush=True)
         rows.append((mb, path, size, reps, results))
@@ -209,6 +247,13 @@ def main(argv=None) -> int:
             print(f"{'':>9} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
                   f"{'MET' if t_ok else 'MISSED'}; peak RSS <= file: {full['rss'] / size:.2f}x "
                   f"{'MET' if m_ok else 'MISSED'}")
+        hta = results.get("hta", {})
+        if "work_s" in full and "work_s" in hta:
+            lt = hta["import_s"] + hta["load_s"] + hta["temporal_s"]
+            x = lt / full["work_s"]
+            print(f"{'':>9} vs HTA: profd-full {hta['work_s'] / full['work_s']:.1f}x faster than HTA "
+                  f"(load+temporal+idle); target >= 20x faster than HTA import+load+temporal: {x:.1f}x "
+                  f"{'MET' if x >= 20 else 'MISSED'}; peak RSS {full['rss'] / hta['rss']:.2f}x HTA's")
     return 0
 
 
