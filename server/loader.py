@@ -1,21 +1,33 @@
 """Reading a trace file: bytes (plain or gzip) -> typed events.
 
-msgspec decodes straight into small structs and skips every field the analyses do not use
-(``Ev Idx``, ``Record function id``, strides, ...). Measured on the shared traces it is several
-times faster than ``orjson.loads`` and holds far less memory (see bench/). Every failure becomes a
-``TraceError`` naming the file and what is wrong; callers print it, never a traceback.
+Two decoders give the same events:
+- ``_scan`` (server/_scan.c), streaming: a reader thread reads, inflates and hashes fixed-size
+  blocks while the scanner turns each block's events into compact objects (numbers unboxed, strings
+  interned) and drops the events the model never reads. The file is never held whole.
+- msgspec typed structs over the whole buffer: the reference, used when the extension is not built
+  and whenever the scanner meets something it does not handle (it then says nothing, and msgspec
+  either decodes the file or gives the precise error).
+Every failure becomes a ``TraceError`` naming the file and what is wrong; callers print it, never
+a traceback.
 """
 from __future__ import annotations
 
 import gc
 import hashlib
 import os
-import stat
+import queue
 import re
+import stat
+import threading
 import zlib
 from typing import Any, Optional, Union
 
 import msgspec
+
+try:
+    from . import _scan
+except ImportError:  # no compiler where it was installed: msgspec alone, slower and larger
+    _scan = None
 
 # A gzip that inflates past this is refused (a bomb, or far beyond any trace we can analyse).
 MAX_INFLATED_BYTES = int(os.environ.get("PROFD_MAX_TRACE_BYTES", 16 * 1024**3))
@@ -93,6 +105,25 @@ class TraceDoc(msgspec.Struct, gc=False):
     cupti_version: Flag = None
     baseTimeNanoseconds: Flag = None
     traceName: Optional[str] = None
+    # Array elements in the file; ``traceEvents`` may hold only those the model reads (see KEEP).
+    events_total: int = msgspec.field(default=-1, name="~profd events_total")
+
+    @property
+    def n_events(self) -> int:
+        return self.events_total if self.events_total >= 0 else len(self.traceEvents)
+
+
+# The events the model reads; the streaming decoder does not materialise the others (flow arrows
+# between CPU and GPU, instants other than allocator samples, metadata other than thread names),
+# about a fifth of a Kineto trace.
+CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+KEEP = (
+    CPU_CATS | GPU_CATS | {"gpu_user_annotation"},  # ph X: these categories
+    frozenset({"fwdbwd"}),  # ph s/f: forward->backward flows
+    frozenset({"[memory]"}),  # ph i/I: allocator samples
+    frozenset({"thread_name"}),  # ph M
+)
 
 
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
@@ -100,12 +131,12 @@ _doc_decoder = msgspec.json.Decoder(TraceDoc)
 _list_decoder = msgspec.json.Decoder(list[Event])
 
 
-def read_bytes(path: str) -> bytes:
-    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap.
+def _open(path: str):
+    """A binary file object for ``path``, checked to be a regular file within the size limit.
 
-    The file is opened non-blocking and checked to be a regular file on the open descriptor, so a
-    FIFO or device named ``*.json`` is refused instead of hanging, and a file replaced or removed
-    between a watcher's stat and this read is either read whole or reported, never half-judged.
+    The file is opened non-blocking and checked on the open descriptor, so a FIFO or device named
+    ``*.json`` is refused instead of hanging, and a file replaced or removed between a watcher's
+    stat and this read is either read whole or reported, never half-judged.
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -126,14 +157,23 @@ def read_bytes(path: str) -> bytes:
         if st.st_size > MAX_INFLATED_BYTES:
             raise TraceError(path, f"file is {st.st_size} bytes, larger than the "
                                    f"{MAX_INFLATED_BYTES}-byte limit (PROFD_MAX_TRACE_BYTES); refusing")
-        with os.fdopen(fd, "rb", buffering=0) as f:
-            fd = -1
-            data = _read_all(f, st.st_size)
+        f = os.fdopen(fd, "rb", buffering=0)
+        fd = -1
+        return f
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap."""
+    with _open(path) as f:
+        try:
+            data = _read_all(f, 0)
+        except OSError as e:
+            raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(path, data)
     elif len(data) > MAX_INFLATED_BYTES:  # it grew while we read it
@@ -208,13 +248,227 @@ def decode(path: str, data: bytes) -> TraceDoc:
 def load(path: str) -> tuple[TraceDoc, str, int]:
     """Read and decode ``path``: (document, sha256 of the JSON bytes, byte size).
 
-    The JSON buffer is released before returning: see ``detach_raw``.
+    Streams through ``_scan`` when it is built; otherwise, or when the scanner declines the file,
+    decodes the whole buffer with msgspec (which also gives the precise error for a bad file).
     """
+    if _scan is not None:
+        enabled = gc.isenabled()
+        gc.disable()  # millions of fresh objects and no cycles: the GC would only rescan them
+        try:
+            return _load_stream(path)
+        except _Declined:
+            pass
+        finally:
+            if enabled:
+                gc.enable()
+    return _load_whole(path)
+
+
+def _load_whole(path: str) -> tuple[TraceDoc, str, int]:
     data = read_bytes(path)
     sha, size = sha256_of(data), len(data)
     doc = decode(path, data)
     detach_raw(doc)
     return doc, sha, size
+
+
+BLOCK_BYTES = 8 << 20  # small against any large trace, large against per-block overheads
+HEAD_LIMIT = 64 << 20  # the header before "traceEvents" (device properties, ...) is small
+
+
+class _Declined(Exception):
+    """The streaming decoder does not handle this file; the whole-buffer decoder will."""
+
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+
+
+def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
+    blocks = _Blocks(path)
+    try:
+        buf = bytearray()
+        for block in blocks:
+            buf += block
+            start, form = _array_start(buf)
+            if start >= 0 or len(buf) > HEAD_LIMIT:
+                break
+        else:
+            start, form = _array_start(buf)
+        if start < 0:
+            raise _Declined()
+        head = _decode_part(bytes(buf[:start]) + b"]}") if form == "object" else None
+        scanner = _scan.Scanner(*KEEP)
+        events: list = []
+        pos = start
+        while True:
+            try:
+                evs, pos, done = scanner.scan(buf, pos, blocks.eof)
+            except ValueError:
+                raise _Declined() from None
+            events += evs
+            if done:
+                break
+            del buf[:pos]  # O(1) at the front of a bytearray
+            pos = 0
+            block = blocks.next_block()
+            if block:
+                buf += block
+        tail = bytearray(buf[pos:])
+        del buf
+        for block in blocks:
+            tail += block
+            if len(tail) > HEAD_LIMIT:
+                raise _Declined()
+        sha, size = blocks.result()
+    finally:
+        blocks.close()
+    if form == "object":
+        trail = _decode_part(b'{"traceEvents":[]' + bytes(tail))
+        doc = _merge(head, trail, events)
+    else:
+        if tail.strip():
+            raise _Declined()
+        doc = TraceDoc(traceEvents=events)
+    doc.events_total = scanner.total
+    return doc, sha, size
+
+
+def _array_start(buf) -> tuple[int, str]:
+    """(offset just past the '[' that opens the events, "object" | "array"), or (-1, "")."""
+    lead = _LEADING_WS.match(buf).end()
+    if lead < len(buf) and buf[lead:lead + 1] == b"[":
+        return lead + 1, "array"
+    m = _EVENTS_KEY.search(buf)
+    return (m.end(), "object") if m else (-1, "")
+
+
+def _decode_part(data: bytes) -> TraceDoc:
+    try:
+        return _doc_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise _Declined() from None  # e.g. "traceEvents" was inside a string: let msgspec judge
+
+
+def _merge(head: TraceDoc, trail: TraceDoc, events: list) -> TraceDoc:
+    """The header's fields (before the events) and the trailer's (after them), as one document."""
+    doc = TraceDoc(traceEvents=events)
+    for name in TraceDoc.__struct_fields__:
+        if name in ("traceEvents", "events_total"):
+            continue
+        v = getattr(trail, name)
+        setattr(doc, name, v if v is not None else getattr(head, name))
+    return doc
+
+
+class _Blocks:
+    """The file's JSON bytes in blocks, inflated and hashed by a reader thread one block ahead.
+
+    File reads, zlib and sha256 release the GIL, so this work overlaps the scanner's.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = _open(path)
+        self.q: queue.Queue = queue.Queue(maxsize=2)
+        self.stop = threading.Event()
+        self.eof = False
+        self._result = None
+        self.thread = threading.Thread(target=self._run, name="profd-read", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for block in self._produce():
+                if not self._put(block):
+                    return
+            self._put(None)
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(e)
+
+    def _put(self, item) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self):
+        sha = hashlib.sha256()
+        size = 0
+        first = self.f.read(BLOCK_BYTES) or b""
+        gz = first[:2] == b"\x1f\x8b"
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+        raw = first
+        while raw:
+            if gz:
+                out, inflate = self._inflate(raw, inflate)
+            else:
+                out = raw
+            if out:
+                size += len(out)
+                if size > MAX_INFLATED_BYTES:
+                    raise TraceError(self.path, f"{'gzip inflates' if gz else 'file is'} past "
+                                                f"{MAX_INFLATED_BYTES} bytes (PROFD_MAX_TRACE_BYTES); refusing")
+                sha.update(out)
+                yield out
+            raw = self.f.read(BLOCK_BYTES)
+        if gz and not inflate.eof:
+            raise TraceError(self.path, "truncated gzip stream (file still being written?)")
+        self._result = (sha.hexdigest(), size)
+
+    def _inflate(self, raw: bytes, d):
+        out = bytearray()
+        try:
+            while raw:
+                out += d.decompress(raw, BLOCK_BYTES)
+                raw = d.unconsumed_tail
+                if d.eof:
+                    raw = d.unused_data  # a concatenated gzip member follows, or nothing
+                    if raw:
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if len(out) > MAX_INFLATED_BYTES:
+                    break
+        except zlib.error as e:
+            raise TraceError(self.path, f"corrupt gzip: {e}") from None
+        return bytes(out), d
+
+    def next_block(self) -> Optional[bytes]:
+        if self.eof:
+            return None
+        item = self.q.get()
+        if item is None:
+            self.eof = True
+            return None
+        if isinstance(item, TraceError):
+            raise _Declined() from None  # msgspec's path reports it with the same words
+        if isinstance(item, BaseException):
+            raise _Declined() from None
+        return item
+
+    def __iter__(self):
+        while True:
+            b = self.next_block()
+            if b is None:
+                return
+            yield b
+
+    def result(self) -> tuple[str, int]:
+        for _ in self:
+            pass
+        self.thread.join()
+        return self._result
+
+    def close(self) -> None:
+        self.stop.set()
+        try:
+            while True:
+                self.q.get_nowait()
+        except queue.Empty:
+            pass
+        self.thread.join(timeout=5)
+        self.f.close()
 
 
 def detach_raw(doc: TraceDoc) -> None:

@@ -20,10 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .loader import Event, TraceDoc, flag
+from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
 
-CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
 _ts = attrgetter("ts")

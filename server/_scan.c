@@ -1,0 +1,830 @@
+/* profd.server._scan: the traceEvents array -> compact event objects, one block at a time.
+ *
+ * Why by hand: no JSON library decodes "an array of objects, keep these ten keys, intern the
+ * strings, store numbers unboxed, drop the events nobody reads" while streaming. msgspec decodes
+ * into structs that hold a Python object per field (~640 B per event on Kineto traces); this
+ * scanner stores numbers as C doubles/int64, shares every name/category/shape through one intern
+ * table, and skips the events the model never reads (ac2g flows, most instants, metadata) without
+ * allocating them. It is resumable at event granularity, so the loader feeds it fixed-size blocks
+ * and never holds the whole file.
+ *
+ * It accepts exactly the inputs msgspec's typed decode (loader.TraceDoc) accepts and gives the same
+ * values. Anything it is unsure about (a string id, a float in an int field, an escaped key, bad
+ * JSON, a truncated file) raises ValueError, and the loader falls back to msgspec, which then gives
+ * the precise error or the correct (slower) result. So this file never decides what is valid.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 1024
+
+/* ------------------------------------------------------------------ intern table */
+typedef struct {
+    uint64_t hash;
+    char *key; /* kind byte + token bytes, malloc'd */
+    Py_ssize_t klen;
+    PyObject *val; /* owned */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t cap, used;
+} Table;
+
+static uint64_t hash_bytes(char kind, const char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint8_t)kind;
+    h *= 1099511628211ULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 1099511628211ULL;
+    }
+    return h ? h : 1;
+}
+
+static void table_free(Table *t) {
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i].hash) {
+            free(t->slots[i].key);
+            Py_DECREF(t->slots[i].val);
+        }
+    }
+    free(t->slots);
+    t->slots = NULL;
+    t->cap = t->used = 0;
+}
+
+static int table_grow(Table *t) {
+    size_t ncap = t->cap ? t->cap * 2 : 1024;
+    Slot *ns = calloc(ncap, sizeof(Slot));
+    if (!ns) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+        Slot *s = &t->slots[i];
+        if (!s->hash) continue;
+        size_t j = s->hash & (ncap - 1);
+        while (ns[j].hash) j = (j + 1) & (ncap - 1);
+        ns[j] = *s;
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->cap = ncap;
+    return 0;
+}
+
+/* Borrowed reference to the interned object for (kind, token); made by make() on a miss. */
+typedef PyObject *(*MakeFn)(const char *s, Py_ssize_t n);
+
+static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, MakeFn make) {
+    if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0) return NULL;
+    uint64_t h = hash_bytes(kind, s, n);
+    size_t j = h & (t->cap - 1);
+    for (;;) {
+        Slot *sl = &t->slots[j];
+        if (!sl->hash) break;
+        if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && memcmp(sl->key + 1, s, n) == 0)
+            return sl->val;
+        j = (j + 1) & (t->cap - 1);
+    }
+    PyObject *v = make(s, n);
+    if (!v) return NULL;
+    char *k = malloc(n + 1);
+    if (!k) {
+        Py_DECREF(v);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    k[0] = kind;
+    memcpy(k + 1, s, n);
+    Slot *sl = &t->slots[j];
+    sl->hash = h;
+    sl->key = k;
+    sl->klen = n + 1;
+    sl->val = v;
+    t->used++;
+    return v;
+}
+
+/* ------------------------------------------------------------------ the event type */
+enum {
+    F_EXT = 1 << 0, F_CORR = 1 << 1, F_SEQ = 1 << 2, F_FWD = 1 << 3, F_ID = 1 << 4,
+    F_DEVTYPE = 1 << 5, F_MEMB = 1 << 6, F_TALLOC = 1 << 7, F_TRES = 1 << 8, F_NBYTES = 1 << 9,
+    F_ARGS = 1 << 10,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ph, *name, *cat, *pid, *tid;                       /* interned, never NULL */
+    PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
+    double ts, dur;
+    int64_t ext, corr, seq, fwd, id, devtype, memb, talloc, tres, nbytes;
+    uint32_t flags;
+} Ev;
+
+typedef struct {
+    PyObject_HEAD
+    Ev *ev;
+} ArgsView;
+
+static PyTypeObject EvType, ArgsType;
+
+static void ev_dealloc(Ev *e) {
+    Py_XDECREF(e->ph); Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->pid); Py_XDECREF(e->tid);
+    Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
+    Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyObject *int_or_none(const Ev *e, uint32_t flag, int64_t v) {
+    if (e->flags & flag) return PyLong_FromLongLong(v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *obj_or(PyObject *o, PyObject *dflt) {
+    PyObject *r = o ? o : dflt;
+    Py_INCREF(r);
+    return r;
+}
+
+static PyObject *EMPTY_BYTES, *EMPTY_STR;
+
+#define EV(self) ((Ev *)(self))
+static PyObject *ev_ph(PyObject *s, void *c) { return obj_or(EV(s)->ph, EMPTY_STR); }
+static PyObject *ev_name(PyObject *s, void *c) { return obj_or(EV(s)->name, EMPTY_STR); }
+static PyObject *ev_cat(PyObject *s, void *c) { return obj_or(EV(s)->cat, EMPTY_STR); }
+static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->pid, Py_None); }
+static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->tid, Py_None); }
+static PyObject *ev_ts(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->ts); }
+static PyObject *ev_dur(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->dur); }
+static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, EV(s)->id); }
+static PyObject *ev_none(PyObject *s, void *c) { Py_RETURN_NONE; }
+static PyObject *ev_args(PyObject *s, void *c) {
+    if (!(EV(s)->flags & F_ARGS)) Py_RETURN_NONE;
+    ArgsView *a = PyObject_New(ArgsView, &ArgsType);
+    if (!a) return NULL;
+    Py_INCREF(s);
+    a->ev = EV(s);
+    return (PyObject *)a;
+}
+
+static PyGetSetDef ev_getset[] = {
+    {"ph", ev_ph, NULL, NULL, NULL},
+    {"name", ev_name, NULL, NULL, NULL},
+    {"cat", ev_cat, NULL, NULL, NULL},
+    {"pid", ev_pid, NULL, NULL, NULL},
+    {"tid", ev_tid, NULL, NULL, NULL},
+    {"ts", ev_ts, NULL, NULL, NULL},
+    {"dur", ev_dur, NULL, NULL, NULL},
+    {"id", ev_id, NULL, NULL, NULL},
+    {"bp", ev_none, NULL, NULL, NULL},
+    {"args", ev_args, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyObject *ev_repr(PyObject *s) {
+    Ev *e = EV(s);
+    PyObject *ts = PyFloat_FromDouble(e->ts), *dur = PyFloat_FromDouble(e->dur);
+    PyObject *r = ts && dur ? PyUnicode_FromFormat("Event(ph=%R, cat=%R, name=%R, ts=%R, dur=%R)",
+                                                   e->ph, e->cat, e->name, ts, dur) : NULL;
+    Py_XDECREF(ts);
+    Py_XDECREF(dur);
+    return r;
+}
+
+static PyTypeObject EvType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.Event",
+    .tp_basicsize = sizeof(Ev),
+    .tp_dealloc = (destructor)ev_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One trace event (read-only; numbers unboxed, strings interned).",
+    .tp_getset = ev_getset,
+    .tp_repr = ev_repr,
+};
+
+static void args_dealloc(ArgsView *a) {
+    Py_DECREF(a->ev);
+    PyObject_Free(a);
+}
+
+#define AV(self) (((ArgsView *)(self))->ev)
+static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, AV(s)->ext); }
+static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, AV(s)->corr); }
+static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, AV(s)->seq); }
+static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, AV(s)->fwd); }
+static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, AV(s)->devtype); }
+static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, AV(s)->memb); }
+static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, AV(s)->talloc); }
+static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, AV(s)->tres); }
+static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, AV(s)->nbytes); }
+static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AV(s)->dims, EMPTY_BYTES); }
+static PyObject *a_types(PyObject *s, void *c) { return obj_or(AV(s)->types, EMPTY_BYTES); }
+static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AV(s)->grid, EMPTY_BYTES); }
+static PyObject *a_block(PyObject *s, void *c) { return obj_or(AV(s)->block, EMPTY_BYTES); }
+static PyObject *a_name(PyObject *s, void *c) { return obj_or(AV(s)->aname, Py_None); }
+static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(AV(s)->call_from, Py_None); }
+
+static PyGetSetDef args_getset[] = {
+    {"external_id", a_ext, NULL, NULL, NULL},
+    {"correlation", a_corr, NULL, NULL, NULL},
+    {"seq", a_seq, NULL, NULL, NULL},
+    {"fwd_tid", a_fwd, NULL, NULL, NULL},
+    {"device_type", a_devtype, NULL, NULL, NULL},
+    {"mem_bytes", a_memb, NULL, NULL, NULL},
+    {"total_allocated", a_talloc, NULL, NULL, NULL},
+    {"total_reserved", a_tres, NULL, NULL, NULL},
+    {"nbytes", a_nbytes, NULL, NULL, NULL},
+    {"input_dims", a_dims, NULL, NULL, NULL},
+    {"input_types", a_types, NULL, NULL, NULL},
+    {"grid", a_grid, NULL, NULL, NULL},
+    {"block", a_block, NULL, NULL, NULL},
+    {"name", a_name, NULL, NULL, NULL},
+    {"call_from", a_call_from, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject ArgsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.Args",
+    .tp_basicsize = sizeof(ArgsView),
+    .tp_dealloc = (destructor)args_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The args of one event (a view).",
+    .tp_getset = args_getset,
+};
+
+/* ------------------------------------------------------------------ the scanner */
+typedef struct {
+    PyObject_HEAD
+    Table table;
+    PyObject *x_cats, *flow_cats, *instant_names, *meta_names; /* sets, or None: keep all */
+    Py_ssize_t total;  /* array elements seen */
+    int state;         /* 0: at '[' content start, 1: after ',', 2: after an element, 3: done */
+} Scanner;
+
+typedef struct {
+    const char *p, *end, *base;
+    int incomplete; /* ran out of input */
+    const char *err; /* invalid or unsupported */
+} Cur;
+
+#define NEED(c, n) do { if ((c)->end - (c)->p < (n)) { (c)->incomplete = 1; return -1; } } while (0)
+#define FAIL(c, msg) do { (c)->err = (msg); return -1; } while (0)
+
+static inline void skip_ws(Cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+}
+
+/* A string token at c->p (on the opening quote): content span and whether it has escapes. */
+static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
+    NEED(c, 1);
+    if (*c->p != '"') FAIL(c, "expected a string");
+    const char *q = ++c->p;
+    *esc = 0;
+    for (;;) {
+        const char *hit = q;
+        while (hit < c->end && *hit != '"' && *hit != '\\' && (uint8_t)*hit >= 0x20) hit++;
+        if (hit >= c->end) {
+            c->incomplete = 1;
+            return -1;
+        }
+        if (*hit == '"') {
+            *s = c->p;
+            *n = hit - c->p;
+            c->p = hit + 1;
+            return 0;
+        }
+        if (*hit == '\\') {
+            *esc = 1;
+            if (hit + 1 >= c->end) {
+                c->incomplete = 1;
+                return -1;
+            }
+            char x = hit[1];
+            if (x == 'u') {
+                if (hit + 6 > c->end) {
+                    c->incomplete = 1;
+                    return -1;
+                }
+                for (int k = 2; k < 6; k++)
+                    if (!strchr("0123456789abcdefABCDEF", hit[k]) || !hit[k]) FAIL(c, "bad \\u escape");
+                q = hit + 6;
+            } else if (x && strchr("\"\\/bfnrt", x)) {
+                q = hit + 2;
+            } else {
+                FAIL(c, "bad escape");
+            }
+            continue;
+        }
+        FAIL(c, "control character in string");
+    }
+}
+
+/* A number token: span, and whether it is an integer (no fraction/exponent). */
+static int scan_number(Cur *c, const char **s, Py_ssize_t *n, int *is_int) {
+    const char *p = c->p, *e = c->end;
+    *s = p;
+    *is_int = 1;
+    if (p < e && *p == '-') p++;
+    if (p >= e) { c->incomplete = 1; return -1; }
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (p < e && *p >= '0' && *p <= '9') p++;
+    else FAIL(c, "bad number");
+    if (p < e && *p == '.') {
+        *is_int = 0;
+        p++;
+        const char *d = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) { if (p >= e) { c->incomplete = 1; return -1; } FAIL(c, "bad number"); }
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        *is_int = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        const char *d = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) { if (p >= e) { c->incomplete = 1; return -1; } FAIL(c, "bad number"); }
+    }
+    if (p >= e) { c->incomplete = 1; return -1; } /* a number may continue in the next block */
+    *n = p - *s;
+    c->p = p;
+    return 0;
+}
+
+static int parse_int64(const char *s, Py_ssize_t n, int64_t *out) {
+    int neg = 0;
+    Py_ssize_t i = 0;
+    if (s[0] == '-') { neg = 1; i = 1; }
+    if (n - i > 18) return -1; /* may overflow: let msgspec have it */
+    int64_t v = 0;
+    for (; i < n; i++) v = v * 10 + (s[i] - '0');
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Correctly rounded, like msgspec: Clinger's fast path when exact, else strtod. */
+static double parse_double(const char *s, Py_ssize_t n) {
+    uint64_t m = 0;
+    int digits = 0, frac = 0, neg = 0, seen_dot = 0;
+    Py_ssize_t i = 0;
+    if (s[0] == '-') { neg = 1; i = 1; }
+    for (; i < n; i++) {
+        char ch = s[i];
+        if (ch >= '0' && ch <= '9') {
+            if (digits >= 19) goto slow;
+            if (m || ch != '0') digits++;
+            m = m * 10 + (uint64_t)(ch - '0');
+            if (seen_dot) frac++;
+        } else if (ch == '.') {
+            seen_dot = 1;
+        } else {
+            goto slow; /* exponent */
+        }
+    }
+    if (m <= (1ULL << 53) && frac <= 22) {
+        double v = (double)m / POW10[frac];
+        return neg ? -v : v;
+    }
+slow:;
+    char tmp[128];
+    if (n >= (Py_ssize_t)sizeof(tmp)) {
+        char *big = malloc(n + 1);
+        if (!big) return 0.0;
+        memcpy(big, s, n);
+        big[n] = 0;
+        double v = strtod(big, NULL);
+        free(big);
+        return v;
+    }
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    return strtod(tmp, NULL);
+}
+
+static int skip_value(Cur *c, int depth);
+
+static int skip_container(Cur *c, char open, int depth) {
+    char close = open == '{' ? '}' : ']';
+    if (depth > MAX_DEPTH) FAIL(c, "nested too deeply");
+    c->p++;
+    skip_ws(c);
+    NEED(c, 1);
+    if (*c->p == close) { c->p++; return 0; }
+    for (;;) {
+        if (open == '{') {
+            const char *s; Py_ssize_t n; int esc;
+            if (scan_string(c, &s, &n, &esc) < 0) return -1;
+            skip_ws(c);
+            NEED(c, 1);
+            if (*c->p != ':') FAIL(c, "expected ':'");
+            c->p++;
+            skip_ws(c);
+        }
+        if (skip_value(c, depth + 1) < 0) return -1;
+        skip_ws(c);
+        NEED(c, 1);
+        if (*c->p == ',') { c->p++; skip_ws(c); continue; }
+        if (*c->p == close) { c->p++; return 0; }
+        FAIL(c, "expected ',' or a closing bracket");
+    }
+}
+
+static int skip_literal(Cur *c, const char *lit, Py_ssize_t n) {
+    Py_ssize_t have = c->end - c->p;
+    if (memcmp(c->p, lit, have < n ? have : n) != 0) FAIL(c, "bad literal");
+    NEED(c, n + 1); /* and the byte after it, so "nul" | "l" across blocks resumes */
+    c->p += n;
+    return 0;
+}
+
+static int skip_value(Cur *c, int depth) {
+    NEED(c, 1);
+    const char *s; Py_ssize_t n; int esc, is_int;
+    switch (*c->p) {
+    case '"': return scan_string(c, &s, &n, &esc);
+    case '{': case '[': return skip_container(c, *c->p, depth);
+    case 't': return skip_literal(c, "true", 4);
+    case 'f': return skip_literal(c, "false", 5);
+    case 'n': return skip_literal(c, "null", 4);
+    default:
+        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return scan_number(c, &s, &n, &is_int);
+        FAIL(c, "unexpected character");
+    }
+}
+
+static PyObject *make_str(const char *s, Py_ssize_t n) {
+    PyObject *r = PyUnicode_DecodeUTF8(s, n, NULL);
+    if (r) PyUnicode_InternInPlace(&r);
+    return r;
+}
+
+/* A string with escapes: let the json module unescape the quoted token. */
+static PyObject *JSON_LOADS;
+static PyObject *make_escaped(const char *s, Py_ssize_t n) {
+    PyObject *b = PyBytes_FromStringAndSize(s - 1, n + 2);
+    if (!b) return NULL;
+    PyObject *r = PyObject_CallOneArg(JSON_LOADS, b);
+    Py_DECREF(b);
+    if (r && !PyUnicode_Check(r)) { Py_DECREF(r); PyErr_SetString(PyExc_ValueError, "not a string"); return NULL; }
+    if (r) PyUnicode_InternInPlace(&r);
+    return r;
+}
+
+static PyObject *make_bytes(const char *s, Py_ssize_t n) { return PyBytes_FromStringAndSize(s, n); }
+
+static PyObject *make_int(const char *s, Py_ssize_t n) {
+    char tmp[32];
+    if (n >= (Py_ssize_t)sizeof(tmp)) { PyErr_SetString(PyExc_ValueError, "int too long"); return NULL; }
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    return PyLong_FromString(tmp, NULL, 10);
+}
+
+/* A string value, interned. -1 with c->err for a non-string (the typed decode would reject it). */
+static int read_str(Scanner *sc, Cur *c, PyObject **out) {
+    const char *s; Py_ssize_t n; int esc;
+    if (scan_string(c, &s, &n, &esc) < 0) return -1;
+    PyObject *v = table_get(&sc->table, esc ? 'e' : 's', s, n, esc ? make_escaped : make_str);
+    if (!v) FAIL(c, "string");
+    *out = v;
+    return 0;
+}
+
+/* An int value into *out; 1 when null (absent). Strings and floats are "unsupported". */
+static int read_i64(Cur *c, int64_t *out) {
+    NEED(c, 1);
+    if (*c->p == 'n') {
+        if (skip_literal(c, "null", 4) < 0) return -1;
+        return 1;
+    }
+    const char *s; Py_ssize_t n; int is_int;
+    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: non-integer id");
+    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    if (!is_int || parse_int64(s, n, out) < 0) FAIL(c, "unsupported: non-int64 number");
+    return 0;
+}
+
+/* int | str | null, as the typed decode's Id accepts: interned object (pid, tid). */
+static int read_id_obj(Scanner *sc, Cur *c, PyObject **out) {
+    NEED(c, 1);
+    if (*c->p == '"') return read_str(sc, c, out);
+    if (*c->p == 'n') {
+        if (skip_literal(c, "null", 4) < 0) return -1;
+        *out = Py_None;
+        return 0;
+    }
+    const char *s; Py_ssize_t n; int is_int;
+    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: id type");
+    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    if (!is_int) FAIL(c, "unsupported: float id");
+    PyObject *v = table_get(&sc->table, 'i', s, n, make_int);
+    if (!v) FAIL(c, "int");
+    *out = v;
+    return 0;
+}
+
+/* Validate int | str | null for an Id field the analyses do not read. */
+static int check_id(Cur *c) {
+    NEED(c, 1);
+    const char *s; Py_ssize_t n; int is_int, esc;
+    if (*c->p == '"') return scan_string(c, &s, &n, &esc);
+    if (*c->p == 'n') return skip_literal(c, "null", 4);
+    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: id type");
+    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    if (!is_int) FAIL(c, "unsupported: float id");
+    return 0;
+}
+
+static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
+    const char *start = c->p;
+    if (skip_value(c, 1) < 0) return -1;
+    PyObject *v = table_get(&sc->table, 'r', start, c->p - start, make_bytes);
+    if (!v) FAIL(c, "raw");
+    *out = v;
+    return 0;
+}
+
+static int read_double(Cur *c, double *out) {
+    NEED(c, 1);
+    const char *s; Py_ssize_t n; int is_int;
+    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: ts/dur not a number");
+    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    *out = parse_double(s, n);
+    return 0;
+}
+
+#define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, n) == 0)
+
+static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
+    int r = read_i64(c, slot);
+    if (r < 0) return -1;
+    if (r == 0) e->flags |= flag;
+    else e->flags &= ~flag;
+    return 0;
+}
+
+static int parse_args(Scanner *sc, Cur *c, Ev *e) {
+    c->p++; /* '{' */
+    skip_ws(c);
+    NEED(c, 1);
+    if (*c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        const char *k; Py_ssize_t n; int esc;
+        if (scan_string(c, &k, &n, &esc) < 0) return -1;
+        if (esc) FAIL(c, "unsupported: escaped key");
+        skip_ws(c);
+        NEED(c, 1);
+        if (*c->p != ':') FAIL(c, "expected ':'");
+        c->p++;
+        skip_ws(c);
+        int r = 0;
+        if (KEY("External id")) r = set_i64(c, e, F_EXT, &e->ext);
+        else if (KEY("correlation")) r = set_i64(c, e, F_CORR, &e->corr);
+        else if (KEY("Sequence number")) r = set_i64(c, e, F_SEQ, &e->seq);
+        else if (KEY("Fwd thread id")) r = set_i64(c, e, F_FWD, &e->fwd);
+        else if (KEY("Device Type")) r = set_i64(c, e, F_DEVTYPE, &e->devtype);
+        else if (KEY("Bytes")) r = set_i64(c, e, F_MEMB, &e->memb);
+        else if (KEY("Total Allocated")) r = set_i64(c, e, F_TALLOC, &e->talloc);
+        else if (KEY("Total Reserved")) r = set_i64(c, e, F_TRES, &e->tres);
+        else if (KEY("bytes")) r = set_i64(c, e, F_NBYTES, &e->nbytes);
+        else if (KEY("Input Dims")) r = read_raw(sc, c, &e->dims);
+        else if (KEY("Input type")) r = read_raw(sc, c, &e->types);
+        else if (KEY("grid")) r = read_raw(sc, c, &e->grid);
+        else if (KEY("block")) r = read_raw(sc, c, &e->block);
+        else if (KEY("name") || KEY("CallFrom")) {
+            PyObject **slot = KEY("name") ? &e->aname : &e->call_from;
+            NEED(c, 1);
+            if (*c->p == 'n') { r = skip_literal(c, "null", 4); *slot = NULL; }
+            else r = read_str(sc, c, slot);
+        }
+        else if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id") || KEY("stream") || KEY("device"))
+            r = check_id(c);
+        else r = skip_value(c, 2);
+        if (r < 0) return -1;
+        skip_ws(c);
+        NEED(c, 1);
+        if (*c->p == ',') { c->p++; skip_ws(c); continue; }
+        if (*c->p == '}') { c->p++; return 0; }
+        FAIL(c, "expected ',' or '}' in args");
+    }
+}
+
+/* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
+static int parse_event(Scanner *sc, Cur *c, Ev *e) {
+    NEED(c, 1);
+    if (*c->p != '{') FAIL(c, "unsupported: event is not an object");
+    c->p++;
+    skip_ws(c);
+    NEED(c, 1);
+    if (*c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        const char *k; Py_ssize_t n; int esc;
+        if (scan_string(c, &k, &n, &esc) < 0) return -1;
+        if (esc) FAIL(c, "unsupported: escaped key");
+        skip_ws(c);
+        NEED(c, 1);
+        if (*c->p != ':') FAIL(c, "expected ':'");
+        c->p++;
+        skip_ws(c);
+        int r = 0;
+        if (KEY("ph")) r = read_str(sc, c, &e->ph);
+        else if (KEY("cat")) r = read_str(sc, c, &e->cat);
+        else if (KEY("name")) r = read_str(sc, c, &e->name);
+        else if (KEY("pid")) r = read_id_obj(sc, c, &e->pid);
+        else if (KEY("tid")) r = read_id_obj(sc, c, &e->tid);
+        else if (KEY("ts")) r = read_double(c, &e->ts);
+        else if (KEY("dur")) r = read_double(c, &e->dur);
+        else if (KEY("id")) r = set_i64(c, e, F_ID, &e->id);
+        else if (KEY("bp")) {
+            NEED(c, 1);
+            if (*c->p == 'n') r = skip_literal(c, "null", 4);
+            else { PyObject *ignored; r = read_str(sc, c, &ignored); }
+        }
+        else if (KEY("args")) {
+            NEED(c, 1);
+            if (*c->p == 'n') {
+                r = skip_literal(c, "null", 4);
+                e->flags &= ~F_ARGS;
+            } else if (*c->p == '{') {
+                e->flags |= F_ARGS;
+                r = parse_args(sc, c, e);
+            } else {
+                FAIL(c, "unsupported: args is not an object");
+            }
+        }
+        else r = skip_value(c, 1);
+        if (r < 0) return -1;
+        skip_ws(c);
+        NEED(c, 1);
+        if (*c->p == ',') { c->p++; skip_ws(c); continue; }
+        if (*c->p == '}') { c->p++; return 0; }
+        FAIL(c, "expected ',' or '}' in event");
+    }
+}
+
+static int contains(PyObject *set, PyObject *v) {
+    if (set == Py_None) return 1;
+    return v && PySet_Contains(set, v) == 1;
+}
+
+static int keep(Scanner *sc, Ev *e) {
+    if (sc->x_cats == Py_None) return 1;
+    PyObject *ph = e->ph;
+    if (!ph || PyUnicode_GET_LENGTH(ph) != 1) return 0;
+    switch (PyUnicode_READ_CHAR(ph, 0)) {
+    case 'X': return contains(sc->x_cats, e->cat ? e->cat : EMPTY_STR);
+    case 's': case 'f': return contains(sc->flow_cats, e->cat ? e->cat : EMPTY_STR);
+    case 'i': case 'I': return contains(sc->instant_names, e->name ? e->name : EMPTY_STR);
+    case 'M': return contains(sc->meta_names, e->name ? e->name : EMPTY_STR);
+    default: return 0;
+    }
+}
+
+static PyObject *new_event(const Ev *tmp) {
+    Ev *e = PyObject_New(Ev, &EvType);
+    if (!e) return NULL;
+    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), sizeof(Ev) - sizeof(PyObject));
+    if (!e->ph) e->ph = EMPTY_STR;
+    if (!e->name) e->name = EMPTY_STR;
+    if (!e->cat) e->cat = EMPTY_STR;
+    Py_INCREF(e->ph); Py_INCREF(e->name); Py_INCREF(e->cat);
+    Py_XINCREF(e->pid); Py_XINCREF(e->tid);
+    Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
+    Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
+    return (PyObject *)e;
+}
+
+static PyObject *ZERO;
+
+/* scan(buf, pos, final) -> (events, pos, done) */
+static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos;
+    int final;
+    if (!PyArg_ParseTuple(args, "y*np", &view, &pos, &final)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    Cur c = {.base = view.buf, .p = (const char *)view.buf + pos, .end = (const char *)view.buf + view.len};
+    if (pos < 0 || pos > view.len) { c.err = "bad position"; goto fail; }
+    while (sc->state != 3) {
+        const char *mark = c.p;
+        skip_ws(&c);
+        if (c.p >= c.end) { c.p = mark; c.incomplete = 1; break; }
+        if (sc->state == 2) { /* after an element: ',' or ']' */
+            if (*c.p == ',') { c.p++; sc->state = 1; continue; }
+            if (*c.p == ']') { c.p++; sc->state = 3; break; }
+            c.err = "expected ',' or ']' after an event";
+            goto fail;
+        }
+        if (sc->state == 0 && *c.p == ']') { c.p++; sc->state = 3; break; }
+        Ev tmp;
+        memset(&tmp, 0, sizeof(tmp));
+        tmp.pid = tmp.tid = ZERO;
+        const char *start = c.p;
+        if (parse_event(sc, &c, &tmp) < 0) {
+            if (c.err) goto fail;
+            c.p = start; /* incomplete: resume at this element with the next block */
+            break;
+        }
+        sc->total++;
+        sc->state = 2;
+        if (keep(sc, &tmp)) {
+            PyObject *ev = new_event(&tmp);
+            if (!ev || PyList_Append(out, ev) < 0) { Py_XDECREF(ev); goto fail_py; }
+            Py_DECREF(ev);
+        }
+    }
+    if (c.incomplete && final && sc->state != 3) { c.err = "truncated"; goto fail; }
+    PyObject *res = Py_BuildValue("(Nni)", out, (Py_ssize_t)(c.p - c.base), sc->state == 3);
+    PyBuffer_Release(&view);
+    return res;
+fail:
+    if (PyErr_Occurred()) PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s at byte %zd of the block", c.err, (Py_ssize_t)(c.p - c.base));
+fail_py:
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scan failed");
+    return NULL;
+}
+
+static int scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
+    PyObject *x = Py_None, *fl = Py_None, *ins = Py_None, *meta = Py_None;
+    if (!PyArg_ParseTuple(args, "|OOOO", &x, &fl, &ins, &meta)) return -1;
+    PyObject *objs[4] = {x, fl, ins, meta};
+    for (int i = 0; i < 4; i++)
+        if (objs[i] != Py_None && !PyAnySet_Check(objs[i])) {
+            PyErr_SetString(PyExc_TypeError, "Scanner(x_cats, flow_cats, instant_names, meta_names): sets or None");
+            return -1;
+        }
+    Py_INCREF(x); Py_INCREF(fl); Py_INCREF(ins); Py_INCREF(meta);
+    Py_XSETREF(sc->x_cats, x);
+    Py_XSETREF(sc->flow_cats, fl);
+    Py_XSETREF(sc->instant_names, ins);
+    Py_XSETREF(sc->meta_names, meta);
+    sc->state = 0;
+    sc->total = 0;
+    return 0;
+}
+
+static void scanner_dealloc(Scanner *sc) {
+    table_free(&sc->table);
+    Py_XDECREF(sc->x_cats); Py_XDECREF(sc->flow_cats); Py_XDECREF(sc->instant_names); Py_XDECREF(sc->meta_names);
+    Py_TYPE(sc)->tp_free((PyObject *)sc);
+}
+
+static PyObject *scanner_total(Scanner *sc, void *c) { return PyLong_FromSsize_t(sc->total); }
+
+static PyMethodDef scanner_methods[] = {
+    {"scan", (PyCFunction)scanner_scan, METH_VARARGS,
+     "scan(buf, pos, final) -> (events, pos, done): parse the array elements from pos on; stops "
+     "at an element that does not end in buf (pos points to it) or after the closing ']'."},
+    {NULL},
+};
+
+static PyGetSetDef scanner_getset[] = {
+    {"total", (getter)scanner_total, NULL, "array elements seen", NULL},
+    {NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(x_cats, flow_cats, instant_names, meta_names): resumable traceEvents decoder.",
+    .tp_methods = scanner_methods,
+    .tp_getset = scanner_getset,
+    .tp_init = (initproc)scanner_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents -> compact events", -1, NULL};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&EvType) < 0 || PyType_Ready(&ArgsType) < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *json = PyImport_ImportModule("json");
+    if (!json) return NULL;
+    JSON_LOADS = PyObject_GetAttrString(json, "loads");
+    Py_DECREF(json);
+    if (!JSON_LOADS) return NULL;
+    EMPTY_BYTES = PyBytes_FromStringAndSize("", 0);
+    EMPTY_STR = PyUnicode_FromString("");
+    ZERO = PyLong_FromLong(0);
+    if (!EMPTY_BYTES || !EMPTY_STR || !ZERO) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    Py_INCREF(&EvType);
+    PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType);
+    PyModule_AddObject(m, "Event", (PyObject *)&EvType);
+    return m;
+}
