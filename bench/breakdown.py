@@ -21,18 +21,8 @@ def main(path: str) -> None:
     gc.disable()
     T = {}
     t = time.perf_counter()
-    data = loader.read_bytes(path)
-    T["read"] = time.perf_counter() - t
-    t = time.perf_counter()
-    sha = loader.sha256_of(data)
-    T["sha256"] = time.perf_counter() - t
-    t = time.perf_counter()
-    doc = loader.decode(path, data)
-    T["decode"] = time.perf_counter() - t
-    t = time.perf_counter()
-    loader.detach_raw(doc)
-    del data
-    T["detach_raw"] = time.perf_counter() - t
+    doc, sha, size = loader.load(path)  # read + inflate + sha256 + decode, streamed
+    T["load"] = time.perf_counter() - t
     t = time.perf_counter()
     m = M.build(doc)
     T["model.build"] = time.perf_counter() - t
@@ -48,7 +38,7 @@ def main(path: str) -> None:
         list(check(ctx))
         T["rule " + code] = time.perf_counter() - t
     total = sum(T.values())
-    print(f"{path}: {len(doc.traceEvents)} events, {len(m.cpu)} cpu, {len(m.gpu)} gpu")
+    print(f"{path}: {doc.n_events} events, {len(m.cpu)} cpu, {len(m.gpu)} gpu")
     for k, v in sorted(T.items(), key=lambda kv: -kv[1]):
         if v >= 0.005:
             print(f"  {k:32} {v:7.2f} s  {100 * v / total:5.1f}%")

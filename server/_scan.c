@@ -807,7 +807,115 @@ static PyTypeObject ScannerType = {
     .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents -> compact events", -1, NULL};
+
+/* ------------------------------------------------------------------ model helpers
+ * The model's per-thread passes over events of this type, where a Python loop costs ~1 us an event.
+ */
+typedef struct { double ts, dur; Py_ssize_t idx; PyObject *ev; } SortItem;
+
+static int cmp_items(const void *a, const void *b) {
+    const SortItem *x = a, *y = b;
+    if (x->ts < y->ts) return -1;
+    if (x->ts > y->ts) return 1;
+    if (x->dur > y->dur) return -1; /* longest first: a parent precedes the children starting with it */
+    if (x->dur < y->dur) return 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* nest(events, base, slack) -> (parent: bytes of int32, child_dur: bytes of float64)
+ * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
+ * first among equal starts, as two stable sorts would; then gives each event its innermost
+ * enclosing event (position base + j, or -1) and each event the summed duration of its children.
+ * A child may end ``slack`` after its parent (Kineto rounds to ns). */
+static PyObject *nest(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    Py_ssize_t base;
+    double slack;
+    if (!PyArg_ParseTuple(args, "O!nd", &PyList_Type, &list, &base, &slack)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (Py_TYPE(PyList_GET_ITEM(list, j)) != &EvType) {
+            PyErr_SetString(PyExc_TypeError, "nest: not a _scan.Event");
+            return NULL;
+        }
+    SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
+    Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
+    PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!items || !stack || !pbytes || !cbytes) {
+        free(items); free(stack); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(list, j);
+        items[j].ts = e->ts;
+        items[j].dur = e->dur;
+        items[j].idx = j;
+        items[j].ev = (PyObject *)e;
+    }
+    qsort(items, n, sizeof(SortItem), cmp_items);
+    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
+    int32_t *parent = (int32_t *)PyBytes_AS_STRING(pbytes);
+    double *cdur = (double *)PyBytes_AS_STRING(cbytes);
+    Py_ssize_t top = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double ts = items[j].ts, end = ts + items[j].dur;
+        cdur[j] = 0.0;
+        while (top) {
+            const SortItem *t = &items[stack[top - 1]];
+            double tend = t->ts + t->dur;
+            if (ts < tend && end <= tend + slack) break;
+            top--;
+        }
+        if (top) {
+            parent[j] = (int32_t)(base + stack[top - 1]);
+            cdur[stack[top - 1]] += items[j].dur;
+        } else {
+            parent[j] = -1;
+        }
+        stack[top++] = j;
+    }
+    free(items);
+    free(stack);
+    return Py_BuildValue("(NN)", pbytes, cbytes);
+}
+
+/* children(parent: int32 buffer) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
+ * the kids of i are kids[offsets[i]:offsets[i+1]], in index order. */
+static PyObject *children(PyObject *mod, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Py_ssize_t n = view.len / 4;
+    const int32_t *parent = view.buf;
+    PyObject *ob = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *kb = ob ? PyBytes_FromStringAndSize(NULL, n * 4) : NULL;
+    if (!ob || !kb) { Py_XDECREF(ob); PyBuffer_Release(&view); return NULL; }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(ob), *kids = (int32_t *)PyBytes_AS_STRING(kb);
+    memset(off, 0, (n + 1) * 4);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        if (p >= 0 && p < n) off[p + 1]++;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) off[i + 1] += off[i];
+    int32_t *fill = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!fill) { Py_DECREF(ob); Py_DECREF(kb); PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    memcpy(fill, off, n * 4);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        if (p >= 0 && p < n) kids[fill[p]++] = (int32_t)i;
+    }
+    free(fill);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NN)", ob, kb);
+}
+
+static PyMethodDef module_methods[] = {
+    {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32 bytes, child_dur float64 bytes)"},
+    {"children", children, METH_VARARGS, "children(parent int32 buffer) -> (offsets, kids) int32 bytes"},
+    {NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents -> compact events", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&EvType) < 0 || PyType_Ready(&ArgsType) < 0 || PyType_Ready(&ScannerType) < 0) return NULL;

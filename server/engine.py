@@ -57,7 +57,7 @@ class Context:
         self.options = options
         self.sources = options.sources()
         self.statements = StatementResolver(model, self.sources)
-        self._keys: dict[int, Optional[LineKey]] = {}
+        self._keys: dict[int, LineKey] = {}
         self.hot: dict[tuple, HotLine] = {}
 
     @property
@@ -67,17 +67,25 @@ class Context:
     # ---- placing findings --------------------------------------------------------------------
     def line_key(self, i: int) -> Optional[LineKey]:
         """The user source line that owns cpu event i (statement when recoverable)."""
-        if i in self._keys:
-            return self._keys[i]
         m = self.model
-        f = m.user_frame(i)
-        key = None
-        if f >= 0:
+        f = m.frame_of[i]
+        src = i
+        if f < 0:
+            src = m.fwd_of[i]  # a backward op: the line of the forward op it differentiates
+            if src < 0:
+                return None
+            f = m.frame_of[src]
+            if f < 0:
+                return None
+        # Every event under one statement token shares its line: cache per token, not per event
+        # (a frame's own line, when no token holds the event, under ~frame).
+        tok = m.token[src]
+        ck = src if m.has_call_from else (tok if tok >= 0 else ~f)
+        key = self._keys.get(ck)
+        if key is None:
             fr = m.frames[f]
-            src = i if m.frame_of[i] >= 0 else m.fwd_of[i]
             line, precision = self.statements.line_for(f, src)
-            key = LineKey(fr.path, line, fr.function, precision)
-        self._keys[i] = key
+            key = self._keys[ck] = LineKey(fr.path, line, fr.function, precision)
         return key
 
     def line_id(self, i: int) -> Optional[tuple[str, int]]:
@@ -238,7 +246,7 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         p = m.parent[i]
         backward = m.is_backward(i)
         top = p < 0 or m.cpu[p].cat == "python_function" or ctx.line_key(p) != ctx.line_key(i)
-        self_us = e.dur - sum(m.cpu[c].dur for c in m.children(i))
+        self_us = e.dur - m.child_dur[i]
         if backward:
             if top:
                 h.cpu_backward_us += e.dur

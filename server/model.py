@@ -14,6 +14,7 @@ Indexes (all positions are into ``cpu`` or ``gpu``):
 from __future__ import annotations
 
 import bisect
+from array import array
 from operator import attrgetter
 import re
 import sys
@@ -21,6 +22,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
+from .loader import _scan
+
+# A child may end this much after its parent and still nest in it: Kineto rounds to ns.
+NEST_SLACK_US = 0.01
 
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
@@ -225,15 +230,17 @@ class TraceModel:
         while stack:
             j = stack.pop()
             out.append(j)
-            stack.extend(self._children.get(j, ()))
+            stack.extend(self.children(j))
         return out
 
     def gpu_under(self, i: int) -> list[int]:
         """GPU events launched from event i or anything nested in it."""
         return [g for j in self.subtree(i) for g in self._gpu_by_launch.get(j, ())]
 
-    def children(self, i: int) -> list[int]:
-        return self._children.get(i, [])
+    def children(self, i: int):
+        """Direct children of event i, in order (a slice of one flat index)."""
+        off, kids = self._kids
+        return kids[off[i]:off[i + 1]]
 
     def user_frame(self, i: int) -> int:
         """The user frame that owns event i: its own, or through the backward->forward link."""
@@ -279,45 +286,50 @@ def build(doc: TraceDoc) -> TraceModel:
             thread_names[(e.pid, e.tid)] = e.args.name
 
     cpu: list[Event] = []
-    parent: list[int] = []
+    parent = array("i")
+    child_dur = array("d")
     thread: list[tuple] = []
+    starts: dict[tuple, array] = {}
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
-        evs.sort(key=_dur, reverse=True)  # longest first among equal starts (stable sorts) ...
-        evs.sort(key=_ts)  # ... so that a parent precedes the children that start with it
-        base = len(cpu)
-        stack: list[int] = []  # positions into cpu
-        for j, e in enumerate(evs):
-            end = e.ts + e.dur
-            while stack:
-                top = cpu[stack[-1]]
-                # a small tolerance: kineto rounds to ns, and children may end a hair late
-                if e.ts < top.ts + top.dur and end <= top.ts + top.dur + 0.01:
-                    break
-                stack.pop()
-            parent.append(stack[-1] if stack else -1)
-            cpu.append(e)
-            thread.append(key)
-            stack.append(base + j)
+        pb, cb = _nest(evs, len(cpu))
+        parent.frombytes(pb)
+        child_dur.frombytes(cb)
+        starts[key] = array("d", map(_ts, evs))
+        cpu += evs
+        thread += [key] * len(evs)
 
     frames: dict[int, Frame] = {}
-    frame_of = [-1] * len(cpu)
-    children: dict[int, list[int]] = {}
-    by_name: dict[str, list[int]] = {}
+    n = len(cpu)
+    frame_of = array("i", [-1]) * n
+    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
+    by_name: dict[str, array] = {}
+    call_from = False
     for i, e in enumerate(cpu):
-        if e.cat != "python_function":
-            by_name.setdefault(e.name, []).append(i)
+        cat = e.cat
         p = parent[i]
-        if p >= 0:
-            children.setdefault(p, []).append(i)
-        if e.cat == "python_function":
+        if cat == "python_function":
             fr = parse_frame(e.name)
             if fr is not None:
                 frames[i] = fr
                 if fr.user:
                     frame_of[i] = i
                     continue
-        frame_of[i] = frame_of[p] if p >= 0 else -1
+        else:
+            idx = by_name.get(e.name)
+            if idx is None:
+                idx = by_name[e.name] = array("i")
+            idx.append(i)
+            if not call_from and cat == "cpu_op" and e.args is not None and e.args.call_from:
+                call_from = True
+        if p >= 0:
+            f = frame_of[p]
+            frame_of[i] = f
+            if f >= 0:
+                if p == f or (token[p] == p and cpu[p].cat == "user_annotation"):
+                    token[i] = i
+                else:
+                    token[i] = token[p]
 
     gpu.sort(key=lambda e: e.ts)
     by_corr: dict = {}
@@ -334,7 +346,7 @@ def build(doc: TraceDoc) -> TraceModel:
         if i >= 0:
             gpu_by_launch.setdefault(i, []).append(g)
 
-    tindex = ThreadIndex(cpu, parent, thread)
+    tindex = ThreadIndex(cpu, parent, starts)
     fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
     steps = _steps(cpu)
     main = _main_thread(cpu, thread, steps)
@@ -343,24 +355,80 @@ def build(doc: TraceDoc) -> TraceModel:
     m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
                    gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0)
-    m._children = children
+    m._kids = _children(parent)
     m._by_name = by_name
+    m.child_dur = child_dur
+    m.token = token
+    m.has_call_from = call_from
     m.tindex = tindex
     m._gpu_by_launch = gpu_by_launch
     return m
 
 
+def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
+    """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
+    the children that start with it) and give each its innermost enclosing event (base + position,
+    -1 at the top) and its children's summed duration: (int32 bytes, float64 bytes)."""
+    if _scan is not None and evs and type(evs[0]) is _scan.Event:
+        try:
+            return _scan.nest(evs, base, NEST_SLACK_US)
+        except TypeError:  # a mixed list: the Python path below
+            pass
+    evs.sort(key=_dur, reverse=True)  # two stable sorts: start, then longest first
+    evs.sort(key=_ts)
+    parent = array("i", [-1]) * len(evs)
+    child_dur = array("d", [0.0]) * len(evs)
+    stack: list[int] = []  # positions in evs
+    for j, e in enumerate(evs):
+        end = e.ts + e.dur
+        while stack:
+            top = evs[stack[-1]]
+            if e.ts < top.ts + top.dur and end <= top.ts + top.dur + NEST_SLACK_US:
+                break
+            stack.pop()
+        if stack:
+            parent[j] = base + stack[-1]
+            child_dur[stack[-1]] += e.dur
+        stack.append(j)
+    return parent.tobytes(), child_dur.tobytes()
+
+
+def _children(parent: array) -> tuple[array, array]:
+    """Children as one flat index: the kids of i are kids[off[i]:off[i + 1]], in order."""
+    if _scan is not None:
+        ob, kb = _scan.children(parent)
+        off, kids = array("i"), array("i")
+        off.frombytes(ob)
+        kids.frombytes(kb)
+        return off, kids
+    n = len(parent)
+    off = array("i", [0]) * (n + 1)
+    for p in parent:
+        if p >= 0:
+            off[p + 1] += 1
+    for i in range(n):
+        off[i + 1] += off[i]
+    fill = off[:-1]
+    kids = array("i", [0]) * n
+    for i, p in enumerate(parent):
+        if p >= 0:
+            kids[fill[p]] = i
+            fill[p] += 1
+    return off, kids
+
+
 class ThreadIndex:
     """Per-thread start times, for "which event encloses this instant" queries."""
 
-    def __init__(self, cpu, parent, thread):
+    def __init__(self, cpu, parent, starts: dict[tuple, list[float]]):
+        """``starts``: each thread's start times, in the order its events sit, contiguously, in cpu."""
         self.cpu, self.parent = cpu, parent
-        self.starts: dict = {}
-        self.positions: dict = {}
-        for i, e in enumerate(cpu):
-            key = thread[i]
-            self.starts.setdefault(key, []).append(e.ts)
-            self.positions.setdefault(key, []).append(i)
+        self.starts = starts
+        self.base: dict = {}
+        base = 0
+        for key, tss in starts.items():
+            self.base[key] = base
+            base += len(tss)
 
     def innermost(self, key, ts: float, cat: Optional[str] = None, slack: float = 1e-3) -> int:
         """Innermost event on ``key`` containing ``ts`` (of category ``cat`` if given), or -1."""
@@ -370,7 +438,7 @@ class ThreadIndex:
         j = bisect.bisect_right(starts, ts + slack) - 1
         if j < 0:
             return -1
-        i = self.positions[key][j]
+        i = self.base[key] + j
         cpu, parent = self.cpu, self.parent
         while i >= 0:
             e = cpu[i]

@@ -158,6 +158,23 @@ class _SiteCollector(ast.NodeVisitor):
         self.sites.append(Site(name, self.stmt_line))
 
 
+def _function_sites(tree: Optional[ast.AST], line: int) -> tuple[list[Site], bool]:
+    """(call sites in execution order, whether ``line`` is the def line) of the function at line."""
+    if tree is None:
+        return [], False
+    func, is_def = _function_at(tree, line)
+    col = _SiteCollector()
+    for stmt in getattr(func, "body", []):
+        col.visit(stmt)
+    sites = col.sites
+    if sites and not is_def:
+        # A frame already running resumes at the line it was on; code before the outermost
+        # loop around that line has run and will not run again (a warm-up loop, say).
+        floor = _resume_floor(func, line)
+        sites = [st for st in sites if st.line >= floor]
+    return sites, is_def
+
+
 def _function_at(tree: ast.AST, line: int):
     """(function node, is_def_line): the def starting at ``line``, else the innermost def containing it."""
     best = None
@@ -178,20 +195,22 @@ class StatementResolver:
         self.sources = sources
         self._trees: dict[str, Optional[ast.AST]] = {}
         self._frame_lines: dict[int, dict[int, int]] = {}  # frame -> {token event: line}
+        self._site_cache: dict[tuple[str, int], tuple[list[Site], bool]] = {}
 
     def line_for(self, frame: int, event: int) -> tuple[int, str]:
         """(line, precision) for cpu ``event`` issued inside user ``frame``."""
         m = self.model
         fr = m.frames[frame]
-        call_from = self._call_from(event)
-        if call_from is not None:
-            return call_from, "statement"
+        if m.has_call_from:
+            call_from = self._call_from(event)
+            if call_from is not None:
+                return call_from, "statement"
         lines = self._frame_lines.get(frame)
         if lines is None:
             lines = self._frame_lines[frame] = self._align(frame)
         if not lines:
             return fr.line, "function"
-        tok = self._token_of(frame, event)
+        tok = m.token[event] if m.frame_of[event] == frame else None
         line = lines.get(tok) if tok is not None else None
         if line is None:
             return fr.line, "function"
@@ -206,25 +225,6 @@ class StatementResolver:
                 return int(m.group(1) or m.group(2))
         return None
 
-    def _token_of(self, frame: int, event: int) -> Optional[int]:
-        """The frame's direct child (through user_annotation labels) that contains ``event``."""
-        m = self.model
-        i = event
-        while i >= 0:
-            p = m.parent[i]
-            if p == frame:
-                return i
-            if p < 0:
-                return None
-            if m.cpu[p].cat == "user_annotation":
-                q = p
-                while q >= 0 and m.cpu[q].cat == "user_annotation":
-                    q = m.parent[q]
-                if q == frame:
-                    return i
-            i = p
-        return None
-
     def _tree(self, local: str) -> Optional[ast.AST]:
         if local not in self._trees:
             # ast.parse is not thread-safe on CPython 3.11 ("AST constructor recursion depth
@@ -236,30 +236,24 @@ class StatementResolver:
                     self._trees[local] = None
         return self._trees[local]
 
+    def _sites(self, local: str, line: int) -> tuple[list[Site], bool]:
+        """The call sites of the function a frame names, once per (file, line): a trace holds
+        the same frame thousands of times."""
+        key = (local, line)
+        hit = self._site_cache.get(key)
+        if hit is None:
+            hit = self._site_cache[key] = _function_sites(self._tree(local), line)
+        return hit
+
     def _align(self, frame: int) -> dict[int, int]:
         m = self.model
         fr = m.frames[frame]
         local = self.sources.resolve(fr.path)
         if local is None:
             return {}
-        tree = self._tree(local)
-        if tree is None:
-            return {}
-        func, is_def = _function_at(tree, fr.line)
-        col = _SiteCollector()
-        body = func.body if hasattr(func, "body") else []
-        for stmt in body:
-            col.visit(stmt)
-        sites = col.sites
+        sites, is_def = self._sites(local, fr.line)
         if not sites:
             return {}
-        if not is_def:
-            # A frame already running resumes at the line it was on; code before the outermost
-            # loop around that line has run and will not run again (a warm-up loop, say).
-            floor = _resume_floor(func, fr.line)
-            sites = [st for st in sites if st.line >= floor]
-            if not sites:
-                return {}
         cursor, first = 0, True
         if not is_def:
             cursor = next((k for k, st in enumerate(sites) if st.line >= fr.line), 0)

@@ -16,10 +16,10 @@ COLD_START_MIN_US = 50.0
 def _first_op_delay(m, step) -> float | None:
     """Time from the step's start to its first aten op on the same thread (the seed's dead window)."""
     starts = m.tindex.starts.get(m.main_thread, [])
-    positions = m.tindex.positions.get(m.main_thread, [])
+    base = m.tindex.base.get(m.main_thread, 0)
     j = bisect.bisect_left(starts, step.ts)
     while j < len(starts) and starts[j] <= step.end:
-        e = m.cpu[positions[j]]
+        e = m.cpu[base + j]
         if e.cat == "cpu_op":
             return e.ts - step.ts
         j += 1
