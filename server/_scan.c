@@ -116,13 +116,23 @@ enum {
     F_ARGS = 1 << 10,
 };
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *ph, *name, *cat, *pid, *tid;                       /* interned, never NULL */
-    PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
-    double ts, dur;
-    int64_t ext, corr, seq, fwd, id, devtype, memb, talloc, tres, nbytes;
+/* Two layouts with one initial sequence: an event none of whose read args are present (python
+ * frames, most annotations: a quarter of a Kineto trace) is an EvBase of 80 bytes; the others are
+ * the full Ev. Both are this module's Event (the full type is a subtype). */
+#define EV_BASE_FIELDS \
+    PyObject_HEAD \
+    PyObject *ph, *name, *cat, *pid, *tid; /* interned, never NULL */ \
+    double ts, dur; \
     uint32_t flags;
+
+typedef struct {
+    EV_BASE_FIELDS
+} EvBase;
+
+typedef struct {
+    EV_BASE_FIELDS
+    PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
+    int64_t ext, corr, seq, fwd, id, devtype, memb, talloc, tres, nbytes;
 } Ev;
 
 typedef struct {
@@ -130,17 +140,21 @@ typedef struct {
     Ev *ev;
 } ArgsView;
 
-static PyTypeObject EvType, ArgsType;
+static PyTypeObject EvType, EvFullType, ArgsType;
+#define IS_FULL(e) (Py_TYPE(e) == &EvFullType)
 
 static void ev_dealloc(Ev *e) {
     Py_XDECREF(e->ph); Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->pid); Py_XDECREF(e->tid);
-    Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
-    Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
+    if (IS_FULL(e)) {
+        Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
+        Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
+    }
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
+/* The full-layout fields read through these: an EvBase has none of them (flags are clear). */
 static PyObject *int_or_none(const Ev *e, uint32_t flag, int64_t v) {
-    if (e->flags & flag) return PyLong_FromLongLong(v);
+    if ((e->flags & flag) && IS_FULL(e)) return PyLong_FromLongLong(v);
     Py_RETURN_NONE;
 }
 
@@ -160,7 +174,7 @@ static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->pid, Py_Non
 static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->tid, Py_None); }
 static PyObject *ev_ts(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->ts); }
 static PyObject *ev_dur(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->dur); }
-static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, EV(s)->id); }
+static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, IS_FULL(s) ? EV(s)->id : 0); }
 static PyObject *ev_none(PyObject *s, void *c) { Py_RETURN_NONE; }
 static PyObject *ev_args(PyObject *s, void *c) {
     if (!(EV(s)->flags & F_ARGS)) Py_RETURN_NONE;
@@ -198,12 +212,21 @@ static PyObject *ev_repr(PyObject *s) {
 static PyTypeObject EvType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "profd.server._scan.Event",
-    .tp_basicsize = sizeof(Ev),
+    .tp_basicsize = sizeof(EvBase),
     .tp_dealloc = (destructor)ev_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "One trace event (read-only; numbers unboxed, strings interned).",
     .tp_getset = ev_getset,
     .tp_repr = ev_repr,
+};
+
+static PyTypeObject EvFullType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.EventWithArgs",
+    .tp_basicsize = sizeof(Ev),
+    .tp_dealloc = (destructor)ev_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One trace event with args the analyses read.",
 };
 
 static void args_dealloc(ArgsView *a) {
@@ -212,21 +235,22 @@ static void args_dealloc(ArgsView *a) {
 }
 
 #define AV(self) (((ArgsView *)(self))->ev)
-static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, AV(s)->ext); }
-static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, AV(s)->corr); }
-static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, AV(s)->seq); }
-static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, AV(s)->fwd); }
-static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, AV(s)->devtype); }
-static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, AV(s)->memb); }
-static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, AV(s)->talloc); }
-static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, AV(s)->tres); }
-static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, AV(s)->nbytes); }
-static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AV(s)->dims, EMPTY_BYTES); }
-static PyObject *a_types(PyObject *s, void *c) { return obj_or(AV(s)->types, EMPTY_BYTES); }
-static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AV(s)->grid, EMPTY_BYTES); }
-static PyObject *a_block(PyObject *s, void *c) { return obj_or(AV(s)->block, EMPTY_BYTES); }
-static PyObject *a_name(PyObject *s, void *c) { return obj_or(AV(s)->aname, Py_None); }
-static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(AV(s)->call_from, Py_None); }
+#define AVX(self, field) (IS_FULL(AV(self)) ? AV(self)->field : NULL)
+static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, IS_FULL(AV(s)) ? AV(s)->ext : 0); }
+static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, IS_FULL(AV(s)) ? AV(s)->corr : 0); }
+static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, IS_FULL(AV(s)) ? AV(s)->seq : 0); }
+static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, IS_FULL(AV(s)) ? AV(s)->fwd : 0); }
+static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, IS_FULL(AV(s)) ? AV(s)->devtype : 0); }
+static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, IS_FULL(AV(s)) ? AV(s)->memb : 0); }
+static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, IS_FULL(AV(s)) ? AV(s)->talloc : 0); }
+static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, IS_FULL(AV(s)) ? AV(s)->tres : 0); }
+static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, IS_FULL(AV(s)) ? AV(s)->nbytes : 0); }
+static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AVX(s, dims), EMPTY_BYTES); }
+static PyObject *a_types(PyObject *s, void *c) { return obj_or(AVX(s, types), EMPTY_BYTES); }
+static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AVX(s, grid), EMPTY_BYTES); }
+static PyObject *a_block(PyObject *s, void *c) { return obj_or(AVX(s, block), EMPTY_BYTES); }
+static PyObject *a_name(PyObject *s, void *c) { return obj_or(AVX(s, aname), Py_None); }
+static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(AVX(s, call_from), Py_None); }
 
 static PyGetSetDef args_getset[] = {
     {"external_id", a_ext, NULL, NULL, NULL},
@@ -688,16 +712,21 @@ static int keep(Scanner *sc, Ev *e) {
 }
 
 static PyObject *new_event(const Ev *tmp) {
-    Ev *e = PyObject_New(Ev, &EvType);
+    int full = (tmp->flags & ~(uint32_t)F_ARGS) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
+               tmp->aname || tmp->call_from;
+    Ev *e = full ? PyObject_New(Ev, &EvFullType) : (Ev *)PyObject_New(EvBase, &EvType);
     if (!e) return NULL;
-    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), sizeof(Ev) - sizeof(PyObject));
+    size_t size = full ? sizeof(Ev) : sizeof(EvBase);
+    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), size - sizeof(PyObject));
     if (!e->ph) e->ph = EMPTY_STR;
     if (!e->name) e->name = EMPTY_STR;
     if (!e->cat) e->cat = EMPTY_STR;
     Py_INCREF(e->ph); Py_INCREF(e->name); Py_INCREF(e->cat);
     Py_XINCREF(e->pid); Py_XINCREF(e->tid);
-    Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
-    Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
+    if (full) {
+        Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
+        Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
+    }
     return (PyObject *)e;
 }
 
@@ -834,7 +863,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!nd", &PyList_Type, &list, &base, &slack)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list);
     for (Py_ssize_t j = 0; j < n; j++)
-        if (Py_TYPE(PyList_GET_ITEM(list, j)) != &EvType) {
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(list, j), &EvType)) {
             PyErr_SetString(PyExc_TypeError, "nest: not a _scan.Event");
             return NULL;
         }
@@ -880,19 +909,22 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NN)", pbytes, cbytes);
 }
 
-/* children(parent: int32 buffer) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
- * the kids of i are kids[offsets[i]:offsets[i+1]], in index order. */
+/* children(parent: int32 buffer[, n]) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
+ * the items whose parent is i are kids[offsets[i]:offsets[i+1]], in index order; parents are in
+ * [0, n), n = len(parent) by default; negative parents belong to none. */
 static PyObject *children(PyObject *mod, PyObject *args) {
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
-    Py_ssize_t n = view.len / 4;
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(args, "y*|n", &view, &n)) return NULL;
+    Py_ssize_t m = view.len / 4; /* items; their keys ("parents") are in [0, n) */
+    if (n < 0) n = m;
     const int32_t *parent = view.buf;
     PyObject *ob = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    PyObject *kb = ob ? PyBytes_FromStringAndSize(NULL, n * 4) : NULL;
+    PyObject *kb = ob ? PyBytes_FromStringAndSize(NULL, m * 4) : NULL;
     if (!ob || !kb) { Py_XDECREF(ob); PyBuffer_Release(&view); return NULL; }
     int32_t *off = (int32_t *)PyBytes_AS_STRING(ob), *kids = (int32_t *)PyBytes_AS_STRING(kb);
     memset(off, 0, (n + 1) * 4);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < m; i++) {
         int32_t p = parent[i];
         if (p >= 0 && p < n) off[p + 1]++;
     }
@@ -900,25 +932,28 @@ static PyObject *children(PyObject *mod, PyObject *args) {
     int32_t *fill = malloc(sizeof(int32_t) * (n ? n : 1));
     if (!fill) { Py_DECREF(ob); Py_DECREF(kb); PyBuffer_Release(&view); return PyErr_NoMemory(); }
     memcpy(fill, off, n * 4);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < m; i++) {
         int32_t p = parent[i];
         if (p >= 0 && p < n) kids[fill[p]++] = (int32_t)i;
     }
     free(fill);
+    if (_PyBytes_Resize(&kb, (Py_ssize_t)off[n] * 4) < 0) { Py_DECREF(ob); PyBuffer_Release(&view); return NULL; }
     PyBuffer_Release(&view);
     return Py_BuildValue("(NN)", ob, kb);
 }
 
 static PyMethodDef module_methods[] = {
     {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32 bytes, child_dur float64 bytes)"},
-    {"children", children, METH_VARARGS, "children(parent int32 buffer) -> (offsets, kids) int32 bytes"},
+    {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     {NULL},
 };
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents -> compact events", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    if (PyType_Ready(&EvType) < 0 || PyType_Ready(&ArgsType) < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    EvFullType.tp_base = &EvType;
+    if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&ArgsType) < 0 ||
+        PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *json = PyImport_ImportModule("json");
     if (!json) return NULL;
     JSON_LOADS = PyObject_GetAttrString(json, "loads");

@@ -272,11 +272,11 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                 st = ks.setdefault(ge.name, [cls, 0, 0.0])
                 st[1] += 1
                 st[2] += ge.dur
-    for mem in m.memory:
-        if mem.owner >= 0 and mem.nbytes > 0:
-            h = line(mem.owner)
+    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
+        if owner >= 0 and nbytes > 0:
+            h = line(owner)
             if h is not None:
-                h.bytes_allocated += mem.nbytes
+                h.bytes_allocated += nbytes
     for k, h in hot.items():
         ks = kstats.get(k, {})
         top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]

@@ -105,7 +105,7 @@ class Step:
         return self.end - self.ts
 
 
-@dataclass
+@dataclass(slots=True)  # one per allocator sample: hundreds of thousands in a large trace
 class MemoryEvent:
     ts: float
     nbytes: int
@@ -122,13 +122,13 @@ class TraceModel:
     cpu: list[Event]
     parent: list[int]
     thread: list[tuple]
-    frames: dict[int, Frame]  # cpu index of a python_function event -> its parsed frame
+    frames: "FrameIndex"  # cpu index of a python_function event -> its parsed frame
     frame_of: list[int]
     gpu: list[Event]
     launcher: list[int]
     fwd_of: list[int]
     steps: list[Step]
-    memory: list[MemoryEvent]
+    memory: "MemoryTable"
     gpu_annotations: list[Event]
     thread_names: dict[tuple, str] = field(default_factory=dict)
     main_thread: Optional[tuple] = None
@@ -235,7 +235,7 @@ class TraceModel:
 
     def gpu_under(self, i: int) -> list[int]:
         """GPU events launched from event i or anything nested in it."""
-        return [g for j in self.subtree(i) for g in self._gpu_by_launch.get(j, ())]
+        return [g for j in self.subtree(i) for g in self.gpu_of_launch(j)]
 
     def children(self, i: int):
         """Direct children of event i, in order (a slice of one flat index)."""
@@ -253,8 +253,10 @@ class TraceModel:
     def is_backward(self, i: int) -> bool:
         return self.frame_of[i] < 0 and self.fwd_of[i] >= 0
 
-    def gpu_of_launch(self, i: int) -> list[int]:
-        return self._gpu_by_launch.get(i, [])
+    def gpu_of_launch(self, i: int):
+        """GPU events launched by cpu event i, in start order."""
+        off, gs = self._launched
+        return gs[off[i]:off[i + 1]]
 
 
 def build(doc: TraceDoc) -> TraceModel:
@@ -299,7 +301,7 @@ def build(doc: TraceDoc) -> TraceModel:
         cpu += evs
         thread += [key] * len(evs)
 
-    frames: dict[int, Frame] = {}
+    frames = FrameIndex(len(cpu))
     n = len(cpu)
     frame_of = array("i", [-1]) * n
     token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
@@ -337,17 +339,13 @@ def build(doc: TraceDoc) -> TraceModel:
         if e.cat in LAUNCH_CATS and e.args is not None and e.args.correlation is not None:
             by_corr[(e.pid, e.args.correlation)] = i
     corr_any = {c: i for (p, c), i in by_corr.items()}
-    launcher = []
-    gpu_by_launch: dict[int, list[int]] = {}
-    for g, e in enumerate(gpu):
+    launcher = array("i")
+    for e in gpu:
         c = e.args.correlation if e.args is not None else None
-        i = corr_any.get(c, -1) if c is not None else -1
-        launcher.append(i)
-        if i >= 0:
-            gpu_by_launch.setdefault(i, []).append(g)
+        launcher.append(corr_any.get(c, -1) if c is not None else -1)
 
     tindex = ThreadIndex(cpu, parent, starts)
-    fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
+    fwd_of = array("i", _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f))
     steps = _steps(cpu)
     main = _main_thread(cpu, thread, steps)
     memory = _memory(mem_raw, tindex)
@@ -361,15 +359,60 @@ def build(doc: TraceDoc) -> TraceModel:
     m.token = token
     m.has_call_from = call_from
     m.tindex = tindex
-    m._gpu_by_launch = gpu_by_launch
+    m._launched = _children(launcher, len(cpu))
     return m
+
+
+class FrameIndex:
+    """cpu index -> parsed Frame, for the python_function events: a dict's interface over an int32
+    array into the few thousand distinct frames (a dict entry per event cost ~80 B)."""
+
+    def __init__(self, n: int):
+        self._ids = array("i", [-1]) * n
+        self._table: list[Frame] = []
+        self._id_of: dict[Frame, int] = {}
+        self._count = 0
+
+    def __setitem__(self, i: int, fr: Frame) -> None:
+        k = self._id_of.get(fr)
+        if k is None:
+            k = self._id_of[fr] = len(self._table)
+            self._table.append(fr)
+        if self._ids[i] < 0:
+            self._count += 1
+        self._ids[i] = k
+
+    def get(self, i: int, default=None):
+        k = self._ids[i] if 0 <= i < len(self._ids) else -1
+        return self._table[k] if k >= 0 else default
+
+    def __getitem__(self, i: int) -> Frame:
+        fr = self.get(i)
+        if fr is None:
+            raise KeyError(i)
+        return fr
+
+    def __contains__(self, i) -> bool:
+        return isinstance(i, int) and self.get(i) is not None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def items(self):
+        table = self._table
+        return ((i, table[k]) for i, k in enumerate(self._ids) if k >= 0)
+
+    def keys(self):
+        return (i for i, _ in self.items())
+
+    __iter__ = keys
 
 
 def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
     -1 at the top) and its children's summed duration: (int32 bytes, float64 bytes)."""
-    if _scan is not None and evs and type(evs[0]) is _scan.Event:
+    if _scan is not None and evs and isinstance(evs[0], _scan.Event):
         try:
             return _scan.nest(evs, base, NEST_SLACK_US)
         except TypeError:  # a mixed list: the Python path below
@@ -393,15 +436,16 @@ def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
     return parent.tobytes(), child_dur.tobytes()
 
 
-def _children(parent: array) -> tuple[array, array]:
-    """Children as one flat index: the kids of i are kids[off[i]:off[i + 1]], in order."""
+def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
+    """Items grouped by parent as one flat index: the items whose parent is i are
+    kids[off[i]:off[i + 1]], in order. Parents lie in [0, n) (n = len(parent) by default)."""
+    n = len(parent) if n is None else n
     if _scan is not None:
-        ob, kb = _scan.children(parent)
+        ob, kb = _scan.children(parent, n)
         off, kids = array("i"), array("i")
         off.frombytes(ob)
         kids.frombytes(kb)
         return off, kids
-    n = len(parent)
     off = array("i", [0]) * (n + 1)
     for p in parent:
         if p >= 0:
@@ -409,7 +453,7 @@ def _children(parent: array) -> tuple[array, array]:
     for i in range(n):
         off[i + 1] += off[i]
     fill = off[:-1]
-    kids = array("i", [0]) * n
+    kids = array("i", [0]) * off[n]
     for i, p in enumerate(parent):
         if p >= 0:
             kids[fill[p]] = i
@@ -509,18 +553,61 @@ def _main_thread(cpu, thread, steps) -> Optional[tuple]:
     return max(counts, key=counts.get) if counts else None
 
 
-def _memory(mem_raw, tindex: ThreadIndex) -> list[MemoryEvent]:
+class MemoryTable:
+    """The [memory] samples as columns (44 B a sample instead of ~200 B of objects); iterating or
+    indexing gives ``MemoryEvent`` objects, made on demand."""
+
+    def __init__(self):
+        self.ts = array("d")
+        self.nbytes = array("q")
+        self.total_allocated = array("q")
+        self.total_reserved = array("q")
+        self.device_type = array("i")
+        self.owner = array("i")
+        self.thread_id = array("i")
+        self.threads: list[tuple] = []
+
+    def append(self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id) -> None:
+        self.ts.append(ts)
+        self.nbytes.append(nbytes)
+        self.total_allocated.append(total_allocated)
+        self.total_reserved.append(total_reserved)
+        self.device_type.append(device_type)
+        self.owner.append(owner)
+        self.thread_id.append(thread_id)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __getitem__(self, k: int) -> MemoryEvent:
+        return MemoryEvent(self.ts[k], self.nbytes[k], self.total_allocated[k], self.total_reserved[k],
+                           self.device_type[k], self.owner[k], self.threads[self.thread_id[k]])
+
+    def __iter__(self):
+        return map(self.__getitem__, range(len(self.ts)))
+
+
+def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
-    out = []
-    for e in sorted(mem_raw, key=lambda e: e.ts):
+    out = MemoryTable()
+    ids: dict[tuple, int] = {}
+    for e in sorted(mem_raw, key=_ts):
         a = e.args
         key = (e.pid, e.tid)
+        tid = ids.get(key)
+        if tid is None:
+            tid = ids[key] = len(out.threads)
+            out.threads.append(key)
         dt = a.device_type
-        out.append(MemoryEvent(ts=e.ts, nbytes=_int(a.mem_bytes), total_allocated=_int(a.total_allocated),
-                               total_reserved=_int(a.total_reserved),
-                               device_type=dt if isinstance(dt, int) else -1,
-                               owner=tindex.innermost(key, e.ts, slack=0.0), thread=key))
+        out.append(e.ts, _int64(a.mem_bytes), _int64(a.total_allocated), _int64(a.total_reserved),
+                   dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1,
+                   tindex.innermost(key, e.ts, slack=0.0), tid)
     return out
+
+
+def _int64(v) -> int:
+    """An allocator count as int64 (clamped: a corrupt trace may hold anything)."""
+    return max(-2**63, min(2**63 - 1, _int(v)))
 
 
 def _int(v) -> int:

@@ -1,6 +1,9 @@
 """Memory rules from ``profile_memory`` traces: ``memory-peak``, ``memory-child-pressure``."""
 from __future__ import annotations
 
+from array import array
+from itertools import compress
+
 from . import rule
 from .util import mib, r3
 
@@ -11,9 +14,11 @@ CHILD_SELF_SHARE = 0.10  # while allocating at most this share itself.
 CHILD_MAX_FINDINGS = 3
 
 
-def _device_events(m):
-    evs = [x for x in m.memory if x.device_type == CUDA]
-    return evs or [x for x in m.memory if x.device_type != CUDA]
+def _device_rows(m) -> array:
+    """Rows of ``m.memory`` (a column table) for the GPU allocator, else the CPU one."""
+    dt = m.memory.device_type
+    rows = array("i", compress(range(len(dt)), (d == CUDA for d in dt)))
+    return rows or array("i", compress(range(len(dt)), (d != CUDA for d in dt)))
 
 
 @rule("memory-peak")
@@ -24,10 +29,10 @@ def memory_peak(ctx):
     Threshold: none; information whenever the trace was recorded with ``profile_memory``.
     """
     m = ctx.model
-    evs = _device_events(m)
-    if not evs:
+    rows = _device_rows(m)
+    if not rows:
         return
-    peak = max(evs, key=lambda x: x.total_allocated)
+    peak = m.memory[max(rows, key=m.memory.total_allocated.__getitem__)]
     total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
     share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
     yield ctx.diag(
@@ -53,14 +58,17 @@ def memory_child_pressure(ctx):
     comes from the call chain beneath, which is where to look.
     """
     m = ctx.model
-    evs = _device_events(m)
-    if not evs:
+    rows = _device_rows(m)
+    if not rows:
         return
-    peak = max(x.total_allocated for x in evs) or 1
+    mem = m.memory
+    peak = max(mem.total_allocated[k] for k in rows) or 1
     self_b: dict[int, int] = {}
-    for x in evs:
-        if x.owner >= 0 and x.nbytes > 0:
-            self_b[x.owner] = self_b.get(x.owner, 0) + x.nbytes
+    owner, nbytes = mem.owner, mem.nbytes
+    for k in rows:
+        o, b = owner[k], nbytes[k]
+        if o >= 0 and b > 0:
+            self_b[o] = self_b.get(o, 0) + b
     total_b: dict[int, int] = {}
     for i, b in self_b.items():
         total_b[i] = total_b.get(i, 0) + b

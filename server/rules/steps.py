@@ -38,8 +38,10 @@ def _first_time_work(m) -> list[str]:
     later = set().union(*per_step[1:]) if len(per_step) > 1 else set()
     out = sorted(per_step[0] - later)
     grew = []
-    for k, st in enumerate(m.steps):
-        inside = [x.total_reserved for x in m.memory if st.ts <= x.ts <= st.end and x.device_type == 1]
+    mem = m.memory  # columns, sorted by time
+    for st in m.steps:
+        lo, hi = bisect.bisect_left(mem.ts, st.ts), bisect.bisect_right(mem.ts, st.end)
+        inside = [mem.total_reserved[k] for k in range(lo, hi) if mem.device_type[k] == 1]
         grew.append(bool(inside) and max(inside) > inside[0])
     if grew and grew[0] and not any(grew[1:]):
         out.append("allocator growth (Total Reserved rises)")
