@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench bench-daemon install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+bench-daemon: $(STAMP)
+	$(BIN)/python bench/daemon_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import functools
+import gc
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
+import sys
+import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
@@ -61,20 +64,46 @@ class PathError(Exception):
 
 
 # ---- in the worker processes -------------------------------------------------------------------
+_gc_lock = threading.Lock()
+_jobs = 0
+
+
 def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
-                 disabled: list[str]) -> bytes:
+                 disabled: list[str]) -> tuple[bytes, float, float, float]:
+    """(encoded report, wall s, CPU s, time.time() at the start) of one analysis, timed in the
+    worker. The cyclic GC stays off until the result is on its way: its first pass after a big
+    analysis (the engine runs with it off) took ~10-20 ms per 250 MB of trace, and it would run
+    on the first allocation after the return, i.e. while the pool pickles the result."""
+    global _jobs
     from .engine import Options, analyze_or_error
 
-    opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
-                   disabled=set(disabled))
-    return T.encode(analyze_or_error(path, opts))
+    with _gc_lock:
+        _jobs += 1
+        gc.disable()
+    try:
+        start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
+        opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
+                       disabled=set(disabled))
+        data = T.encode(analyze_or_error(path, opts))
+        return data, time.perf_counter() - t0, time.process_time() - c0, start
+    finally:
+        with _gc_lock:
+            _jobs -= 1
+        t = threading.Timer(0.1, _gc_on_when_idle)
+        t.daemon = True
+        t.start()
+
+
+def _gc_on_when_idle() -> None:
+    with _gc_lock:
+        if _jobs == 0:
+            gc.enable()
 
 
 def _worker_init(quiet_stderr: bool) -> None:
     """In each analysis process: let go of the daemon's stdio (an editor waits for those pipes to
-    close), and exit when the daemon is gone (even after kill -9: nothing else would tell us)."""
-    import threading
-
+    close), exit when the daemon is gone (even after kill -9: nothing else would tell us), and
+    import the engine before the first trace."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2) if quiet_stderr else (0, 1):
         os.dup2(null, fd)
@@ -88,10 +117,14 @@ def _worker_init(quiet_stderr: bool) -> None:
                 os._exit(0)
 
     threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
+    try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
+        from . import engine  # noqa: F401
+    except Exception:  # pragma: no cover - the job itself will say what is wrong
+        pass
 
 
 def _warm() -> int:
-    from . import engine  # noqa: F401  (import the engine once, before the first trace)
+    """Submitted once per worker at start: the pool spawns its processes on demand."""
     return os.getpid()
 
 
@@ -101,6 +134,19 @@ def sha_file(path: str) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+# The hash beside an analysis runs in a child at a lower priority: a thread of the daemon would
+# compete with the event loop for CPU while the analysis already keeps the cores busy.
+_HASH_CHILD = (
+    "import hashlib, os, sys\n"
+    "os.nice(10)\n"
+    "h = hashlib.sha256()\n"
+    "with open(sys.argv[1], 'rb') as f:\n"
+    "    while chunk := f.read(1 << 20):\n"
+    "        h.update(chunk)\n"
+    "print(h.hexdigest())\n")
+BG_HASH_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
 
 
 def options_fp(workspace, path_map, disabled) -> str:
@@ -151,6 +197,8 @@ class Core:
         self.by_source: dict[str, list[str]] = {}  # source path -> keys, oldest first
         self.trace_key: dict[str, str] = {}  # trace path -> key of its newest content
         self.inflight: dict[str, asyncio.Future] = {}
+        self._busy_sizes: Counter = Counter()  # file sizes of analyses in flight
+        self._unhashed: dict[int, list[asyncio.Future]] = {}  # size -> hashes still running
         self.analyses = 0
         self.running = 0
         self.started = time.time()
@@ -178,7 +226,9 @@ class Core:
             self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
                                  quiet=self.cfg.quiet, workers=self.cfg.workers)
             self.intake.start()
-            self.watcher = Watcher(self.cfg.watch, self.loop, self.intake.notice)
+            self.watcher = Watcher(self.cfg.watch, self.loop, self.intake.notice,
+                                   on_complete=functools.partial(self.intake.notice,
+                                                                 complete=True))
             self.watcher.start()
         log.info("profd: %d reports loaded from %s", len(self.meta), self.store.path)
 
@@ -274,6 +324,28 @@ class Core:
         except OSError:
             return None
 
+    async def _hash_beside(self, path: str, size: int) -> Optional[str]:
+        """sha256 of ``path`` while an analysis runs: a niced child for big files."""
+        if size < BG_HASH_MIN_BYTES:
+            return await self._hash(path)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-S", "-c", _HASH_CHILD, path,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL)
+        except OSError:
+            return await self._hash(path)
+        try:
+            out, _ = await proc.communicate()
+        except asyncio.CancelledError:
+            if proc.returncode is None:
+                proc.kill()
+            raise
+        digest = out.decode(errors="replace").strip()
+        if proc.returncode != 0 or len(digest) != 64:
+            return None  # gone or unreadable
+        return digest
+
     async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled) -> bytes:
         """Analyse once per key: concurrent callers of the same content share one run."""
         fut = self.inflight.get(key)
@@ -281,15 +353,69 @@ class Core:
             return await asyncio.shield(fut)
         fut = self.loop.create_future()
         self.inflight[key] = fut
-        token = f"profd-analyze-{key[:16]}-{time.monotonic_ns()}"
+        try:
+            return await self._analyse(fut, path, size, workspace, path_map, disabled)
+        finally:
+            if self.inflight.get(key) is fut:
+                del self.inflight[key]
+
+    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes]]:
+        """Analyse a watched file whose content cannot have been seen (no report and no analysis
+        in flight has its size): the analysis starts at once and the file is hashed beside it,
+        so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data), or None
+        when the file went away or turned out to be a repeat after all."""
+        cfg, size = self.cfg, sig[0]
+        fut = self.loop.create_future()
+        job = asyncio.ensure_future(self._analyse(fut, path, size, cfg.workspace, cfg.path_map,
+                                                  cfg.disabled))
+        job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
+        hashing = asyncio.ensure_future(self._hash_beside(path, size))
+        self._unhashed.setdefault(size, []).append(hashing)
+        try:
+            sha = await hashing
+        finally:
+            waiting = self._unhashed.get(size, [])
+            if hashing in waiting:
+                waiting.remove(hashing)
+            if not waiting:
+                self._unhashed.pop(size, None)
+        if sha is None:
+            return None  # gone: the analysis finishes unused
+        key = f"{sha}:{self.fp}"
+        if key in self.meta:  # committed meanwhile under another name
+            self.store.link(path, key, sig[1] / 1e9, sig[0])
+            return None
+        mine = key not in self.inflight
+        if mine:  # a repeat arriving now joins this run
+            self.inflight[key] = fut
+        try:
+            return key, await job
+        finally:
+            if mine and self.inflight.get(key) is fut:
+                del self.inflight[key]
+
+    def _may_repeat(self, size: int) -> bool:
+        """Could a file of ``size`` bytes hold content already reported or being analysed?"""
+        return size in self._busy_sizes or size in self._unhashed or \
+            any(r.size == size for r in self.meta.values())
+
+    async def _analyse(self, fut: asyncio.Future, path: str, size: int, workspace, path_map,
+                       disabled) -> bytes:
+        token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
         big = size >= self.cfg.progress_min_bytes
         if big:
             for s in list(self.sessions):
                 s.progress(token, f"profd: analysing {os.path.basename(path)}")
         self.running += 1
+        self._busy_sizes[size] += 1
+        t0 = time.time()
         try:
-            data = await self._submit(path, workspace, path_map, disabled)
+            data, wall, cpu, start = await self._submit(path, workspace, path_map, disabled)
             self.analyses += 1
+            t1 = time.time()
+            log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
+                     "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
+                     path, size, wall, cpu, t1 - t0, start - t0, t1 - start - wall)
             fut.set_result(data)
             return data
         except BaseException as e:
@@ -298,12 +424,15 @@ class Core:
             raise
         finally:
             self.running -= 1
-            self.inflight.pop(key, None)
+            self._busy_sizes[size] -= 1
+            if self._busy_sizes[size] <= 0:
+                del self._busy_sizes[size]
             if big:
                 for s in list(self.sessions):
                     s.progress(token, None)
 
-    async def _submit(self, path, workspace, path_map, disabled) -> bytes:
+    async def _submit(self, path, workspace, path_map, disabled) -> tuple[bytes, float, float,
+                                                                          float]:
         try:
             return await self.loop.run_in_executor(
                 self._pool, _analyze_job, path, list(workspace), [list(p) for p in path_map],
@@ -313,7 +442,7 @@ class Core:
             self._new_pool()
             return T.encode(T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
                                      error=f"profd: bad trace {path}: the analysis process died "
-                                           "(out of memory?)"))
+                                           "(out of memory?)")), 0.0, 0.0, time.time()
 
     def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report) -> None:
         sources = sources_of(report, path)
@@ -336,15 +465,24 @@ class Core:
         known = self.store.known_file(path, sig[1] / 1e9, sig[0])
         if known and known.endswith(":" + self.fp) and known in self.meta:
             return None
-        sha = await self._hash(path)
-        if sha is None:
-            return None
-        key = f"{sha}:{self.fp}"
-        if key in self.meta:  # same content again (here or under another name): costs nothing
-            self.store.link(path, key, sig[1] / 1e9, sig[0])
-            return None
-        cfg = self.cfg
-        data = await self._run(key, path, sig[0], cfg.workspace, cfg.path_map, cfg.disabled)
+        size = sig[0]
+        if not self._may_repeat(size):
+            got = await self._run_new(path, sig)
+            if got is None:
+                return None
+            key, data = got
+        else:
+            sha = await self._hash(path)
+            if sha is None:
+                return None
+            for t in list(self._unhashed.get(size, ())):  # a same-size file hashed beside its
+                await asyncio.wait([t])                   # analysis: let it register its key
+            key = f"{sha}:{self.fp}"
+            if key in self.meta:  # same content again (here or under another name): costs nothing
+                self.store.link(path, key, sig[1] / 1e9, sig[0])
+                return None
+            cfg = self.cfg
+            data = await self._run(key, path, size, cfg.workspace, cfg.path_map, cfg.disabled)
         report = relabel(T.decode_report(data), path)
         if report.error is None:
             data_out = data

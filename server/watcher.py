@@ -3,7 +3,9 @@
 Threads: watchdog's observer thread only calls ``loop.call_soon_threadsafe``; everything else runs
 on the server's event loop. A path goes through:
 
-  pending (size/mtime/inode re-stat every ``settle`` s until two stats agree)
+  pending (size/mtime/inode re-stat every ``settle`` s until two stats agree; a file renamed
+  into the folder is complete at that instant and skips the wait: the writer's rename is its
+  "done", and a file still written after it is caught by the re-stat after the read below)
   -> queue (bounded; when full, the path stays pending and is retried)
   -> a worker calls ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
   -> ok: ``commit()``; failed to parse: wait ``quiet`` s; still unchanged -> ``commit()`` the one
@@ -86,15 +88,19 @@ class Intake:
         return len(self.pending) + self.queue.qsize()
 
     # ---- on the loop ------------------------------------------------------------------------
-    def notice(self, path: str) -> None:
-        """A file event (created, modified, closed, moved here) or a scan found ``path``."""
+    def notice(self, path: str, complete: bool = False) -> None:
+        """A file event (created, modified, closed, moved here) or a scan found ``path``;
+        ``complete``: it was renamed into place (no need to watch it settle)."""
         if path in self.busy:
             self.dirty.add(path)
             return
         if path in self.pending:
             return
         self.pending[path] = signature(path)
-        self.loop.call_later(self.settle, self._check, path)
+        if complete:
+            self._check(path)
+        else:
+            self.loop.call_later(self.settle, self._check, path)
 
     def _check(self, path: str) -> None:
         if path not in self.pending:
@@ -181,17 +187,22 @@ class _Events(FileSystemEventHandler):
                     self.w.loop.call_soon_threadsafe(self.w.scan, p)
             elif event.event_type != "deleted" and matches(p) and \
                     p.startswith(self.w.root + os.sep):  # not the parent's own files
-                self.w.loop.call_soon_threadsafe(self.w.on_path, p)
+                if event.event_type == "moved" and self.w.on_complete is not None:
+                    self.w.loop.call_soon_threadsafe(self.w.on_complete, p)
+                else:
+                    self.w.loop.call_soon_threadsafe(self.w.on_path, p)
 
 
 class Watcher:
     """watchdog on ``root`` (recursive) and its parent (to see ``root`` come back)."""
 
     def __init__(self, root: str, loop: asyncio.AbstractEventLoop, on_path: Callable[[str], None],
-                 check_every: float = 1.0):
+                 check_every: float = 1.0,
+                 on_complete: Optional[Callable[[str], None]] = None):
         self.root = os.path.abspath(root)
         self.loop = loop
         self.on_path = on_path
+        self.on_complete = on_complete  # a file renamed into the folder (default: on_path)
         self.check_every = check_every
         self.observer = Observer()
         self._handler = _Events(self)

@@ -135,3 +135,30 @@ async def test_files_next_to_the_watched_folder_are_ignored(core):
     await asyncio.sleep(0.8)
     assert [os.path.basename(p) for _, p, _ in core.rec.ready] == ["inside.json.gz"]
     assert core.analyses == 1
+
+
+async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch):
+    from profd.server import core as core_mod
+
+    monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)  # every file counts as big here
+    path = drop(core.watch, "seed_n64_bf16")
+    await await_for(lambda: core.rec.ready, 20, "report")
+    key = core.rec.ready[0][0]
+    assert key == f"{core_mod.sha_file(path)}:{core.fp}" and core.analyses == 1
+    assert core.rec.ready[0][2] is None
+    # the same content under another name: hashed first (same size), linked, not analysed
+    drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
+    await await_for(lambda: core.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
+                    "link")
+    assert core.analyses == 1 and len(core.meta) == 1
+
+
+async def test_same_new_content_twice_at_once_analysed_once(core, monkeypatch):
+    from profd.server import core as core_mod
+
+    monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)
+    drop(core.watch, "tinygpt_naive", as_name="a.json.gz")
+    drop(core.watch, "tinygpt_naive", as_name="b.json.gz")
+    await await_for(lambda: len(core.rec.ready) == 2, 30, "two reports")
+    assert core.analyses == 1 and len(core.meta) == 1
+    assert {os.path.basename(p) for _, p, _ in core.rec.ready} == {"a.json.gz", "b.json.gz"}
