@@ -594,7 +594,11 @@ static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
     return 0;
 }
 
-static int parse_args(Scanner *sc, Cur *c, Ev *e) {
+/* One member's value, by key: 0 ok, -1 incomplete/error. */
+typedef int (*MemberFn)(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n);
+
+/* The members of the object at c->p ('{'), each handed to ``member``. */
+static int each_member(Scanner *sc, Cur *c, Ev *e, MemberFn member) {
     c->p++; /* '{' */
     skip_ws(c);
     NEED(c, 1);
@@ -608,89 +612,73 @@ static int parse_args(Scanner *sc, Cur *c, Ev *e) {
         if (*c->p != ':') FAIL(c, "expected ':'");
         c->p++;
         skip_ws(c);
-        int r = 0;
-        if (KEY("External id")) r = set_i64(c, e, F_EXT, &e->ext);
-        else if (KEY("correlation")) r = set_i64(c, e, F_CORR, &e->corr);
-        else if (KEY("Sequence number")) r = set_i64(c, e, F_SEQ, &e->seq);
-        else if (KEY("Fwd thread id")) r = set_i64(c, e, F_FWD, &e->fwd);
-        else if (KEY("Device Type")) r = set_i64(c, e, F_DEVTYPE, &e->devtype);
-        else if (KEY("Bytes")) r = set_i64(c, e, F_MEMB, &e->memb);
-        else if (KEY("Total Allocated")) r = set_i64(c, e, F_TALLOC, &e->talloc);
-        else if (KEY("Total Reserved")) r = set_i64(c, e, F_TRES, &e->tres);
-        else if (KEY("bytes")) r = set_i64(c, e, F_NBYTES, &e->nbytes);
-        else if (KEY("Input Dims")) r = read_raw(sc, c, &e->dims);
-        else if (KEY("Input type")) r = read_raw(sc, c, &e->types);
-        else if (KEY("grid")) r = read_raw(sc, c, &e->grid);
-        else if (KEY("block")) r = read_raw(sc, c, &e->block);
-        else if (KEY("name") || KEY("CallFrom")) {
-            PyObject **slot = KEY("name") ? &e->aname : &e->call_from;
-            NEED(c, 1);
-            if (*c->p == 'n') { r = skip_literal(c, "null", 4); *slot = NULL; }
-            else r = read_str(sc, c, slot);
-        }
-        else if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id") || KEY("stream") || KEY("device"))
-            r = check_id(c);
-        else r = skip_value(c, 2);
-        if (r < 0) return -1;
+        if (member(sc, c, e, k, n) < 0) return -1;
         skip_ws(c);
         NEED(c, 1);
         if (*c->p == ',') { c->p++; skip_ws(c); continue; }
         if (*c->p == '}') { c->p++; return 0; }
-        FAIL(c, "expected ',' or '}' in args");
+        FAIL(c, "expected ',' or '}'");
     }
+}
+
+static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
+    if (KEY("External id")) return set_i64(c, e, F_EXT, &e->ext);
+    if (KEY("correlation")) return set_i64(c, e, F_CORR, &e->corr);
+    if (KEY("Sequence number")) return set_i64(c, e, F_SEQ, &e->seq);
+    if (KEY("Fwd thread id")) return set_i64(c, e, F_FWD, &e->fwd);
+    if (KEY("Device Type")) return set_i64(c, e, F_DEVTYPE, &e->devtype);
+    if (KEY("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
+    if (KEY("Total Allocated")) return set_i64(c, e, F_TALLOC, &e->talloc);
+    if (KEY("Total Reserved")) return set_i64(c, e, F_TRES, &e->tres);
+    if (KEY("bytes")) return set_i64(c, e, F_NBYTES, &e->nbytes);
+    if (KEY("Input Dims")) return read_raw(sc, c, &e->dims);
+    if (KEY("Input type")) return read_raw(sc, c, &e->types);
+    if (KEY("grid")) return read_raw(sc, c, &e->grid);
+    if (KEY("block")) return read_raw(sc, c, &e->block);
+    if (KEY("name") || KEY("CallFrom")) {
+        PyObject **slot = KEY("name") ? &e->aname : &e->call_from;
+        NEED(c, 1);
+        if (*c->p != 'n') return read_str(sc, c, slot);
+        *slot = NULL;
+        return skip_literal(c, "null", 4);
+    }
+    if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id") || KEY("stream") || KEY("device"))
+        return check_id(c);
+    return skip_value(c, 2);
+}
+
+static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
+    if (KEY("ph")) return read_str(sc, c, &e->ph);
+    if (KEY("cat")) return read_str(sc, c, &e->cat);
+    if (KEY("name")) return read_str(sc, c, &e->name);
+    if (KEY("pid")) return read_id_obj(sc, c, &e->pid);
+    if (KEY("tid")) return read_id_obj(sc, c, &e->tid);
+    if (KEY("ts")) return read_double(c, &e->ts);
+    if (KEY("dur")) return read_double(c, &e->dur);
+    if (KEY("id")) return set_i64(c, e, F_ID, &e->id);
+    if (KEY("bp")) {
+        PyObject *ignored;
+        NEED(c, 1);
+        return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored);
+    }
+    if (KEY("args")) {
+        NEED(c, 1);
+        if (*c->p == 'n') {
+            e->flags &= ~F_ARGS;
+            return skip_literal(c, "null", 4);
+        }
+        if (*c->p != '{') FAIL(c, "unsupported: args is not an object");
+        e->flags |= F_ARGS;
+        return each_member(sc, c, e, args_member);
+    }
+    return skip_value(c, 1);
 }
 
 /* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
 static int parse_event(Scanner *sc, Cur *c, Ev *e) {
     NEED(c, 1);
     if (*c->p != '{') FAIL(c, "unsupported: event is not an object");
-    c->p++;
-    skip_ws(c);
-    NEED(c, 1);
-    if (*c->p == '}') { c->p++; return 0; }
-    for (;;) {
-        const char *k; Py_ssize_t n; int esc;
-        if (scan_string(c, &k, &n, &esc) < 0) return -1;
-        if (esc) FAIL(c, "unsupported: escaped key");
-        skip_ws(c);
-        NEED(c, 1);
-        if (*c->p != ':') FAIL(c, "expected ':'");
-        c->p++;
-        skip_ws(c);
-        int r = 0;
-        if (KEY("ph")) r = read_str(sc, c, &e->ph);
-        else if (KEY("cat")) r = read_str(sc, c, &e->cat);
-        else if (KEY("name")) r = read_str(sc, c, &e->name);
-        else if (KEY("pid")) r = read_id_obj(sc, c, &e->pid);
-        else if (KEY("tid")) r = read_id_obj(sc, c, &e->tid);
-        else if (KEY("ts")) r = read_double(c, &e->ts);
-        else if (KEY("dur")) r = read_double(c, &e->dur);
-        else if (KEY("id")) r = set_i64(c, e, F_ID, &e->id);
-        else if (KEY("bp")) {
-            NEED(c, 1);
-            if (*c->p == 'n') r = skip_literal(c, "null", 4);
-            else { PyObject *ignored; r = read_str(sc, c, &ignored); }
-        }
-        else if (KEY("args")) {
-            NEED(c, 1);
-            if (*c->p == 'n') {
-                r = skip_literal(c, "null", 4);
-                e->flags &= ~F_ARGS;
-            } else if (*c->p == '{') {
-                e->flags |= F_ARGS;
-                r = parse_args(sc, c, e);
-            } else {
-                FAIL(c, "unsupported: args is not an object");
-            }
-        }
-        else r = skip_value(c, 1);
-        if (r < 0) return -1;
-        skip_ws(c);
-        NEED(c, 1);
-        if (*c->p == ',') { c->p++; skip_ws(c); continue; }
-        if (*c->p == '}') { c->p++; return 0; }
-        FAIL(c, "expected ',' or '}' in event");
-    }
+    return each_member(sc, c, e, event_member);
 }
 
 static int contains(PyObject *set, PyObject *v) {
