@@ -930,7 +930,523 @@ static PyObject *children(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NN)", ob, kb);
 }
 
+
+static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
+    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user;
+
+static inline int same(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
+static int check_events(PyObject *list) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(list, j), &EvType)) {
+            PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *thread_key(Ev *e) { return PyTuple_Pack(2, e->pid, e->tid); }
+
+/* classify(events, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations, memory_samples,
+ * flows_s, flows_f, thread_names): the model's first pass (see model.build's Python version). */
+static PyObject *classify(PyObject *mod, PyObject *args) {
+    PyObject *events, *cpu_cats, *gpu_cats;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &events, &cpu_cats, &gpu_cats)) return NULL;
+    if (check_events(events) < 0) return NULL;
+    PyObject *by_thread = PyDict_New(), *gpu = PyList_New(0), *ann = PyList_New(0), *mem = PyList_New(0),
+             *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New();
+    PyObject *last_pid = NULL, *last_tid = NULL, *last_list = NULL;
+    if (!by_thread || !gpu || !ann || !mem || !fs || !ff || !names) goto fail;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(events, j);
+        PyObject *ph = e->ph;
+        if (same(ph, S_X)) {
+            int r = PySet_Contains(gpu_cats, e->cat);
+            if (r < 0) goto fail;
+            if (r) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
+            r = PySet_Contains(cpu_cats, e->cat);
+            if (r < 0) goto fail;
+            if (r) {
+                if (!(last_list && e->pid == last_pid && e->tid == last_tid)) {
+                    PyObject *key = thread_key(e);
+                    if (!key) goto fail;
+                    PyObject *lst = PyDict_GetItemWithError(by_thread, key);
+                    if (!lst) {
+                        if (PyErr_Occurred() || !(lst = PyList_New(0)) || PyDict_SetItem(by_thread, key, lst) < 0) {
+                            Py_XDECREF(lst); Py_DECREF(key); goto fail;
+                        }
+                        Py_DECREF(lst); /* the dict holds it */
+                    }
+                    Py_DECREF(key);
+                    last_list = lst; last_pid = e->pid; last_tid = e->tid;
+                }
+                if (PyList_Append(last_list, (PyObject *)e) < 0) goto fail;
+            } else if (same(e->cat, S_gpu_ann)) {
+                if (PyList_Append(ann, (PyObject *)e) < 0) goto fail;
+            }
+        } else if (same(ph, S_i) || same(ph, S_I)) {
+            if (same(e->name, S_memory) && (e->flags & F_ARGS) && PyList_Append(mem, (PyObject *)e) < 0) goto fail;
+        } else if (same(ph, S_s) || same(ph, S_f)) {
+            if (same(e->cat, S_fwdbwd)) {
+                PyObject *id = int_or_none(e, F_ID, IS_FULL(e) ? e->id : 0);
+                if (!id) goto fail;
+                int r = PyDict_SetItem(same(ph, S_s) ? fs : ff, id, (PyObject *)e);
+                Py_DECREF(id);
+                if (r < 0) goto fail;
+            }
+        } else if (same(ph, S_M) && same(e->name, S_thread_name) && (e->flags & F_ARGS) && IS_FULL(e) &&
+                   e->aname && PyUnicode_GET_LENGTH(e->aname) > 0) {
+            PyObject *key = thread_key(e);
+            if (!key || PyDict_SetItem(names, key, e->aname) < 0) { Py_XDECREF(key); goto fail; }
+            Py_DECREF(key);
+        }
+    }
+    return Py_BuildValue("(NNNNNNN)", by_thread, gpu, ann, mem, fs, ff, names);
+fail:
+    Py_XDECREF(by_thread); Py_XDECREF(gpu); Py_XDECREF(ann); Py_XDECREF(mem);
+    Py_XDECREF(fs); Py_XDECREF(ff); Py_XDECREF(names);
+    return NULL;
+}
+
+/* frames(cpu, parent, parse_frame) -> (frame_ids, frame_of, token, name_codes: int32 bytes,
+ * names: list, table: list of frames, has_call_from: bool). The model's second pass: each python
+ * frame's parsed Frame (parse_frame(name) once per distinct name), the innermost user frame around
+ * every event, the direct child of that frame (through user_annotation labels) holding it, and a
+ * code per distinct name of the non-python events. */
+static PyObject *frames(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *parse;
+    Py_buffer pv;
+    if (!PyArg_ParseTuple(args, "O!y*O", &PyList_Type, &cpu, &pv, &parse)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu);
+    PyObject *fb = NULL, *fo = NULL, *tb = NULL, *cb = NULL, *names = NULL, *table = NULL, *user = NULL,
+             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL;
+    if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
+    if (check_events(cpu) < 0) goto fail;
+    const int32_t *parent = pv.buf;
+    fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
+    tb = PyBytes_FromStringAndSize(NULL, n * 4); cb = PyBytes_FromStringAndSize(NULL, n * 4);
+    names = PyList_New(0); table = PyList_New(0); user = PyList_New(0);
+    code_of = PyDict_New(); frame_of_name = PyDict_New(); id_of = PyDict_New();
+    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of) goto fail;
+    int32_t *fid = (int32_t *)PyBytes_AS_STRING(fb), *fof = (int32_t *)PyBytes_AS_STRING(fo),
+            *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb);
+    int call_from = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        int32_t p = parent[i];
+        fid[i] = -1; fof[i] = -1; tok[i] = -1; code[i] = -1;
+        if (same(e->cat, S_python_function)) {
+            PyObject *k = PyDict_GetItemWithError(frame_of_name, e->name); /* borrowed int */
+            if (!k) {
+                if (PyErr_Occurred()) goto fail;
+                PyObject *fr = PyObject_CallOneArg(parse, e->name);
+                if (!fr) goto fail;
+                long id = -1;
+                if (fr != Py_None) {
+                    PyObject *known = PyDict_GetItemWithError(id_of, fr);
+                    if (known) id = PyLong_AsLong(known);
+                    else if (PyErr_Occurred()) { Py_DECREF(fr); goto fail; }
+                    else {
+                        id = PyList_GET_SIZE(table);
+                        PyObject *u = PyObject_GetAttr(fr, S_user);
+                        PyObject *idobj = PyLong_FromLong(id);
+                        int bad = !u || !idobj || PyList_Append(table, fr) < 0 || PyList_Append(user, u) < 0 ||
+                                  PyDict_SetItem(id_of, fr, idobj) < 0;
+                        Py_XDECREF(u); Py_XDECREF(idobj);
+                        if (bad) { Py_DECREF(fr); goto fail; }
+                    }
+                }
+                Py_DECREF(fr);
+                k = PyLong_FromLong(id);
+                if (!k || PyDict_SetItem(frame_of_name, e->name, k) < 0) { Py_XDECREF(k); goto fail; }
+                Py_DECREF(k);
+            }
+            long id = PyLong_AsLong(k);
+            if (id >= 0) {
+                fid[i] = (int32_t)id;
+                int is_user = PyObject_IsTrue(PyList_GET_ITEM(user, id));
+                if (is_user < 0) goto fail;
+                if (is_user) { fof[i] = (int32_t)i; continue; }
+            }
+        } else {
+            PyObject *c = PyDict_GetItemWithError(code_of, e->name);
+            if (!c) {
+                if (PyErr_Occurred()) goto fail;
+                c = PyLong_FromSsize_t(PyList_GET_SIZE(names));
+                if (!c || PyDict_SetItem(code_of, e->name, c) < 0 || PyList_Append(names, e->name) < 0) { Py_XDECREF(c); goto fail; }
+                Py_DECREF(c);
+            }
+            code[i] = (int32_t)PyLong_AsLong(c);
+            if (!call_from && same(e->cat, S_cpu_op) && IS_FULL(e) && (e->flags & F_ARGS) && e->call_from &&
+                PyUnicode_GET_LENGTH(e->call_from) > 0)
+                call_from = 1;
+        }
+        if (p >= 0 && p < i) {
+            int32_t f = fof[p];
+            fof[i] = f;
+            if (f >= 0) {
+                if (p == f || (tok[p] == p && same(((Ev *)PyList_GET_ITEM(cpu, p))->cat, S_user_annotation)))
+                    tok[i] = (int32_t)i;
+                else
+                    tok[i] = tok[p];
+            }
+        }
+    }
+    PyBuffer_Release(&pv);
+    Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
+    return Py_BuildValue("(NNNNNNO)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False);
+fail:
+    PyBuffer_Release(&pv);
+    Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
+    Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
+    return NULL;
+}
+
+/* inherit(parent, frame_of, target) -> int32 bytes: target[i] where it is set (>= 0), else the
+ * parent's value for events outside any user frame, else -1 (fwd_of: backward ops inherit). */
+static PyObject *inherit(PyObject *mod, PyObject *args) {
+    Py_buffer pv, fv, tv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &pv, &fv, &tv)) return NULL;
+    Py_ssize_t n = pv.len / 4;
+    PyObject *out = NULL;
+    if (fv.len / 4 != n || tv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    const int32_t *parent = pv.buf, *fof = fv.buf, *tgt = tv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        if (tgt[i] >= 0) o[i] = tgt[i];
+        else if (p >= 0 && p < i && fof[i] < 0) o[i] = o[p];
+        else o[i] = -1;
+    }
+done:
+    PyBuffer_Release(&pv); PyBuffer_Release(&fv); PyBuffer_Release(&tv);
+    return out;
+}
+
+/* innermost(cpu, parent, starts, base, queries, slack) -> int32 bytes: for each time in queries, the
+ * innermost event of one thread (its events are cpu[base:base+len(starts)], starts their start
+ * times) that contains it, or -1: ThreadIndex.innermost, many at once. */
+static PyObject *innermost(PyObject *mod, PyObject *args) {
+    PyObject *cpu;
+    Py_buffer pv, sv, qv;
+    Py_ssize_t base;
+    double slack;
+    if (!PyArg_ParseTuple(args, "O!y*y*ny*d", &PyList_Type, &cpu, &pv, &sv, &base, &qv, &slack)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), ns = sv.len / 8, nq = qv.len / 8;
+    if (pv.len / 4 != n || base < 0 || base + ns > n) { PyErr_SetString(PyExc_ValueError, "sizes"); goto done; }
+    if (check_events(cpu) < 0) goto done;
+    out = PyBytes_FromStringAndSize(NULL, nq * 4);
+    if (!out) goto done;
+    const int32_t *parent = pv.buf;
+    const double *starts = sv.buf, *q = qv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k < nq; k++) {
+        double x = q[k] + slack;
+        Py_ssize_t lo = 0, hi = ns; /* bisect_right */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (x < starts[mid]) hi = mid; else lo = mid + 1;
+        }
+        int32_t r = -1;
+        Py_ssize_t i = lo - 1 >= 0 ? base + lo - 1 : -1;
+        while (i >= 0 && i < n) {
+            Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+            if (e->ts + e->dur + slack >= q[k]) { r = (int32_t)i; break; }
+            i = parent[i];
+        }
+        o[k] = r;
+    }
+done:
+    PyBuffer_Release(&pv); PyBuffer_Release(&sv); PyBuffer_Release(&qv);
+    return out;
+}
+
+/* memory_columns(samples) -> (ts f64, bytes, total_allocated, total_reserved i64, device_type i32):
+ * absent counts are 0, an absent device type -1. */
+static PyObject *memory_columns(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    if (check_events(list) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *ts = PyBytes_FromStringAndSize(NULL, n * 8), *mb = PyBytes_FromStringAndSize(NULL, n * 8),
+             *ta = PyBytes_FromStringAndSize(NULL, n * 8), *tr = PyBytes_FromStringAndSize(NULL, n * 8),
+             *dt = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!ts || !mb || !ta || !tr || !dt) {
+        Py_XDECREF(ts); Py_XDECREF(mb); Py_XDECREF(ta); Py_XDECREF(tr); Py_XDECREF(dt);
+        return NULL;
+    }
+    double *t = (double *)PyBytes_AS_STRING(ts);
+    int64_t *b = (int64_t *)PyBytes_AS_STRING(mb), *a = (int64_t *)PyBytes_AS_STRING(ta),
+            *r = (int64_t *)PyBytes_AS_STRING(tr);
+    int32_t *d = (int32_t *)PyBytes_AS_STRING(dt);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(list, k);
+        int full = IS_FULL(e);
+        t[k] = e->ts;
+        b[k] = full && (e->flags & F_MEMB) ? e->memb : 0;
+        a[k] = full && (e->flags & F_TALLOC) ? e->talloc : 0;
+        r[k] = full && (e->flags & F_TRES) ? e->tres : 0;
+        d[k] = full && (e->flags & F_DEVTYPE) && e->devtype >= INT32_MIN && e->devtype <= INT32_MAX
+               ? (int32_t)e->devtype : -1;
+    }
+    return Py_BuildValue("(NNNNN)", ts, mb, ta, tr, dt);
+}
+
+/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, token, launched_off, launched, gpu_class,
+ *           line, key, launch_cats, nlines)
+ * The per-event sums of engine._hot_lines, in the same order (so the same floats). Each event's
+ * line is found through its statement token: ``line(i)`` -> (hot line index, key id) for the first
+ * event of a token that owns one, ``key(i)`` -> key id for a parent's; both -1 when there is none.
+ * Returns per hot line: calls, launches (int64), cpu_self, cpu_total, cpu_backward, gpu, gpu_forward,
+ * gpu_backward (float64, as bytes), and lists of kernel_classes and kernel-stat dicts. */
+#define NOKEY INT32_MIN
+static PyObject *S_ProfilerStep;
+
+static PyObject *hot_lines(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *gpu, *classes, *line_fn, *key_fn, *launch_cats;
+    Py_buffer pv, cv, fv, wv, tv, ov, lv;
+    Py_ssize_t nlines_hint;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*O!OOOn", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &tv, &ov, &lv, &PyList_Type, &classes, &line_fn, &key_fn, &launch_cats,
+                          &nlines_hint))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
+    int32_t *kid_of = NULL, *hid_of = NULL;
+    Py_ssize_t cap = 0, nh = 0;
+    int64_t *calls = NULL, *launches = NULL;
+    double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
+    PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
+    if (!kc || !ks) goto done;
+    if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || tv.len / 4 != n ||
+        ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
+        PyErr_SetString(PyExc_ValueError, "hot_lines: sizes differ");
+        goto done;
+    }
+    if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
+    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *tok = tv.buf, *off = ov.buf, *gl = lv.buf;
+    const double *cdur = cv.buf;
+    kid_of = malloc(sizeof(int32_t) * (2 * n + 1));
+    hid_of = malloc(sizeof(int32_t) * (2 * n + 1));
+    if (!kid_of || !hid_of) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < 2 * n + 1; k++) kid_of[k] = hid_of[k] = -2; /* -2: not asked yet */
+#define CK(i, out) do { int32_t f_ = fof[i], s_ = (int32_t)(i); \
+        if (f_ < 0) { s_ = fwd[i]; f_ = s_ >= 0 ? fof[s_] : -1; } \
+        out = f_ < 0 ? NOKEY : (tok[s_] >= 0 ? tok[s_] : -f_ - 1); } while (0)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        if (same(e->cat, S_python_function)) continue;
+        if (same(e->cat, S_user_annotation) && PyUnicode_Tailmatch(e->name, S_ProfilerStep, 0, PY_SSIZE_T_MAX, -1) == 1)
+            continue; /* the profiler's step markers */
+        int32_t c;
+        CK(i, c);
+        if (c == NOKEY) continue;
+        Py_ssize_t slot = (Py_ssize_t)c + n;
+        if (hid_of[slot] == -2) {
+            PyObject *r = PyObject_CallFunction(line_fn, "n", i);
+            if (!r) goto done;
+            long h = -1, k = -1;
+            if (!PyArg_ParseTuple(r, "ll", &h, &k)) { Py_DECREF(r); goto done; }
+            Py_DECREF(r);
+            hid_of[slot] = (int32_t)h;
+            kid_of[slot] = (int32_t)k;
+            if (h >= cap) { /* grow the per-line sums */
+                Py_ssize_t ncap = (h + 1) * 2 > 64 ? (h + 1) * 2 : 64;
+                int64_t *a1 = realloc(calls, ncap * 8), *a2 = a1 ? realloc(launches, ncap * 8) : NULL;
+                if (a1) calls = a1;
+                if (a2) launches = a2;
+                double **ds[] = {&cself, &ctot, &cbwd, &gus, &gfwd, &gbwd};
+                int ok = a1 && a2;
+                for (int d = 0; d < 6 && ok; d++) {
+                    double *x = realloc(*ds[d], ncap * 8);
+                    if (!x) ok = 0; else *ds[d] = x;
+                }
+                if (!ok) { PyErr_NoMemory(); goto done; }
+                for (Py_ssize_t q = cap; q < ncap; q++) {
+                    calls[q] = launches[q] = 0;
+                    cself[q] = ctot[q] = cbwd[q] = gus[q] = gfwd[q] = gbwd[q] = 0.0;
+                }
+                cap = ncap;
+            }
+            while (nh <= h) {
+                PyObject *d1 = PyDict_New(), *d2 = PyDict_New();
+                if (!d1 || !d2 || PyList_Append(kc, d1) < 0 || PyList_Append(ks, d2) < 0) {
+                    Py_XDECREF(d1); Py_XDECREF(d2); goto done;
+                }
+                Py_DECREF(d1); Py_DECREF(d2);
+                nh++;
+            }
+        }
+        int32_t h = hid_of[slot], kid = kid_of[slot];
+        if (h < 0) continue;
+        int32_t p = parent[i];
+        int backward = fof[i] < 0 && fwd[i] >= 0;
+        int top = p < 0;
+        if (!top) {
+            Ev *pe = (Ev *)PyList_GET_ITEM(cpu, p);
+            if (same(pe->cat, S_python_function)) top = 1;
+            else {
+                int32_t pc;
+                CK(p, pc);
+                int32_t pk = -1;
+                if (pc != NOKEY) {
+                    Py_ssize_t ps = (Py_ssize_t)pc + n;
+                    if (kid_of[ps] == -2) {
+                        PyObject *r = PyObject_CallFunction(key_fn, "n", (Py_ssize_t)p);
+                        if (!r) goto done;
+                        kid_of[ps] = (int32_t)PyLong_AsLong(r);
+                        Py_DECREF(r);
+                        if (PyErr_Occurred()) goto done;
+                    }
+                    pk = kid_of[ps];
+                }
+                top = pk != kid;
+            }
+        }
+        double self_us = e->dur - cdur[i];
+        if (backward) {
+            if (top) cbwd[h] += e->dur;
+        } else {
+            cself[h] += self_us > 0.0 ? self_us : 0.0;
+            if (top) { ctot[h] += e->dur; calls[h]++; }
+        }
+        int r = PySet_Contains(launch_cats, e->cat);
+        if (r < 0) goto done;
+        if (!r) continue;
+        int32_t g0 = off[i], g1 = off[i + 1];
+        if (g1 > g0) launches[h]++;
+        PyObject *kcd = PyList_GET_ITEM(kc, h), *ksd = PyList_GET_ITEM(ks, h);
+        for (int32_t gi = g0; gi < g1; gi++) {
+            int32_t g = gl[gi];
+            if (g < 0 || g >= ng) continue;
+            Ev *ge = (Ev *)PyList_GET_ITEM(gpu, g);
+            PyObject *cls = PyList_GET_ITEM(classes, g);
+            gus[h] += ge->dur;
+            if (backward) gbwd[h] += ge->dur; else gfwd[h] += ge->dur;
+            PyObject *old = PyDict_GetItemWithError(kcd, cls);
+            if (!old && PyErr_Occurred()) goto done;
+            PyObject *nv = PyFloat_FromDouble((old ? PyFloat_AsDouble(old) : 0.0) + ge->dur);
+            if (!nv || PyDict_SetItem(kcd, cls, nv) < 0) { Py_XDECREF(nv); goto done; }
+            Py_DECREF(nv);
+            PyObject *st = PyDict_GetItemWithError(ksd, ge->name);
+            if (!st) {
+                if (PyErr_Occurred()) goto done;
+                st = Py_BuildValue("[Oid]", cls, 0, 0.0);
+                if (!st || PyDict_SetItem(ksd, ge->name, st) < 0) { Py_XDECREF(st); goto done; }
+                Py_DECREF(st);
+            }
+            PyObject *cnt = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(st, 1)) + 1);
+            PyObject *tot = PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(st, 2)) + ge->dur);
+            if (!cnt || !tot) { Py_XDECREF(cnt); Py_XDECREF(tot); goto done; }
+            PyList_SetItem(st, 1, cnt);
+            PyList_SetItem(st, 2, tot);
+        }
+    }
+#undef CK
+    {
+        Py_ssize_t m = nh;
+        PyObject *b[8];
+        b[0] = PyBytes_FromStringAndSize((char *)calls, m * 8);
+        b[1] = PyBytes_FromStringAndSize((char *)launches, m * 8);
+        double *ds[] = {cself, ctot, cbwd, gus, gfwd, gbwd};
+        for (int d = 0; d < 6; d++) b[2 + d] = PyBytes_FromStringAndSize((char *)ds[d], m * 8);
+        int ok = 1;
+        for (int d = 0; d < 8; d++) ok = ok && b[d];
+        if (ok) result = Py_BuildValue("(NNNNNNNNOO)", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], kc, ks);
+        else for (int d = 0; d < 8; d++) Py_XDECREF(b[d]);
+    }
+done:
+    free(kid_of); free(hid_of); free(calls); free(launches);
+    free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
+    Py_XDECREF(kc); Py_XDECREF(ks);
+    PyBuffer_Release(&pv); PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
+    PyBuffer_Release(&tv); PyBuffer_Release(&ov); PyBuffer_Release(&lv);
+    return result;
+}
+
+/* subtree(off, kids, i) -> list: event i and everything nested in it, in model.subtree's order
+ * (a stack: each event's children pushed in order, the last popped first). */
+static PyObject *subtree(PyObject *mod, PyObject *args) {
+    Py_buffer ov, kv;
+    Py_ssize_t root;
+    if (!PyArg_ParseTuple(args, "y*y*n", &ov, &kv, &root)) return NULL;
+    Py_ssize_t n = ov.len / 4 - 1, nk = kv.len / 4;
+    const int32_t *off = ov.buf, *kids = kv.buf;
+    PyObject *out = NULL;
+    int32_t *stack = NULL;
+    if (root < 0 || root >= n) { PyErr_SetString(PyExc_IndexError, "subtree: no such event"); goto done; }
+    stack = malloc(sizeof(int32_t) * (nk + 1));
+    out = PyList_New(0);
+    if (!stack || !out) { Py_XDECREF(out); out = NULL; if (!stack) PyErr_NoMemory(); goto done; }
+    Py_ssize_t top = 0;
+    stack[top++] = (int32_t)root;
+    while (top) {
+        int32_t j = stack[--top];
+        PyObject *v = PyLong_FromLong(j);
+        if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); goto done; }
+        Py_DECREF(v);
+        if (j < 0 || j >= n) continue;
+        for (int32_t k = off[j]; k < off[j + 1] && k < nk; k++) {
+            if (top > nk) break; /* a cycle in a corrupt index: cannot happen in a tree */
+            stack[top++] = kids[k];
+        }
+    }
+done:
+    free(stack);
+    PyBuffer_Release(&ov); PyBuffer_Release(&kv);
+    return out;
+}
+
+/* cpu_total(cpu, parent) -> float: the summed duration of the non-python events that have no
+ * non-python ancestor (analyses._cpu_total: Self CPU time total, nesting not double-counted). */
+static PyObject *cpu_total(PyObject *mod, PyObject *args) {
+    PyObject *cpu;
+    Py_buffer pv;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &cpu, &pv)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu);
+    PyObject *out = NULL;
+    char *inside = NULL;
+    if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    if (check_events(cpu) < 0) goto done;
+    inside = malloc(n ? n : 1);
+    if (!inside) { PyErr_NoMemory(); goto done; }
+    const int32_t *parent = pv.buf;
+    double total = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        int32_t p = parent[i];
+        int in = p >= 0 && p < i && inside[p];
+        if (!same(e->cat, S_python_function)) {
+            if (!in) total += e->dur;
+            inside[i] = 1;
+        } else {
+            inside[i] = (char)in;
+        }
+    }
+    out = PyFloat_FromDouble(total);
+done:
+    free(inside);
+    PyBuffer_Release(&pv);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
+    {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
+    {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see engine._hot_lines)"},
+    {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
+    {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},
+    {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
+    {"innermost", innermost, METH_VARARGS, "innermost(cpu, parent, starts, base, queries, slack) -> int32 bytes"},
+    {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
     {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32 bytes, child_dur float64 bytes)"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     {NULL},
@@ -940,6 +1456,13 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents
 
 PyMODINIT_FUNC PyInit__scan(void) {
     EvFullType.tp_base = &EvType;
+    if (!(S_ProfilerStep = PyUnicode_InternFromString("ProfilerStep#"))) return NULL;
+    PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
+                           &S_python_function, &S_user_annotation, &S_cpu_op, &S_user};
+    const char *texts[] = {"X", "i", "I", "s", "f", "M", "fwdbwd", "gpu_user_annotation", "[memory]", "thread_name",
+                           "python_function", "user_annotation", "cpu_op", "user"};
+    for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)
+        if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return NULL;
     if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&ArgsType) < 0 ||
         PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *json = PyImport_ImportModule("json");

@@ -8,6 +8,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from . import kernels
+from .loader import _scan
 from .model import LAUNCH_CATS, TraceModel
 
 
@@ -135,6 +136,8 @@ def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float
 
 def _cpu_total(m: TraceModel) -> float:
     """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
+    if _scan is not None and m.cpu and isinstance(m.cpu[0], _scan.Event):
+        return _scan.cpu_total(m.cpu, m.parent)
     total = 0.0
     top_op = [False] * len(m.cpu)  # event i has a non-python ancestor (or is one)
     for i, e in enumerate(m.cpu):
@@ -151,10 +154,16 @@ def _cpu_total(m: TraceModel) -> float:
 
 def _classes(m: TraceModel) -> list[str]:
     out = []
+    queries = kernels.OCCUPANCY_QUERY in m._by_name  # the seed's stacks have them; most do not
+    memo: dict[tuple, str] = {}
     for g, e in enumerate(m.gpu):
         li = m.launcher[g]
         api = m.cpu[li].name if li >= 0 else None
-        out.append(kernels.classify(e.name, e.cat, api, li >= 0 and _occupancy_before(m, li)))
+        key = (e.name, e.cat, api, queries and li >= 0 and _occupancy_before(m, li))
+        cls = memo.get(key)
+        if cls is None:
+            cls = memo[key] = kernels.classify(*key)
+        out.append(cls)
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -16,6 +17,7 @@ from ..protocol.types import (Diagnostic, HotLine, KernelStat, Location, Report,
                               TraceInfo)
 from . import kernels, loader
 from .analyses import Analysis, analyse, verdict
+from .loader import _scan
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
 from .sourcemap import SourceMap
@@ -237,6 +239,34 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                                  precision=key.precision, trace_path=key.trace_path)
         return h
 
+    if _scan is not None and not m.has_call_from and _scanned(m.cpu) and _scanned(m.gpu):
+        _hot_sums_c(ctx, line, hot, kstats)
+    else:
+        _hot_sums(ctx, line, kstats)
+    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
+        if owner >= 0 and nbytes > 0:
+            h = line(owner)
+            if h is not None:
+                h.bytes_allocated += nbytes
+    for k, h in hot.items():
+        ks = kstats.get(k, {})
+        top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
+        h.top_kernels = [KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
+                         for n, (c, cnt, t) in top]
+        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
+        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
+            setattr(h, f, round(getattr(h, f), 3))
+    return hot
+
+
+def _scanned(events) -> bool:
+    return not events or isinstance(events[0], _scan.Event)
+
+
+def _hot_sums(ctx: Context, line, kstats: dict) -> None:
+    """Each event's time onto its line: self, total (outermost call of the line), backward, and the
+    GPU work it launched. ``_hot_sums_c`` is the same, in C, in the same order (the same floats)."""
+    m, a = ctx.model, ctx.a
     for i, e in enumerate(m.cpu):
         if e.cat == "python_function" or (e.cat == "user_annotation" and e.name.startswith("ProfilerStep#")):
             continue  # frames are counted through their ops; step markers are the profiler's
@@ -272,17 +302,44 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                 st = ks.setdefault(ge.name, [cls, 0, 0.0])
                 st[1] += 1
                 st[2] += ge.dur
-    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
-        if owner >= 0 and nbytes > 0:
-            h = line(owner)
-            if h is not None:
-                h.bytes_allocated += nbytes
-    for k, h in hot.items():
-        ks = kstats.get(k, {})
-        top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
-        h.top_kernels = [KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
-                         for n, (c, cnt, t) in top]
-        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
-        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
-            setattr(h, f, round(getattr(h, f), 3))
-    return hot
+
+
+def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
+    m, a = ctx.model, ctx.a
+    order: list[HotLine] = []
+    index: dict[tuple, int] = {}
+    kids: dict[tuple, int] = {}
+
+    def key_id(i: int) -> int:
+        k = ctx.line_key(i)
+        return -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
+
+    def line_of(i: int) -> tuple[int, int]:
+        h = line(i)
+        if h is None:
+            return -1, -1
+        k = (h.trace_path, h.line)
+        if k not in index:
+            index[k] = len(order)
+            order.append(h)
+        return index[k], key_id(i)
+
+    off, gs = m._launched
+    calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd, kcs, kss = _scan.hot_lines(
+        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, m.token, off, gs, a.gpu_class,
+        line_of, key_id, LAUNCH_CATS, len(m.cpu))
+    cols = [array("q"), array("q")] + [array("d") for _ in range(6)]
+    for col, b in zip(cols, (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd)):
+        col.frombytes(b)
+    for k, h in enumerate(order):
+        h.calls += cols[0][k]
+        h.launches += cols[1][k]
+        h.cpu_self_us += cols[2][k]
+        h.cpu_total_us += cols[3][k]
+        h.cpu_backward_us += cols[4][k]
+        h.gpu_us += cols[5][k]
+        h.gpu_forward_us += cols[6][k]
+        h.gpu_backward_us += cols[7][k]
+        h.kernel_classes = kcs[k]
+        if kss[k]:
+            kstats[(h.trace_path, h.line)] = kss[k]

@@ -226,6 +226,8 @@ class TraceModel:
 
     def subtree(self, i: int) -> list[int]:
         """Event i and every event nested in it."""
+        if _scan is not None:
+            return _scan.subtree(*self._kids, i)
         stack, out = [i], []
         while stack:
             j = stack.pop()
@@ -261,31 +263,15 @@ class TraceModel:
 
 def build(doc: TraceDoc) -> TraceModel:
     events = doc.traceEvents
-    by_thread: dict[tuple, list[Event]] = {}
-    gpu: list[Event] = []
-    gpu_ann: list[Event] = []
-    mem_raw: list[Event] = []
-    flows_s: dict = {}
-    flows_f: dict = {}
-    thread_names: dict[tuple, str] = {}
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            if cat in GPU_CATS:
-                gpu.append(e)
-            elif cat in CPU_CATS:
-                by_thread.setdefault((e.pid, e.tid), []).append(e)
-            elif cat == "gpu_user_annotation":
-                gpu_ann.append(e)
-        elif ph == "i" or ph == "I":
-            if e.name == "[memory]" and e.args is not None:
-                mem_raw.append(e)
-        elif ph == "s" or ph == "f":
-            if e.cat == "fwdbwd":
-                (flows_s if ph == "s" else flows_f)[e.id] = e
-        elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
-            thread_names[(e.pid, e.tid)] = e.args.name
+    fast = _scan is not None and bool(events) and isinstance(events[0], _scan.Event)
+    if fast:
+        try:
+            by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names = \
+                _scan.classify(events, CPU_CATS, GPU_CATS)
+        except TypeError:  # not all of one decoder's events
+            fast = False
+    if not fast:
+        by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names = _classify(events)
 
     cpu: list[Event] = []
     parent = array("i")
@@ -301,37 +287,10 @@ def build(doc: TraceDoc) -> TraceModel:
         cpu += evs
         thread += [key] * len(evs)
 
-    frames = FrameIndex(len(cpu))
-    n = len(cpu)
-    frame_of = array("i", [-1]) * n
-    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
-    by_name: dict[str, array] = {}
-    call_from = False
-    for i, e in enumerate(cpu):
-        cat = e.cat
-        p = parent[i]
-        if cat == "python_function":
-            fr = parse_frame(e.name)
-            if fr is not None:
-                frames[i] = fr
-                if fr.user:
-                    frame_of[i] = i
-                    continue
-        else:
-            idx = by_name.get(e.name)
-            if idx is None:
-                idx = by_name[e.name] = array("i")
-            idx.append(i)
-            if not call_from and cat == "cpu_op" and e.args is not None and e.args.call_from:
-                call_from = True
-        if p >= 0:
-            f = frame_of[p]
-            frame_of[i] = f
-            if f >= 0:
-                if p == f or (token[p] == p and cpu[p].cat == "user_annotation"):
-                    token[i] = i
-                else:
-                    token[i] = token[p]
+    if fast:
+        frames, frame_of, token, by_name, call_from = _frames_fast(cpu, parent)
+    else:
+        frames, frame_of, token, by_name, call_from = _frames(cpu, parent)
 
     gpu.sort(key=lambda e: e.ts)
     by_corr: dict = {}
@@ -345,7 +304,9 @@ def build(doc: TraceDoc) -> TraceModel:
         launcher.append(corr_any.get(c, -1) if c is not None else -1)
 
     tindex = ThreadIndex(cpu, parent, starts)
-    fwd_of = array("i", _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f))
+    fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
+    if not isinstance(fwd_of, array):
+        fwd_of = array("i", fwd_of)
     steps = _steps(cpu)
     main = _main_thread(cpu, thread, steps)
     memory = _memory(mem_raw, tindex)
@@ -383,7 +344,10 @@ class FrameIndex:
         self._ids[i] = k
 
     def get(self, i: int, default=None):
-        k = self._ids[i] if 0 <= i < len(self._ids) else -1
+        try:
+            k = self._ids[i] if i >= 0 else -1
+        except (IndexError, TypeError):
+            return default
         return self._table[k] if k >= 0 else default
 
     def __getitem__(self, i: int) -> Frame:
@@ -393,7 +357,10 @@ class FrameIndex:
         return fr
 
     def __contains__(self, i) -> bool:
-        return isinstance(i, int) and self.get(i) is not None
+        try:
+            return i >= 0 and self._ids[i] >= 0
+        except (IndexError, TypeError):
+            return False
 
     def __len__(self) -> int:
         return self._count
@@ -406,6 +373,96 @@ class FrameIndex:
         return (i for i, _ in self.items())
 
     __iter__ = keys
+
+    @classmethod
+    def from_ids(cls, ids: bytes, table: list) -> "FrameIndex":
+        fi = cls(0)
+        fi._ids.frombytes(ids)
+        fi._table = table
+        fi._id_of = {fr: k for k, fr in enumerate(table)}
+        fi._count = len(fi._ids) - fi._ids.count(-1)
+        return fi
+
+
+def _classify(events):
+    """The model's first pass (``_scan.classify`` does the same for the scanner's events)."""
+    by_thread: dict[tuple, list[Event]] = {}
+    gpu: list[Event] = []
+    gpu_ann: list[Event] = []
+    mem_raw: list[Event] = []
+    flows_s: dict = {}
+    flows_f: dict = {}
+    thread_names: dict[tuple, str] = {}
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            cat = e.cat
+            if cat in GPU_CATS:
+                gpu.append(e)
+            elif cat in CPU_CATS:
+                by_thread.setdefault((e.pid, e.tid), []).append(e)
+            elif cat == "gpu_user_annotation":
+                gpu_ann.append(e)
+        elif ph == "i" or ph == "I":
+            if e.name == "[memory]" and e.args is not None:
+                mem_raw.append(e)
+        elif ph == "s" or ph == "f":
+            if e.cat == "fwdbwd":
+                (flows_s if ph == "s" else flows_f)[e.id] = e
+        elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+            thread_names[(e.pid, e.tid)] = e.args.name
+    return by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names
+
+
+def _frames(cpu, parent):
+    """The model's second pass: parsed python frames, the user frame around each event, the
+    statement token (the frame's direct child, through record_function labels) holding it, the
+    non-python events by name, and whether any op carries CallFrom. ``_frames_fast`` is the same
+    in C."""
+    frames = FrameIndex(len(cpu))
+    n = len(cpu)
+    frame_of = array("i", [-1]) * n
+    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
+    by_name: dict[str, array] = {}
+    call_from = False
+    for i, e in enumerate(cpu):
+        cat = e.cat
+        p = parent[i]
+        if cat == "python_function":
+            fr = parse_frame(e.name)
+            if fr is not None:
+                frames[i] = fr
+                if fr.user:
+                    frame_of[i] = i
+                    continue
+        else:
+            idx = by_name.get(e.name)
+            if idx is None:
+                idx = by_name[e.name] = array("i")
+            idx.append(i)
+            if not call_from and cat == "cpu_op" and e.args is not None and e.args.call_from:
+                call_from = True
+        if p >= 0:
+            f = frame_of[p]
+            frame_of[i] = f
+            if f >= 0:
+                if p == f or (token[p] == p and cpu[p].cat == "user_annotation"):
+                    token[i] = i
+                else:
+                    token[i] = token[p]
+    return frames, frame_of, token, by_name, call_from
+
+
+def _frames_fast(cpu, parent):
+    fb, fo, tb, cb, names, table, call_from = _scan.frames(cpu, parent, parse_frame)
+    frame_of, token, codes = array("i"), array("i"), array("i")
+    frame_of.frombytes(fo)
+    token.frombytes(tb)
+    codes.frombytes(cb)
+    frames = FrameIndex.from_ids(fb, table)
+    off, idx = _children(codes, len(names))
+    by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
+    return frames, frame_of, token, by_name, call_from
 
 
 def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
@@ -522,6 +579,13 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
                 fw = fwd_seq.get(a.seq, -1)
                 if fw >= 0:
                     target.setdefault(i, fw)
+    if _scan is not None:
+        tgt = array("i", [-1]) * n
+        for k, v in target.items():
+            tgt[k] = v
+        out = array("i")
+        out.frombytes(_scan.inherit(parent, frame_of, tgt))
+        return out
     for i in range(n):
         t = target.get(i)
         if t is not None:
@@ -589,6 +653,11 @@ class MemoryTable:
 
 def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
+    if _scan is not None and mem_raw and isinstance(mem_raw[0], _scan.Event):
+        try:
+            return _memory_fast(mem_raw, tindex)
+        except TypeError:
+            pass
     out = MemoryTable()
     ids: dict[tuple, int] = {}
     for e in sorted(mem_raw, key=_ts):
@@ -602,6 +671,32 @@ def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
         out.append(e.ts, _int64(a.mem_bytes), _int64(a.total_allocated), _int64(a.total_reserved),
                    dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1,
                    tindex.innermost(key, e.ts, slack=0.0), tid)
+    return out
+
+
+def _memory_fast(mem_raw, tindex: ThreadIndex) -> MemoryTable:
+    samples = sorted(mem_raw, key=_ts)
+    out = MemoryTable()
+    for col, b in zip((out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type),
+                      _scan.memory_columns(samples)):
+        col.frombytes(b)
+    rows: dict[tuple, list[int]] = {}
+    for k, e in enumerate(samples):
+        rows.setdefault((e.pid, e.tid), []).append(k)
+    owner = array("i", [-1]) * len(samples)
+    thread_id = array("i", [0]) * len(samples)
+    for t, (key, ks) in enumerate(rows.items()):
+        out.threads.append(key)
+        starts = tindex.starts.get(key)
+        found = array("i", [-1]) * len(ks)
+        if starts:
+            found = array("i")
+            found.frombytes(_scan.innermost(tindex.cpu, tindex.parent, starts, tindex.base[key],
+                                            array("d", (out.ts[k] for k in ks)), 0.0))
+        for k, o in zip(ks, found):
+            owner[k] = o
+            thread_id[k] = t
+    out.owner, out.thread_id = owner, thread_id
     return out
 
 
