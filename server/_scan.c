@@ -34,13 +34,21 @@ typedef struct {
     size_t cap, used;
 } Table;
 
+/* Eight bytes a step (names are long: python frames carry their file paths). */
 static uint64_t hash_bytes(char kind, const char *s, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL ^ (uint8_t)kind;
-    h *= 1099511628211ULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ULL;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint8_t)kind ^ ((uint64_t)n << 8);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
     }
+    uint64_t w = 0;
+    memcpy(&w, s, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
     return h ? h : 1;
 }
 
@@ -303,6 +311,13 @@ static inline void skip_ws(Cur *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
 }
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+#define HAS_ZERO(v) (((v) - ONES) & ~(v) & HIGHS)
+#define HAS_BYTE(w, b) HAS_ZERO((w) ^ (ONES * (uint64_t)(b)))
+#define HAS_LESS(w, b) (((w) - ONES * (uint64_t)(b)) & ~(w) & HIGHS) /* some byte < b (b <= 128) */
+static unsigned char STR_STOP[256]; /* the bytes that end a plain run in a string: '"', '\\', controls */
+
 /* A string token at c->p (on the opening quote): content span and whether it has escapes. */
 static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
     NEED(c, 1);
@@ -311,7 +326,13 @@ static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
     *esc = 0;
     for (;;) {
         const char *hit = q;
-        while (hit < c->end && *hit != '"' && *hit != '\\' && (uint8_t)*hit >= 0x20) hit++;
+        while (c->end - hit >= 8) { /* eight bytes a step while none is '"', '\\' or a control */
+            uint64_t w;
+            memcpy(&w, hit, 8);
+            if (HAS_BYTE(w, 0x22) | HAS_BYTE(w, 0x5C) | HAS_LESS(w, 0x20)) break;
+            hit += 8;
+        }
+        while (hit < c->end && !STR_STOP[(uint8_t)*hit]) hit++;
         if (hit >= c->end) {
             c->incomplete = 1;
             return -1;
@@ -730,8 +751,16 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
     if (!out) { PyBuffer_Release(&view); return NULL; }
     Cur c = {.base = view.buf, .p = (const char *)view.buf + pos, .end = (const char *)view.buf + view.len};
     if (pos < 0 || pos > view.len) { c.err = "bad position"; goto fail; }
+    const char *yielded = c.p;
     while (sc->state != 3) {
         const char *mark = c.p;
+        if (c.p - yielded > (1 << 18)) {
+            /* Let the reader thread take the GIL for its next read/inflate/hash (which release it
+             * again at once): without this it waits for the whole block and the two serialise. */
+            Py_BEGIN_ALLOW_THREADS
+            Py_END_ALLOW_THREADS
+            yielded = c.p;
+        }
         skip_ws(&c);
         if (c.p >= c.end) { c.p = mark; c.incomplete = 1; break; }
         if (sc->state == 2) { /* after an element: ',' or ']' */
@@ -1014,18 +1043,21 @@ fail:
     return NULL;
 }
 
-/* frames(cpu, parent, parse_frame) -> (frame_ids, frame_of, token, name_codes: int32 bytes,
- * names: list, table: list of frames, has_call_from: bool). The model's second pass: each python
+/* frames(cpu, parent, parse_frame, launch_cats) -> (frame_ids, frame_of, token, name_codes: int32
+ * bytes, names: list, table: list of frames, has_call_from: bool, launch indices, user_annotation
+ * indices: int32 bytes, first start time or None). The model's second pass: each python
  * frame's parsed Frame (parse_frame(name) once per distinct name), the innermost user frame around
  * every event, the direct child of that frame (through user_annotation labels) holding it, and a
  * code per distinct name of the non-python events. */
 static PyObject *frames(PyObject *mod, PyObject *args) {
-    PyObject *cpu, *parse;
+    PyObject *cpu, *parse, *launch_cats;
     Py_buffer pv;
-    if (!PyArg_ParseTuple(args, "O!y*O", &PyList_Type, &cpu, &pv, &parse)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*OO", &PyList_Type, &cpu, &pv, &parse, &launch_cats)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu);
     PyObject *fb = NULL, *fo = NULL, *tb = NULL, *cb = NULL, *names = NULL, *table = NULL, *user = NULL,
-             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL;
+             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL, *lb = NULL, *ub = NULL;
+    Py_ssize_t nl = 0, nu = 0;
+    double t0 = 0.0;
     if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
     if (check_events(cpu) < 0) goto fail;
     const int32_t *parent = pv.buf;
@@ -1033,14 +1065,22 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     tb = PyBytes_FromStringAndSize(NULL, n * 4); cb = PyBytes_FromStringAndSize(NULL, n * 4);
     names = PyList_New(0); table = PyList_New(0); user = PyList_New(0);
     code_of = PyDict_New(); frame_of_name = PyDict_New(); id_of = PyDict_New();
-    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of) goto fail;
+    lb = PyBytes_FromStringAndSize(NULL, n * 4); ub = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of || !lb || !ub)
+        goto fail;
     int32_t *fid = (int32_t *)PyBytes_AS_STRING(fb), *fof = (int32_t *)PyBytes_AS_STRING(fo),
-            *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb);
+            *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb),
+            *lidx = (int32_t *)PyBytes_AS_STRING(lb), *uidx = (int32_t *)PyBytes_AS_STRING(ub);
     int call_from = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
         int32_t p = parent[i];
         fid[i] = -1; fof[i] = -1; tok[i] = -1; code[i] = -1;
+        if (i == 0 || e->ts < t0) t0 = e->ts;
+        int lc = PySet_Contains(launch_cats, e->cat);
+        if (lc < 0) goto fail;
+        if (lc) lidx[nl++] = (int32_t)i;
+        if (same(e->cat, S_user_annotation)) uidx[nu++] = (int32_t)i;
         if (same(e->cat, S_python_function)) {
             PyObject *k = PyDict_GetItemWithError(frame_of_name, e->name); /* borrowed int */
             if (!k) {
@@ -1100,11 +1140,18 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     }
     PyBuffer_Release(&pv);
     Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
-    return Py_BuildValue("(NNNNNNO)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False);
+    if (_PyBytes_Resize(&lb, nl * 4) < 0 || _PyBytes_Resize(&ub, nu * 4) < 0) {
+        Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
+        Py_DECREF(fb); Py_DECREF(fo); Py_DECREF(tb); Py_DECREF(cb); Py_DECREF(names); Py_DECREF(table);
+        return NULL;
+    }
+    PyObject *t0obj = n ? PyFloat_FromDouble(t0) : (Py_INCREF(Py_None), Py_None);
+    return Py_BuildValue("(NNNNNNONNN)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False, lb, ub, t0obj);
 fail:
     PyBuffer_Release(&pv);
     Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
     Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
+    Py_XDECREF(lb); Py_XDECREF(ub);
     return NULL;
 }
 
@@ -1455,6 +1502,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents -> compact events", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    for (int b = 0; b < 256; b++) STR_STOP[b] = b < 0x20 || b == '"' || b == '\\';
     EvFullType.tp_base = &EvType;
     if (!(S_ProfilerStep = PyUnicode_InternFromString("ProfilerStep#"))) return NULL;
     PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,

@@ -135,6 +135,7 @@ def analyze_file(path: str, options: Optional[Options] = None) -> Report:
     try:
         doc, sha, size = loader.load(path)
         model = build(doc)
+        doc.drop_events()
         info = trace_info(path, sha, size, model)
         return analyze_model(model, info, options)
     finally:

@@ -65,6 +65,7 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
     from .model import build
 
     m = build(doc)
+    doc.drop_events()
     a = analyse(m)
     report = analyze_model(m, trace_info(path, sha, size, m), options, a)
     return report, summarize_model(m, a, report)

@@ -121,7 +121,7 @@ class TraceModel:
     doc: TraceDoc
     cpu: list[Event]
     parent: list[int]
-    thread: list[tuple]
+    thread: "ThreadColumn"  # cpu index -> (pid, tid)
     frames: "FrameIndex"  # cpu index of a python_function event -> its parsed frame
     frame_of: list[int]
     gpu: list[Event]
@@ -276,7 +276,6 @@ def build(doc: TraceDoc) -> TraceModel:
     cpu: list[Event] = []
     parent = array("i")
     child_dur = array("d")
-    thread: list[tuple] = []
     starts: dict[tuple, array] = {}
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
@@ -285,17 +284,21 @@ def build(doc: TraceDoc) -> TraceModel:
         child_dur.frombytes(cb)
         starts[key] = array("d", map(_ts, evs))
         cpu += evs
-        thread += [key] * len(evs)
+    thread = ThreadColumn(starts)
 
     if fast:
-        frames, frame_of, token, by_name, call_from = _frames_fast(cpu, parent)
+        frames, frame_of, token, by_name, call_from, launches, annotations, first_ts = _frames_fast(cpu, parent)
     else:
         frames, frame_of, token, by_name, call_from = _frames(cpu, parent)
+        launches = [i for i, e in enumerate(cpu) if e.cat in LAUNCH_CATS]
+        annotations = [i for i, e in enumerate(cpu) if e.cat == "user_annotation"]
+        first_ts = min((e.ts for e in cpu), default=None)
 
-    gpu.sort(key=lambda e: e.ts)
+    gpu.sort(key=_ts)
     by_corr: dict = {}
-    for i, e in enumerate(cpu):
-        if e.cat in LAUNCH_CATS and e.args is not None and e.args.correlation is not None:
+    for i in launches:
+        e = cpu[i]
+        if e.args is not None and e.args.correlation is not None:
             by_corr[(e.pid, e.args.correlation)] = i
     corr_any = {c: i for (p, c), i in by_corr.items()}
     launcher = array("i")
@@ -307,10 +310,10 @@ def build(doc: TraceDoc) -> TraceModel:
     fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
     if not isinstance(fwd_of, array):
         fwd_of = array("i", fwd_of)
-    steps = _steps(cpu)
-    main = _main_thread(cpu, thread, steps)
+    steps = _steps(cpu, annotations)
+    main = _main_thread(cpu, thread, steps, annotations, starts)
     memory = _memory(mem_raw, tindex)
-    t0 = min((e.ts for e in cpu), default=gpu[0].ts if gpu else 0.0)
+    t0 = first_ts if first_ts is not None else (gpu[0].ts if gpu else 0.0)
     m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
                    gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0)
@@ -454,7 +457,10 @@ def _frames(cpu, parent):
 
 
 def _frames_fast(cpu, parent):
-    fb, fo, tb, cb, names, table, call_from = _scan.frames(cpu, parent, parse_frame)
+    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _scan.frames(cpu, parent, parse_frame, LAUNCH_CATS)
+    launches, annotations = array("i"), array("i")
+    launches.frombytes(lb)
+    annotations.frombytes(ub)
     frame_of, token, codes = array("i"), array("i"), array("i")
     frame_of.frombytes(fo)
     token.frombytes(tb)
@@ -462,7 +468,7 @@ def _frames_fast(cpu, parent):
     frames = FrameIndex.from_ids(fb, table)
     off, idx = _children(codes, len(names))
     by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
-    return frames, frame_of, token, by_name, call_from
+    return frames, frame_of, token, by_name, call_from, launches, annotations, first_ts
 
 
 def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
@@ -595,26 +601,48 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
     return fwd_of
 
 
-def _steps(cpu) -> list[Step]:
+def _steps(cpu, annotations) -> list[Step]:
     steps = []
-    for e in cpu:
-        if e.cat == "user_annotation":
-            m = _STEP_RE.match(e.name)
-            if m:
-                steps.append(Step(e.name, int(m.group(1)), e.ts, e.ts + e.dur))
+    for i in annotations:
+        e = cpu[i]
+        m = _STEP_RE.match(e.name)
+        if m:
+            steps.append(Step(e.name, int(m.group(1)), e.ts, e.ts + e.dur))
     steps.sort(key=lambda s: s.ts)
     return steps
 
 
-def _main_thread(cpu, thread, steps) -> Optional[tuple]:
+def _main_thread(cpu, thread, steps, annotations, starts) -> Optional[tuple]:
     if steps:
-        for i, e in enumerate(cpu):
-            if e.cat == "user_annotation" and e.name == steps[0].name:
+        for i in annotations:
+            if cpu[i].name == steps[0].name:
                 return thread[i]
-    counts: dict = {}
-    for i, e in enumerate(cpu):
-        counts[thread[i]] = counts.get(thread[i], 0) + 1
+    counts = {key: len(tss) for key, tss in starts.items()}
     return max(counts, key=counts.get) if counts else None
+
+
+class ThreadColumn:
+    """cpu index -> its thread key: the cpu list holds each thread's events contiguously, so a
+    bisection over the few threads' first indices replaces a key per event."""
+
+    def __init__(self, starts: dict[tuple, array]):
+        self.keys = list(starts)
+        self.bases = []
+        base = 0
+        for tss in starts.values():
+            self.bases.append(base)
+            base += len(tss)
+        self.n = base
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple:
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.keys[bisect.bisect_right(self.bases, i) - 1]
 
 
 class MemoryTable:
