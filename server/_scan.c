@@ -1485,7 +1485,101 @@ done:
     return out;
 }
 
+/* nearest(parent, mask) -> int32 bytes: for every event the nearest strict ancestor whose mask
+ * byte is set, -1 when none (parents precede their children, so one forward pass). */
+static PyObject *nearest(PyObject *mod, PyObject *args) {
+    Py_buffer pv, mv;
+    if (!PyArg_ParseTuple(args, "y*y*", &pv, &mv)) return NULL;
+    Py_ssize_t n = pv.len / 4;
+    PyObject *out = NULL;
+    if (mv.len != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    const int32_t *parent = pv.buf;
+    const unsigned char *mask = mv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        o[i] = p < 0 || p >= i ? -1 : (mask[p] ? p : o[p]);
+    }
+done:
+    PyBuffer_Release(&pv); PyBuffer_Release(&mv);
+    return out;
+}
+
+/* line_tokens(frame_of, fwd_of, token) -> int32 bytes: per event the key under which its source
+ * line is cached (engine.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
+static PyObject *line_tokens(PyObject *mod, PyObject *args) {
+    Py_buffer fv, wv, tv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &fv, &wv, &tv)) return NULL;
+    Py_ssize_t n = fv.len / 4;
+    PyObject *out = NULL;
+    if (wv.len / 4 != n || tv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    const int32_t *fof = fv.buf, *fwd = wv.buf, *tok = tv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t f = fof[i], src = (int32_t)i;
+        if (f < 0) { src = fwd[i]; f = src >= 0 && src < n ? fof[src] : -1; }
+        o[i] = f < 0 ? NOKEY : (tok[src] >= 0 ? tok[src] : -f - 1);
+    }
+done:
+    PyBuffer_Release(&fv); PyBuffer_Release(&wv); PyBuffer_Release(&tv);
+    return out;
+}
+
+/* ancestor_sums(parent, items int32, values int64) -> (events int32, totals int64): each value
+ * added to its item and every ancestor of it; the events with a non-zero total, in index order. */
+static PyObject *ancestor_sums(PyObject *mod, PyObject *args) {
+    Py_buffer pv, iv, vv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &pv, &iv, &vv)) return NULL;
+    Py_ssize_t n = pv.len / 4, m = iv.len / 4;
+    PyObject *res = NULL;
+    int64_t *tot = NULL;
+    if (vv.len / 8 != m) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    tot = calloc(n ? n : 1, sizeof(int64_t));
+    if (!tot) { PyErr_NoMemory(); goto done; }
+    const int32_t *parent = pv.buf, *items = iv.buf;
+    const int64_t *vals = vv.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t i = items[k];
+        Py_ssize_t guard = 0;
+        while (i >= 0 && i < n && guard++ <= n) { tot[i] += vals[k]; i = parent[i]; }
+    }
+    Py_ssize_t nz = 0;
+    for (Py_ssize_t i = 0; i < n; i++) nz += tot[i] != 0;
+    PyObject *ib = PyBytes_FromStringAndSize(NULL, nz * 4), *tb = PyBytes_FromStringAndSize(NULL, nz * 8);
+    if (!ib || !tb) { Py_XDECREF(ib); Py_XDECREF(tb); goto done; }
+    int32_t *oi = (int32_t *)PyBytes_AS_STRING(ib);
+    int64_t *ot = (int64_t *)PyBytes_AS_STRING(tb);
+    for (Py_ssize_t i = 0, k = 0; i < n; i++)
+        if (tot[i]) { oi[k] = (int32_t)i; ot[k] = tot[i]; k++; }
+    res = Py_BuildValue("(NN)", ib, tb);
+done:
+    free(tot);
+    PyBuffer_Release(&pv); PyBuffer_Release(&iv); PyBuffer_Release(&vv);
+    return res;
+}
+
+/* cat_mask(events, cat) -> bytes: 1 where the event's category is cat. */
+static PyObject *cat_mask(PyObject *mod, PyObject *args) {
+    PyObject *list, *cat;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &list, &cat)) return NULL;
+    if (check_events(list) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (!out) return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) o[i] = (char)same(((Ev *)PyList_GET_ITEM(list, i))->cat, cat);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
+    {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
+    {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
+    {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
     {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
     {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
     {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see engine._hot_lines)"},

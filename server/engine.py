@@ -60,6 +60,7 @@ class Context:
         self.sources = options.sources()
         self.statements = StatementResolver(model, self.sources)
         self._keys: dict[int, LineKey] = {}
+        self._ck = None  # per event, the key its line is cached under (see line_key)
         self.hot: dict[tuple, HotLine] = {}
 
     @property
@@ -70,6 +71,13 @@ class Context:
     def line_key(self, i: int) -> Optional[LineKey]:
         """The user source line that owns cpu event i (statement when recoverable)."""
         m = self.model
+        if not m.has_call_from:  # the common case: one cached key per statement token
+            ck = self._ck
+            if ck is None:
+                ck = self._ck = _line_tokens(m)
+            key = self._keys.get(ck[i])
+            if key is not None:
+                return key
         f = m.frame_of[i]
         src = i
         if f < 0:
@@ -82,12 +90,12 @@ class Context:
         # Every event under one statement token shares its line: cache per token, not per event
         # (a frame's own line, when no token holds the event, under ~frame).
         tok = m.token[src]
-        ck = src if m.has_call_from else (tok if tok >= 0 else ~f)
-        key = self._keys.get(ck)
+        c = src if m.has_call_from else (tok if tok >= 0 else ~f)
+        key = self._keys.get(c)
         if key is None:
             fr = m.frames[f]
             line, precision = self.statements.line_for(f, src)
-            key = self._keys[ck] = LineKey(fr.path, line, fr.function, precision)
+            key = self._keys[c] = LineKey(fr.path, line, fr.function, precision)
         return key
 
     def line_id(self, i: int) -> Optional[tuple[str, int]]:
@@ -258,6 +266,27 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
+
+
+def _line_tokens(m: TraceModel) -> array:
+    """Per cpu event the key its line is cached under in Context.line_key: its statement token,
+    else ~frame; NO_LINE when it has no user line."""
+    out = array("i")
+    if _scan is not None:
+        out.frombytes(_scan.line_tokens(m.frame_of, m.fwd_of, m.token))
+        return out
+    out = array("i", [NO_LINE]) * len(m.frame_of)
+    for i, f in enumerate(m.frame_of):
+        src = i
+        if f < 0:
+            src = m.fwd_of[i]
+            f = m.frame_of[src] if src >= 0 else -1
+        if f >= 0:
+            out[i] = m.token[src] if m.token[src] >= 0 else ~f
+    return out
+
+
+NO_LINE = -2**31  # never a key: tokens are >= 0 and ~frame >= -len(cpu)
 
 
 def _scanned(events) -> bool:

@@ -8,6 +8,7 @@ families win when they match; the launch pattern decides the rest.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 GEMM = "gemm"
@@ -72,6 +73,7 @@ _TC_MARKERS = re.compile(r"tensorop|tf32|bf16|f16|h16|s16816|s1688|hmma|wgmma|gm
 _FP32_MARKERS = re.compile(r"sgemm|f32f32|ffma|fp32|_simt_|float32", re.I)
 
 
+@functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred kernel names endlessly
 def is_fp32_simt_gemm(name: str) -> bool:
     """An fp32 GEMM kernel that runs on CUDA cores (FFMA/SIMT), not tensor cores."""
     if not _FP32_MARKERS.search(name):

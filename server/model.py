@@ -188,10 +188,18 @@ class TraceModel:
 
     def enclosing_op(self, i: int) -> int:
         """The nearest enclosing cpu_op of event i (itself excluded), -1 when none."""
-        for a in self.ancestors(i):
-            if self.cpu[a].cat == "cpu_op":
-                return a
-        return -1
+        above = self.__dict__.get("_ops_above")
+        if above is None:
+            above = self._ops_above = _nearest(self.parent, _cat_mask(self.cpu, "cpu_op"))
+        return above[i]
+
+    def enclosing_frame(self, i: int) -> int:
+        """The nearest enclosing python frame (user or library; built-ins are not frames) of
+        event i (itself excluded), -1 when none."""
+        above = self.__dict__.get("_frames_above")
+        if above is None:
+            above = self._frames_above = _nearest(self.parent, self.frames.mask())
+        return above[i]
 
     def outermost_op(self, i: int) -> int:
         """The outermost cpu_op enclosing event i (itself included) below its user frame."""
@@ -345,6 +353,10 @@ class FrameIndex:
         if self._ids[i] < 0:
             self._count += 1
         self._ids[i] = k
+
+    def mask(self) -> bytes:
+        """1 for the events that are parsed frames."""
+        return bytes(map((-1).__ne__, self._ids))
 
     def get(self, i: int, default=None):
         try:
@@ -522,6 +534,25 @@ def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
             kids[fill[p]] = i
             fill[p] += 1
     return off, kids
+
+
+def _cat_mask(cpu: list, cat: str) -> bytes:
+    if _scan is not None and cpu and isinstance(cpu[0], _scan.Event):
+        return _scan.cat_mask(cpu, cat)
+    return bytes(e.cat == cat for e in cpu)
+
+
+def _nearest(parent: array, mask: bytes) -> array:
+    """Per event, its nearest strict ancestor with a set mask byte (-1 when none)."""
+    out = array("i")
+    if _scan is not None:
+        out.frombytes(_scan.nearest(parent, mask))
+        return out
+    out = array("i", [-1]) * len(parent)
+    for i, p in enumerate(parent):
+        if p >= 0:
+            out[i] = p if mask[p] else out[p]
+    return out
 
 
 class ThreadIndex:

@@ -180,14 +180,6 @@ def misaligned_dims(ctx):
         )
 
 
-def _python_frame(m, i: int) -> int:
-    """The nearest enclosing call of a Python function (user or library), built-ins skipped."""
-    for a in m.ancestors(i):
-        if a in m.frames:
-            return a
-    return -1
-
-
 @rule("launch-storm")
 def launch_storm(ctx):
     """Evidence: one source line whose code launches the same kernel many times from within a
@@ -212,7 +204,7 @@ def launch_storm(ctx):
         if k is None or step is None:
             continue
         d = per.setdefault(k, {})
-        d.setdefault((e.name, _python_frame(m, li), step.number), []).append((e.dur, m.cpu[li].dur, li))
+        d.setdefault((e.name, m.enclosing_frame(li), step.number), []).append((e.dur, m.cpu[li].dur, li))
     for k, groups in per.items():
         storm: dict = {}
         for (name, _, _), runs in groups.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 from array import array
 from itertools import compress
 
+from ..loader import _scan
 from . import rule
 from .util import mib, r3
 
@@ -69,11 +70,7 @@ def memory_child_pressure(ctx):
         o, b = owner[k], nbytes[k]
         if o >= 0 and b > 0:
             self_b[o] = self_b.get(o, 0) + b
-    total_b: dict[int, int] = {}
-    for i, b in self_b.items():
-        total_b[i] = total_b.get(i, 0) + b
-        for a in m.ancestors(i):
-            total_b[a] = total_b.get(a, 0) + b
+    total_b = _ancestor_sums(m, self_b)
     cands = []
     for i, tot in total_b.items():
         e = m.cpu[i]
@@ -107,6 +104,22 @@ def memory_child_pressure(ctx):
             fix="look at the child chain: a large intermediate (logits, attention scores, a float32 "
                 "upcast) is the target for chunking, fusion or checkpointing",
         )
+
+
+def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
+    """Each event's bytes added to it and to every event it is nested in."""
+    if _scan is not None and sum(own.values()) < 2**62:  # int64 sums (a corrupt trace may overflow)
+        evs, tots = array("i"), array("q")
+        b1, b2 = _scan.ancestor_sums(m.parent, array("i", own.keys()), array("q", own.values()))
+        evs.frombytes(b1)
+        tots.frombytes(b2)
+        return dict(zip(evs, tots))
+    total: dict[int, int] = {}
+    for i, b in own.items():
+        total[i] = total.get(i, 0) + b
+        for a in m.ancestors(i):
+            total[a] = total.get(a, 0) + b
+    return total
 
 
 def _chain(m, i: int, total_b: dict) -> list[str]:
