@@ -38,7 +38,7 @@ MODES = [
     ("orjson-gc", "orjson.loads, gc on"),
     ("orjson", "orjson.loads, gc off (baseline)"),
     ("msgspec-raw", "msgspec.json.decode untyped, gc off"),
-    ("profd-load", "profd loader.load (read+typed decode+sha256)"),
+    ("profd-load", "profd loader.load (streamed read+inflate+sha256+decode)"),
     ("profd-full", "profd analyze_file (all rules, hot lines)"),
     ("hta", "HTA TraceAnalysis load + temporal + idle breakdown"),
 ]

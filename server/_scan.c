@@ -1178,43 +1178,87 @@ done:
     return out;
 }
 
-/* innermost(cpu, parent, starts, base, queries, slack) -> int32 bytes: for each time in queries, the
- * innermost event of one thread (its events are cpu[base:base+len(starts)], starts their start
- * times) that contains it, or -1: ThreadIndex.innermost, many at once. */
-static PyObject *innermost(PyObject *mod, PyObject *args) {
-    PyObject *cpu;
-    Py_buffer pv, sv, qv;
-    Py_ssize_t base;
+/* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
+ *     (owner: int32 bytes, thread: int32 bytes, threads: list)
+ * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
+ * category cat unless None), or -1: ThreadIndex.innermost, many at once. Each thread's events are
+ * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
+ * events' threads in order of first appearance. */
+static PyObject *owners(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *events, *starts_by, *base_by, *cat;
+    Py_buffer pv;
     double slack;
-    if (!PyArg_ParseTuple(args, "O!y*y*ny*d", &PyList_Type, &cpu, &pv, &sv, &base, &qv, &slack)) return NULL;
-    PyObject *out = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(cpu), ns = sv.len / 8, nq = qv.len / 8;
-    if (pv.len / 4 != n || base < 0 || base + ns > n) { PyErr_SetString(PyExc_ValueError, "sizes"); goto done; }
-    if (check_events(cpu) < 0) goto done;
-    out = PyBytes_FromStringAndSize(NULL, nq * 4);
-    if (!out) goto done;
+    if (!PyArg_ParseTuple(args, "O!y*O!O!O!dO", &PyList_Type, &cpu, &pv, &PyList_Type, &events, &PyDict_Type,
+                          &starts_by, &PyDict_Type, &base_by, &slack, &cat))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), m = PyList_GET_SIZE(events);
+    PyObject *ob = NULL, *tb = NULL, *threads = NULL, *ids = NULL, *res = NULL;
+    Py_buffer sv = {0};
+    int have_sv = 0;
+    PyObject *last_pid = NULL, *last_tid = NULL;
+    Py_ssize_t base = 0, tid_index = -1;
+    if (pv.len / 4 != n || check_events(cpu) < 0 || check_events(events) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sizes");
+        goto done;
+    }
+    ob = PyBytes_FromStringAndSize(NULL, m * 4);
+    tb = PyBytes_FromStringAndSize(NULL, m * 4);
+    threads = PyList_New(0);
+    ids = PyDict_New();
+    if (!ob || !tb || !threads || !ids) goto done;
     const int32_t *parent = pv.buf;
-    const double *starts = sv.buf, *q = qv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t k = 0; k < nq; k++) {
-        double x = q[k] + slack;
-        Py_ssize_t lo = 0, hi = ns; /* bisect_right */
-        while (lo < hi) {
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(ob), *t = (int32_t *)PyBytes_AS_STRING(tb);
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Ev *q = (Ev *)PyList_GET_ITEM(events, k);
+        if (!(last_pid && q->pid == last_pid && q->tid == last_tid)) {
+            if (have_sv) { PyBuffer_Release(&sv); have_sv = 0; }
+            PyObject *key = thread_key(q);
+            if (!key) goto done;
+            PyObject *id = PyDict_GetItemWithError(ids, key);
+            if (!id) {
+                if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+                id = PyLong_FromSsize_t(PyList_GET_SIZE(threads));
+                if (!id || PyDict_SetItem(ids, key, id) < 0 || PyList_Append(threads, key) < 0) {
+                    Py_XDECREF(id); Py_DECREF(key); goto done;
+                }
+                Py_DECREF(id);
+            }
+            tid_index = PyLong_AsSsize_t(id);
+            PyObject *st = PyDict_GetItemWithError(starts_by, key), *bs = st ? PyDict_GetItemWithError(base_by, key) : NULL;
+            Py_DECREF(key);
+            if (PyErr_Occurred()) goto done;
+            if (st && bs) {
+                if (PyObject_GetBuffer(st, &sv, PyBUF_SIMPLE) < 0) goto done;
+                have_sv = 1;
+                base = PyLong_AsSsize_t(bs);
+                if (base < 0 || base + sv.len / 8 > n) { PyErr_SetString(PyExc_ValueError, "base"); goto done; }
+            }
+            last_pid = q->pid;
+            last_tid = q->tid;
+        }
+        t[k] = (int32_t)tid_index;
+        o[k] = -1;
+        if (!have_sv) continue;
+        const double *starts = sv.buf;
+        Py_ssize_t ns = sv.len / 8, lo = 0, hi = ns;
+        double x = q->ts + slack;
+        while (lo < hi) { /* bisect_right */
             Py_ssize_t mid = (lo + hi) / 2;
             if (x < starts[mid]) hi = mid; else lo = mid + 1;
         }
-        int32_t r = -1;
-        Py_ssize_t i = lo - 1 >= 0 ? base + lo - 1 : -1;
+        Py_ssize_t i = lo >= 1 ? base + lo - 1 : -1;
         while (i >= 0 && i < n) {
             Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
-            if (e->ts + e->dur + slack >= q[k]) { r = (int32_t)i; break; }
+            if (e->ts + e->dur + slack >= q->ts && (cat == Py_None || same(e->cat, cat))) { o[k] = (int32_t)i; break; }
             i = parent[i];
         }
-        o[k] = r;
     }
+    res = Py_BuildValue("(OOO)", ob, tb, threads);
 done:
-    PyBuffer_Release(&pv); PyBuffer_Release(&sv); PyBuffer_Release(&qv);
-    return out;
+    if (have_sv) PyBuffer_Release(&sv);
+    PyBuffer_Release(&pv);
+    Py_XDECREF(ob); Py_XDECREF(tb); Py_XDECREF(threads); Py_XDECREF(ids);
+    return res;
 }
 
 /* memory_columns(samples) -> (ts f64, bytes, total_allocated, total_reserved i64, device_type i32):
@@ -1586,7 +1630,7 @@ static PyMethodDef module_methods[] = {
     {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
     {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},
     {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
-    {"innermost", innermost, METH_VARARGS, "innermost(cpu, parent, starts, base, queries, slack) -> int32 bytes"},
+    {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
     {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32 bytes, child_dur float64 bytes)"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},

@@ -278,7 +278,7 @@ def _load_whole(path: str) -> tuple[TraceDoc, str, int]:
     return doc, sha, size
 
 
-BLOCK_BYTES = 8 << 20  # small against any large trace, large against per-block overheads
+BLOCK_BYTES = 2 << 20  # measured: 8 MB blocks cost 33 MB more peak RSS on a 51 MB trace and no speed
 HEAD_LIMIT = 64 << 20  # the header before "traceEvents" (device properties, ...) is small
 
 

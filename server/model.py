@@ -593,12 +593,8 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
     if not flows_f and not any(e.args is not None and e.args.fwd_tid not in (None, 0) for e in cpu):
         return fwd_of
     target: dict[int, int] = {}
-    for fid, f in flows_f.items():
-        s = flows_s.get(fid)
-        if s is None:
-            continue
-        fw = tindex.innermost((s.pid, s.tid), s.ts, "cpu_op")
-        bw = tindex.innermost((f.pid, f.tid), f.ts, "cpu_op")
+    pairs = [(s, f) for fid, f in flows_f.items() for s in [flows_s.get(fid)] if s is not None]
+    for fw, bw in _flow_ends(pairs, tindex):
         if fw >= 0 and bw >= 0:
             target[bw] = fw
             p = parent[bw]  # the engine's wrapper op around the backward node belongs to it too
@@ -630,6 +626,22 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
         elif parent[i] >= 0 and frame_of[i] < 0:
             fwd_of[i] = fwd_of[parent[i]]
     return fwd_of
+
+
+def _flow_ends(pairs: list, tindex: ThreadIndex):
+    """(forward op, backward op) at the two ends of each fwdbwd flow: the innermost cpu_op around
+    each end on its thread, -1 when none."""
+    if _scan is not None and pairs and isinstance(pairs[0][0], _scan.Event) and isinstance(pairs[0][1], _scan.Event):
+        ends = []
+        for side in (0, 1):
+            ob, _, _ = _scan.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts,
+                                    tindex.base, 1e-3, "cpu_op")
+            col = array("i")
+            col.frombytes(ob)
+            ends.append(col)
+        return zip(*ends)
+    return ((tindex.innermost((s.pid, s.tid), s.ts, "cpu_op"), tindex.innermost((f.pid, f.tid), f.ts, "cpu_op"))
+            for s, f in pairs)
 
 
 def _steps(cpu, annotations) -> list[Step]:
@@ -739,23 +751,9 @@ def _memory_fast(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     for col, b in zip((out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type),
                       _scan.memory_columns(samples)):
         col.frombytes(b)
-    rows: dict[tuple, list[int]] = {}
-    for k, e in enumerate(samples):
-        rows.setdefault((e.pid, e.tid), []).append(k)
-    owner = array("i", [-1]) * len(samples)
-    thread_id = array("i", [0]) * len(samples)
-    for t, (key, ks) in enumerate(rows.items()):
-        out.threads.append(key)
-        starts = tindex.starts.get(key)
-        found = array("i", [-1]) * len(ks)
-        if starts:
-            found = array("i")
-            found.frombytes(_scan.innermost(tindex.cpu, tindex.parent, starts, tindex.base[key],
-                                            array("d", (out.ts[k] for k in ks)), 0.0))
-        for k, o in zip(ks, found):
-            owner[k] = o
-            thread_id[k] = t
-    out.owner, out.thread_id = owner, thread_id
+    ob, tb, out.threads = _scan.owners(tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None)
+    out.owner.frombytes(ob)
+    out.thread_id.frombytes(tb)
     return out
 
 
