@@ -754,7 +754,7 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
     const char *yielded = c.p;
     while (sc->state != 3) {
         const char *mark = c.p;
-        if (c.p - yielded > (1 << 18)) {
+        if (c.p - yielded > (1 << 20)) {
             /* Let the reader thread take the GIL for its next read/inflate/hash (which release it
              * again at once): without this it waits for the whole block and the two serialise. */
             Py_BEGIN_ALLOW_THREADS
