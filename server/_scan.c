@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,9 +125,11 @@ enum {
     F_ARGS = 1 << 10,
 };
 
-/* Two layouts with one initial sequence: an event none of whose read args are present (python
- * frames, most annotations: a quarter of a Kineto trace) is an EvBase of 80 bytes; the others are
- * the full Ev. Both are this module's Event (the full type is a subtype). */
+/* Four layouts sharing one initial sequence, all this module's Event (the others are subtypes):
+ * - EvBase, 80 bytes: no read arg present (python frames, most annotations: a quarter of a trace);
+ * - EvOp, 176 bytes: op/launch/kernel args (ids, shapes, grid, ...), the Ev prefix up to devtype;
+ * - EvMem, 112 bytes: allocator samples (device type, bytes, totals);
+ * - Ev, 208 bytes: both kinds at once (never in a Kineto trace, but legal). */
 #define EV_BASE_FIELDS \
     PyObject_HEAD \
     PyObject *ph, *name, *cat, *pid, *tid; /* interned, never NULL */ \
@@ -140,29 +143,45 @@ typedef struct {
 typedef struct {
     EV_BASE_FIELDS
     PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
-    int64_t ext, corr, seq, fwd, id, devtype, memb, talloc, tres, nbytes;
+    int64_t ext, corr, seq, fwd, id, nbytes;
+    int64_t devtype, memb, talloc, tres; /* in this order in EvMem too */
 } Ev;
+
+typedef struct {
+    EV_BASE_FIELDS
+    int64_t devtype, memb, talloc, tres;
+} EvMem;
+
+#define OP_SIZE offsetof(Ev, devtype)
 
 typedef struct {
     PyObject_HEAD
     Ev *ev;
 } ArgsView;
 
-static PyTypeObject EvType, EvFullType, ArgsType;
+static PyTypeObject EvType, EvOpType, EvMemType, EvFullType, ArgsType;
 #define IS_FULL(e) (Py_TYPE(e) == &EvFullType)
+#define HAS_OP(e) (Py_TYPE(e) == &EvOpType || IS_FULL(e))
+
+/* devtype, memb, talloc, tres of an event that has them, else NULL */
+static inline const int64_t *mem_fields(const void *e) {
+    if (IS_FULL(e)) return &((const Ev *)e)->devtype;
+    if (Py_TYPE(e) == &EvMemType) return &((const EvMem *)e)->devtype;
+    return NULL;
+}
 
 static void ev_dealloc(Ev *e) {
     Py_XDECREF(e->ph); Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->pid); Py_XDECREF(e->tid);
-    if (IS_FULL(e)) {
+    if (HAS_OP(e)) {
         Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
         Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
     }
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
-/* The full-layout fields read through these: an EvBase has none of them (flags are clear). */
+/* A flag is set only where the event's layout holds the value (new_event picks the layout). */
 static PyObject *int_or_none(const Ev *e, uint32_t flag, int64_t v) {
-    if ((e->flags & flag) && IS_FULL(e)) return PyLong_FromLongLong(v);
+    if (e->flags & flag) return PyLong_FromLongLong(v);
     Py_RETURN_NONE;
 }
 
@@ -182,7 +201,7 @@ static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->pid, Py_Non
 static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->tid, Py_None); }
 static PyObject *ev_ts(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->ts); }
 static PyObject *ev_dur(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->dur); }
-static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, IS_FULL(s) ? EV(s)->id : 0); }
+static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, HAS_OP(s) ? EV(s)->id : 0); }
 static PyObject *ev_none(PyObject *s, void *c) { Py_RETURN_NONE; }
 static PyObject *ev_args(PyObject *s, void *c) {
     if (!(EV(s)->flags & F_ARGS)) Py_RETURN_NONE;
@@ -234,7 +253,25 @@ static PyTypeObject EvFullType = {
     .tp_basicsize = sizeof(Ev),
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One trace event with args the analyses read.",
+    .tp_doc = "One trace event with op and allocator args.",
+};
+
+static PyTypeObject EvOpType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.OpEvent",
+    .tp_basicsize = OP_SIZE,
+    .tp_dealloc = (destructor)ev_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One trace event with op, launch or kernel args.",
+};
+
+static PyTypeObject EvMemType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server._scan.MemoryEvent",
+    .tp_basicsize = sizeof(EvMem),
+    .tp_dealloc = (destructor)ev_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One allocator sample.",
 };
 
 static void args_dealloc(ArgsView *a) {
@@ -243,16 +280,17 @@ static void args_dealloc(ArgsView *a) {
 }
 
 #define AV(self) (((ArgsView *)(self))->ev)
-#define AVX(self, field) (IS_FULL(AV(self)) ? AV(self)->field : NULL)
-static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, IS_FULL(AV(s)) ? AV(s)->ext : 0); }
-static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, IS_FULL(AV(s)) ? AV(s)->corr : 0); }
-static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, IS_FULL(AV(s)) ? AV(s)->seq : 0); }
-static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, IS_FULL(AV(s)) ? AV(s)->fwd : 0); }
-static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, IS_FULL(AV(s)) ? AV(s)->devtype : 0); }
-static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, IS_FULL(AV(s)) ? AV(s)->memb : 0); }
-static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, IS_FULL(AV(s)) ? AV(s)->talloc : 0); }
-static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, IS_FULL(AV(s)) ? AV(s)->tres : 0); }
-static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, IS_FULL(AV(s)) ? AV(s)->nbytes : 0); }
+#define AVX(self, field) (HAS_OP(AV(self)) ? AV(self)->field : NULL)
+#define AVM(self, k) (mem_fields(AV(self)) ? mem_fields(AV(self))[k] : 0)
+static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, HAS_OP(AV(s)) ? AV(s)->ext : 0); }
+static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, HAS_OP(AV(s)) ? AV(s)->corr : 0); }
+static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, HAS_OP(AV(s)) ? AV(s)->seq : 0); }
+static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, HAS_OP(AV(s)) ? AV(s)->fwd : 0); }
+static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, AVM(s, 0)); }
+static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, AVM(s, 1)); }
+static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, AVM(s, 2)); }
+static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, AVM(s, 3)); }
+static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, HAS_OP(AV(s)) ? AV(s)->nbytes : 0); }
 static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AVX(s, dims), EMPTY_BYTES); }
 static PyObject *a_types(PyObject *s, void *c) { return obj_or(AVX(s, types), EMPTY_BYTES); }
 static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AVX(s, grid), EMPTY_BYTES); }
@@ -721,18 +759,22 @@ static int keep(Scanner *sc, Ev *e) {
 }
 
 static PyObject *new_event(const Ev *tmp) {
-    int full = (tmp->flags & ~(uint32_t)F_ARGS) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
-               tmp->aname || tmp->call_from;
-    Ev *e = full ? PyObject_New(Ev, &EvFullType) : (Ev *)PyObject_New(EvBase, &EvType);
+    const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES;
+    int op = (tmp->flags & ~(uint32_t)(F_ARGS | MEM)) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
+             tmp->aname || tmp->call_from;
+    int mem = (tmp->flags & MEM) != 0;
+    PyTypeObject *type = op && mem ? &EvFullType : op ? &EvOpType : mem ? &EvMemType : &EvType;
+    Ev *e = (Ev *)_PyObject_New(type);
     if (!e) return NULL;
-    size_t size = full ? sizeof(Ev) : sizeof(EvBase);
+    size_t size = op ? (size_t)type->tp_basicsize : sizeof(EvBase);
     memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), size - sizeof(PyObject));
+    if (mem && !op) memcpy(&((EvMem *)e)->devtype, &tmp->devtype, 4 * sizeof(int64_t));
     if (!e->ph) e->ph = EMPTY_STR;
     if (!e->name) e->name = EMPTY_STR;
     if (!e->cat) e->cat = EMPTY_STR;
     Py_INCREF(e->ph); Py_INCREF(e->name); Py_INCREF(e->cat);
     Py_XINCREF(e->pid); Py_XINCREF(e->tid);
-    if (full) {
+    if (op) {
         Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
         Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
     }
@@ -1023,13 +1065,13 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
             if (same(e->name, S_memory) && (e->flags & F_ARGS) && PyList_Append(mem, (PyObject *)e) < 0) goto fail;
         } else if (same(ph, S_s) || same(ph, S_f)) {
             if (same(e->cat, S_fwdbwd)) {
-                PyObject *id = int_or_none(e, F_ID, IS_FULL(e) ? e->id : 0);
+                PyObject *id = int_or_none(e, F_ID, HAS_OP(e) ? e->id : 0);
                 if (!id) goto fail;
                 int r = PyDict_SetItem(same(ph, S_s) ? fs : ff, id, (PyObject *)e);
                 Py_DECREF(id);
                 if (r < 0) goto fail;
             }
-        } else if (same(ph, S_M) && same(e->name, S_thread_name) && (e->flags & F_ARGS) && IS_FULL(e) &&
+        } else if (same(ph, S_M) && same(e->name, S_thread_name) && (e->flags & F_ARGS) && HAS_OP(e) &&
                    e->aname && PyUnicode_GET_LENGTH(e->aname) > 0) {
             PyObject *key = thread_key(e);
             if (!key || PyDict_SetItem(names, key, e->aname) < 0) { Py_XDECREF(key); goto fail; }
@@ -1123,7 +1165,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
                 Py_DECREF(c);
             }
             code[i] = (int32_t)PyLong_AsLong(c);
-            if (!call_from && same(e->cat, S_cpu_op) && IS_FULL(e) && (e->flags & F_ARGS) && e->call_from &&
+            if (!call_from && same(e->cat, S_cpu_op) && HAS_OP(e) && (e->flags & F_ARGS) && e->call_from &&
                 PyUnicode_GET_LENGTH(e->call_from) > 0)
                 call_from = 1;
         }
@@ -1281,13 +1323,12 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     int32_t *d = (int32_t *)PyBytes_AS_STRING(dt);
     for (Py_ssize_t k = 0; k < n; k++) {
         Ev *e = (Ev *)PyList_GET_ITEM(list, k);
-        int full = IS_FULL(e);
+        const int64_t *mf = mem_fields(e); /* devtype, memb, talloc, tres */
         t[k] = e->ts;
-        b[k] = full && (e->flags & F_MEMB) ? e->memb : 0;
-        a[k] = full && (e->flags & F_TALLOC) ? e->talloc : 0;
-        r[k] = full && (e->flags & F_TRES) ? e->tres : 0;
-        d[k] = full && (e->flags & F_DEVTYPE) && e->devtype >= INT32_MIN && e->devtype <= INT32_MAX
-               ? (int32_t)e->devtype : -1;
+        b[k] = mf && (e->flags & F_MEMB) ? mf[1] : 0;
+        a[k] = mf && (e->flags & F_TALLOC) ? mf[2] : 0;
+        r[k] = mf && (e->flags & F_TRES) ? mf[3] : 0;
+        d[k] = mf && (e->flags & F_DEVTYPE) && mf[0] >= INT32_MIN && mf[0] <= INT32_MAX ? (int32_t)mf[0] : -1;
     }
     return Py_BuildValue("(NNNNN)", ts, mb, ta, tr, dt);
 }
@@ -1641,7 +1682,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents
 
 PyMODINIT_FUNC PyInit__scan(void) {
     for (int b = 0; b < 256; b++) STR_STOP[b] = b < 0x20 || b == '"' || b == '\\';
-    EvFullType.tp_base = &EvType;
+    EvFullType.tp_base = EvOpType.tp_base = EvMemType.tp_base = &EvType;
     if (!(S_ProfilerStep = PyUnicode_InternFromString("ProfilerStep#"))) return NULL;
     PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
                            &S_python_function, &S_user_annotation, &S_cpu_op, &S_user};
@@ -1649,7 +1690,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
                            "python_function", "user_annotation", "cpu_op", "user"};
     for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)
         if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return NULL;
-    if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&ArgsType) < 0 ||
+    if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&EvOpType) < 0 ||
+        PyType_Ready(&EvMemType) < 0 || PyType_Ready(&ArgsType) < 0 ||
         PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *json = PyImport_ImportModule("json");
     if (!json) return NULL;
