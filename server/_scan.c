@@ -910,7 +910,7 @@ static int cmp_items(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* nest(events, base, slack) -> (parent: bytes of int32, child_dur: bytes of float64)
+/* nest(events, base, slack) -> (parent: int32 bytes, child_dur, starts: float64 bytes)
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
  * first among equal starts, as two stable sorts would; then gives each event its innermost
  * enclosing event (position base + j, or -1) and each event the summed duration of its children.
@@ -930,8 +930,9 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
     PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (!items || !stack || !pbytes || !cbytes) {
-        free(items); free(stack); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
+    PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!items || !stack || !pbytes || !cbytes || !sbytes) {
+        free(items); free(stack); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -944,7 +945,8 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     qsort(items, n, sizeof(SortItem), cmp_items);
     for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
     int32_t *parent = (int32_t *)PyBytes_AS_STRING(pbytes);
-    double *cdur = (double *)PyBytes_AS_STRING(cbytes);
+    double *cdur = (double *)PyBytes_AS_STRING(cbytes), *starts = (double *)PyBytes_AS_STRING(sbytes);
+    for (Py_ssize_t j = 0; j < n; j++) starts[j] = items[j].ts;
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         double ts = items[j].ts, end = ts + items[j].dur;
@@ -965,7 +967,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     }
     free(items);
     free(stack);
-    return Py_BuildValue("(NN)", pbytes, cbytes);
+    return Py_BuildValue("(NNN)", pbytes, cbytes, sbytes);
 }
 
 /* children(parent: int32 buffer[, n]) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
@@ -1660,7 +1662,58 @@ static PyObject *cat_mask(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
+ * the runtime/driver calls) with its correlation id, -1 when none: model.build's join, with its
+ * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
+ * last call). */
+static PyObject *launchers(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *gpu;
+    Py_buffer lv;
+    if (!PyArg_ParseTuple(args, "O!y*O!", &PyList_Type, &cpu, &lv, &PyList_Type, &gpu)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), nl = lv.len / 4, ng = PyList_GET_SIZE(gpu);
+    PyObject *by_pair = NULL, *by_corr = NULL, *out = NULL;
+    if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
+    by_pair = PyDict_New();
+    by_corr = PyDict_New();
+    if (!by_pair || !by_corr) goto done;
+    const int32_t *launch = lv.buf;
+    for (Py_ssize_t k = 0; k < nl; k++) {
+        int32_t i = launch[k];
+        if (i < 0 || i >= n) continue;
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
+        PyObject *c = PyLong_FromLongLong(e->corr), *key = c ? PyTuple_Pack(2, e->pid, c) : NULL,
+                 *v = key ? PyLong_FromLong(i) : NULL;
+        int bad = !v || PyDict_SetItem(by_pair, key, v) < 0;
+        Py_XDECREF(c); Py_XDECREF(key); Py_XDECREF(v);
+        if (bad) goto done;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *v;
+    while (PyDict_Next(by_pair, &pos, &key, &v))
+        if (PyDict_SetItem(by_corr, PyTuple_GET_ITEM(key, 1), v) < 0) goto done;
+    out = PyBytes_FromStringAndSize(NULL, ng * 4);
+    if (!out) goto done;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
+        o[g] = -1;
+        if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
+        PyObject *c = PyLong_FromLongLong(e->corr);
+        if (!c) { Py_CLEAR(out); goto done; }
+        PyObject *hit = PyDict_GetItemWithError(by_corr, c);
+        Py_DECREF(c);
+        if (hit) o[g] = (int32_t)PyLong_AsLong(hit);
+        else if (PyErr_Occurred()) { Py_CLEAR(out); goto done; }
+    }
+done:
+    Py_XDECREF(by_pair); Py_XDECREF(by_corr);
+    PyBuffer_Release(&lv);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
     {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
     {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
@@ -1673,7 +1726,7 @@ static PyMethodDef module_methods[] = {
     {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
     {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
-    {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32 bytes, child_dur float64 bytes)"},
+    {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32, child_dur float64, starts float64) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     {NULL},
 };

@@ -18,6 +18,7 @@ import os
 import queue
 import re
 import stat
+import sys
 import threading
 import zlib
 from typing import Any, Optional, Union
@@ -260,11 +261,17 @@ def load(path: str) -> tuple[TraceDoc, str, int]:
     if _scan is not None:
         enabled = gc.isenabled()
         gc.disable()  # millions of fresh objects and no cycles: the GC would only rescan them
+        # The scanner holds the GIL for milliseconds at a time and offers it every MB; the reader
+        # thread asks for it only after the switch interval (5 ms by default), so at the default it
+        # trails the scanner. Measured on a 255 MB trace: 0.67-0.71 s, 0.51-0.58 s at 0.5 ms.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, 0.0005))
         try:
             return _load_stream(path)
         except _Declined:
             pass
         finally:
+            sys.setswitchinterval(interval)
             if enabled:
                 gc.enable()
     return _load_whole(path)

@@ -287,10 +287,11 @@ def build(doc: TraceDoc) -> TraceModel:
     starts: dict[tuple, array] = {}
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
-        pb, cb = _nest(evs, len(cpu))
+        pb, cb, sb = _nest(evs, len(cpu))
         parent.frombytes(pb)
         child_dur.frombytes(cb)
-        starts[key] = array("d", map(_ts, evs))
+        starts[key] = array("d")
+        starts[key].frombytes(sb)
         cpu += evs
     thread = ThreadColumn(starts)
 
@@ -303,16 +304,7 @@ def build(doc: TraceDoc) -> TraceModel:
         first_ts = min((e.ts for e in cpu), default=None)
 
     gpu.sort(key=_ts)
-    by_corr: dict = {}
-    for i in launches:
-        e = cpu[i]
-        if e.args is not None and e.args.correlation is not None:
-            by_corr[(e.pid, e.args.correlation)] = i
-    corr_any = {c: i for (p, c), i in by_corr.items()}
-    launcher = array("i")
-    for e in gpu:
-        c = e.args.correlation if e.args is not None else None
-        launcher.append(corr_any.get(c, -1) if c is not None else -1)
+    launcher = _launchers(cpu, launches, gpu, fast)
 
     tindex = ThreadIndex(cpu, parent, starts)
     fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
@@ -483,10 +475,28 @@ def _frames_fast(cpu, parent):
     return frames, frame_of, token, by_name, call_from, launches, annotations, first_ts
 
 
-def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
+def _launchers(cpu, launches, gpu, fast: bool) -> array:
+    """Per GPU event the runtime/driver call that launched it (by correlation id), -1 when none."""
+    launcher = array("i")
+    if fast and (not gpu or isinstance(gpu[0], _scan.Event)):
+        launcher.frombytes(_scan.launchers(cpu, array("i", launches), gpu))
+        return launcher
+    by_corr: dict = {}
+    for i in launches:
+        e = cpu[i]
+        if e.args is not None and e.args.correlation is not None:
+            by_corr[(e.pid, e.args.correlation)] = i
+    corr_any = {c: i for (p, c), i in by_corr.items()}  # ids repeated across processes: the last
+    for e in gpu:
+        c = e.args.correlation if e.args is not None else None
+        launcher.append(corr_any.get(c, -1) if c is not None else -1)
+    return launcher
+
+
+def _nest(evs: list, base: int) -> tuple[bytes, bytes, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
-    -1 at the top) and its children's summed duration: (int32 bytes, float64 bytes)."""
+    -1 at the top), its children's summed duration and its start: (int32, float64, float64 bytes)."""
     if _scan is not None and evs and isinstance(evs[0], _scan.Event):
         try:
             return _scan.nest(evs, base, NEST_SLACK_US)
@@ -508,7 +518,7 @@ def _nest(evs: list, base: int) -> tuple[bytes, bytes]:
             parent[j] = base + stack[-1]
             child_dur[stack[-1]] += e.dur
         stack.append(j)
-    return parent.tobytes(), child_dur.tobytes()
+    return parent.tobytes(), child_dur.tobytes(), array("d", map(_ts, evs)).tobytes()
 
 
 def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
