@@ -51,17 +51,17 @@ def kernel_jitter(ctx):
     """
     m = ctx.model
     groups: dict = {}
+    classes, launcher, cpu, line_id, is_backward = ctx.a.gpu_class, m.launcher, m.cpu, ctx.line_id, m.is_backward
     for g, e in enumerate(m.gpu):
-        if e.cat != "kernel" or ctx.a.gpu_class[g] == K.COMMUNICATION:
+        if e.cat != "kernel" or classes[g] == K.COMMUNICATION:
             continue  # collectives' durations are mostly waiting for peers
         a = e.args
-        li = m.launcher[g]
+        li = launcher[g]
         op = m.enclosing_op(li) if li >= 0 else -1
         # the same kernel launched by different ops (a forward op and its backward, say) does
         # different work: only the same op's launches are one configuration
         key = (e.name, bytes(a.grid) if a else b"", bytes(a.block) if a else b"",
-               m.cpu[op].name if op >= 0 else "", ctx.line_id(li),
-               li >= 0 and m.is_backward(li))
+               cpu[op].name if op >= 0 else "", line_id(li), li >= 0 and is_backward(li))
         groups.setdefault(key, []).append(g)
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
@@ -195,16 +195,18 @@ def launch_storm(ctx):
     """
     m = ctx.model
     per: dict = {}
+    launcher, frame_of, cpu, line_id, step_at = m.launcher, m.frame_of, m.cpu, ctx.line_id, m.step_at
     for g, e in enumerate(m.gpu):
-        li = m.launcher[g]
-        if li < 0 or e.cat != "kernel" or m.frame_of[li] < 0:
+        li = launcher[g]
+        if li < 0 or frame_of[li] < 0 or e.cat != "kernel":
             continue
-        k = ctx.line_id(li)
-        step = m.step_at(m.cpu[li].ts)
+        k = line_id(li)
+        call = cpu[li]
+        step = step_at(call.ts)
         if k is None or step is None:
             continue
         d = per.setdefault(k, {})
-        d.setdefault((e.name, m.enclosing_frame(li), step.number), []).append((e.dur, m.cpu[li].dur, li))
+        d.setdefault((e.name, m.enclosing_frame(li), step.number), []).append((e.dur, call.dur, li))
     for k, groups in per.items():
         storm: dict = {}
         for (name, _, _), runs in groups.items():
