@@ -1199,28 +1199,34 @@ fail:
     return NULL;
 }
 
+/* Three int32 columns of one length in, one out: the shape of inherit and line_tokens. */
+typedef void (*Columns3)(Py_ssize_t n, const int32_t *a, const int32_t *b, const int32_t *c, int32_t *out);
+
+static PyObject *columns3(PyObject *args, Columns3 fn) {
+    Py_buffer av, bv, cv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &av, &bv, &cv)) return NULL;
+    Py_ssize_t n = av.len / 4;
+    PyObject *out = NULL;
+    if (bv.len / 4 != n || cv.len / 4 != n)
+        PyErr_SetString(PyExc_ValueError, "columns of different lengths");
+    else if ((out = PyBytes_FromStringAndSize(NULL, n * 4)))
+        fn(n, av.buf, bv.buf, cv.buf, (int32_t *)PyBytes_AS_STRING(out));
+    PyBuffer_Release(&av); PyBuffer_Release(&bv); PyBuffer_Release(&cv);
+    return out;
+}
+
 /* inherit(parent, frame_of, target) -> int32 bytes: target[i] where it is set (>= 0), else the
  * parent's value for events outside any user frame, else -1 (fwd_of: backward ops inherit). */
-static PyObject *inherit(PyObject *mod, PyObject *args) {
-    Py_buffer pv, fv, tv;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &pv, &fv, &tv)) return NULL;
-    Py_ssize_t n = pv.len / 4;
-    PyObject *out = NULL;
-    if (fv.len / 4 != n || tv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
-    out = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!out) goto done;
-    const int32_t *parent = pv.buf, *fof = fv.buf, *tgt = tv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+static void inherit_columns(Py_ssize_t n, const int32_t *parent, const int32_t *fof, const int32_t *tgt, int32_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t p = parent[i];
         if (tgt[i] >= 0) o[i] = tgt[i];
         else if (p >= 0 && p < i && fof[i] < 0) o[i] = o[p];
         else o[i] = -1;
     }
-done:
-    PyBuffer_Release(&pv); PyBuffer_Release(&fv); PyBuffer_Release(&tv);
-    return out;
 }
+
+static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, inherit_columns); }
 
 /* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
  *     (owner: int32 bytes, thread: int32 bytes, threads: list)
@@ -1596,25 +1602,15 @@ done:
 
 /* line_tokens(frame_of, fwd_of, token) -> int32 bytes: per event the key under which its source
  * line is cached (engine.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
-static PyObject *line_tokens(PyObject *mod, PyObject *args) {
-    Py_buffer fv, wv, tv;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &fv, &wv, &tv)) return NULL;
-    Py_ssize_t n = fv.len / 4;
-    PyObject *out = NULL;
-    if (wv.len / 4 != n || tv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
-    out = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!out) goto done;
-    const int32_t *fof = fv.buf, *fwd = wv.buf, *tok = tv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+static void line_token_columns(Py_ssize_t n, const int32_t *fof, const int32_t *fwd, const int32_t *tok, int32_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t f = fof[i], src = (int32_t)i;
         if (f < 0) { src = fwd[i]; f = src >= 0 && src < n ? fof[src] : -1; }
         o[i] = f < 0 ? NOKEY : (tok[src] >= 0 ? tok[src] : -f - 1);
     }
-done:
-    PyBuffer_Release(&fv); PyBuffer_Release(&wv); PyBuffer_Release(&tv);
-    return out;
 }
+
+static PyObject *line_tokens(PyObject *mod, PyObject *args) { return columns3(args, line_token_columns); }
 
 /* ancestor_sums(parent, items int32, values int64) -> (events int32, totals int64): each value
  * added to its item and every ancestor of it; the events with a non-zero total, in index order. */
