@@ -171,3 +171,43 @@ def test_scanner_matches_msgspec_structured(tmp_path_factory, doc):
 @given(mutated_bytes())
 def test_scanner_matches_msgspec_bytes(tmp_path_factory, data):
     _same_as_msgspec(tmp_path_factory, bytes(data))
+
+
+def _report_both_ways(tmp_path_factory, data: bytes, monkeypatch) -> None:
+    """Synthetic (mutated real trace): the native path (scanner + C model passes) and the pure
+    Python one (msgspec + the model's Python passes) give the same report, or the same error."""
+    path = str(tmp_path_factory.mktemp("both") / "t.json")
+    with open(path, "wb") as f:
+        f.write(data)
+
+    def run():
+        try:
+            rep = engine.analyze_file(path, engine.Options())
+        except TraceError as e:
+            return str(e)
+        rep.trace.path = ""
+        return msgspec.json.encode(rep)
+
+    native = run()
+    with monkeypatch.context() as mp:
+        mp.setattr(loader, "_scan", None)
+        mp.setattr(model, "_scan", None)
+        mp.setattr(engine, "_scan", None)
+        from profd.server import analyses
+        from profd.server.rules import memory
+        mp.setattr(analyses, "_scan", None)
+        mp.setattr(memory, "_scan", None)
+        python = run()
+    assert native == python
+
+
+@SETTINGS
+@given(structured_doc())
+def test_native_and_python_reports_agree(tmp_path_factory, monkeypatch, doc):
+    _report_both_ways(tmp_path_factory, dump(doc), monkeypatch)
+
+
+@SETTINGS
+@given(mutated_bytes())
+def test_native_and_python_reports_agree_bytes(tmp_path_factory, monkeypatch, data):
+    _report_both_ways(tmp_path_factory, bytes(data), monkeypatch)
