@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import os
 import queue
 import re
@@ -178,7 +179,7 @@ def read_bytes(path: str) -> bytes:
     """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap."""
     with _open(path) as f:
         try:
-            data = _read_all(f, 0)
+            data = f.read() or b""
         except OSError as e:
             raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     if data[:2] == b"\x1f\x8b":
@@ -188,33 +189,40 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
-def _read_all(f, size_hint: int) -> bytes:
-    """Read to EOF; one allocation when the file does not grow while we read (the common case)."""
-    data = f.read()
-    return data if data is not None else b""
-
-
 def _gunzip(path: str, data: bytes) -> bytearray:
     out = bytearray()
-    buf = data
+    for chunk in _inflate(path, [data]):
+        out += chunk
+        _check_size(path, len(out), gz=True)
+    return out
+
+
+def _inflate(path: str, raw_chunks):
+    """Gzip data (concatenated members allowed) from raw chunks, inflated BLOCK_BYTES at a time,
+    so a bomb never sits in memory past the size check; corrupt or truncated streams are
+    TraceErrors."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        while buf:
-            room = MAX_INFLATED_BYTES + 1 - len(out)
-            out += d.decompress(buf, max(1, min(1 << 26, room)))
-            if len(out) > MAX_INFLATED_BYTES:
-                raise TraceError(path, f"gzip inflates past {MAX_INFLATED_BYTES} bytes "
-                                       f"(PROFD_MAX_TRACE_BYTES); refusing")
-            buf = d.unconsumed_tail
-            if d.eof:
-                buf = d.unused_data  # a concatenated gzip member follows, or nothing
-                if buf:
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        for raw in raw_chunks:
+            while raw:
+                out = d.decompress(raw, BLOCK_BYTES)
+                raw = d.unconsumed_tail
+                if d.eof:
+                    raw = d.unused_data  # a concatenated gzip member follows, or nothing
+                    if raw:
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if out:
+                    yield out
         if not d.eof:
             raise TraceError(path, "truncated gzip stream (file still being written?)")
     except zlib.error as e:
         raise TraceError(path, f"corrupt gzip: {e}") from None
-    return out
+
+
+def _check_size(path: str, size: int, gz: bool) -> None:
+    if size > MAX_INFLATED_BYTES:
+        raise TraceError(path, f"{'gzip inflates' if gz else 'file is'} past {MAX_INFLATED_BYTES} bytes "
+                               f"(PROFD_MAX_TRACE_BYTES); refusing")
 
 
 def sha256_of(data: bytes) -> str:
@@ -411,41 +419,14 @@ class _Blocks:
         sha = hashlib.sha256()
         size = 0
         first = self.f.read(BLOCK_BYTES) or b""
+        raw = itertools.chain([first], iter(lambda: self.f.read(BLOCK_BYTES) or b"", b""))
         gz = first[:2] == b"\x1f\x8b"
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
-        raw = first
-        while raw:
-            if gz:
-                out, inflate = self._inflate(raw, inflate)
-            else:
-                out = raw
-            if out:
-                size += len(out)
-                if size > MAX_INFLATED_BYTES:
-                    raise TraceError(self.path, f"{'gzip inflates' if gz else 'file is'} past "
-                                                f"{MAX_INFLATED_BYTES} bytes (PROFD_MAX_TRACE_BYTES); refusing")
-                sha.update(out)
-                yield out
-            raw = self.f.read(BLOCK_BYTES)
-        if gz and not inflate.eof:
-            raise TraceError(self.path, "truncated gzip stream (file still being written?)")
+        for out in _inflate(self.path, raw) if gz else filter(None, raw):
+            size += len(out)
+            _check_size(self.path, size, gz)
+            sha.update(out)
+            yield out
         self._result = (sha.hexdigest(), size)
-
-    def _inflate(self, raw: bytes, d):
-        out = bytearray()
-        try:
-            while raw:
-                out += d.decompress(raw, BLOCK_BYTES)
-                raw = d.unconsumed_tail
-                if d.eof:
-                    raw = d.unused_data  # a concatenated gzip member follows, or nothing
-                    if raw:
-                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                if len(out) > MAX_INFLATED_BYTES:
-                    break
-        except zlib.error as e:
-            raise TraceError(self.path, f"corrupt gzip: {e}") from None
-        return bytes(out), d
 
     def next_block(self) -> Optional[bytes]:
         if self.eof:
