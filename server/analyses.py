@@ -8,7 +8,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from . import kernels
-from .loader import _scan
+from .loader import _scan, scanned
 from .model import LAUNCH_CATS, TraceModel
 
 
@@ -136,7 +136,7 @@ def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float
 
 def _cpu_total(m: TraceModel) -> float:
     """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
-    if _scan is not None and m.cpu and isinstance(m.cpu[0], _scan.Event):
+    if scanned(m.cpu):
         return _scan.cpu_total(m.cpu, m.parent)
     total = 0.0
     top_op = [False] * len(m.cpu)  # event i has a non-python ancestor (or is one)

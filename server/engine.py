@@ -17,7 +17,7 @@ from ..protocol.types import (Diagnostic, HotLine, KernelStat, Location, Report,
                               TraceInfo)
 from . import kernels, loader
 from .analyses import Analysis, analyse, verdict
-from .loader import _scan
+from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
 from .sourcemap import SourceMap
@@ -78,19 +78,12 @@ class Context:
             key = self._keys.get(ck[i])
             if key is not None:
                 return key
-        f = m.frame_of[i]
-        src = i
+        f, src = m.line_source(i)
         if f < 0:
-            src = m.fwd_of[i]  # a backward op: the line of the forward op it differentiates
-            if src < 0:
-                return None
-            f = m.frame_of[src]
-            if f < 0:
-                return None
+            return None
         # Every event under one statement token shares its line: cache per token, not per event
         # (a frame's own line, when no token holds the event, under ~frame).
-        tok = m.token[src]
-        c = src if m.has_call_from else (tok if tok >= 0 else ~f)
+        c = src if m.has_call_from else _token_key(m, f, src)
         key = self._keys.get(c)
         if key is None:
             fr = m.frames[f]
@@ -248,7 +241,7 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                                  precision=key.precision, trace_path=key.trace_path)
         return h
 
-    if _scan is not None and not m.has_call_from and _scanned(m.cpu) and _scanned(m.gpu):
+    if not m.has_call_from and scanned(m.cpu) and (not m.gpu or scanned(m.gpu)):
         _hot_sums_c(ctx, line, hot, kstats)
     else:
         _hot_sums(ctx, line, kstats)
@@ -271,26 +264,23 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
 def _line_tokens(m: TraceModel) -> array:
     """Per cpu event the key its line is cached under in Context.line_key: its statement token,
     else ~frame; NO_LINE when it has no user line."""
-    out = array("i")
     if _scan is not None:
-        out.frombytes(_scan.line_tokens(m.frame_of, m.fwd_of, m.token))
-        return out
+        return column("i", _scan.line_tokens(m.frame_of, m.fwd_of, m.token))
     out = array("i", [NO_LINE]) * len(m.frame_of)
-    for i, f in enumerate(m.frame_of):
-        src = i
-        if f < 0:
-            src = m.fwd_of[i]
-            f = m.frame_of[src] if src >= 0 else -1
+    for i in range(len(out)):
+        f, src = m.line_source(i)
         if f >= 0:
-            out[i] = m.token[src] if m.token[src] >= 0 else ~f
+            out[i] = _token_key(m, f, src)
     return out
 
 
+def _token_key(m: TraceModel, f: int, src: int) -> int:
+    """The key a line is cached under: its statement token, else ~frame (the frame's own line)."""
+    tok = m.token[src]
+    return tok if tok >= 0 else ~f
+
+
 NO_LINE = -2**31  # never a key: tokens are >= 0 and ~frame >= -len(cpu)
-
-
-def _scanned(events) -> bool:
-    return not events or isinstance(events[0], _scan.Event)
 
 
 def _hot_sums(ctx: Context, line, kstats: dict) -> None:
@@ -358,9 +348,7 @@ def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
     calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd, kcs, kss = _scan.hot_lines(
         m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, m.token, off, gs, a.gpu_class,
         line_of, key_id, LAUNCH_CATS, len(m.cpu))
-    cols = [array("q"), array("q")] + [array("d") for _ in range(6)]
-    for col, b in zip(cols, (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd)):
-        col.frombytes(b)
+    cols = [column(t, b) for t, b in zip("qqdddddd", (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd))]
     for k, h in enumerate(order):
         h.calls += cols[0][k]
         h.launches += cols[1][k]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+from array import array
 import itertools
 import os
 import queue
@@ -30,6 +31,18 @@ try:
     from . import _scan
 except ImportError:  # no compiler where it was installed: msgspec alone, slower and larger
     _scan = None
+
+def scanned(events) -> bool:
+    """Whether ``events`` came from the scanner (its native passes apply), not msgspec."""
+    return _scan is not None and bool(events) and isinstance(events[0], _scan.Event)
+
+
+def column(typecode: str, data: bytes) -> "array":
+    """An array over the bytes a native pass returned (int32 "i", int64 "q", float64 "d")."""
+    out = array(typecode)
+    out.frombytes(data)
+    return out
+
 
 # A gzip that inflates past this is refused (a bomb, or far beyond any trace we can analyse).
 MAX_INFLATED_BYTES = int(os.environ.get("PROFD_MAX_TRACE_BYTES", 16 * 1024**3))

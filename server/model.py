@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
-from .loader import _scan
+from .loader import _scan, column, scanned
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
 NEST_SLACK_US = 0.01
@@ -120,13 +120,13 @@ class MemoryEvent:
 class TraceModel:
     doc: TraceDoc
     cpu: list[Event]
-    parent: list[int]
+    parent: array  # int32, as every per-event index below
     thread: "ThreadColumn"  # cpu index -> (pid, tid)
     frames: "FrameIndex"  # cpu index of a python_function event -> its parsed frame
-    frame_of: list[int]
+    frame_of: array
     gpu: list[Event]
-    launcher: list[int]
-    fwd_of: list[int]
+    launcher: array
+    fwd_of: array
     steps: list[Step]
     memory: "MemoryTable"
     gpu_annotations: list[Event]
@@ -254,11 +254,17 @@ class TraceModel:
 
     def user_frame(self, i: int) -> int:
         """The user frame that owns event i: its own, or through the backward->forward link."""
+        return self.line_source(i)[0]
+
+    def line_source(self, i: int) -> tuple[int, int]:
+        """(user frame, event) whose statement places event i: i itself in its own frame, or for a
+        backward op the forward op it differentiates; (-1, -1) when neither is in a user frame."""
         f = self.frame_of[i]
         if f >= 0:
-            return f
+            return f, i
         fw = self.fwd_of[i]
-        return self.frame_of[fw] if fw >= 0 else -1
+        f = self.frame_of[fw] if fw >= 0 else -1
+        return (f, fw) if f >= 0 else (-1, -1)
 
     def is_backward(self, i: int) -> bool:
         return self.frame_of[i] < 0 and self.fwd_of[i] >= 0
@@ -271,7 +277,7 @@ class TraceModel:
 
 def build(doc: TraceDoc) -> TraceModel:
     events = doc.traceEvents
-    fast = _scan is not None and bool(events) and isinstance(events[0], _scan.Event)
+    fast = scanned(events)
     if fast:
         try:
             by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names = \
@@ -290,26 +296,18 @@ def build(doc: TraceDoc) -> TraceModel:
         pb, cb, sb = _nest(evs, len(cpu))
         parent.frombytes(pb)
         child_dur.frombytes(cb)
-        starts[key] = array("d")
-        starts[key].frombytes(sb)
+        starts[key] = column("d", sb)
         cpu += evs
-    thread = ThreadColumn(starts)
+    tindex = ThreadIndex(cpu, parent, starts)
+    thread = ThreadColumn(tindex.base, len(cpu))
 
-    if fast:
-        frames, frame_of, token, by_name, call_from, launches, annotations, first_ts = _frames_fast(cpu, parent)
-    else:
-        frames, frame_of, token, by_name, call_from = _frames(cpu, parent)
-        launches = [i for i, e in enumerate(cpu) if e.cat in LAUNCH_CATS]
-        annotations = [i for i, e in enumerate(cpu) if e.cat == "user_annotation"]
-        first_ts = min((e.ts for e in cpu), default=None)
+    frames, frame_of, token, by_name, call_from, launches, annotations, first_ts = \
+        (_frames_fast if fast else _frames)(cpu, parent)
 
     gpu.sort(key=_ts)
     launcher = _launchers(cpu, launches, gpu, fast)
 
-    tindex = ThreadIndex(cpu, parent, starts)
     fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
-    if not isinstance(fwd_of, array):
-        fwd_of = array("i", fwd_of)
     steps = _steps(cpu, annotations)
     main = _main_thread(cpu, thread, steps, annotations, starts)
     memory = _memory(mem_raw, tindex)
@@ -384,7 +382,7 @@ class FrameIndex:
     @classmethod
     def from_ids(cls, ids: bytes, table: list) -> "FrameIndex":
         fi = cls(0)
-        fi._ids.frombytes(ids)
+        fi._ids = column("i", ids)
         fi._table = table
         fi._id_of = {fr: k for k, fr in enumerate(table)}
         fi._count = len(fi._ids) - fi._ids.count(-1)
@@ -424,8 +422,8 @@ def _classify(events):
 def _frames(cpu, parent):
     """The model's second pass: parsed python frames, the user frame around each event, the
     statement token (the frame's direct child, through record_function labels) holding it, the
-    non-python events by name, and whether any op carries CallFrom. ``_frames_fast`` is the same
-    in C."""
+    non-python events by name, whether any op carries CallFrom, the launch calls, the annotations
+    and the first start. ``_frames_fast`` is the same in C."""
     frames = FrameIndex(len(cpu))
     n = len(cpu)
     frame_of = array("i", [-1]) * n
@@ -457,30 +455,25 @@ def _frames(cpu, parent):
                     token[i] = i
                 else:
                     token[i] = token[p]
-    return frames, frame_of, token, by_name, call_from
+    launches = [i for i, e in enumerate(cpu) if e.cat in LAUNCH_CATS]
+    annotations = [i for i, e in enumerate(cpu) if e.cat == "user_annotation"]
+    first_ts = min((e.ts for e in cpu), default=None)
+    return frames, frame_of, token, by_name, call_from, launches, annotations, first_ts
 
 
 def _frames_fast(cpu, parent):
     fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _scan.frames(cpu, parent, parse_frame, LAUNCH_CATS)
-    launches, annotations = array("i"), array("i")
-    launches.frombytes(lb)
-    annotations.frombytes(ub)
-    frame_of, token, codes = array("i"), array("i"), array("i")
-    frame_of.frombytes(fo)
-    token.frombytes(tb)
-    codes.frombytes(cb)
-    frames = FrameIndex.from_ids(fb, table)
-    off, idx = _children(codes, len(names))
+    off, idx = _children(column("i", cb), len(names))
     by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
-    return frames, frame_of, token, by_name, call_from, launches, annotations, first_ts
+    return (FrameIndex.from_ids(fb, table), column("i", fo), column("i", tb), by_name, call_from,
+            column("i", lb), column("i", ub), first_ts)
 
 
 def _launchers(cpu, launches, gpu, fast: bool) -> array:
     """Per GPU event the runtime/driver call that launched it (by correlation id), -1 when none."""
+    if fast and (not gpu or scanned(gpu)):
+        return column("i", _scan.launchers(cpu, array("i", launches), gpu))
     launcher = array("i")
-    if fast and (not gpu or isinstance(gpu[0], _scan.Event)):
-        launcher.frombytes(_scan.launchers(cpu, array("i", launches), gpu))
-        return launcher
     by_corr: dict = {}
     for i in launches:
         e = cpu[i]
@@ -497,7 +490,7 @@ def _nest(evs: list, base: int) -> tuple[bytes, bytes, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
     -1 at the top), its children's summed duration and its start: (int32, float64, float64 bytes)."""
-    if _scan is not None and evs and isinstance(evs[0], _scan.Event):
+    if scanned(evs):
         try:
             return _scan.nest(evs, base, NEST_SLACK_US)
         except TypeError:  # a mixed list: the Python path below
@@ -527,10 +520,7 @@ def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
     n = len(parent) if n is None else n
     if _scan is not None:
         ob, kb = _scan.children(parent, n)
-        off, kids = array("i"), array("i")
-        off.frombytes(ob)
-        kids.frombytes(kb)
-        return off, kids
+        return column("i", ob), column("i", kb)
     off = array("i", [0]) * (n + 1)
     for p in parent:
         if p >= 0:
@@ -547,17 +537,15 @@ def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
 
 
 def _cat_mask(cpu: list, cat: str) -> bytes:
-    if _scan is not None and cpu and isinstance(cpu[0], _scan.Event):
+    if scanned(cpu):
         return _scan.cat_mask(cpu, cat)
     return bytes(e.cat == cat for e in cpu)
 
 
 def _nearest(parent: array, mask: bytes) -> array:
     """Per event, its nearest strict ancestor with a set mask byte (-1 when none)."""
-    out = array("i")
     if _scan is not None:
-        out.frombytes(_scan.nearest(parent, mask))
-        return out
+        return column("i", _scan.nearest(parent, mask))
     out = array("i", [-1]) * len(parent)
     for i, p in enumerate(parent):
         if p >= 0:
@@ -596,10 +584,10 @@ class ThreadIndex:
         return -1
 
 
-def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]:
+def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
     """fwd_of[i] for events on backward threads: the forward op whose backward they run."""
     n = len(cpu)
-    fwd_of = [-1] * n
+    fwd_of = array("i", [-1]) * n
     if not flows_f and not any(e.args is not None and e.args.fwd_tid not in (None, 0) for e in cpu):
         return fwd_of
     target: dict[int, int] = {}
@@ -626,9 +614,7 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
         tgt = array("i", [-1]) * n
         for k, v in target.items():
             tgt[k] = v
-        out = array("i")
-        out.frombytes(_scan.inherit(parent, frame_of, tgt))
-        return out
+        return column("i", _scan.inherit(parent, frame_of, tgt))
     for i in range(n):
         t = target.get(i)
         if t is not None:
@@ -641,15 +627,9 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> list[int]
 def _flow_ends(pairs: list, tindex: ThreadIndex):
     """(forward op, backward op) at the two ends of each fwdbwd flow: the innermost cpu_op around
     each end on its thread, -1 when none."""
-    if _scan is not None and pairs and isinstance(pairs[0][0], _scan.Event) and isinstance(pairs[0][1], _scan.Event):
-        ends = []
-        for side in (0, 1):
-            ob, _, _ = _scan.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts,
-                                    tindex.base, 1e-3, "cpu_op")
-            col = array("i")
-            col.frombytes(ob)
-            ends.append(col)
-        return zip(*ends)
+    if pairs and scanned([pairs[0][0]]) and scanned([pairs[0][1]]):
+        return zip(*(column("i", _scan.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts,
+                                              tindex.base, 1e-3, "cpu_op")[0]) for side in (0, 1)))
     return ((tindex.innermost((s.pid, s.tid), s.ts, "cpu_op"), tindex.innermost((f.pid, f.tid), f.ts, "cpu_op"))
             for s, f in pairs)
 
@@ -678,14 +658,11 @@ class ThreadColumn:
     """cpu index -> its thread key: the cpu list holds each thread's events contiguously, so a
     bisection over the few threads' first indices replaces a key per event."""
 
-    def __init__(self, starts: dict[tuple, array]):
-        self.keys = list(starts)
-        self.bases = []
-        base = 0
-        for tss in starts.values():
-            self.bases.append(base)
-            base += len(tss)
-        self.n = base
+    def __init__(self, base: dict[tuple, int], n: int):
+        """``base``: each thread's first cpu index (ThreadIndex.base); ``n``: the number of events."""
+        self.keys = list(base)
+        self.bases = list(base.values())
+        self.n = n
 
     def __len__(self) -> int:
         return self.n
@@ -734,7 +711,7 @@ class MemoryTable:
 
 def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
-    if _scan is not None and mem_raw and isinstance(mem_raw[0], _scan.Event):
+    if scanned(mem_raw):
         try:
             return _memory_fast(mem_raw, tindex)
         except TypeError:
@@ -758,12 +735,10 @@ def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
 def _memory_fast(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     samples = sorted(mem_raw, key=_ts)
     out = MemoryTable()
-    for col, b in zip((out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type),
-                      _scan.memory_columns(samples)):
-        col.frombytes(b)
+    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type = \
+        (column(t, b) for t, b in zip("dqqqi", _scan.memory_columns(samples)))
     ob, tb, out.threads = _scan.owners(tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None)
-    out.owner.frombytes(ob)
-    out.thread_id.frombytes(tb)
+    out.owner, out.thread_id = column("i", ob), column("i", tb)
     return out
 
 

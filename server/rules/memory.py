@@ -4,7 +4,7 @@ from __future__ import annotations
 from array import array
 from itertools import compress
 
-from ..loader import _scan
+from ..loader import _scan, column
 from . import rule
 from .util import mib, r3
 
@@ -109,11 +109,8 @@ def memory_child_pressure(ctx):
 def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
     """Each event's bytes added to it and to every event it is nested in."""
     if _scan is not None and sum(own.values()) < 2**62:  # int64 sums (a corrupt trace may overflow)
-        evs, tots = array("i"), array("q")
-        b1, b2 = _scan.ancestor_sums(m.parent, array("i", own.keys()), array("q", own.values()))
-        evs.frombytes(b1)
-        tots.frombytes(b2)
-        return dict(zip(evs, tots))
+        evs, tots = _scan.ancestor_sums(m.parent, array("i", own.keys()), array("q", own.values()))
+        return dict(zip(column("i", evs), column("q", tots)))
     total: dict[int, int] = {}
     for i, b in own.items():
         total[i] = total.get(i, 0) + b
