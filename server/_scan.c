@@ -1341,10 +1341,11 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNNNN)", ts, mb, ta, tr, dt);
 }
 
-/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, token, launched_off, launched, gpu_class,
- *           line, key, launch_cats, nlines)
+/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, line_tokens, launched_off, launched,
+ *           gpu_class, line, key, launch_cats)
  * The per-event sums of engine._hot_lines, in the same order (so the same floats). Each event's
- * line is found through its statement token: ``line(i)`` -> (hot line index, key id) for the first
+ * line is found through its key in ``line_tokens`` (line_tokens() below: statement token, ~frame,
+ * or INT32_MIN for none): ``line(i)`` -> (hot line index, key id) for the first
  * event of a token that owns one, ``key(i)`` -> key id for a parent's; both -1 when there is none.
  * Returns per hot line: calls, launches (int64), cpu_self, cpu_total, cpu_backward, gpu, gpu_forward,
  * gpu_backward (float64, as bytes), and lists of kernel_classes and kernel-stat dicts. */
@@ -1354,10 +1355,8 @@ static PyObject *S_ProfilerStep;
 static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     PyObject *cpu, *gpu, *classes, *line_fn, *key_fn, *launch_cats;
     Py_buffer pv, cv, fv, wv, tv, ov, lv;
-    Py_ssize_t nlines_hint;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*O!OOOn", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
-                          &fv, &wv, &tv, &ov, &lv, &PyList_Type, &classes, &line_fn, &key_fn, &launch_cats,
-                          &nlines_hint))
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*O!OOO", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &tv, &ov, &lv, &PyList_Type, &classes, &line_fn, &key_fn, &launch_cats))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
     int32_t *kid_of = NULL, *hid_of = NULL;
@@ -1372,22 +1371,18 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         goto done;
     }
     if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
-    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *tok = tv.buf, *off = ov.buf, *gl = lv.buf;
+    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *ck = tv.buf, *off = ov.buf, *gl = lv.buf;
     const double *cdur = cv.buf;
     kid_of = malloc(sizeof(int32_t) * (2 * n + 1));
     hid_of = malloc(sizeof(int32_t) * (2 * n + 1));
     if (!kid_of || !hid_of) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t k = 0; k < 2 * n + 1; k++) kid_of[k] = hid_of[k] = -2; /* -2: not asked yet */
-#define CK(i, out) do { int32_t f_ = fof[i], s_ = (int32_t)(i); \
-        if (f_ < 0) { s_ = fwd[i]; f_ = s_ >= 0 ? fof[s_] : -1; } \
-        out = f_ < 0 ? NOKEY : (tok[s_] >= 0 ? tok[s_] : -f_ - 1); } while (0)
     for (Py_ssize_t i = 0; i < n; i++) {
         Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
         if (same(e->cat, S_python_function)) continue;
         if (same(e->cat, S_user_annotation) && PyUnicode_Tailmatch(e->name, S_ProfilerStep, 0, PY_SSIZE_T_MAX, -1) == 1)
             continue; /* the profiler's step markers */
-        int32_t c;
-        CK(i, c);
+        int32_t c = ck[i];
         if (c == NOKEY) continue;
         Py_ssize_t slot = (Py_ssize_t)c + n;
         if (hid_of[slot] == -2) {
@@ -1434,8 +1429,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
             Ev *pe = (Ev *)PyList_GET_ITEM(cpu, p);
             if (same(pe->cat, S_python_function)) top = 1;
             else {
-                int32_t pc;
-                CK(p, pc);
+                int32_t pc = ck[p];
                 int32_t pk = -1;
                 if (pc != NOKEY) {
                     Py_ssize_t ps = (Py_ssize_t)pc + n;
@@ -1490,7 +1484,6 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
             PyList_SetItem(st, 2, tot);
         }
     }
-#undef CK
     {
         Py_ssize_t m = nh;
         PyObject *b[8];

@@ -72,10 +72,7 @@ class Context:
         """The user source line that owns cpu event i (statement when recoverable)."""
         m = self.model
         if not m.has_call_from:  # the common case: one cached key per statement token
-            ck = self._ck
-            if ck is None:
-                ck = self._ck = _line_tokens(m)
-            key = self._keys.get(ck[i])
+            key = self._keys.get(self.line_tokens()[i])
             if key is not None:
                 return key
         f, src = m.line_source(i)
@@ -90,6 +87,12 @@ class Context:
             line, precision = self.statements.line_for(f, src)
             key = self._keys[c] = LineKey(fr.path, line, fr.function, precision)
         return key
+
+    def line_tokens(self) -> array:
+        """Per cpu event the key its line is cached under (see line_key), computed once."""
+        if self._ck is None:
+            self._ck = _line_tokens(self.model)
+        return self._ck
 
     def line_id(self, i: int) -> Optional[tuple[str, int]]:
         """(trace path, line) of event i's user line, for grouping findings; None when it has none."""
@@ -346,8 +349,8 @@ def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
 
     off, gs = m._launched
     calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd, kcs, kss = _scan.hot_lines(
-        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, m.token, off, gs, a.gpu_class,
-        line_of, key_id, LAUNCH_CATS, len(m.cpu))
+        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, ctx.line_tokens(), off, gs, a.gpu_class,
+        line_of, key_id, LAUNCH_CATS)
     cols = [column(t, b) for t, b in zip("qqdddddd", (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd))]
     for k, h in enumerate(order):
         h.calls += cols[0][k]
