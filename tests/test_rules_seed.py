@@ -105,6 +105,9 @@ def test_memory_peak_and_child_pressure_on_the_loss():
     assert ce.evidence["total_bytes"] == pytest.approx(16 * 256 * 8192 * 4, rel=1e-3)
     assert ce.location.line == 65 and ce.location.precision == "statement"
     assert "memory-peak" not in codes(report_of("mlp_eager"))  # recorded without profile_memory
+    # recorded with profile_memory, but each op allocates for itself: no chain beneath an op
+    assert "memory-peak" in codes(report_of("seed_n4096_bf16"))
+    assert "memory-child-pressure" not in codes(report_of("seed_n4096_bf16"))
 
 
 def test_sync_wait_not_confused_with_the_profilers_flush():
