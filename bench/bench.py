@@ -69,7 +69,7 @@ def child(mode: str, path: str) -> dict:
         doc = msgspec.json.decode(_read(path))
         extra["events"] = len(doc["traceEvents"])
     elif mode == "profd-load":
-        from profd.server import loader
+        from profd.server.engine import loader
         doc, _, _ = loader.load(path)
         extra["events"] = len(doc.traceEvents)
     elif mode == "profd-full":

@@ -8,11 +8,12 @@ import os
 import sys
 import time
 
-from profd.server import analyses as A
-from profd.server import engine as E
-from profd.server import loader
-from profd.server import model as M
-from profd.server.rules import load_all
+from profd.server.engine import analyses as A
+from profd.server.engine import analyze as E
+from profd.server.engine.context import Context, Options
+from profd.server.engine import loader
+from profd.server.engine import model as M
+from profd.server.engine.rules import load_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +31,7 @@ def main(path: str) -> None:
     a = A.analyse(m)
     T["analyse"] = time.perf_counter() - t
     t = time.perf_counter()
-    ctx = E.Context(m, a, path, E.Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    ctx = Context(m, a, path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
     ctx.hot = E._hot_lines(ctx)
     T["hot_lines"] = time.perf_counter() - t
     for code, check in load_all().items():

@@ -236,7 +236,7 @@ async def run(ns) -> dict:
     os.makedirs(watch)
     log_path = os.path.join(work, "daemon.log")
     log = open(log_path, "wb")
-    cmd = [sys.executable, "-m", "profd.server.cli", "serve", "--stdio", "--watch", watch,
+    cmd = [sys.executable, "-m", "profd.server.daemon.cli", "serve", "--stdio", "--watch", watch,
            "--workspace", SRC, "--state", state, "--log-level", "INFO"]
     proc = await asyncio.create_subprocess_exec(*cmd, stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE, stderr=log, cwd=ROOT,

@@ -6,7 +6,7 @@ from typing import Iterable
 
 from ..protocol import types as T
 from ..protocol.catalog import RULES
-from ..server.sourcemap import source_line
+from ..server.engine.sourcemap import source_line
 
 _COLOR = {"error": "\033[31m", "warning": "\033[33m", "information": "\033[36m", "hint": "\033[2m"}
 _RESET = "\033[0m"
@@ -128,7 +128,7 @@ def _uri(path: str) -> str:
 
 def job_text(jobs, color: bool = False) -> str:
     """The job reports: one row per rank (per-step means), then the job findings."""
-    from ..server.job import comm_findings
+    from ..server.engine.job import comm_findings
 
     out: list[str] = []
     for j in jobs:

@@ -9,6 +9,7 @@ import orjson
 
 from ..protocol import types as T
 from . import format as fmt
+from .common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, analyze_daemon, emit, exit_code, parse_path_map
 
 
 def add_subcommands(sub) -> None:
@@ -29,7 +30,6 @@ def add_subcommands(sub) -> None:
 
 def _options(ns, workspace=None, path_map=None):
     from ..server.engine import Options
-    from .main import parse_path_map
 
     ws = workspace if workspace is not None else [os.path.abspath(w) for w in (ns.workspace or ["."])]
     pm = path_map if path_map is not None else parse_path_map(ns.path_map)
@@ -37,11 +37,10 @@ def _options(ns, workspace=None, path_map=None):
 
 
 def run(ns) -> int:
-    from .main import EXIT_CLEAN, EXIT_ERROR
 
     opts = _options(ns)
     if ns.cmd == "diff":
-        from ..server.diff import diff_reports
+        from ..server.engine.diff import diff_reports
         from ..server.engine import analyze_or_error
 
         old, new = analyze_or_error(ns.old, opts), analyze_or_error(ns.new, opts)
@@ -57,8 +56,8 @@ def run(ns) -> int:
             sys.stdout.write(fmt.diff_text(d, max_lines=ns.max_lines))
         return EXIT_CLEAN
     if ns.cmd == "annotate":
-        from ..server import loader
-        from ..server.annotate import annotate_file
+        from ..server.engine import loader
+        from ..server.engine.annotate import annotate_file
 
         try:
             r = annotate_file(ns.trace, ns.output, opts)
@@ -80,8 +79,7 @@ def cmd_analyze_job(ns, workspace, path_map) -> int:
     In-process each file is read once for both. Through the daemon the reports come from it and
     only the traces that say they are ranks of a job (``distributedInfo``) are summarised here.
     """
-    from ..server import job
-    from .main import analyze_daemon, emit, exit_code
+    from ..server.engine import job
 
     opts = _options(ns, workspace, path_map)
     if ns.cluster or any(os.path.isdir(p) for p in ns.paths):
@@ -107,7 +105,6 @@ def cmd_analyze_job(ns, workspace, path_map) -> int:
     if code == 0 and ns.fail_on != "never":
         bar = T.SEVERITY_RANK[ns.fail_on]
         if any(T.SEVERITY_RANK[d.severity] >= bar for j in jobs for d in j.diagnostics):
-            from .main import EXIT_FINDINGS
 
             return EXIT_FINDINGS
     return code
@@ -116,8 +113,7 @@ def cmd_analyze_job(ns, workspace, path_map) -> int:
 def _analyze_cluster(ns, opts) -> int:
     """A job folder (or many files): summaries on the cluster or a local pool, only the job report
     printed (the rank reports are never gathered in one process)."""
-    from ..server import cluster
-    from .main import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+    from ..server.daemon import cluster
 
     try:
         jobs = cluster.analyze_job_paths(ns.paths, opts, cluster=ns.cluster, workers=ns.workers)

@@ -1,7 +1,7 @@
 """``profd-client run WORKLOAD ...``: run a built-in workload under the profiler, then print the
 findings on its trace (and, for a size sweep ``--n 64,512,4096``, the comparison table).
 
-Runs the workload in a subprocess of this process (``profd.server.runner``) and analyses the trace
+Runs the workload in a subprocess of this process (``profd.server.workloads.runner``) and analyses the trace
 with the engine. The daemon's ``profd/runWorkload`` does the same on the daemon's side; until the
 CLI talks to it for this command, ``--no-daemon`` is what happens either way.
 """
@@ -14,7 +14,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def add_subcommands(sub) -> None:
-    from ..server.runner import add_workload_args
+    from ..server.workloads.runner import add_workload_args
 
     r = sub.add_parser("run", help="run a built-in workload under the profiler and print the findings",
                        description=__doc__.splitlines()[0])
@@ -30,7 +30,7 @@ def add_subcommands(sub) -> None:
 
 
 def run(ns) -> int:
-    from ..server import runner as R
+    from ..server.workloads import runner as R
     from ..server.engine import Options, analyze_or_error
     from ..server.workloads import HERE
     from . import format as fmt

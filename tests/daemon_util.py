@@ -17,7 +17,7 @@ FAST = ["--settle", "0.2", "--quiet", "0.8"]  # debounce tuned for tests (defaul
 
 
 def serve_cmd(watch, state, *extra, transport=("--stdio",)):
-    return [PY, "-m", "profd.server.cli", "serve", *transport, "--watch", str(watch),
+    return [PY, "-m", "profd.server.daemon.cli", "serve", *transport, "--watch", str(watch),
             "--workspace", SRC, "--state", str(state), *FAST, *extra]
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import SRC, trace
-from profd.server.annotate import annotate_file
+from profd.server.engine.annotate import annotate_file
 from profd.server.engine import Options
 
 

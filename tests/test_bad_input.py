@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from conftest import trace
-from profd.server import loader
+from profd.server.engine import loader
 from profd.server.engine import Options, analyze_file, analyze_or_error
-from profd.server.loader import TraceError
+from profd.server.engine.loader import TraceError
 
 SMALL = "seed_n64_bf16"          # with_stack, one GPU, steps: 86 KB of JSON
 CLI = os.path.join(os.path.dirname(sys.executable), "profd-client")

@@ -3,10 +3,10 @@ import os
 
 from conftest import ROOT
 from profd.protocol.catalog import RULES
-from profd.server.rules import load_all
-from profd.server.rules.__main__ import render
+from profd.server.engine.rules import load_all
+from profd.server.engine.rules.__main__ import render
 
-JOB_LEVEL = {"rank-straggler"}  # needs several rank traces: server/job.py
+JOB_LEVEL = {"rank-straggler"}  # needs several rank traces: server/engine/job.py
 
 
 def test_every_catalog_code_is_implemented_and_documented():
@@ -21,4 +21,4 @@ def test_every_catalog_code_is_implemented_and_documented():
 
 def test_docs_rules_md_is_generated_from_the_code():
     with open(os.path.join(ROOT, "docs", "rules.md")) as f:
-        assert f.read() == render(), "run: python -m profd.server.rules > docs/rules.md"
+        assert f.read() == render(), "run: python -m profd.server.engine.rules > docs/rules.md"

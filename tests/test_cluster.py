@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from conftest import trace
-from profd.server import cluster, job
-from profd.server.loader import read_bytes
+from profd.server.daemon import cluster
+from profd.server.engine import job
+from profd.server.engine.loader import read_bytes
 
 
 def tile(src: str, out_dir: str, rank: int, world: int) -> str:

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from conftest import trace
 from profd.server.engine import Options, analyze_file
-from profd.server.loader import TraceError
+from profd.server.engine.loader import TraceError
 
 EXAMPLES = int(os.environ.get("PROFD_FUZZ_EXAMPLES", "300"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize="PROFD_FUZZ_EXAMPLES" not in os.environ,

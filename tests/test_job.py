@@ -17,7 +17,7 @@ import pytest
 
 from conftest import trace
 from profd.protocol.job import JobReport, RankSummary
-from profd.server import job
+from profd.server.engine import job
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The streaming decoder (server/_scan.c + loader._load_stream) against the msgspec reference.
+"""The streaming decoder (server/engine/_scan.c + loader._load_stream) against the msgspec reference.
 
 Real traces: every shipped trace gives the same events and the same report either way, also fed
 in blocks of a few KB. Synthetic documents only for shapes no shipped trace has (trailer keys after
@@ -13,8 +13,9 @@ import msgspec
 import pytest
 
 from conftest import EXAMPLES, SRC
-from profd.server import engine, loader, model
-from profd.server.loader import TraceError
+from profd.server import engine
+from profd.server.engine import loader, model
+from profd.server.engine.loader import TraceError
 
 pytestmark = pytest.mark.skipif(loader._scan is None, reason="the _scan extension is not built")
 
@@ -193,8 +194,8 @@ def _report_both_ways(tmp_path_factory, data: bytes, monkeypatch) -> None:
         mp.setattr(loader, "_scan", None)
         mp.setattr(model, "_scan", None)
         mp.setattr(engine, "_scan", None)
-        from profd.server import analyses
-        from profd.server.rules import memory
+        from profd.server.engine import analyses
+        from profd.server.engine.rules import memory
         mp.setattr(analyses, "_scan", None)
         mp.setattr(memory, "_scan", None)
         python = run()

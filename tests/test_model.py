@@ -4,9 +4,9 @@ import os
 import pytest
 
 from conftest import SRC, trace
-from profd.server import loader, model
-from profd.server.model import is_user_path, parse_frame
-from profd.server.sourcemap import SourceMap
+from profd.server.engine import loader, model
+from profd.server.engine.model import is_user_path, parse_frame
+from profd.server.engine.sourcemap import SourceMap
 
 
 @pytest.fixture(scope="module")

@@ -161,7 +161,7 @@ def test_sweep_compile_tax_on_a_single_op():
 # ---- 2-rank NCCL DDP ------------------------------------------------------------------------
 
 def _job(prefix):
-    from profd.server.job import analyze_job
+    from profd.server.engine.job import analyze_job
 
     _, jobs = analyze_job([os.path.join(REC, f"{prefix}_rank{r}.json.gz") for r in (0, 1)],
                           Options(workspace=[SRC]))

@@ -1,4 +1,4 @@
-"""The workload runner (server/runner.py): parameter validation, clear errors (missing torch, crash,
+"""The workload runner (server/workloads/runner.py): parameter validation, clear errors (missing torch, crash,
 out of memory, timeout) with no torch needed, and real CPU runs when torch is importable."""
 import importlib.util
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from profd.server import runner as R
+from profd.server.workloads import runner as R
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install profd[workload])")

@@ -3,7 +3,7 @@ import os
 import stat
 import threading
 
-from profd.server.store import Store
+from profd.server.daemon.store import Store
 
 
 def test_put_get_reopen_and_modes(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from conftest import SRC
 from daemon_util import await_for, drop, trace_bytes, variant
 
-from profd.server.core import Config, Core
+from profd.server.daemon.core import Config, Core
 
 
 class Recorder:
@@ -138,7 +138,7 @@ async def test_files_next_to_the_watched_folder_are_ignored(core):
 
 
 async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch):
-    from profd.server import core as core_mod
+    from profd.server.daemon import core as core_mod
 
     monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)  # every file counts as big here
     path = drop(core.watch, "seed_n64_bf16")
@@ -154,7 +154,7 @@ async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch)
 
 
 async def test_same_new_content_twice_at_once_analysed_once(core, monkeypatch):
-    from profd.server import core as core_mod
+    from profd.server.daemon import core as core_mod
 
     monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)
     drop(core.watch, "tinygpt_naive", as_name="a.json.gz")

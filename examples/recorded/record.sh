@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Records examples/recorded/*.json.gz on a GPU machine with two GPUs (run from the repo root):
 #   OUT=/some/dir bash examples/recorded/record.sh
-# GPU 1: the matmul-bias sweep and the mlp workload through the runner (profd.server.runner);
+# GPU 1: the matmul-bias sweep and the mlp workload through the runner (profd.server.workloads.runner);
 # GPU 0 meanwhile: the single-GPU rule recordings; then both GPUs: the 2-rank DDP recordings.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -18,12 +18,12 @@ mkdir -p /tmp/pp/profd && cp profd/__init__.py /tmp/pp/profd/ && ln -sfn $ROOT/s
 sweep() {
   export CUDA_VISIBLE_DEVICES=1 PYTHONPATH=/tmp/pp
   for c in "" "--compile"; do for d in bfloat16 float32; do
-    timeout 200 python3 -m profd.server.runner run matmul-bias --n 64,512,4096,8192 --dtype $d $c \
+    timeout 200 python3 -m profd.server.workloads.runner run matmul-bias --n 64,512,4096,8192 --dtype $d $c \
       --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
     echo "sweep $d $c rc=$?" >>$OUT/sweep_log.txt
   done; done
   for m in eager compile graphs; do
-    timeout 150 python3 -m profd.server.runner run mlp --mode $m --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
+    timeout 150 python3 -m profd.server.workloads.runner run mlp --mode $m --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
     echo "mlp $m rc=$?" >>$OUT/sweep_log.txt
   done
 }

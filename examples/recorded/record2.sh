@@ -15,12 +15,12 @@ sweep() {
   cd /tmp
   export CUDA_VISIBLE_DEVICES=1 PYTHONPATH=/tmp/pp
   for c in "" "--compile"; do for d in bfloat16 float32; do
-    timeout 240 python3 -m profd.server.runner run matmul-bias --n 64,512,4096,8192 --dtype $d $c \
+    timeout 240 python3 -m profd.server.workloads.runner run matmul-bias --n 64,512,4096,8192 --dtype $d $c \
       --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
     echo "sweep $d $c rc=$?" >>$OUT/sweep_log.txt
   done; done
   for m in eager compile graphs; do
-    timeout 150 python3 -m profd.server.runner run mlp --mode $m --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
+    timeout 150 python3 -m profd.server.workloads.runner run mlp --mode $m --out $SWEEP --no-analyze --timeout 120 >>$OUT/sweep_log.txt 2>&1
     echo "mlp $m rc=$?" >>$OUT/sweep_log.txt
   done
 }

@@ -1,4 +1,4 @@
-"""Built-in profiling workloads, run by :mod:`profd.server.runner` in a subprocess.
+"""Built-in profiling workloads, run by :mod:`profd.server.workloads.runner` in a subprocess.
 
 Each workload is a standalone script in this folder that needs only torch and the standard
 library (``_common.py`` beside it holds the profiler setup they share), so that the same file runs

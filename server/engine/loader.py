@@ -1,7 +1,7 @@
 """Reading a trace file: bytes (plain or gzip) -> typed events.
 
 Two decoders give the same events:
-- ``_scan`` (server/_scan.c), streaming: a reader thread reads, inflates and hashes fixed-size
+- ``_scan`` (server/engine/_scan.c), streaming: a reader thread reads, inflates and hashes fixed-size
   blocks while the scanner turns each block's events into compact objects (numbers unboxed, strings
   interned) and drops the events the model never reads. The file is never held whole.
 - msgspec typed structs over the whole buffer: the reference, used when the extension is not built

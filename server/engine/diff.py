@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from ..protocol.diff import FindingDelta, LineDelta, ReportDiff, RuleDelta, SummaryDelta
-from ..protocol.types import Diagnostic, Report
+from ...protocol.diff import FindingDelta, LineDelta, ReportDiff, RuleDelta, SummaryDelta
+from ...protocol.types import Diagnostic, Report
 
 _ORDER = {"gone": 0, "new": 1, "kept": 2}
 

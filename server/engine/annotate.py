@@ -17,7 +17,7 @@ from typing import IO, Iterable, Iterator, Optional
 
 import orjson
 
-from ..protocol.types import Diagnostic, Report
+from ...protocol.types import Diagnostic, Report
 from . import kernels, loader
 from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyse
 from .model import TraceModel, build
@@ -38,7 +38,8 @@ def step_verdict(busy_pct: float) -> str:
 
 def annotate_file(path: str, out_path: str, options=None) -> Report:
     """Analyse ``path`` and write the annotated copy to ``out_path`` (gzip when it ends in .gz)."""
-    from .engine import Context, Options, trace_info, analyze_model
+    from .analyze import analyze_model, trace_info
+    from .context import Context, Options
 
     options = options or Options()
     data = loader.read_bytes(path)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import orjson
 from pygls.exceptions import JsonRpcException
 
-from ..protocol import methods as M
+from ...protocol import methods as M
 from .core import Core
 from .lsp import LspSession
 

@@ -1,4 +1,4 @@
-/* profd.server._scan: the traceEvents array -> compact event objects, one block at a time.
+/* profd.server.engine._scan: the traceEvents array -> compact event objects, one block at a time.
  *
  * Why by hand: no JSON library decodes "an array of objects, keep these ten keys, intern the
  * strings, store numbers unboxed, drop the events nobody reads" while streaming. msgspec decodes
@@ -238,7 +238,7 @@ static PyObject *ev_repr(PyObject *s) {
 
 static PyTypeObject EvType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.Event",
+    .tp_name = "profd.server.engine._scan.Event",
     .tp_basicsize = sizeof(EvBase),
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
@@ -249,7 +249,7 @@ static PyTypeObject EvType = {
 
 static PyTypeObject EvFullType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.EventWithArgs",
+    .tp_name = "profd.server.engine._scan.EventWithArgs",
     .tp_basicsize = sizeof(Ev),
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -258,7 +258,7 @@ static PyTypeObject EvFullType = {
 
 static PyTypeObject EvOpType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.OpEvent",
+    .tp_name = "profd.server.engine._scan.OpEvent",
     .tp_basicsize = OP_SIZE,
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -267,7 +267,7 @@ static PyTypeObject EvOpType = {
 
 static PyTypeObject EvMemType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.MemoryEvent",
+    .tp_name = "profd.server.engine._scan.MemoryEvent",
     .tp_basicsize = sizeof(EvMem),
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -319,7 +319,7 @@ static PyGetSetDef args_getset[] = {
 
 static PyTypeObject ArgsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.Args",
+    .tp_name = "profd.server.engine._scan.Args",
     .tp_basicsize = sizeof(ArgsView),
     .tp_dealloc = (destructor)args_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -884,7 +884,7 @@ static PyGetSetDef scanner_getset[] = {
 
 static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profd.server._scan.Scanner",
+    .tp_name = "profd.server.engine._scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_dealloc = (destructor)scanner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -1,14 +1,14 @@
 """The rules: one module per family, each rule a function ``check(ctx) -> iterable of Diagnostic``.
 
 A rule's docstring states its evidence, its threshold and why that value; ``docs/rules.md`` is
-generated from them (``python -m profd.server.rules``) and is the ``codeDescription`` target.
+generated from them (``python -m profd.server.engine.rules``) and is the ``codeDescription`` target.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Callable, Iterable
 
-from ...protocol.catalog import RULES as CATALOG
+from ....protocol.catalog import RULES as CATALOG
 
 Check = Callable[..., Iterable]
 REGISTRY: dict[str, Check] = {}

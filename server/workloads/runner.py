@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
-from .workloads import SCRIPTS, script_path
+from . import SCRIPTS, script_path
 
 ProgressCb = Callable[[str, Optional[float]], None]
 
@@ -407,7 +407,7 @@ def _mode(s: WorkloadSpec) -> str:
 
 def row_of(trace_path: str, meta: Optional[dict] = None, workspace: Optional[list[str]] = None) -> Row:
     """One table row from a trace (and the workload's meta.json when there is one)."""
-    from .engine import Options, analyze_or_error  # the engine only here: the runner runs without it
+    from ..engine.analyze import Options, analyze_or_error  # the engine only here: the runner runs without it
 
     meta = meta or {}
     mode = "compiled" if meta.get("compile") else "eager"
@@ -466,13 +466,13 @@ def write_sidecar_meta(res: RunResult) -> str:
     return p
 
 
-# ---- python -m profd.server.runner (also usable on a GPU box without the engine) ------------
+# ---- python -m profd.server.workloads.runner (also usable on a GPU box without the engine) ------------
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m profd.server.runner", description="run built-in workloads")
+    p = argparse.ArgumentParser(prog="python -m profd.server.workloads.runner", description="run built-in workloads")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a workload (sweep when --n has several sizes)")
     add_workload_args(r)
@@ -514,7 +514,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def add_workload_args(p) -> None:
-    """The workload arguments shared by ``profd-client run`` and ``python -m profd.server.runner run``."""
+    """The workload arguments shared by ``profd-client run`` and ``python -m profd.server.workloads.runner run``."""
     import argparse
 
     p.add_argument("workload", choices=sorted(WORKLOADS))

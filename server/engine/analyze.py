@@ -1,132 +1,27 @@
-"""The engine: trace file -> model -> analyses -> rules -> Report. No protocol, no network.
+"""Trace file -> model -> analyses -> rules -> Report. No protocol, no network.
 
-``analyze_file`` is the one path the CLI, the daemon and the tests share.
+``analyze_file`` is the one path the CLI, the daemon and the tests share. What a rule sees (the
+``Context``) lives in ``context``, which the rules import instead of this module.
 """
 from __future__ import annotations
 
 import gc
 import logging
 import os
-from array import array
-from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Optional
 
-from .. import __version__
-from ..protocol.catalog import RULES as CATALOG
-from ..protocol.types import (Diagnostic, HotLine, KernelStat, Location, Report, Step, Summary,
-                              TraceInfo)
+from ... import __version__
+from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
 from . import kernels, loader
 from .analyses import Analysis, analyse, verdict
+from .context import Context, Options
 from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
-from .sourcemap import SourceMap
-from .statements import StatementResolver
 
 log = logging.getLogger("profd.engine")
 
 MAX_HOT_LINES = 200
-
-
-@dataclass
-class Options:
-    workspace: list[str] = field(default_factory=list)
-    path_map: list[tuple[str, str]] = field(default_factory=list)
-    disabled: set[str] = field(default_factory=set)  # rule codes not to run
-    source_map: Optional[SourceMap] = None
-
-    def sources(self) -> SourceMap:
-        if self.source_map is None:
-            self.source_map = SourceMap(self.workspace, self.path_map)
-        return self.source_map
-
-
-@dataclass
-class LineKey:
-    trace_path: str
-    line: int
-    function: str
-    precision: str
-
-
-class Context:
-    """What a rule sees: the model, the analyses, and helpers that place findings on lines."""
-
-    def __init__(self, model: TraceModel, analysis: Analysis, trace_path: str, options: Options):
-        self.model = model
-        self.a = analysis
-        self.trace_path = trace_path
-        self.options = options
-        self.sources = options.sources()
-        self.statements = StatementResolver(model, self.sources)
-        self._keys: dict[int, LineKey] = {}
-        self._ck = None  # per event, the key its line is cached under (see line_key)
-        self.hot: dict[tuple, HotLine] = {}
-
-    @property
-    def n_steps(self) -> int:
-        return max(1, len(self.model.steps))
-
-    # ---- placing findings --------------------------------------------------------------------
-    def line_key(self, i: int) -> Optional[LineKey]:
-        """The user source line that owns cpu event i (statement when recoverable)."""
-        m = self.model
-        if not m.has_call_from:  # the common case: one cached key per statement token
-            key = self._keys.get(self.line_tokens()[i])
-            if key is not None:
-                return key
-        f, src = m.line_source(i)
-        if f < 0:
-            return None
-        # Every event under one statement token shares its line: cache per token, not per event
-        # (a frame's own line, when no token holds the event, under ~frame).
-        c = src if m.has_call_from else _token_key(m, f, src)
-        key = self._keys.get(c)
-        if key is None:
-            fr = m.frames[f]
-            line, precision = self.statements.line_for(f, src)
-            key = self._keys[c] = LineKey(fr.path, line, fr.function, precision)
-        return key
-
-    def line_tokens(self) -> array:
-        """Per cpu event the key its line is cached under (see line_key), computed once."""
-        if self._ck is None:
-            self._ck = _line_tokens(self.model)
-        return self._ck
-
-    def line_id(self, i: int) -> Optional[tuple[str, int]]:
-        """(trace path, line) of event i's user line, for grouping findings; None when it has none."""
-        key = self.line_key(i) if i >= 0 else None
-        return (key.trace_path, key.line) if key else None
-
-    @property
-    def mean_step_us(self) -> float:
-        steps = self.model.steps
-        return sum(s.dur for s in steps) / len(steps) if steps else 0.0
-
-    def location(self, i: int) -> Location:
-        key = self.line_key(i) if i >= 0 else None
-        if key is None:
-            return self.trace_location()
-        return self.location_of_key(key)
-
-    def location_of_key(self, key: LineKey) -> Location:
-        local = self.sources.resolve(key.trace_path)
-        return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
-                        function=key.function, trace_path=key.trace_path)
-
-    def location_of_hot(self, h: HotLine) -> Location:
-        return Location(path=h.path, line=h.line, precision=h.precision, function=h.function,
-                        trace_path=h.trace_path)
-
-    def trace_location(self) -> Location:
-        return Location(path=self.trace_path, line=None, precision="trace")
-
-    def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
-             fix: str | None = None, severity: str | None = None,
-             related: Iterable[Location] = ()) -> Diagnostic:
-        return Diagnostic(code=code, severity=severity or CATALOG[code].severity, message=message,
-                          location=location, evidence=evidence or {}, fix=fix, related=list(related))
 
 
 def analyze_file(path: str, options: Optional[Options] = None) -> Report:
@@ -262,28 +157,6 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
-
-
-def _line_tokens(m: TraceModel) -> array:
-    """Per cpu event the key its line is cached under in Context.line_key: its statement token,
-    else ~frame; NO_LINE when it has no user line."""
-    if _scan is not None:
-        return column("i", _scan.line_tokens(m.frame_of, m.fwd_of, m.token))
-    out = array("i", [NO_LINE]) * len(m.frame_of)
-    for i in range(len(out)):
-        f, src = m.line_source(i)
-        if f >= 0:
-            out[i] = _token_key(m, f, src)
-    return out
-
-
-def _token_key(m: TraceModel, f: int, src: int) -> int:
-    """The key a line is cached under: its statement token, else ~frame (the frame's own line)."""
-    tok = m.token[src]
-    return tok if tok >= 0 else ~f
-
-
-NO_LINE = -2**31  # never a key: tokens are >= 0 and ~frame >= -len(cpu)
 
 
 def _hot_sums(ctx: Context, line, kstats: dict) -> None:

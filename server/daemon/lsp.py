@@ -19,12 +19,12 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import from_fs_path, to_fs_path
 
-from .. import __version__
-from ..protocol import methods as M
-from ..protocol import types as T
-from ..protocol.catalog import RULES
+from ... import __version__
+from ...protocol import methods as M
+from ...protocol import types as T
+from ...protocol.catalog import RULES
 from .core import Core, PathError
-from .sourcemap import source_lines
+from ..engine.sourcemap import source_lines
 
 log = logging.getLogger("profd.lsp")
 
@@ -393,7 +393,7 @@ def build_server(session: LspSession) -> LanguageServer:
     async def run_workload(ls_: LanguageServer, params: Any):
         """Run a built-in workload (validated; never code from the request) in a subprocess,
         write its trace and table into the watched folder, and answer with the analysis."""
-        from . import runner
+        from ..workloads import runner
 
         raw = _plain(params)
         if not isinstance(raw, dict):

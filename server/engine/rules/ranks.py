@@ -1,7 +1,7 @@
 """Job-level rules: ``rank-straggler``.
 
 One trace cannot show a straggler: the rule needs every rank's summary, so the computation lives in
-``server/job.py`` (``reduce_job`` -> ``straggler``). It is registered here so that the catalog, the
+``server/engine/job.py`` (``reduce_job`` -> ``straggler``). It is registered here so that the catalog, the
 registry and ``docs/rules.md`` describe it like every other rule; on a single trace it finds nothing.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Optional
 
-from .. import __version__
+from ... import __version__
 
 DAEMON_FILE = "daemon.json"
 
@@ -206,7 +206,7 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
     os.makedirs(state, mode=0o700, exist_ok=True)
     log_path = os.path.join(state, "daemon.log")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    proc = subprocess.Popen([sys.executable, "-m", "profd.server.cli", "serve", *argv_opts,
+    proc = subprocess.Popen([sys.executable, "-m", "profd.server.daemon.cli", "serve", *argv_opts,
                              "--state", state], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
                             start_new_session=True, close_fds=True)
     os.close(fd)
@@ -268,7 +268,7 @@ def cmd_status(ns) -> int:
     if not doc:
         print("profd: no daemon running")
         return 1
-    from ..client_cli.daemon_client import status_sync
+    from .rpc import status_sync
 
     st = status_sync(doc)
     print(f"profd {st['version']}: pid {st['pid']} on {doc['host']}:{doc['port']}, "

@@ -26,9 +26,9 @@ from typing import Optional, Protocol
 
 import msgspec
 
-from .. import __version__
-from ..protocol import methods as M
-from ..protocol import types as T
+from ... import __version__
+from ...protocol import methods as M
+from ...protocol import types as T
 from .store import Row, Store
 from .watcher import Intake, Outcome, Sig, Watcher, signature
 
@@ -75,7 +75,7 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
     analysis (the engine runs with it off) took ~10-20 ms per 250 MB of trace, and it would run
     on the first allocation after the return, i.e. while the pool pickles the result."""
     global _jobs
-    from .engine import Options, analyze_or_error
+    from ..engine.analyze import Options, analyze_or_error
 
     with _gc_lock:
         _jobs += 1
@@ -118,7 +118,7 @@ def _worker_init(quiet_stderr: bool) -> None:
 
     threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
-        from . import engine  # noqa: F401
+        from ..engine import analyze  # noqa: F401
     except Exception:  # pragma: no cover - the job itself will say what is wrong
         pass
 

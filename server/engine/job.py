@@ -24,9 +24,9 @@ import statistics
 from collections import defaultdict
 from typing import Iterable, Optional
 
-from ..protocol.catalog import RULES as CATALOG
-from ..protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
-from ..protocol.types import Diagnostic, Location, Report
+from ...protocol.catalog import RULES as CATALOG
+from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
+from ...protocol.types import Diagnostic, Location, Report
 from . import kernels, loader
 from .analyses import Analysis, analyse, covered, merge
 from .model import TraceModel
@@ -55,7 +55,8 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
 
     A file that is not a trace gives a Report and a summary that both carry ``error``.
     """
-    from .engine import Options, trace_info, analyze_model  # engine imports rules; keep this lazy
+    from .analyze import analyze_model, trace_info  # analyze imports the rules, which import this module: keep it lazy
+    from .context import Options
 
     options = options or Options()
     try:
@@ -377,8 +378,8 @@ def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobR
 def _error_report(path: str, error: str) -> Report:
     import os
 
-    from .. import __version__
-    from ..protocol.types import TraceInfo
+    from ... import __version__
+    from ...protocol.types import TraceInfo
 
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error, profd_version=__version__)
