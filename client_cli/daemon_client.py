@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..protocol import methods as M
 from ..protocol import types as T
-from ..server.daemon.rpc import DaemonClient, RpcError, status_sync, with_client  # noqa: F401 (status_sync: for main)
+from ..server.daemon.rpc import DaemonClient, RpcError, analyze, status_sync, with_client  # noqa: F401 (status_sync: for main)
 
 
 # ---- finding / starting the daemon --------------------------------------------------------------
@@ -51,22 +51,10 @@ def analyze_sync(doc: dict, paths: list[str], workspace: list[str], path_map, di
                  fallback) -> list[T.Report]:
     """Reports for ``paths`` from the daemon, in order; a path it refuses goes to ``fallback``."""
     async def go(c: DaemonClient):
-        out = []
-        for p in paths:
-            try:
-                res = await c.request(M.ANALYZE, {
-                    "path": os.path.abspath(p), "workspace": workspace,
-                    "pathMap": [list(x) for x in path_map], "disabled": sorted(disabled)})
-                out.append(_relabel(T.report_from_builtins(res), p))
-            except RpcError as e:
-                if e.code in (M.ERR_FORBIDDEN_PATH, M.ERR_NOT_FOUND):
-                    out.append(None)
-                else:
-                    raise
-        return out
+        return [await analyze(c, p, workspace, path_map, disabled) for p in paths]
 
     reports = asyncio.run(with_client(doc, go))
-    return [r if r is not None else fallback(p) for p, r in zip(paths, reports)]
+    return [_relabel(r, p) if r is not None else fallback(p) for p, r in zip(paths, reports)]
 
 
 def reports_sync(doc: dict, path: Optional[str] = None) -> list[dict]:

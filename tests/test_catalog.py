@@ -4,7 +4,7 @@ import os
 from conftest import ROOT
 from profd.protocol.catalog import RULES
 from profd.server.engine.rules import load_all
-from profd.server.engine.rules.__main__ import render
+from profd.server.engine.rules.docs import render
 
 JOB_LEVEL = {"rank-straggler"}  # needs several rank traces: server/engine/job.py
 

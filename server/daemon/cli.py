@@ -4,6 +4,7 @@
               [--state DIR] [--allow DIR]...
   profd start [same options]   background TCP daemon (as dmypy): STATE/daemon.json, mode 0600
   profd stop | profd status
+  profd mcp [--root DIR]... [--workspace DIR]... [--allow-workloads]   MCP server over stdio
 
 Over TCP the daemon writes ``STATE/daemon.json`` ({host, port, pid, token, ...}, owner-only) once
 it listens, and removes it when it stops. Clients send the token in
@@ -69,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("stop", "status"):
         x = sub.add_parser(name, help=f"{name} the background daemon")
         x.add_argument("--state", metavar="DIR")
+    m = sub.add_parser("mcp", help="serve the findings to coding agents over MCP (stdio)")
+    m.add_argument("--root", action="append", default=[], metavar="DIR",
+                   help="the tools may read traces and sources only under these (repeatable; default: .)")
+    m.add_argument("--workspace", action="append", default=[], metavar="DIR",
+                   help="where the sources live, for mapping frames (default: the roots)")
+    m.add_argument("--state", metavar="DIR", help="a running daemon's state dir: analyses go through "
+                   "it, sharing its reports and store (default: user cache dir / profd)")
+    m.add_argument("--no-daemon", action="store_true", help="always analyse in this process")
+    m.add_argument("--allow-workloads", action="store_true",
+                   help="offer run_workload (the built-in workloads only)")
+    m.add_argument("--workload-dir", metavar="DIR", help="where run_workload writes traces "
+                   "(default: ROOT/profd-traces)")
     return p
 
 
@@ -278,10 +291,30 @@ def cmd_status(ns) -> int:
     return 0
 
 
+def cmd_mcp(ns) -> int:
+    _logging("WARNING")  # stdout is the MCP channel: logs go to stderr only
+    try:
+        from .mcp_server import Config, serve
+    except ImportError as e:
+        print(f"profd: the MCP server needs the mcp package: pip install 'profd[mcp]' ({e})", file=sys.stderr)
+        return 2
+    roots = [os.path.realpath(r) for r in (ns.root or ["."])]
+    for r in roots:
+        if not os.path.isdir(r):
+            print(f"profd: --root {r}: not a folder", file=sys.stderr)
+            return 2
+    state = os.path.abspath(ns.state or default_state())
+    serve(Config(roots=roots, workspace=[os.path.realpath(w) for w in ns.workspace],
+                 find_daemon=(lambda: None) if ns.no_daemon else (lambda: running(state)),
+                 allow_workloads=ns.allow_workloads,
+                 workload_dir=os.path.abspath(ns.workload_dir) if ns.workload_dir else None))
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ns = _parser().parse_args(argv)
     return {"serve": cmd_serve, "start": cmd_start, "stop": cmd_stop,
-            "status": cmd_status}[ns.cmd](ns)
+            "status": cmd_status, "mcp": cmd_mcp}[ns.cmd](ns)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any, Optional
 import orjson
 
 from ...protocol import methods as M
+from ...protocol import types as T
 
 
 class RpcError(Exception):
@@ -121,3 +122,18 @@ async def with_client(doc: dict, fn):
 
 def status_sync(doc: dict) -> dict:
     return asyncio.run(with_client(doc, lambda c: c.request(M.STATUS, {}, timeout=10)))
+
+
+async def analyze(c: DaemonClient, path: str, workspace: list[str], path_map, disabled) -> Optional[T.Report]:
+    """The daemon's report for ``path`` with these options; None when the daemon refuses the path
+    (outside what it may read, or missing), so the caller can analyse in-process instead."""
+    try:
+        res = await c.request(M.ANALYZE, {
+            "path": os.path.abspath(path), "workspace": workspace,
+            "pathMap": [list(x) for x in path_map], "disabled": sorted(disabled)})
+    except RpcError as e:
+        if e.code in (M.ERR_FORBIDDEN_PATH, M.ERR_NOT_FOUND):
+            return None
+        raise
+    return T.report_from_builtins(res)
+
