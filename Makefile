@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-daemon install clean
+.PHONY: demo test bench bench-daemon corpus corpus-baseline install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,14 @@ bench: $(STAMP)
 
 bench-daemon: $(STAMP)
 	$(BIN)/python bench/daemon_bench.py $(BENCH_ARGS)
+
+# The real-trace corpus (examples/corpus/): per-rule precision/recall and location accuracy.
+corpus: $(STAMP)
+	$(BIN)/python bench/corpus.py $(CORPUS_ARGS)
+
+# Hold every expectation that passes now (tests/test_corpus.py fails when one of them regresses).
+corpus-baseline: $(STAMP)
+	$(BIN)/python bench/corpus.py --write-baseline --no-unjudged
 
 clean:
 	rm -rf $(VENV) build *.egg-info
