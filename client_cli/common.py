@@ -59,7 +59,7 @@ def exit_code(reports: list[T.Report], fail_on: str) -> int:
     return EXIT_FINDINGS if hit else EXIT_CLEAN
 
 
-def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
+def emit(reports: list[T.Report], form: str, color: bool, hints: bool, modules: bool = False) -> None:
     if form == "json":
         sys.stdout.buffer.write(fmt.json_doc(reports) + b"\n")
     elif form == "sarif":
@@ -68,6 +68,7 @@ def emit(reports: list[T.Report], form: str, color: bool, hints: bool) -> None:
         for r in reports:
             if r.error:
                 print(r.error, file=sys.stderr)
-        sys.stdout.write(fmt.text([r for r in reports if not r.error], color=color, show_hints=hints)
+        sys.stdout.write(fmt.text([r for r in reports if not r.error], color=color, show_hints=hints,
+                                  modules=modules)
                          if any(not r.error for r in reports) else "")
     sys.stdout.flush()

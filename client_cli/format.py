@@ -6,6 +6,7 @@ from typing import Iterable
 
 from ..protocol import types as T
 from ..protocol.catalog import RULES
+from ..server.engine.modules import render as render_modules
 from ..server.engine.sourcemap import source_line
 
 _COLOR = {"error": "\033[31m", "warning": "\033[33m", "information": "\033[36m", "hint": "\033[2m"}
@@ -21,7 +22,8 @@ def _rel(path: str) -> str:
         return path
 
 
-def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = False) -> str:
+def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = False,
+         modules: bool = False) -> str:
     out: list[str] = []
     for r in reports:
         if r.error:
@@ -32,6 +34,8 @@ def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = Fa
                 continue
             out.extend(_diag_lines(d, color))
         out.append(_summary_line(r))
+        if modules:
+            out.extend(render_modules(r.modules))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -41,6 +45,8 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
     where = f"{_rel(loc.path)}:{loc.line}:{loc.column}" if loc.line else _rel(loc.path or "?")
     sev = f"{_COLOR[d.severity]}{d.severity}{_RESET}" if color else d.severity
     lines = [f"{where}: {sev}[{d.code}] {d.message}"]
+    if loc.module:
+        lines.append(f"       = module: {loc.module}")
     if loc.line and loc.path and os.path.isfile(loc.path):
         src = source_line(loc.path, loc.line)
         if src is not None:
@@ -51,6 +57,19 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
         lines.append(f"       = note: line of the enclosing function ({loc.function}); "
                      "the statement was not recoverable")
     return lines
+
+
+def modules_text(reports: Iterable[T.Report], depth: int = 4) -> str:
+    """``profd-client modules``: each trace's module tree, hottest first."""
+    out: list[str] = []
+    for r in reports:
+        if r.error:
+            out.append(r.error)
+            continue
+        out.append(f"{_rel(r.trace.path)}:")
+        out.extend(render_modules(r.modules, depth=depth))
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
 
 
 def _summary_line(r: T.Report) -> str:

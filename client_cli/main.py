@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786): summarise "
                    "the rank traces of a job (files or a folder) there; prints the job report")
     a.add_argument("--workers", type=int, metavar="N", help="local processes for a job folder")
+    a.add_argument("--modules", action=argparse.BooleanOptionalAction, default=False,
+                   help="also print each trace's module tree (text output)")
+    _modules_subcommand(sub)
     _daemon_subcommands(sub)
     from . import jobs
 
@@ -39,6 +42,42 @@ def _parser() -> argparse.ArgumentParser:
 
     workload.add_subcommands(sub)  # run
     return p
+
+
+def _modules_subcommand(sub) -> None:
+    m = sub.add_parser("modules", help="the nn.Module tree of traces: GPU/CPU per module, hottest first")
+    m.add_argument("paths", nargs="+", metavar="PATH")
+    m.add_argument("--depth", type=int, default=4, help="levels of the tree to print (default 4)")
+    m.add_argument("--format", choices=["text", "json"], default="text")
+    m.add_argument("--no-daemon", action="store_true", help="analyse in this process")
+    m.add_argument("--workspace", action="append", default=[], metavar="DIR")
+    m.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
+    m.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
+    m.set_defaults(disable=[])
+
+
+def cmd_modules(ns) -> int:
+    """profd-client modules TRACE...: the module trees (the JSON is each report's ``modules``)."""
+    import msgspec
+
+    from . import format as fmt
+
+    workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
+    path_map = parse_path_map(ns.path_map)
+    if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
+        reports = analyze_local(ns.paths, workspace, path_map)
+    else:
+        reports = analyze_daemon(ns, workspace, path_map)
+    for r in reports:
+        if r.error:
+            print(r.error, file=sys.stderr)
+    good = [r for r in reports if not r.error]
+    if ns.format == "json":
+        sys.stdout.buffer.write(msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules}
+                                                                 for r in good]}) + b"\n")
+    elif good:
+        sys.stdout.write(fmt.modules_text(good, ns.depth))
+    return EXIT_ERROR if len(good) < len(reports) else EXIT_CLEAN
 
 
 def _daemon_subcommands(sub) -> None:
@@ -98,7 +137,7 @@ def cmd_analyze(ns) -> int:
     else:
         reports = analyze_daemon(ns, workspace, path_map)
     color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
-    emit(reports, ns.format, color, ns.hints)
+    emit(reports, ns.format, color, ns.hints, ns.modules)
     return exit_code(reports, ns.fail_on)
 
 
@@ -107,6 +146,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if ns.cmd == "analyze":
             return cmd_analyze(ns)
+        if ns.cmd == "modules":
+            return cmd_modules(ns)
         if ns.cmd in ("diff", "annotate"):
             from . import jobs
 

@@ -29,6 +29,8 @@ class Location(Struct):
     precision: Precision = "trace"
     function: Optional[str] = None
     trace_path: Optional[str] = None  # the path as the trace named it, before mapping
+    module: Optional[str] = None  # the nn.Module the work ran in, when known ("GPT2Attention.c_attn")
+    library: bool = False  # a line of library code (transformers, torchvision), not the user's
 
 
 class Diagnostic(Struct):
@@ -67,6 +69,60 @@ class HotLine(Struct):
     kernel_classes: dict[str, float] = {}
     top_kernels: list[KernelStat] = []
     bytes_allocated: int = 0
+
+
+class ModuleNode(Struct):
+    """One nn.Module instance in the module tree, summed over the active steps and inclusive of its
+    submodules (``gpu_self_us`` is what no submodule holds, so a node's ``gpu_us`` is its
+    ``gpu_self_us`` plus its children's). Backward time is charged through the ``fwdbwd`` flows."""
+
+    id: int
+    parent: int  # -1 at a root
+    path: str  # "TinyGPT.blocks.0.attn.qkv" from the source when readable, else classes: "GPT2Block[3]"
+    name: str  # the last part of ``path``
+    class_name: str
+    instance: str  # as the profiler named it: "GPT2Block_3"
+    depth: int
+    calls: int = 0
+    cpu_total_us: float = 0.0
+    cpu_self_us: float = 0.0  # forward CPU not inside a submodule
+    cpu_backward_us: float = 0.0
+    gpu_us: float = 0.0
+    gpu_forward_us: float = 0.0
+    gpu_backward_us: float = 0.0
+    gpu_self_us: float = 0.0
+    launches: int = 0
+    kernel_classes: dict[str, float] = {}  # class -> GPU µs
+    kernel_counts: dict[str, int] = {}  # class -> kernels run
+    top_kernels: list[KernelStat] = []
+    bytes_allocated: int = 0
+    children: list[int] = []  # hottest first
+    call_site: Optional[Location] = None  # the user line that calls it
+    source: Optional[Location] = None  # its forward's definition (``library`` when not user code)
+    outlier: Optional[str] = None  # how it is out of line with its siblings, when it is
+
+
+class ModuleGroup(Struct):
+    """Siblings of one class under one parent (``GPT2Block`` ×12): the same work, so comparable."""
+
+    parent: int
+    class_name: str
+    members: list[int]
+    gpu_median_us: float
+    gpu_min_us: float
+    gpu_max_us: float
+    outliers: list[int] = []  # nodes (members, or a member's submodule) out of line
+
+
+class ModuleTree(Struct):
+    available: bool
+    note: Optional[str] = None  # why there is no tree, or what it leaves out
+    steps: int = 1
+    gpu_us: float = 0.0  # all GPU time of the trace
+    module_gpu_us: float = 0.0  # the part under some module (forward or, via fwdbwd, backward)
+    nodes: list[ModuleNode] = []
+    roots: list[int] = []  # hottest first
+    groups: list[ModuleGroup] = []
 
 
 class Step(Struct):
@@ -109,6 +165,7 @@ class Report(Struct):
     summary: Optional[Summary] = None
     diagnostics: list[Diagnostic] = []
     hot_lines: list[HotLine] = []
+    modules: Optional[ModuleTree] = None
     error: Optional[str] = None  # set when the file could not be read as a trace
     profd_version: str = ""
 

@@ -24,6 +24,7 @@ from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES
 from .core import Core, PathError
+from ..engine.modules import top_modules
 from ..engine.sourcemap import source_lines
 
 log = logging.getLogger("profd.lsp")
@@ -108,7 +109,12 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str) -> L.Diagnostic:
         related_information=related or None, data={"key": key})
 
 
-def hover_markdown(h: T.HotLine, trace: str, findings: list[T.Diagnostic]) -> str:
+def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnostic],
+                   modules: list[T.ModuleNode] = (), steps: int = 1, where: str = "") -> str:
+    """A line's hover: its costs (``h``; None for a line whose work all ran in callees, such as a
+    call of a model written in the workspace) and the modules it calls, hottest first."""
+    if h is None:
+        return _modules_hover([f"**profd** · `{where}`"], trace, findings, modules, steps)
     out = [f"**profd** · `{os.path.basename(h.path)}:{h.line}` in `{h.function}`"
            + ("" if h.precision == "statement" else f" ({h.precision})"), ""]
     out.append(f"- CPU: {fmt_us(h.cpu_total_us)} total, {fmt_us(h.cpu_self_us)} self, "
@@ -132,6 +138,17 @@ def hover_markdown(h: T.HotLine, trace: str, findings: list[T.Diagnostic]) -> st
         for k in h.top_kernels[:5]:
             name = k.name if len(k.name) <= 80 else k.name[:77] + "..."
             out.append(f"- `{name}` ({k.kernel_class}): {k.count}×, {fmt_us(k.total_us)}")
+    return _modules_hover(out, trace, findings, modules, steps)
+
+
+def _modules_hover(out: list[str], trace: str, findings, modules, steps: int) -> str:
+    if modules:
+        out.append("")
+        out.append("Top modules (GPU per step, forward + backward):")
+        for nd in modules:
+            out.append(f"- `{nd.path}` ({nd.class_name}): {fmt_us(nd.gpu_us / steps)} = "
+                       f"{fmt_us(nd.gpu_forward_us / steps)} + {fmt_us(nd.gpu_backward_us / steps)}"
+                       + (f"; out of line: {nd.outlier}" if nd.outlier else ""))
     for d in findings:
         out.append("")
         out.append(f"**{d.severity}[{d.code}]** {d.message}")
@@ -293,11 +310,14 @@ def build_server(session: LspSession) -> LanguageServer:
         line = params.position.line + 1
         key, hots = core.hot_lines_for(source)
         h = next((x for x in hots if x.line == line), None)
-        if h is None:
+        tree = getattr(core.report(key), "modules", None) if key else None
+        mods = top_modules(tree, source, line)
+        if h is None and not mods:
             return None
         _, diags = core.diagnostics_for(source)
         here = [d for d in diags if d.location.line == line and d.location.path == source]
-        text = hover_markdown(h, core.meta[key].path, here)
+        text = hover_markdown(h, core.meta[key].path, here, mods, tree.steps if tree else 1,
+                              f"{os.path.basename(source)}:{line}")
         return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value=text),
                        range=L.Range(L.Position(line - 1, 0),
                                      L.Position(line - 1, line_len(source, line - 1))))

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
-from . import kernels, loader
+from . import kernels, loader, modules
 from .analyses import Analysis, analyse, verdict
 from .context import Context, Options
 from .loader import _scan, column, scanned
@@ -62,6 +62,7 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
     ctx = Context(model, analysis, info.path, options)
     hot = _hot_lines(ctx)
     ctx.hot = hot
+    tree = modules.build_tree(ctx)  # before the rules: it names the modules their findings cite
     diagnostics: list[Diagnostic] = []
     for code, check in load_all().items():
         if code in options.disabled:
@@ -73,7 +74,7 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
     diagnostics.sort(key=_diag_order)
     ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
-                  profd_version=__version__)
+                  modules=tree, profd_version=__version__)
 
 
 _SEV = {"error": 0, "warning": 1, "information": 2, "hint": 3}

@@ -12,7 +12,8 @@ from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
 from .loader import _scan, column
 from .model import TraceModel
-from .sourcemap import SourceMap
+from .modules import ModuleIndex, Place, describe, generic_name
+from .sourcemap import LibrarySources, SourceMap
 from .statements import StatementResolver
 
 
@@ -22,11 +23,20 @@ class Options:
     path_map: list[tuple[str, str]] = field(default_factory=list)
     disabled: set[str] = field(default_factory=set)  # rule codes not to run
     source_map: Optional[SourceMap] = None
+    # where installed libraries' sources are (None: this interpreter's site-packages; [] none):
+    # the module tree reads their classes to name modules by attribute (``transformer.h.3``)
+    library_roots: Optional[list[str]] = None
+    library_sources: Optional[LibrarySources] = None
 
     def sources(self) -> SourceMap:
         if self.source_map is None:
             self.source_map = SourceMap(self.workspace, self.path_map)
         return self.source_map
+
+    def libraries(self) -> LibrarySources:
+        if self.library_sources is None:
+            self.library_sources = LibrarySources(self.library_roots)
+        return self.library_sources
 
 
 @dataclass
@@ -93,10 +103,29 @@ class Context:
         return sum(s.dur for s in steps) / len(steps) if steps else 0.0
 
     def location(self, i: int) -> Location:
+        """Event i's user line (the trace when it has none), with the module it ran in."""
         key = self.line_key(i) if i >= 0 else None
         if key is None:
             return self.trace_location()
-        return self.location_of_key(key)
+        loc = self.location_of_key(key)
+        loc.module = self.module_of(i)
+        return loc
+
+    # ---- the module view ---------------------------------------------------------------------
+    def modules(self) -> ModuleIndex:
+        return ModuleIndex.of(self.model)
+
+    def module_of(self, i: int) -> Optional[str]:
+        """The module cpu event i ran in, as a user can act on it (``GPT2Attention.c_attn``), or
+        None outside every module (backward ops count in their forward op's module)."""
+        idx = self.modules()
+        k = idx.node_at(i)
+        return generic_name(idx, k) if k >= 0 else None
+
+    def modules_where(self, weighted: Iterable[tuple[int, float]]) -> Optional[Place]:
+        """Where most of some weighted cpu events ran (``(launch, GPU µs)`` pairs, say): the module,
+        its instances and share; prints as ``GPT2Attention.c_attn`` (12 instances, 40%)."""
+        return describe(self.modules(), weighted)
 
     def location_of_key(self, key: LineKey) -> Location:
         local = self.sources.resolve(key.trace_path)

@@ -92,6 +92,45 @@ class SourceMap:
         return self._by_name
 
 
+class LibrarySources:
+    """Library files installed here (this interpreter's site-packages, or the given roots), for
+    library frames: the trace's path after its ``site-packages/`` (as is when relative), joined
+    to each root. No suffix search: a site-packages tree is too large to index per trace."""
+
+    def __init__(self, roots: Optional[Iterable[str]] = None):
+        if roots is None:
+            import site
+            import sysconfig
+
+            found = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+            try:
+                found += site.getsitepackages() + [site.getusersitepackages()]
+            except AttributeError:  # some virtualenvs' site module
+                pass
+            roots = found
+        self.roots = list(dict.fromkeys(os.path.abspath(r) for r in roots if os.path.isdir(r)))
+        self._cache: dict[str, Optional[str]] = {}
+
+    def resolve(self, trace_path: str) -> Optional[str]:
+        hit = self._cache.get(trace_path, "")
+        if hit != "":
+            return hit
+        p = trace_path.replace("\\", "/")
+        for marker in ("site-packages/", "dist-packages/"):
+            if marker in p:
+                p = p.rsplit(marker, 1)[1]
+                break
+        found = None
+        if not os.path.isabs(p):
+            for root in self.roots:
+                cand = os.path.join(root, p)
+                if os.path.isfile(cand):
+                    found = cand
+                    break
+        self._cache[trace_path] = found
+        return found
+
+
 @lru_cache(maxsize=256)
 def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
     try:

@@ -225,7 +225,8 @@ class StatementResolver:
                 return int(m.group(1) or m.group(2))
         return None
 
-    def _tree(self, local: str) -> Optional[ast.AST]:
+    def tree(self, local: str) -> Optional[ast.AST]:
+        """The parsed file (once per resolver), None when it does not parse."""
         if local not in self._trees:
             # ast.parse is not thread-safe on CPython 3.11 ("AST constructor recursion depth
             # mismatch" under concurrent parses): the daemon and Dask workers analyse in threads
@@ -242,7 +243,7 @@ class StatementResolver:
         key = (local, line)
         hit = self._site_cache.get(key)
         if hit is None:
-            hit = self._site_cache[key] = _function_sites(self._tree(local), line)
+            hit = self._site_cache[key] = _function_sites(self.tree(local), line)
         return hit
 
     def _align(self, frame: int) -> dict[int, int]:

@@ -107,12 +107,14 @@ def fp32_matmul(ctx):
     lines: dict = {}
     fp32 = 0.0
     names: dict[str, float] = {}
+    launches: list[tuple[int, float]] = []
     for g, e in enumerate(m.gpu):
         if a.gpu_class[g] != K.GEMM or not K.is_fp32_simt_gemm(e.name):
             continue
         fp32 += e.dur
         names[e.name] = names.get(e.name, 0.0) + e.dur
         li = m.launcher[g]
+        launches.append((li, e.dur))
         k = ctx.line_id(li)
         lines.setdefault(k, [0.0, li])[0] += e.dur
     if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
@@ -120,12 +122,14 @@ def fp32_matmul(ctx):
     top_line = max(lines.items(), key=lambda kv: kv[1][0])
     li = top_line[1][1]
     top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    where = ctx.modules_where(launches)  # most of the fp32 GEMM time, by module
     yield ctx.diag(
         "fp32-matmul",
         f"{pct(100 * fp32 / total)} of GPU time ({us(fp32)}) is fp32 GEMMs on CUDA cores, not tensor "
-        f"cores: {', '.join(K.short_name(n, 50) for n, _ in top)}",
+        f"cores" + (f", the largest part in {where}" if where else "") + f": {', '.join(K.short_name(n, 50) for n, _ in top)}",
         ctx.location(li) if li >= 0 else ctx.trace_location(),
         evidence={"fp32_gemm_us": r3(fp32), "share": r3(fp32 / total), "kernels": [n for n, _ in top],
+                  "module": where.name if where else None,
                   "lines": len(lines), "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None},
         fix="enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True or "
             "torch.set_float32_matmul_precision('high')) or run the model under "

@@ -1,0 +1,164 @@
+"""The module tree (engine/modules.py) on real traces with ``nn.Module`` frames: names from the
+model's source, GPU time forward and backward per module summing to its parent's, repeated blocks
+compared, findings naming their module, the CLI and the hover showing it."""
+import os
+import statistics
+import subprocess
+import sys
+
+from conftest import ROOT, SRC, report_of, trace
+
+from profd.server.engine import Options, analyze_file
+from profd.server.engine.loader import load
+from profd.server.engine.model import build
+from profd.server.engine.modules import OUTLIER_RATIO, render, top_modules
+
+
+def nodes_by_path(tree):
+    return {nd.path: nd for nd in tree.nodes}
+
+
+def independent_module_gpu(path: str, root_class: str) -> tuple[float, float]:
+    """(forward, backward) GPU µs of the kernels launched inside a root module's calls, found
+    without the module index: a launch inside one of the root's marker spans on its thread, or a
+    backward launch whose fwdbwd forward op is."""
+    m = build(load(path)[0])
+    spans = [(m.thread[i], e.ts, e.ts + e.dur) for i, e in enumerate(m.cpu)
+             if e.cat == "python_function" and e.name.startswith(f"nn.Module: {root_class}_")]
+
+    def inside(i):
+        e = m.cpu[i]
+        return any(t == m.thread[i] and a <= e.ts and e.ts + e.dur <= b + 0.01 for t, a, b in spans)
+
+    fwd = bwd = 0.0
+    for g, ge in enumerate(m.gpu):
+        li = m.launcher[g]
+        if li < 0:
+            continue
+        if m.is_backward(li):
+            if inside(m.fwd_of[li]):
+                bwd += ge.dur
+        elif inside(li):
+            fwd += ge.dur
+    return fwd, bwd
+
+
+def test_tinygpt_tree_names_every_block_by_attribute_and_sums_to_the_model():
+    tree = report_of("tinygpt_naive").modules
+    assert tree.available
+    by = nodes_by_path(tree)
+    (root,) = [tree.nodes[r] for r in tree.roots]
+    assert root.path == "TinyGPT"
+    blocks = [by[f"TinyGPT.blocks.{k}"] for k in range(4)]  # the ModuleList, named from __init__
+    for b in blocks:
+        assert b.class_name == "Block" and b.calls == tree.steps  # once per step
+        assert b.gpu_forward_us > 0 and b.gpu_backward_us > b.gpu_forward_us  # training: bwd ~2x fwd
+        assert abs(b.gpu_us - (b.gpu_forward_us + b.gpu_backward_us)) < 0.01
+        assert {"TinyGPT.blocks.%d.%s" % (blocks.index(b), s) for s in ("attn", "mlp", "ln1", "ln2")} <= set(by)
+        assert by[f"{b.path}.attn.qkv"].class_name == "Linear"
+    # every node's GPU time is its own plus its children's, down the tree
+    for nd in tree.nodes:
+        kids = sum(tree.nodes[c].gpu_us for c in nd.children)
+        assert abs(nd.gpu_us - nd.gpu_self_us - kids) < 0.01 * (1 + len(nd.children))
+    # and the root's matches the kernels found under its calls without the module index
+    fwd, bwd = independent_module_gpu(trace("tinygpt_naive"), "TinyGPT")
+    assert abs(root.gpu_forward_us - fwd) < 0.01 and abs(root.gpu_backward_us - bwd) < 0.01
+    assert root.gpu_us <= tree.gpu_us and tree.module_gpu_us == root.gpu_us
+    # identical blocks: none is out of line
+    (g,) = [g for g in tree.groups if g.class_name == "Block"]
+    assert g.members == [b.id for b in blocks] and g.outliers == []
+    assert max(b.gpu_us for b in blocks) < OUTLIER_RATIO * statistics.median(b.gpu_us for b in blocks)
+
+
+def test_without_the_source_modules_are_named_by_class_and_position():
+    r = analyze_file(trace("tinygpt_naive"), Options(workspace=[], library_roots=[]))
+    by = nodes_by_path(r.modules)
+    assert "TinyGPT.Block[3].Attention.Linear[0]" in by  # qkv: the first Linear the Attention calls
+    assert by["TinyGPT.Block[3].Attention.Linear[0]"].instance.startswith("Linear_")
+    named = report_of("tinygpt_naive").modules
+    # the same numbers whatever the names
+    assert sorted(nd.gpu_us for nd in r.modules.nodes) == sorted(nd.gpu_us for nd in named.nodes)
+
+
+def test_sequential_children_are_named_by_position_and_findings_name_their_module():
+    r = report_of("conv_bias_bn")
+    by = nodes_by_path(r.modules)
+    assert by["Sequential.0"].class_name == "Conv2d" and by["Sequential.1"].class_name == "BatchNorm2d"
+    (d,) = [d for d in r.diagnostics if d.code == "conv-bias-before-bn"]
+    assert d.location.module == "Sequential.Conv2d"
+
+
+def test_fp32_gemm_finding_names_the_module_with_most_of_that_time():
+    r = report_of("tinygpt_naive")
+    (d,) = [d for d in r.diagnostics if d.code == "fp32-matmul"]
+    mod = d.evidence["module"]
+    assert f"`{mod}`" in d.message
+    owner, attr = mod.split(".")
+    assert any(nd.name == attr and r.modules.nodes[nd.parent].class_name == owner
+               for nd in r.modules.nodes if nd.parent >= 0)
+
+
+def test_repeated_layers_with_the_same_kernels_are_compared_and_the_odd_one_flagged():
+    # DDP with 4 MB buckets: the all-reduce of each bucket overlaps the backward GEMMs of the layers
+    # before it; the last Linear's backward runs first, with nothing beside it, and is faster.
+    tree = report_of("ddp_overlap_rank0").modules
+    (g,) = [g for g in tree.groups if g.class_name == "Linear"]
+    assert g.outliers
+    for k in g.outliers:
+        nd = tree.nodes[k]
+        peers = [tree.nodes[m] for m in g.members if tree.nodes[m].kernel_counts == nd.kernel_counts]
+        med = statistics.median(p.gpu_us for p in peers)
+        assert nd.outlier and (nd.gpu_us >= OUTLIER_RATIO * med or nd.gpu_us * OUTLIER_RATIO <= med)
+    # the first Linear skips its input gradient (one GEMM fewer): different work, not compared
+    first = tree.nodes[g.members[0]]
+    assert first.kernel_counts["gemm"] < tree.nodes[g.members[1]].kernel_counts["gemm"]
+    assert first.id not in g.outliers
+    # with 8192-row batches the GEMMs dominate: no layer out of line
+    big = report_of("ddp_overlap_b8192_rank0").modules
+    assert all(not g.outliers for g in big.groups) and big.groups
+
+
+def test_a_trace_without_module_frames_says_so():
+    nostack = report_of("seed_n1024_bf16_nostack").modules
+    assert not nostack.available and "with_stack" in nostack.note
+    plain = report_of("seed_n64_bf16").modules  # stacks, but a bare matmul: no nn.Module
+    assert not plain.available and "nn.Module" in plain.note
+    assert render(plain) == [f"modules: {plain.note}"]
+
+
+def test_hover_of_the_line_that_calls_the_model_lists_its_top_modules():
+    from profd.server.daemon.lsp import hover_markdown
+
+    r = report_of("tinygpt_naive")
+    root = r.modules.nodes[r.modules.roots[0]]
+    site = root.call_site
+    assert site.precision == "statement" and "model(" in open(site.path).read().splitlines()[site.line - 1]
+    top = top_modules(r.modules, site.path, site.line)
+    assert top[0] is root and {nd.parent for nd in top[1:]} == {root.id}
+    assert [nd.gpu_us for nd in top[1:]] == sorted((nd.gpu_us for nd in top[1:]), reverse=True)
+    # the model is the workspace's own code: its work lies on its own lines, and this line has no
+    # costs of its own, but its hover still lists the modules it calls
+    assert not [h for h in r.hot_lines if h.path == site.path and h.line == site.line and h.gpu_us]
+    text = hover_markdown(None, r.trace.path, [], top, r.modules.steps, "train_tinygpt.py:63")
+    assert "Top modules" in text and "`TinyGPT.blocks.0`" in text and "`TinyGPT`" in text
+
+
+def test_cli_modules_subcommand_and_analyze_flag():
+    env = dict(os.environ, PROFD_NO_DAEMON="1")
+    cmd = [sys.executable, "-m", "profd.client_cli.main"]
+    out = subprocess.run(cmd + ["modules", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive"),
+                                trace("seed_n64_bf16")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "blocks.0 [Block]" in out.stdout and "blocks.3 [Block]" in out.stdout
+    assert "no module frames" in out.stdout
+    plain = subprocess.run(cmd + ["analyze", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive")],
+                           capture_output=True, text=True, env=env, cwd=ROOT)
+    with_tree = subprocess.run(cmd + ["analyze", "--no-daemon", "--modules", "--workspace", SRC,
+                                      trace("tinygpt_naive")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert "blocks.0 [Block]" not in plain.stdout and "blocks.0 [Block]" in with_tree.stdout
+    js = subprocess.run(cmd + ["modules", "--no-daemon", "--format", "json", trace("conv_bias_bn")],
+                        capture_output=True, text=True, env=env, cwd=ROOT)
+    import json
+
+    (doc,) = json.loads(js.stdout)["modules"]
+    assert doc["tree"]["available"] and any(n["path"] == "Sequential.0" for n in doc["tree"]["nodes"])
