@@ -159,7 +159,9 @@ def _classes(m: TraceModel) -> list[str]:
     for g, e in enumerate(m.gpu):
         li = m.launcher[g]
         api = m.cpu[li].name if li >= 0 else None
-        key = (e.name, e.cat, api, queries and li >= 0 and _occupancy_before(m, li))
+        op = m.enclosing_op(li) if li >= 0 else -1
+        key = (e.name, e.cat, api, queries and li >= 0 and _occupancy_before(m, li),
+               m.cpu[op].name if op >= 0 else None)
         cls = memo.get(key)
         if cls is None:
             cls = memo[key] = kernels.classify(*key)

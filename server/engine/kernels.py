@@ -1,10 +1,27 @@
-"""Kernel classes from kernel-name families and launch-API patterns together.
+"""Kernel classes, from what a kernel computes: its name's family, the op that launched it, and the
+launch API, in that order.
 
-Names alone are not enough across stacks: Hopper's cuBLAS GEMMs are ``nvjet_sm90_*`` with no
-"gemm" in the name, launched by ``cuLaunchKernelEx``; fp32 GEMMs go through
-``cudaLaunchKernelExC`` after ``cudaFuncGetAttributes``; on Ampere-era stacks a GEMM launch was
-preceded by ``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` (the seed's signal). The name
-families win when they match; the launch pattern decides the rest.
+A kernel's demangled name is ``[void|<return type>] qualified::name<template args>(params)``. The
+family is read from the qualified name itself, not from anything in the template arguments or the
+parameter list: those name types and helpers (``fbgemm_gpu::FixedDivisor``, ``cublasGemvParams``,
+``ReduceAdd``) that say nothing about the work, and substring matches over the whole name put an
+fbgemm embedding lookup among the GEMMs and an FFT among the reductions. Two kinds of names carry
+their work in the template arguments and are read there:
+
+- generic launchers whose first template argument is the real kernel (``cutlass::Kernel2<
+  cutlass_80_simt_sgemm_...>``, ``cutlass::device_kernel<...>``);
+- ATen's elementwise launchers (``vectorized_elementwise_kernel<4, FillFunctor<float>, ...>``),
+  whose functor says whether they copy/fill memory or compute.
+
+Names that match no family (``cudnn::winograd::...Tiles``, ``fft2d_r2c_32x32``, old ``triton__0d1d``)
+take the class of the op that launched them (``aten::cudnn_convolution`` -> conv), and failing that
+the launch pattern: on Hopper/CUDA 13 library GEMMs come through ``cuLaunchKernelEx`` /
+``cudaLaunchKernelExC``; on Ampere-era stacks a GEMM launch was preceded by
+``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` (the seed's signal).
+
+``gemm_math`` says how a GEMM kernel multiplies (tensor cores in TF32/16-bit/8-bit/4-bit, fp32 FFMA
+on CUDA cores, matrix-vector), from the operand types its name declares: the accumulator type
+(``..._Fp32`` in ``bmm_MxE4m3_MxE2m1..._Fp32``) is not the math.
 """
 from __future__ import annotations
 
@@ -20,18 +37,45 @@ COPY = "copy"
 COMMUNICATION = "communication"
 OTHER = "other"
 
+CLASSES = (GEMM, ATTENTION, CONV, ELEMENTWISE, REDUCTION, COPY, COMMUNICATION, OTHER)
+
+# Name families, first match wins, matched against the qualified kernel name (no template args).
+# The order resolves overlaps: a collective's "AllReduce" is communication, not a reduction; cuDNN's
+# "implicit_gemm" is a convolution, not a GEMM; cuBLAS's "splitKreduce" finishes a GEMM.
 _FAMILIES = [
-    (COMMUNICATION, re.compile(r"nccl|ncclDevKernel|all_?reduce|all_?gather|reduce_?scatter|c10d", re.I)),
-    (ATTENTION, re.compile(r"flash|fmha|attention|sdpa|mha_", re.I)),
-    (CONV, re.compile(r"conv|wgrad|dgrad|implicit_?gemm|cudnn.*(fprop|bprop)", re.I)),
-    (GEMM, re.compile(r"gemm|nvjet|xmma|cutlass|cublas|s16816|h16816|s1688|h1688|wgmma|_mm_|matmul|"
-                      r"splitKreduce|triton_tem|dot_kernel|gemv", re.I)),
-    (REDUCTION, re.compile(r"reduce|softmax|norm|cub::|argmax|argmin|scan|sort|topk|cross_entropy|"
-                           r"nll_loss|welford|triton_red|triton_per|sum_kernel|mean_kernel|radix", re.I)),
-    (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill",
-                      re.I)),
-    (ELEMENTWISE, re.compile(r"elementwise|functor|triton_poi|pointwise|unary|binary|where|"
-                             r"gelu|relu|silu|dropout|lerp|addcdiv|adam|sgd|fused_", re.I)),
+    (COMMUNICATION, re.compile(r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
+                               r"all_?to_?all|sendrecv", re.I)),
+    (ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|(^|_|::)mha_", re.I)),
+    (CONV, re.compile(r"conv|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::", re.I)),
+    # "(?<!fb)": fbgemm_gpu is Meta's embedding/sparse library, not a GEMM
+    (GEMM, re.compile(r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|splitKreduce|wgmma|triton_tem|"
+                      r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)", re.I)),
+    (REDUCTION, re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|radix_?sort|argm(ax|in)|"
+                           r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
+                           r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool", re.I)),
+    (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
+                      r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat", re.I)),
+    (ELEMENTWISE, re.compile(r"elementwise|triton_poi|pointwise|unary|binary|where|gelu|relu|silu|dropout|"
+                             r"lerp|addcdiv|adam|sgd|fused_|multi_tensor_apply|foreach|scal_kernel|triu_tril|"
+                             r"philox|bernoulli|distribution", re.I)),
+]
+
+# Generic launchers whose first template argument names the real kernel.
+_WRAPPERS = re.compile(r"^cutlass\w*::(Kernel2?|device_kernel)$|kernel_wrapper", re.I)
+# ATen's elementwise launchers: the functor in the template args says copy/fill or compute.
+_ATEN_ELEMENTWISE = re.compile(r"(^|::)(vectorized_|unrolled_)?elementwise_kernel(_with_index)?$")
+_COPY_FUNCTOR = re.compile(r"copy|FillFunctor|fill_kernel", re.I)
+
+# The class of the op that launched a kernel, for names that match no family (aten op names).
+_OP_FAMILIES = [
+    (COMMUNICATION, re.compile(r"^(c10d|nccl|gloo|record_param_comms)|all_?reduce|all_?gather|reduce_?scatter", re.I)),
+    (ATTENTION, re.compile(r"attention|flash|efficient_attention|cudnn_attention", re.I)),
+    (CONV, re.compile(r"conv", re.I)),
+    (GEMM, re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|dot|_addmm_activation)$")),
+    (REDUCTION, re.compile(r"norm|softmax|^aten::(sum|mean|max|min|amax|amin|argmax|argmin|sort|topk|cumsum|"
+                           r"std|var|logsumexp|nll_loss|cross_entropy)", re.I)),
+    (COPY, re.compile(r"^aten::(copy_|_to_copy|to|clone|contiguous|cat|index|index_select|gather|scatter|"
+                      r"embedding|fill_|zero_|zeros|ones|full)", re.I)),
 ]
 
 # Launch APIs that, on the stacks measured, launch library GEMMs rather than ATen elementwise code.
@@ -39,10 +83,52 @@ GEMM_LAUNCH_APIS = frozenset({"cuLaunchKernelEx", "cudaLaunchKernelExC"})
 OCCUPANCY_QUERY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 
 
+@functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred kernel names endlessly
+def parse_name(name: str) -> tuple[str, str]:
+    """(qualified kernel name, the template arguments that follow it), from a demangled name:
+    ``void at::native::(anonymous namespace)::foo<float, 4>(float*)`` -> ``("at::native::foo", "float, 4")``;
+    ``std::enable_if<!(false), void>::type internal::gemvx::kernel<int, ...>(...)`` ->
+    ``("internal::gemvx::kernel", "int, ...")`` (a return type's template is not the kernel's)."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    depth, flat, groups, cur, at = 0, [], [], [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                cur, at = [], len(flat)
+                continue
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append((at, "".join(cur)))
+                continue
+        elif ch == "(" and depth == 0 and flat:
+            break  # the parameter list
+        if depth:
+            cur.append(ch)
+        else:
+            flat.append(ch)
+    head = "".join(flat).rstrip()
+    start = head.rfind(" ") + 1
+    targs = [g for pos, g in groups if pos >= start]
+    return head[start:], targs[-1] if targs else ""
+
+
+def _family(text: str) -> str:
+    for cls, rx in _FAMILIES:
+        if rx.search(text):
+            return cls
+    return OTHER
+
+
 _class_cache: dict[str, str] = {}
 
 
 def classify_name(name: str, cat: str = "kernel") -> str:
+    """The class a kernel's name alone gives (OTHER when it says nothing)."""
     if cat == "gpu_memcpy" or cat == "gpu_memset":
         return COPY
     cls = _class_cache.get(name)
@@ -55,37 +141,109 @@ def classify_name(name: str, cat: str = "kernel") -> str:
 
 
 def _classify(name: str) -> str:
-    for cls, rx in _FAMILIES:
-        if rx.search(name):
-            return cls
+    base, targs = parse_name(name)
+    if _WRAPPERS.search(base) and targs:
+        inner = _family(targs.split(",")[0])
+        if inner != OTHER:
+            return inner
+    if _ATEN_ELEMENTWISE.search(base):
+        return COPY if _COPY_FUNCTOR.search(targs) else ELEMENTWISE
+    return _family(base)
+
+
+def op_class(op: str | None) -> str:
+    """The class of the aten op that launched a kernel (OTHER when it says nothing)."""
+    if op:
+        for cls, rx in _OP_FAMILIES:
+            if rx.search(op):
+                return cls
     return OTHER
 
 
-def classify(name: str, cat: str, launch_api: str | None, occupancy_before: bool) -> str:
-    """Class of one GPU event, using the launch pattern when the name says nothing."""
+def classify(name: str, cat: str, launch_api: str | None, occupancy_before: bool, op: str | None = None) -> str:
+    """Class of one GPU event: its name's family, else its launching op's, else the launch pattern."""
     cls = classify_name(name, cat)
-    if cls == OTHER and (launch_api in GEMM_LAUNCH_APIS or occupancy_before):
+    if cls != OTHER:
+        return cls
+    cls = op_class(op)
+    if cls != OTHER:
+        return cls
+    if launch_api in GEMM_LAUNCH_APIS or occupancy_before:
         return GEMM
-    return cls
+    return OTHER
 
 
-_TC_MARKERS = re.compile(r"tensorop|tf32|bf16|f16|h16|s16816|s1688|hmma|wgmma|gmma|nvjet|_e4m3|_e5m2|i8", re.I)
-_FP32_MARKERS = re.compile(r"sgemm|f32f32|ffma|fp32|_simt_|float32", re.I)
+# ---- how a GEMM multiplies -----------------------------------------------------------------------
+
+TENSOR_CORE = "tensor-core"
+FP32_SIMT = "fp32-simt"
+FP64 = "fp64"
+COMPLEX = "complex"
+GEMV = "gemv"
+UNKNOWN = "unknown"
+
+# Operand types and instruction families that run on tensor cores (NVIDIA mma/wgmma, AMD MFMA):
+# TF32, fp16/bf16, fp8 (e4m3/e5m2), fp4/fp6 (e2m1, e3m2, e2m3), int8, block-scaled MX/NV formats.
+_TC = re.compile(r"tf32|bf16|bfloat16|(^|[^a-z])f16|fp16|half|hmma|imma|wgmma|gmma|tensorop|nvjet|"
+                 r"[shi]\d{3,5}gemm|e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0|fp8|fp4|mxf\d|nvf4|(^|_)i8|int8|"
+                 r"_MI\d+x\d+x\d+", re.I)
+# fp32 multiplies on CUDA cores: BLAS's s-prefix GEMMs, FFMA kernels, CUTLASS SIMT kernels.
+_SIMT = re.compile(r"sgemm|ffma|simt", re.I)
 
 
-@functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred kernel names endlessly
+@functools.lru_cache(maxsize=8192)
+def gemm_math(name: str) -> str:
+    """How a GEMM kernel multiplies, from the operand types and instructions its name declares:
+    ``tensor-core``, ``fp32-simt`` (fp32 FFMA on CUDA cores), ``fp64``, ``complex``, ``gemv``
+    (matrix-vector or rank-1: bandwidth-bound, tensor cores would not help) or ``unknown``."""
+    base, targs = parse_name(name)
+    text = base + " " + targs.split(",")[0] if _WRAPPERS.search(base) else base
+    if re.search(r"gemv|gemmk1|gemmSN", base, re.I):
+        return GEMV
+    if _TC.search(text):
+        return TENSOR_CORE
+    if re.search(r"(^|_)(z|gc|c)gemm|zgemm|cgemm", text, re.I):
+        return COMPLEX
+    if re.search(r"(^|_)dgemm|f64|fp64|double", text, re.I):
+        return FP64
+    if _SIMT.search(text):
+        return FP32_SIMT
+    return UNKNOWN
+
+
 def is_fp32_simt_gemm(name: str) -> bool:
     """An fp32 GEMM kernel that runs on CUDA cores (FFMA/SIMT), not tensor cores."""
-    if not _FP32_MARKERS.search(name):
-        return False
-    # ``sm80_xmma_gemm_f32f32_..._ffma_`` is FFMA; ``..._tf32f32_...`` or ``tensorop_s1688`` is TF32 on TCs
-    if re.search(r"tf32|tensorop|s1688|hmma", name, re.I):
-        return False
-    return True
+    return gemm_math(name) == FP32_SIMT
+
+
+_ALIGN = re.compile(r"align(\d+)", re.I)
+
+
+def gemm_fallback(name: str, elem_bytes: int) -> str | None:
+    """Why a GEMM kernel is a fallback for unaligned operands, or None when nothing says so.
+
+    Evidence from the name: CUDA-core math (``fp32-simt``) where the inputs could use tensor cores,
+    or a declared operand alignment (CUTLASS/xmma ``alignN``, in elements) under 16 bytes: cuBLAS
+    picks those when a leading dimension is not a multiple of 16 bytes (8 fp16/bf16 elements), as
+    ``cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1`` for a 4095-wide bf16 matrix on
+    the H200, where the aligned twin runs ``nvjet_sm90_*``, 5.6x faster."""
+    if gemm_math(name) == FP32_SIMT:
+        return "runs on CUDA cores, not tensor cores"
+    base, targs = parse_name(name)
+    text = base + " " + targs.split(",")[0] if _WRAPPERS.search(base) else base
+    al = [int(x) for x in _ALIGN.findall(text)]
+    if al and min(al) * elem_bytes < 16:
+        return f"an align{min(al)} kernel ({min(al) * elem_bytes}-byte operands)"
+    return None
 
 
 def short_name(name: str, limit: int = 80) -> str:
-    """A readable kernel name: templates cut, ``void`` dropped."""
+    """A readable kernel name: templates cut, ``void`` dropped; a generic launcher shows the kernel
+    it wraps (``cutlass_80_simt_sgemm_256x128_8x4_nn_align1``, not ``cutlass::Kernel2<…>``)."""
+    base, targs = parse_name(name)
+    if _WRAPPERS.search(base) and targs:
+        inner = targs.split(",")[0].strip()
+        return inner if len(inner) <= limit else inner[: limit - 1] + "…"
     n = name[5:] if name.startswith("void ") else name
     depth, out = 0, []
     for ch in n:

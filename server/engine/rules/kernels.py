@@ -2,11 +2,12 @@
 ``launch-storm``."""
 from __future__ import annotations
 
+import math
 
 from .. import kernels as K
 from ..analyses import covered
 from . import rule
-from .util import shapes, median, pct, quantile, r3, us
+from .util import inputs, median, pct, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_P90_RATIO = 1.25  # p90 over p50
@@ -138,13 +139,47 @@ def fp32_matmul(ctx):
     )
 
 
+def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
+    """(M, K, N) of a GEMM op as its kernel sees them, from its ``record_shapes`` inputs: the
+    leading dimensions of an N-d input multiply into M (``linear`` on ``[16, 559, 1024]`` is
+    M = 8944), batched ops keep their batch apart; None when the shapes do not say."""
+    def mat(k):
+        return dims[k] if len(dims) > k and dims[k] is not None and len(dims[k]) >= 1 else None
+
+    if name in ("aten::mm", "aten::bmm"):
+        a, b = mat(0), mat(1)
+    elif name in ("aten::addmm", "aten::baddbmm"):
+        a, b = mat(1), mat(2)
+    elif name == "aten::linear":
+        x, w = mat(0), mat(1)
+        if x is None or w is None or len(w) != 2:
+            return None
+        return math.prod(x[:-1]), x[-1], w[0]
+    elif name == "aten::matmul":
+        a, b = mat(0), mat(1)
+        if a is not None and b is not None and len(b) <= 2:
+            n = b[-1] if len(b) == 2 else 1
+            return math.prod(a[:-1]), a[-1], n
+    else:
+        return None
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return None
+    return a[-2], a[-1], b[-1]
+
+
 @rule("misaligned-dims")
 def misaligned_dims(ctx):
-    """Evidence: fp16/bf16 GEMM ops (``record_shapes``) with a dimension that is not a multiple
-    of 8, and the GPU time of their kernels.
+    """Evidence: fp16/bf16 GEMM ops (``record_shapes``) whose M, K or N, as the kernel sees them
+    (the leading dimensions of an N-d input multiplied into M), is not a multiple of 8, and whose
+    kernels show the fallback: a declared operand alignment under 16 bytes (``..._align1``) or
+    CUDA-core math; with the GPU time of their kernels.
 
-    Threshold: such GEMMs hold 1% of GPU time or more. Tensor-core GEMM tiles want M, N, K in
-    multiples of 8 (16 bytes of fp16/bf16); odd sizes fall back to slower kernels or padding.
+    Threshold: such GEMMs hold 1% of GPU time or more. A dimension of 1 is never counted (a
+    decode step's ``[1, 1, 768] x [768, 32000]`` is a matrix-vector product, not a misaligned
+    GEMM), nor an odd size whose kernel stayed on the fast path (cuBLAS pads M itself). On the
+    H200 a 4095-wide bf16 GEMM ran ``cutlass_75_tensorop_..._align1`` where the 4096-wide twin ran
+    ``nvjet_sm90_*``, 5.6x faster: tensor-core GEMM tiles want 16-byte aligned leading
+    dimensions, 8 fp16/bf16 elements.
     """
     m, a = ctx.model, ctx.a
     total = a.cuda_total_us or 0.0
@@ -157,28 +192,38 @@ def misaligned_dims(ctx):
             continue
         if m.enclosing_op(i) >= 0 and m.cpu[m.enclosing_op(i)].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
-        mats, types = shapes(e)
-        if not mats or not any(h in t for t in types for h in _HALF_TYPES):
+        dims, types = inputs(e)
+        if not any(h in t for t in types for h in _HALF_TYPES):
             continue
-        bad = sorted({x for d in mats for x in d[-2:] if x % 8})
+        mkn = gemm_mkn(e.name, dims)
+        if mkn is None:
+            continue
+        bad = sorted({x for x in mkn if x > 1 and x % 8})
         if not bad:
             continue
-        gpu_us = sum(m.gpu[g].dur for g in m.gpu_under(i))
+        gemms = [g for g in m.gpu_under(i) if a.gpu_class[g] == K.GEMM]
+        why = next((r for r in (K.gemm_fallback(m.gpu[g].name, 2) for g in gemms) if r), None)
+        if why is None:
+            continue
+        gpu_us = sum(m.gpu[g].dur for g in gemms)
         k = ctx.line_id(i)
-        f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "dims": mats, "bad": set()})
+        f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "mkn": mkn, "bad": set(), "why": why,
+                                 "kernel": m.gpu[gemms[0]].name})
         f["gpu_us"] += gpu_us
         f["bad"].update(bad)
     for k, f in found.items():
         if f["gpu_us"] < MISALIGNED_SHARE * total:
             continue
+        mm, kk, nn = f["mkn"]
         yield ctx.diag(
             "misaligned-dims",
-            f"{m.cpu[f['op']].name} on {' x '.join(str(d) for d in f['dims'])} in 16-bit precision: "
-            f"{', '.join(map(str, sorted(f['bad'])))} not a multiple of 8; its kernels take "
+            f"{m.cpu[f['op']].name} with M×K×N = {mm}×{kk}×{nn} in 16-bit precision: "
+            f"{', '.join(map(str, sorted(f['bad'])))} not a multiple of 8, and cuBLAS fell back to "
+            f"{K.short_name(f['kernel'], 60)} ({f['why']}); its kernels take "
             f"{us(f['gpu_us'])} ({pct(100 * f['gpu_us'] / total)} of GPU time)",
             ctx.location(f["op"]),
-            evidence={"op": m.cpu[f["op"]].name, "dims": f["dims"], "misaligned": sorted(f["bad"]),
-                      "gpu_us": r3(f["gpu_us"])},
+            evidence={"op": m.cpu[f["op"]].name, "m": mm, "k": kk, "n": nn, "misaligned": sorted(f["bad"]),
+                      "kernel": f["kernel"], "fallback": f["why"], "gpu_us": r3(f["gpu_us"])},
             fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
                 "round the vocabulary up to a multiple of 64",
         )

@@ -37,11 +37,12 @@ def r3(v: float) -> float:
     return round(v, 3)
 
 
-def shapes(e) -> tuple[list[list[int]], list[str]]:
-    """An op's ``record_shapes`` inputs: the matrices (int lists of rank >= 2) and the dtype names.
+def inputs(e) -> tuple[list, list[str]]:
+    """An op's ``record_shapes`` inputs, position by position: each a list of non-negative ints
+    (a tensor's shape; ``[]`` for a scalar or an input that is not a tensor) and the dtype names.
 
     Foreign or corrupt traces put anything there (null, scalars, strings, nested nulls): whatever
-    is not a list of non-negative ints is dropped rather than trusted.
+    is not a list of non-negative ints becomes ``None`` rather than being trusted.
     """
     import msgspec
 
@@ -53,8 +54,14 @@ def shapes(e) -> tuple[list[list[int]], list[str]]:
         types = msgspec.json.decode(a.input_types) if a.input_types else []
     except (msgspec.DecodeError, RecursionError):
         return [], []
-    mats = [d for d in (dims if isinstance(dims, list) else [])
-            if isinstance(d, list) and len(d) >= 2
-            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40 for x in d)]
+    out = [d if isinstance(d, list)
+           and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40 for x in d) else None
+           for d in (dims if isinstance(dims, list) else [])]
     names = [t for t in (types if isinstance(types, list) else []) if isinstance(t, str)]
-    return mats, names
+    return out, names
+
+
+def shapes(e) -> tuple[list[list[int]], list[str]]:
+    """An op's ``record_shapes`` inputs that are matrices (rank >= 2), and the dtype names."""
+    dims, names = inputs(e)
+    return [d for d in dims if d is not None and len(d) >= 2], names
