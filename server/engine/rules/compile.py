@@ -16,19 +16,42 @@ def _regions(m):
     return [i for i in m.named(REGION) if m.cpu[i].cat == "cpu_op"]
 
 
+GRAPH_CALL = "## Call CompiledFxGraph"
+RESUME = "torch_dynamo_resume_in_"
+
+
+def graph_breaks(m, regions: list[int]) -> int:
+    """How many compiled graphs beyond the first one call of a compiled function runs, at most:
+    nested compiled regions, several ``## Call CompiledFxGraph`` under one region, or Dynamo's
+    ``torch_dynamo_resume_in_<fn>_at_<line>`` frames (the code after a break, compiled apart)."""
+    top = [r for r in regions if not any(m.cpu[a].name.startswith(REGION) for a in m.ancestors(r))]
+    most = 0
+    for r in top:
+        sub = m.subtree(r)
+        graphs = sum(1 for j in sub if m.cpu[j].name.startswith(GRAPH_CALL))
+        nested = sum(1 for j in sub if j != r and m.cpu[j].name.startswith(REGION))
+        most = max(most, graphs - 1, nested)
+    if any(fr.function.startswith(RESUME) for _, fr in m.frames.items()):
+        most = max(most, 1)
+    return most
+
+
 @rule("compile-overhead")
 def compile_overhead(ctx):
-    """Evidence: per call of a ``Torch-Compiled Region``, the wrapper's CPU time (the region and
-    its Dynamo cache lookup, minus the aten ops the compiled graph dispatches) against the GPU time
-    of the kernels it runs.
+    """Evidence: per call of a compiled function (an outermost ``Torch-Compiled Region``), the
+    wrapper's CPU time (the region and its Dynamo cache lookup, minus the aten ops the compiled
+    graph dispatches) against the GPU time of the kernels it runs.
 
-    Threshold: regions of at most 2 kernels per call whose wrapper costs more CPU time than their
-    GPU work. With one or two ops there is nothing to fuse, so the Dynamo/AOTAutograd/Inductor
-    wrappers are pure tax (the seed measured about 2x the eager CPU time).
+    Threshold: one or two kernels per call, whose wrapper costs more CPU time than their GPU work,
+    in a function Dynamo compiled whole. With one or two ops there is nothing to fuse, so the
+    Dynamo/AOTAutograd/Inductor wrappers are pure tax (the seed measured about 2x the eager CPU
+    time). A function that runs several graphs per call (graph breaks: nested regions, resume
+    frames, several ``CompiledFxGraph`` calls) has a different problem, ``compile-graph-break``'s;
+    a region that runs no kernel is not a GPU cost at all.
     """
     m = ctx.model
     regions = _regions(m)
-    if not regions:
+    if not regions or graph_breaks(m, regions):
         return
     wrapper = gpu = 0.0
     kernels = 0
@@ -45,7 +68,7 @@ def compile_overhead(ctx):
             gpu += m.gpu[g].dur
             kernels += m.gpu[g].cat == "kernel"
     n = len(regions)
-    if kernels / n > SMALL_REGION_KERNELS or wrapper <= gpu:
+    if kernels == 0 or kernels / n > SMALL_REGION_KERNELS or wrapper <= gpu:
         return
     yield ctx.diag(
         "compile-overhead",

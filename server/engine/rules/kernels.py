@@ -10,6 +10,7 @@ from . import rule
 from .util import inputs, median, pct, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
+JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
 JITTER_P90_RATIO = 1.25  # p90 over p50
 JITTER_MIN_SPREAD_US = 5.0  # and p90 - p50 at least this (timer and launch noise lie below)
 JITTER_MIN_LOST_SHARE = 0.01  # and the time above p50 is at least this share of GPU busy time
@@ -39,16 +40,59 @@ def kernel_class(ctx):
                    evidence={"classes_us": {c: r3(t) for c, t in per.items()}})
 
 
+def _module_of(m, i: int) -> int:
+    """The innermost ``nn.Module: Name_k`` frame (one per module instance) above cpu event i, or
+    above the forward op a backward op differentiates; -1 when the trace has none."""
+    for start in (i, m.fwd_of[i] if m.is_backward(i) else -1):
+        j = start
+        while j >= 0:
+            if m.cpu[j].cat == "python_function" and m.cpu[j].name.startswith("nn.Module: "):
+                return j
+            j = m.parent[j]
+    return -1
+
+
+def _problems(ctx, gs: list[int]) -> dict:
+    """One kernel configuration's runs split by the problem each one solved: the launching op's
+    input shapes when ``record_shapes`` is on; else the module instance that ran it (``with_stack``);
+    else its position among this kernel's launches in its step (a training step repeats the same
+    calls in the same order); else all runs together."""
+    m = ctx.model
+    by: dict = {}
+    seen: dict = {}
+    for g in gs:
+        li = m.launcher[g]
+        op = m.enclosing_op(li) if li >= 0 else -1
+        args = m.cpu[op].args if op >= 0 else None
+        if m.record_shapes and args is not None and args.input_dims:
+            key = ("shapes", bytes(args.input_dims))
+        else:
+            mod = _module_of(m, li) if li >= 0 else -1
+            step = m.step_at(m.cpu[li].ts) if li >= 0 else None
+            if mod >= 0:
+                key = ("module", m.cpu[mod].name)
+            elif step is not None:
+                n = seen[step.number] = seen.get(step.number, -1) + 1
+                key = ("ordinal", n)
+            else:
+                key = ("all",)
+        by.setdefault(key, []).append(g)
+    return by
+
+
 @rule("kernel-jitter")
 def kernel_jitter(ctx):
-    """Evidence: for one kernel configuration (name, grid, block, launching op, source line,
-    forward or backward) with enough samples, p50, p90 and max durations.
+    """Evidence: one kernel configuration (name, grid, block, launching op, source line, forward or
+    backward), its runs split by problem (the launching op's input shapes with ``record_shapes``;
+    else the module instance; else the launch's position in its step), each run compared with the
+    median of its own problem; p50, p90 and max of those ratios and of the durations.
 
-    Threshold: 10 samples or more, p90 at least 1.25x p50 and 5 µs above it (below that lies
-    timer and launch noise), and the time the slow runs spend above p50 at least 1% of the GPU's
-    busy time (else it cannot matter). On the H200 traces the same GEMM varies under 3% over 20-40
-    samples, which stays silent; a GEMM sharing its SMs with a side stream (p50 24 µs, p90 43 µs)
-    and the seed's Ampere traces (580 µs typical, 1000+ µs outliers) fire.
+    Threshold: 10 runs or more in problems of at least 3 runs, the runs' p90 at least 1.25x their
+    problem's median and 5 µs above it (below that lies timer and launch noise), and the time spent
+    above the medians at least 1% of the GPU's busy time (else it cannot matter). One kernel run
+    over layers of different sizes (ResNet's batch norm: p50 185 µs, p90 695 µs across layers) is
+    several problems, not jitter. On the H200 the same GEMM varies under 3% over 20-40 runs, which
+    stays silent; a GEMM sharing its SMs with a side stream (p50 24 µs, p90 43 µs) fires.
     """
     m = ctx.model
     groups: dict = {}
@@ -67,25 +111,41 @@ def kernel_jitter(ctx):
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
-        ds = [m.gpu[g].dur for g in gs]
-        p50, p90, mx = quantile(ds, 0.5), quantile(ds, 0.9), max(ds)
-        if p50 <= 0 or p90 < JITTER_P90_RATIO * p50 or p90 - p50 < JITTER_MIN_SPREAD_US:
+        runs = []  # (duration, its problem's median, gpu index)
+        problems = 0
+        for pgs in _problems(ctx, gs).values():
+            if len(pgs) < JITTER_MIN_PER_PROBLEM:
+                continue
+            med = median(m.gpu[g].dur for g in pgs)
+            problems += 1
+            runs.extend((m.gpu[g].dur, med, g) for g in pgs)
+        if len(runs) < JITTER_MIN_SAMPLES:
             continue
-        lost = sum(d - p50 for d in ds if d > p50)
+        ratios = [d / med for d, med, _ in runs if med > 0]
+        if len(ratios) < JITTER_MIN_SAMPLES:
+            continue
+        r50, r90 = quantile(ratios, 0.5), quantile(ratios, 0.9)
+        spread = quantile([d - med for d, med, _ in runs], 0.9)
+        if r90 < JITTER_P90_RATIO * max(r50, 1e-9) or spread < JITTER_MIN_SPREAD_US:
+            continue
+        lost = sum(d - med for d, med, _ in runs if d > med)
         if lost < JITTER_MIN_LOST_SHARE * ctx.a.busy_us:
             continue
+        ds = [d for d, _, _ in runs]
+        p50, p90, mx = quantile(ds, 0.5), quantile(ds, 0.9), max(ds)
         li = m.launcher[gs[0]]
-        slow = [g for g in gs if m.gpu[g].dur >= p90]
+        slow = [g for d, med, g in runs if med > 0 and d / med >= r90]
         shared = sum(1 for g in slow if covered(ctx.a.comm, m.gpu[g].ts, m.gpu[g].ts + m.gpu[g].dur) > 0)
         why = (f"; {shared} of the {len(slow)} slowest runs overlap collectives, which share the SMs"
                if shared * 2 >= len(slow) and shared else "")
         yield ctx.diag(
             "kernel-jitter",
-            f"{K.short_name(key[0], 60)} varies widely over {len(ds)} runs: p50 {us(p50)}, p90 {us(p90)}, "
-            f"max {us(mx)}; an average hides it{why}",
+            f"{K.short_name(key[0], 60)} varies widely on the same problem over {len(ds)} runs: p90 "
+            f"{r90:.2f}x the problem's median (p50 {us(p50)}, p90 {us(p90)}, max {us(mx)}); an average "
+            f"hides it{why}",
             ctx.location(li) if li >= 0 else ctx.trace_location(),
-            evidence={"kernel": key[0], "samples": len(ds), "p50_us": r3(p50), "p90_us": r3(p90),
-                      "lost_us": r3(lost),
+            evidence={"kernel": key[0], "samples": len(ds), "problems": problems, "p50_us": r3(p50),
+                      "p90_us": r3(p90), "p90_ratio": r3(r90), "lost_us": r3(lost),
                       "max_us": r3(mx), "min_us": r3(min(ds))},
             fix="check clocks and power (nvidia-smi -q -d CLOCK,PERFORMANCE), other processes on the "
                 "GPU, and thermal throttling; lock clocks for benchmarking",

@@ -16,6 +16,8 @@ SINGLE_TENSOR_FNS = ("_single_tensor_adam", "_single_tensor_adamw", "_single_ten
 UPDATE_OPS = {"aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::mul_", "aten::add_", "aten::sqrt",
               "aten::div_", "aten::sub_"}
 SINGLE_TENSOR_MIN_OPS = 20  # per-parameter update ops per step that give the loop away
+PAGEABLE_BYTES_PER_STEP = 1 << 20
+PAGEABLE_STEP_SHARE = 0.01
 DATALOADER_MARK = "enumerate(DataLoader)#"
 DATALOADER_STEP_SHARE = 0.10
 CONV_OPS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
@@ -27,10 +29,15 @@ BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batc
 @rule("pageable-memcpy")
 def pageable_memcpy(ctx):
     """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
-    them: count per step, bytes and time.
+    them: count per step, bytes, and the CPU time their copy calls block, against the step.
 
-    Threshold: any inside the steps. A pageable copy is staged through a driver buffer and
-    synchronises the host, so it can neither overlap compute nor be queued ahead.
+    Threshold: host->device copies issued by the user's own code (its frame makes the ``.to()``
+    call: a batch moved from pageable memory, the DataLoader's job to pin); else copies that
+    matter by size or time: 1 MiB per step, or copy calls blocking 1% of the step. A pageable
+    copy is staged through a driver buffer and blocks the host, so it neither overlaps compute nor
+    queues ahead (``non_blocking=True`` does nothing). A library's copies of a few bytes (0.02% of
+    the step) are not the user's to pin, and a device->host copy of a value is a read-back the CPU
+    waits for anyway (``host-sync``'s finding): pinning only pays there for bulk transfers.
     """
     m = ctx.model
     groups: dict = {}
@@ -41,12 +48,28 @@ def pageable_memcpy(ctx):
         if li >= 0 and m.step_at(m.cpu[li].ts) is None:
             continue
         k = ctx.line_id(li)
-        grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set()})
+        grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set(),
+                                    "user": False, "htod": False, "htod_cpu_us": 0.0})
         grp["n"] += 1
         grp["bytes"] += int(e.args.nbytes or 0) if e.args else 0
         grp["us"] += e.dur
         grp["cpu_us"] += m.cpu[li].dur if li >= 0 else 0.0
         grp["names"].add(e.name)
+        htod = "HtoD" in e.name
+        grp["htod"] = grp["htod"] or htod
+        grp["htod_cpu_us"] += m.cpu[li].dur if htod and li >= 0 else 0.0
+        if htod and li >= 0:
+            f = m.enclosing_frame(li)
+            grp["user"] = grp["user"] or (f >= 0 and m.frames[f].user)
+    step = ctx.mean_step_us
+    for k, grp in list(groups.items()):
+        per_step = grp["bytes"] / ctx.n_steps
+        blocked = grp["htod_cpu_us"] / ctx.n_steps  # a read-back's wait is the GPU queue, not staging
+        if grp["htod"] and (grp["user"] or (step > 0 and blocked >= PAGEABLE_STEP_SHARE * step)):
+            continue
+        if per_step >= PAGEABLE_BYTES_PER_STEP:
+            continue
+        del groups[k]
     for k, grp in groups.items():
         yield ctx.diag(
             "pageable-memcpy",
@@ -67,13 +90,17 @@ def _optimizer_steps(m):
 
 @rule("optimizer-foreach-off")
 def optimizer_foreach_off(ctx):
-    """Evidence: inside ``Optimizer.step``, the single-tensor implementation: its frame
-    (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update ops
-    (``aten::lerp_``, ``aten::addcdiv_`` ...) and no ``_foreach_``/``_fused_`` op.
+    """Evidence: inside ``Optimizer.step``, the single-tensor implementation on GPU parameters: its
+    frame (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update
+    ops (``aten::lerp_``, ``aten::addcdiv_`` ...) that each launch GPU work, and no grouped
+    implementation (``_foreach_``/``_fused_`` ops, or ``multi_tensor_apply`` kernels as apex's
+    ``FusedAdam`` launches).
 
-    Threshold: 20 or more per-parameter update ops per step with no foreach/fused op. The
-    single-tensor loop launches several kernels per parameter; foreach or fused implementations
-    launch a handful for all of them.
+    Threshold: 20 or more per-parameter update ops per step that launch kernels, with no grouped
+    op or kernel. The single-tensor loop launches several kernels per parameter; foreach or fused
+    implementations launch a handful for all of them. Only GPU parameters count: on the CPU there
+    is no launch to save, which is why torch picks the single-tensor path there itself, and ops
+    on CPU scalars (``FusedAdam``'s step counters) launch nothing.
     """
     m = ctx.model
     steps = _optimizer_steps(m)
@@ -82,6 +109,7 @@ def optimizer_foreach_off(ctx):
     names = set()
     update_ops = 0
     grouped = False
+    launched = False
     single_frame = None
     for i in steps:
         for j in m.subtree(i):
@@ -89,14 +117,17 @@ def optimizer_foreach_off(ctx):
             if e.cat == "cpu_op":
                 if e.name.startswith(("aten::_foreach_", "aten::_fused_")):
                     grouped = True
-                elif e.name in UPDATE_OPS:
+                elif e.name in UPDATE_OPS and m.gpu_under(j):
                     update_ops += 1
             fr = m.frames.get(j)
             if fr is not None and fr.function in SINGLE_TENSOR_FNS:
                 single_frame = fr
+        for g in m.gpu_under(i):
+            launched = True
+            grouped = grouped or "multi_tensor_apply" in m.gpu[g].name
         names.add(m.cpu[i].name.split("#", 1)[1].split(".")[0])
     per_step = update_ops / len(steps)
-    if grouped or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
+    if grouped or not launched or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
         return
     how = f"its frames run {single_frame.function}" if single_frame else \
         f"{per_step:.0f} per-parameter update ops per step and no _foreach_/_fused_ op"

@@ -1,0 +1,102 @@
+"""Kernel classes and GEMM math on real kernel names (tests/data/kernel_names.tsv: every distinct
+kernel name of the shipped traces and of the peer projects' traces in ../shared/peer-traces, see
+tests/data/README.md), and on the shipped traces themselves."""
+import glob
+import os
+
+import pytest
+
+from profd.server.engine import kernels as K
+from profd.server.engine import loader, model
+from profd.server.engine.analyses import analyse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE = os.path.join(ROOT, "tests", "data", "kernel_names.tsv")
+
+
+def _rows():
+    with open(TABLE, encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t", 3) for line in f if not line.startswith("#")]
+
+
+ROWS = _rows()
+
+
+def test_the_table_covers_every_family_and_every_gemm_math():
+    classes = {r[0] for r in ROWS}
+    assert classes >= {K.GEMM, K.CONV, K.ELEMENTWISE, K.REDUCTION, K.COPY, K.COMMUNICATION}
+    maths = {r[1] for r in ROWS if r[0] == K.GEMM}
+    assert maths >= {K.TENSOR_CORE, K.FP32_SIMT, K.GEMV, K.COMPLEX}
+    assert len({r[2].split("/")[0] for r in ROWS}) >= 2  # shipped and peer traces
+    assert len(ROWS) > 400
+
+
+@pytest.mark.parametrize("expected,math,source,name", ROWS, ids=[r[3][:60] for r in ROWS])
+def test_real_kernel_names(expected, math, source, name):
+    assert K.classify_name(name) == expected, (source, name)
+    if expected == K.GEMM:
+        assert K.gemm_math(name) == math, (source, name)
+
+
+def test_names_are_read_from_the_kernel_not_its_template_arguments():
+    # fbgemm's embedding kernels carry "gemm" in their namespace, cuBLAS's GEMV its params type,
+    # an FFT convolution helper "reduce" nowhere in its name: none of that is the kernel's work
+    by = {r[3]: r[0] for r in ROWS}
+    fbgemm = [n for n in by if n.startswith("void fbgemm_gpu::")]
+    assert fbgemm and all(by[n] != K.GEMM for n in fbgemm)
+    assert all(by[n] == K.COMMUNICATION for n in by if n.startswith("ncclDevKernel") or n.startswith("ncclKernel"))
+    fills = [n for n in by if "vectorized_elementwise_kernel<4, at::native::FillFunctor" in n]
+    adds = [n for n in by if "vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add" in n]
+    assert fills and adds and {by[n] for n in fills} == {K.COPY} and {by[n] for n in adds} == {K.ELEMENTWISE}
+
+
+def test_block_scaled_fp8_fp4_kernels_with_an_fp32_accumulator_are_tensor_core_gemms():
+    (name,) = [r[3] for r in ROWS if r[3].startswith("bmm_MxE4m3_MxE2m1")]
+    assert "_Fp32_" in name
+    assert K.classify_name(name) == K.GEMM and K.gemm_math(name) == K.TENSOR_CORE
+    assert not K.is_fp32_simt_gemm(name)
+
+
+def test_wrapped_cutlass_kernels_are_judged_by_the_kernel_they_wrap():
+    simt = [r[3] for r in ROWS if "cutlass::Kernel2<cutlass_80_simt_sgemm" in r[3]]
+    tc = [r[3] for r in ROWS if "cutlass::Kernel2<cutlass_75_tensorop_bf16" in r[3]]
+    assert simt and tc
+    assert all(K.gemm_math(n) == K.FP32_SIMT for n in simt)
+    assert all(K.gemm_math(n) == K.TENSOR_CORE for n in tc)
+    assert K.short_name(simt[0]).startswith("cutlass_80_simt_sgemm")
+    # the 4095-wide bf16 GEMM's fallback is an align1 kernel; the aligned twin's nvjet is not one
+    assert "align1" in K.gemm_fallback(tc[0], 2)
+    assert K.gemm_fallback("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 2) is None
+
+
+def test_the_launching_op_classes_names_that_say_nothing():
+    # a real trace: cuDNN's workspace init kernel has no family in its name; it runs for
+    # aten::convolution_backward, so it is convolution time
+    doc, _, _ = loader.load(os.path.join(ROOT, "examples", "recorded", "conv_bias_bn.json.gz"))
+    m = model.build(doc)
+    a = analyse(m)
+    hits = [g for g, e in enumerate(m.gpu) if "init_device_workspace_kernel" in e.name]
+    assert hits and all(K.classify_name(m.gpu[g].name) == K.OTHER for g in hits)
+    assert all(a.gpu_class[g] == K.CONV for g in hits)
+
+
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.gz"), recursive=True))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[os.path.relpath(p, ROOT) for p in SHIPPED])
+def test_classes_explain_the_gpu_time_of_every_shipped_trace(path):
+    try:
+        doc, _, _ = loader.load(path)
+    except loader.TraceError:
+        pytest.skip("not a trace this reader reads")
+    m = model.build(doc)
+    if not m.gpu:
+        return
+    a = analyse(m)
+    total = sum(e.dur for e in m.gpu) or 1.0
+    other = sum(e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER)
+    assert other <= 0.05 * total, sorted({K.short_name(e.name) for g, e in enumerate(m.gpu)
+                                          if a.gpu_class[g] == K.OTHER})
+    for g, e in enumerate(m.gpu):
+        if e.name.startswith("nccl"):
+            assert a.gpu_class[g] == K.COMMUNICATION
