@@ -77,12 +77,25 @@ def _summary_line(r: T.Report) -> str:
     if s is None:
         return f"{_rel(r.trace.path)}: no summary"
     busy = f"GPU busy {s.gpu_busy_pct:.1f}% of the active window" if s.gpu_busy_pct is not None else "no GPU events"
-    steps = ", ".join(f"{st.dur_us / 1000:.2f}" for st in s.steps[:8]) + (" …" if len(s.steps) > 8 else "")
+    steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if len(s.steps) > 8 else "")
     spark = sparkline([st.gpu_busy_us / st.dur_us if st.dur_us else 0 for st in s.steps])
     n = sum(1 for d in r.diagnostics if d.severity in ("error", "warning"))
     return (f"{_rel(r.trace.path)}: {s.verdict}: CPU total {_fmt_us(s.cpu_total_us)} vs CUDA total "
-            f"{_fmt_us(s.cuda_total_us)}; {busy}; {len(s.steps)} steps (ms: {steps})"
+            f"{_fmt_us(s.cuda_total_us)}; {busy}; {len(s.steps)} steps (ms: {steps}{_bound(s.steps)})"
             + (f" GPU busy/step {spark}" if spark else "") + f"; {n} warning(s)")
+
+
+def _bound(steps: list[T.Step]) -> str:
+    """Which side bounds the steps, and the CPU's ranges when the GPU's work outlasts them."""
+    if not steps:
+        return ""
+    gpu = [st for st in steps if st.bound == "gpu"]
+    if len(gpu) * 2 <= len(steps):
+        return "; CPU-bound"
+    cpu = sum(st.dur_us for st in gpu) / len(gpu)
+    work = sum(st.gpu_work_us for st in gpu) / len(gpu)
+    ahead = f", while the CPU queues it in {cpu / 1000:.2f} ms" if cpu < work else ""
+    return f"; GPU-bound: its work takes {work / 1000:.2f} ms/step{ahead}"
 
 
 def sparkline(fractions: list[float]) -> str:

@@ -128,8 +128,12 @@ class ModuleTree(Struct):
 class Step(Struct):
     name: str
     start_us: float  # from the start of the trace's first event
-    dur_us: float
-    gpu_busy_us: float
+    dur_us: float  # the CPU's ProfilerStep range
+    gpu_busy_us: float  # GPU busy inside that range (any step's work)
+    gpu_work_us: float = 0.0  # GPU time of the work this step launched, wherever it ran
+    gpu_span_us: float = 0.0  # first start to last end of that work
+    bound: Literal["cpu", "gpu"] = "cpu"  # gpu: the work outlasts the CPU range (the CPU ran ahead)
+    step_us: float = 0.0  # the longer of the two: dur_us, or gpu_span_us when the GPU bounds it
 
 
 class Summary(Struct):

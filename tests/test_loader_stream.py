@@ -65,7 +65,7 @@ def test_same_events_as_msgspec(path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["tinygpt_naive.json.gz", "nccl/fsdp_rank0.1796064976619326162.pt.trace.json.gz",
-                                  "recorded/host_sync_all.json.gz"])
+                                  "recorded/host_sync_all.json.gz", "recorded/graph_break_break.json.gz"])
 def test_same_report_as_msgspec(name, monkeypatch):
     path = os.path.join(EXAMPLES, name)
     opts = engine.Options(workspace=[SRC])

@@ -27,8 +27,8 @@ def test_compute_bound_on_4096_names_the_gemm_and_is_not_overhead_bound():
     assert r.summary.verdict == "compute-bound"
     assert "overhead-bound" not in codes(r)
     (d,) = diags(r, "compute-bound")
-    assert d.evidence["top_kernels"][0]["class"] == "gemm"
-    assert d.evidence["top_kernels"][0]["name"].startswith("nvjet_sm90")
+    assert d.evidence["families"][0]["class"] == "gemm"
+    assert d.evidence["families"][0]["top_kernel"].startswith("nvjet_sm90")
     assert "compute-bound" not in codes(report_of("seed_n64_bf16"))
 
 

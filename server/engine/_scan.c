@@ -899,6 +899,15 @@ static PyTypeObject ScannerType = {
 /* ------------------------------------------------------------------ model helpers
  * The model's per-thread passes over events of this type, where a Python loop costs ~1 us an event.
  */
+static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
+    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user;
+
+static inline int same(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
 typedef struct { double ts, dur; Py_ssize_t idx; PyObject *ev; } SortItem;
 
 static int cmp_items(const void *a, const void *b) {
@@ -914,7 +923,10 @@ static int cmp_items(const void *a, const void *b) {
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
  * first among equal starts, as two stable sorts would; then gives each event its innermost
  * enclosing event (position base + j, or -1) and each event the summed duration of its children.
- * A child may end ``slack`` after its parent (Kineto rounds to ns). */
+ * A child may end ``slack`` after its parent (Kineto rounds to ns). A python frame that starts
+ * inside another python frame but ends after it (the tracer lost its exit: Dynamo's frame swaps
+ * leave ``<built-in method apply ...>`` frames "running" to the end of the trace) nests in it,
+ * its end clamped to its parent's for the events that follow. */
 static PyObject *nest(PyObject *mod, PyObject *args) {
     PyObject *list;
     Py_ssize_t base;
@@ -928,11 +940,12 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
         }
     SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
+    double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
     PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (!items || !stack || !pbytes || !cbytes || !sbytes) {
-        free(items); free(stack); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
+    if (!items || !stack || !eend || !pbytes || !cbytes || !sbytes) {
+        free(items); free(stack); free(eend); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -949,17 +962,24 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     for (Py_ssize_t j = 0; j < n; j++) starts[j] = items[j].ts;
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        double ts = items[j].ts, end = ts + items[j].dur;
+        double ts = items[j].ts, end = ts + items[j].dur, dur = items[j].dur;
+        PyObject *cat = ((Ev *)items[j].ev)->cat;
         cdur[j] = 0.0;
         while (top) {
-            const SortItem *t = &items[stack[top - 1]];
-            double tend = t->ts + t->dur;
+            double tend = eend[stack[top - 1]];
             if (ts < tend && end <= tend + slack) break;
+            if (ts < tend && same(cat, S_python_function)
+                && same(((Ev *)items[stack[top - 1]].ev)->cat, S_python_function)) {
+                end = tend; /* a frame whose exit was lost */
+                dur = tend - ts;
+                break;
+            }
             top--;
         }
+        eend[j] = end;
         if (top) {
             parent[j] = (int32_t)(base + stack[top - 1]);
-            cdur[stack[top - 1]] += items[j].dur;
+            cdur[stack[top - 1]] += dur;
         } else {
             parent[j] = -1;
         }
@@ -967,6 +987,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     }
     free(items);
     free(stack);
+    free(eend);
     return Py_BuildValue("(NNN)", pbytes, cbytes, sbytes);
 }
 
@@ -1004,14 +1025,6 @@ static PyObject *children(PyObject *mod, PyObject *args) {
 }
 
 
-static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
-    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user;
-
-static inline int same(PyObject *a, PyObject *b) {
-    if (a == b) return 1;
-    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
-    return PyUnicode_Compare(a, b) == 0;
-}
 
 static int check_events(PyObject *list) {
     Py_ssize_t n = PyList_GET_SIZE(list);

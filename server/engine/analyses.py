@@ -87,6 +87,13 @@ class Analysis:
     step_busy: list[float] = field(default_factory=list)
     comm: list[tuple[float, float]] = field(default_factory=list)
     comm_us: float = 0.0
+    step_gpu: list["StepGpu"] = field(default_factory=list)
+
+    @property
+    def step_us(self) -> list[float]:
+        """Each step's length as the program sees it: the CPU's ProfilerStep range, or the GPU's
+        span of the step's work when the GPU bounds it (the CPU only queued it and ran ahead)."""
+        return [g.step_us for g in self.step_gpu]
 
     @property
     def window_us(self) -> float:
@@ -114,7 +121,54 @@ def analyse(m: TraceModel) -> Analysis:
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
     a.step_busy = [covered(busy, s.ts, s.end) for s in m.steps]
+    a.step_gpu = step_gpu(m)
     return a
+
+
+@dataclass
+class StepGpu:
+    """One step on the GPU timeline: the work its CPU range launched."""
+
+    cpu_us: float  # the ProfilerStep range
+    work_us: float  # GPU time of that work (its kernels' union)
+    span_us: float  # first start to last end of that work
+
+    @property
+    def bound(self) -> str:
+        """``gpu`` when the step's own GPU work fills 80% of its CPU range or outlasts it (the
+        CPU only queued it, or waited for it): the compute-bound bar, per step."""
+        return "gpu" if self.work_us >= COMPUTE_BUSY_PCT / 100 * self.cpu_us and self.work_us > 0 else "cpu"
+
+    @property
+    def step_us(self) -> float:
+        return max(self.cpu_us, self.span_us) if self.bound == "gpu" else self.cpu_us
+
+
+def step_gpu(m: TraceModel) -> list[StepGpu]:
+    """Per step, the GPU work launched from inside its CPU range (by the launch call's start).
+
+    When the CPU runs far ahead (a long closing sync), ProfilerStep ranges measure how fast the
+    CPU queues work, not how long the GPU needs for it: a step is as long as the longer of the two.
+    """
+    if not m.steps:
+        return []
+    starts = [s.ts for s in m.steps]
+    per: list[list[tuple[float, float]]] = [[] for _ in m.steps]
+    cpu = m.cpu
+    for g, li in enumerate(m.launcher):
+        if li < 0:
+            continue
+        t = cpu[li].ts
+        k = bisect.bisect_right(starts, t) - 1
+        if k >= 0 and t <= m.steps[k].end:
+            e = m.gpu[g]
+            per[k].append((e.ts, e.ts + e.dur))
+    out = []
+    for s, iv in zip(m.steps, per):
+        merged = merge(iv)
+        out.append(StepGpu(cpu_us=s.dur, work_us=sum(b - a for a, b in merged),
+                           span_us=merged[-1][1] - merged[0][0] if merged else 0.0))
+    return out
 
 
 def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float, float]:

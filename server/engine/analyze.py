@@ -114,7 +114,9 @@ def _summary(ctx: Context) -> Summary:
     for g, e in enumerate(m.gpu):
         classes[a.gpu_class[g]] = classes.get(a.gpu_class[g], 0.0) + e.dur
     steps = [Step(name=s.name, start_us=round(s.ts - m.t0, 3), dur_us=round(s.dur, 3),
-                  gpu_busy_us=round(a.step_busy[k], 3)) for k, s in enumerate(m.steps)]
+                  gpu_busy_us=round(a.step_busy[k], 3), gpu_work_us=round(g.work_us, 3),
+                  gpu_span_us=round(g.span_us, 3), bound=g.bound, step_us=round(g.step_us, 3))
+             for k, (s, g) in enumerate(zip(m.steps, a.step_gpu))]
     return Summary(verdict=verdict(m, a), cpu_total_us=round(a.cpu_total_us, 3),
                    cuda_total_us=round(a.cuda_total_us, 3),
                    gpu_busy_pct=round(a.busy_pct, 2) if a.busy_pct is not None and m.gpu else None,

@@ -99,8 +99,9 @@ class Context:
 
     @property
     def mean_step_us(self) -> float:
-        steps = self.model.steps
-        return sum(s.dur for s in steps) / len(steps) if steps else 0.0
+        """The mean step, each the longer of its CPU range and its GPU work (analyses.step_gpu)."""
+        steps = self.a.step_us
+        return sum(steps) / len(steps) if steps else 0.0
 
     def location(self, i: int) -> Location:
         """Event i's user line (the trace when it has none), with the module it ran in."""

@@ -377,6 +377,15 @@ class FrameIndex:
     def keys(self):
         return (i for i, _ in self.items())
 
+    def matching(self, pred) -> list[tuple[int, "Frame"]]:
+        """(event, frame) of the frames for which ``pred(frame)`` holds, in event order; the test
+        runs once per distinct frame and the events are scanned only when one matches."""
+        want = {k for k, fr in enumerate(self._table) if pred(fr)}
+        if not want:
+            return []
+        ids, table = self._ids, self._table
+        return [(i, table[k]) for i, k in enumerate(ids) if k in want]
+
     __iter__ = keys
 
     @classmethod
@@ -489,7 +498,12 @@ def _launchers(cpu, launches, gpu, fast: bool) -> array:
 def _nest(evs: list, base: int) -> tuple[bytes, bytes, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
-    -1 at the top), its children's summed duration and its start: (int32, float64, float64 bytes)."""
+    -1 at the top), its children's summed duration and its start: (int32, float64, float64 bytes).
+
+    A python frame that starts inside another python frame but ends after it is one whose exit the
+    tracer lost (Dynamo's frame swaps leave ``<built-in method apply ...>`` "running" to the end of
+    the trace, and everything after it nested under ``main``): it nests in that frame, its end
+    clamped to the frame's for the events that follow."""
     if scanned(evs):
         try:
             return _scan.nest(evs, base, NEST_SLACK_US)
@@ -500,16 +514,21 @@ def _nest(evs: list, base: int) -> tuple[bytes, bytes, bytes]:
     parent = array("i", [-1]) * len(evs)
     child_dur = array("d", [0.0]) * len(evs)
     stack: list[int] = []  # positions in evs
+    eend = array("d", [0.0]) * len(evs)  # each event's end as nesting sees it (clamped, below)
     for j, e in enumerate(evs):
-        end = e.ts + e.dur
+        end, dur = e.ts + e.dur, e.dur
         while stack:
-            top = evs[stack[-1]]
-            if e.ts < top.ts + top.dur and end <= top.ts + top.dur + NEST_SLACK_US:
+            tend = eend[stack[-1]]
+            if e.ts < tend and end <= tend + NEST_SLACK_US:
+                break
+            if e.ts < tend and e.cat == "python_function" and evs[stack[-1]].cat == "python_function":
+                end, dur = tend, tend - e.ts  # a python frame whose exit the tracer lost
                 break
             stack.pop()
+        eend[j] = end
         if stack:
             parent[j] = base + stack[-1]
-            child_dur[stack[-1]] += e.dur
+            child_dur[stack[-1]] += dur
         stack.append(j)
     return parent.tobytes(), child_dur.tobytes(), array("d", map(_ts, evs)).tobytes()
 

@@ -14,6 +14,7 @@ nothing. A child that matches no site keeps the frame's line with ``function`` p
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import threading
 from dataclasses import dataclass
@@ -49,6 +50,13 @@ _DUNDER = {"__add__": "<+>", "__radd__": "<+>", "__iadd__": "<+=>", "__sub__": "
            "__invert__": "<~>", "__getitem__": "<[]>", "__setitem__": "<[]=>", "__bool__": "<test>",
            "__int__": "int", "__float__": "float", "__len__": "len", "__iter__": "__iter__",
            "__format__": "<fmt>", "__repr__": "repr", "__str__": "str"}
+# Dynamo names the code after a graph break ``torch_dynamo_resume_in_<function>_at_<line>``.
+RESUME_RE = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+PROFILER_STEP = "<profiler.step>"  # the site of ``prof.step()``
+_GRAPH_MARKERS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+# torch.compile's machinery: frames and ops that run compiled graphs or guard them.
+_COMPILER_PATHS = ("torch/_dynamo/", "torch/_compile.py", "torch/_inductor/", "torch/_functorch/")
+_COMPILER_OPS = _GRAPH_MARKERS + ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher")
 _BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@", ast.Pow: "**",
           ast.Mod: "%", ast.FloorDiv: "//"}
 _CMPOP = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
@@ -72,9 +80,10 @@ def _call_name(node: ast.Call) -> str:
 class _SiteCollector(ast.NodeVisitor):
     """Call sites of one function body in execution order, each with its statement's line."""
 
-    def __init__(self):
+    def __init__(self, profilers: frozenset = frozenset()):
         self.sites: list[Site] = []
         self.stmt_line = 0
+        self.profilers = profilers  # names bound to a torch.profiler.profile(...) in this body
 
     def visit_FunctionDef(self, node):  # nested defs run later, elsewhere
         pass
@@ -128,6 +137,11 @@ class _SiteCollector(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call):
         self.generic_visit(node)  # arguments run first
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "step" and isinstance(f.value, ast.Name) \
+                and f.value.id in self.profilers:
+            self._add(PROFILER_STEP)  # only the profiler's own frame stands for it, never user work
+            return
         self._add(_call_name(node))
 
     def visit_BinOp(self, node: ast.BinOp):
@@ -163,7 +177,7 @@ def _function_sites(tree: Optional[ast.AST], line: int) -> tuple[list[Site], boo
     if tree is None:
         return [], False
     func, is_def = _function_at(tree, line)
-    col = _SiteCollector()
+    col = _SiteCollector(_profiler_names(func))
     for stmt in getattr(func, "body", []):
         col.visit(stmt)
     sites = col.sites
@@ -173,6 +187,23 @@ def _function_sites(tree: Optional[ast.AST], line: int) -> tuple[list[Site], boo
         floor = _resume_floor(func, line)
         sites = [st for st in sites if st.line >= floor]
     return sites, is_def
+
+
+def _profiler_names(func) -> frozenset:
+    """Names a function binds to a profiler: ``with profile(...) as prof``, ``prof = profile(...)``."""
+    out = set()
+    for node in ast.walk(func):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if _is_profile_call(item.context_expr) and isinstance(item.optional_vars, ast.Name):
+                    out.add(item.optional_vars.id)
+        elif isinstance(node, ast.Assign) and _is_profile_call(node.value):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return frozenset(out)
+
+
+def _is_profile_call(node) -> bool:
+    return isinstance(node, ast.Call) and _call_name(node) in ("profile", "profiler")
 
 
 def _function_at(tree: ast.AST, line: int):
@@ -195,7 +226,8 @@ class StatementResolver:
         self.sources = sources
         self._trees: dict[str, Optional[ast.AST]] = {}
         self._frame_lines: dict[int, dict[int, int]] = {}  # frame -> {token event: line}
-        self._site_cache: dict[tuple[str, int], tuple[list[Site], bool]] = {}
+        self._site_cache: dict[tuple, object] = {}
+        self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
 
     def line_for(self, frame: int, event: int) -> tuple[int, str]:
         """(line, precision) for cpu ``event`` issued inside user ``frame``."""
@@ -208,13 +240,74 @@ class StatementResolver:
         lines = self._frame_lines.get(frame)
         if lines is None:
             lines = self._frame_lines[frame] = self._align(frame)
-        if not lines:
-            return fr.line, "function"
+        brk = self._break_line(frame, event)
+        if brk is not None:  # the trace names this line: alignment could only guess it
+            return brk, "statement"
         tok = m.token[event] if m.frame_of[event] == frame else None
         line = lines.get(tok) if tok is not None else None
         if line is None:
-            return fr.line, "function"
+            only = self._one_statement(frame)
+            if only is not None:
+                return only, "statement"
+            return self.function_line(frame), "function"
         return line, "statement"
+
+    def _one_statement(self, frame: int) -> Optional[int]:
+        """The line of a function whose calls all lie on one statement (``return a @ w + b``):
+        whatever it runs, a compiled graph too, is that statement's."""
+        fr = self.model.frames[frame]
+        local = self.sources.resolve(fr.path)
+        if local is None:
+            return None
+        sites, is_def = self._sites(local, fr.line)
+        lines = {st.line for st in sites}
+        return lines.pop() if is_def and len(lines) == 1 else None
+
+    def function_line(self, frame: int) -> int:
+        """The line a function-precision finding in ``frame`` goes on. A frame already running when
+        the profiler started is named by the line it was at, the line the profiler saw first
+        (``prof.step()``, the ``with profile(...)``), not the line that did the work: with the
+        source, its ``def`` line instead (for module code, the header of the loop around it)."""
+        fr = self.model.frames[frame]
+        local = self.sources.resolve(fr.path)
+        tree = self._tree(local) if local is not None else None
+        if tree is None:
+            return fr.line
+        key = ("def", local, fr.line)
+        hit = self._site_cache.get(key)
+        if hit is None:
+            func, is_def = _function_at(tree, fr.line)
+            if is_def:
+                hit = fr.line
+            elif isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                hit = func.lineno
+            else:
+                hit = _resume_floor(func, fr.line)
+            self._site_cache[key] = hit
+        return hit
+
+    def _break_line(self, frame: int, event: int) -> Optional[int]:
+        """The line where Dynamo broke a compiled function's graph, for the eager code it runs
+        there: an op that ``frame`` runs itself (no python frame or compiled graph between them:
+        the graphs run under Dynamo's ``_fn`` frames), before the
+        ``torch_dynamo_resume_in_<function>_at_<line>`` frame that ``frame`` calls next."""
+        if self._resumes is None:
+            self._resumes = resume_frames(self.model)
+        resumes = self._resumes.get(frame)
+        if not resumes:
+            return None
+        m = self.model
+        ts = m.cpu[event].ts
+        for a in m.ancestors(event):
+            if a == frame:
+                break
+            e = m.cpu[a]
+            if e.cat == "python_function" or e.name.startswith(_GRAPH_MARKERS):
+                return None  # compiled code: a graph's own ops
+        if m.cpu[event].name.startswith(_GRAPH_MARKERS):
+            return None
+        k = bisect.bisect_left(resumes, (ts,))
+        return resumes[k][1] if k < len(resumes) else None
 
     def _call_from(self, event: int) -> Optional[int]:
         e = self.model.cpu[event]
@@ -258,7 +351,11 @@ class StatementResolver:
         cursor, first = 0, True
         if not is_def:
             cursor = next((k for k, st in enumerate(sites) if st.line >= fr.line), 0)
-        toks = [(t, n) for t in self._tokens(frame) for n in [self._names(t)] if n is not None]
+        # A compiled function's frame (Dynamo runs it under a ``Torch-Compiled Region``) holds its
+        # graphs, each many statements: no call site is theirs.
+        p = m.parent[frame]
+        compiled = p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region")
+        toks = [(t, n) for t in self._tokens(frame) for n in [self._names(t, compiled)] if n is not None]
         out: dict[int, int] = {}
         for idx, (tok, (names, any_call)) in enumerate(toks):
             start = cursor if first else cursor + 1
@@ -294,7 +391,7 @@ class StatementResolver:
             else:
                 yield i
 
-    def _names(self, i: int) -> Optional[tuple[set[str], bool]]:
+    def _names(self, i: int, compiled: bool = False) -> Optional[tuple[set[str], bool]]:
         """(site names the child can stand for, whether any call site will do); None: skip it."""
         m = self.model
         e = m.cpu[i]
@@ -308,12 +405,16 @@ class StatementResolver:
             fr = m.frames.get(i)
             if fr is None:
                 return set(), True  # ``nn.Module: X`` markers are module calls
-            if fr.function in _SKIP:
+            if fr.function in _SKIP or (compiled and fr.path.startswith(_COMPILER_PATHS)):
                 return None
+            if fr.path.startswith("torch/profiler/") and fr.function == "step":
+                return {PROFILER_STEP, "step"}, False  # prof.step() is the profiler's work alone
             if fr.user and fr.function not in ("forward", "__call__"):
                 return {fr.function}, False
             return {fr.function}, True  # a library function or a module call
         if e.cat == "cpu_op":
+            if compiled and e.name.startswith(_COMPILER_OPS):
+                return None
             return _ATEN_SITES.get(e.name, set()), e.name not in _ATEN_SITES
         return None
 
@@ -352,3 +453,19 @@ def _resume_floor(func, line: int) -> int:
             if node.lineno <= line <= (node.end_lineno or node.lineno):
                 return node.lineno  # ast.walk is breadth-first: the outermost comes first
     return line
+
+
+
+def resume_frames(m: TraceModel) -> dict[int, list[tuple[float, int]]]:
+    """Per user frame, (start, break line) of the ``torch_dynamo_resume_in_<function>_at_<line>``
+    frames it runs (Dynamo resumes a compiled function there after a graph break), in time order."""
+    out: dict[int, list[tuple[float, int]]] = {}
+    for j, fr in m.frames.matching(lambda fr: fr.function.startswith("torch_dynamo_resume_in_")):
+        r = RESUME_RE.match(fr.function)
+        p = m.parent[j]
+        f = m.frame_of[p] if r and p >= 0 else -1
+        if f >= 0 and m.frames[f].function == r.group(1):
+            out.setdefault(f, []).append((m.cpu[j].ts, int(r.group(2))))
+    for v in out.values():
+        v.sort()
+    return out

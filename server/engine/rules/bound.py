@@ -58,7 +58,9 @@ def overhead_bound(ctx):
 
 @rule("compute-bound")
 def compute_bound(ctx):
-    """Evidence: GPU busy share of the active window and the kernels that hold it.
+    """Evidence: GPU busy share of the active window and the kernel families that hold it (conv,
+    GEMM, attention, elementwise, reduction, copy, communication: many small variants of one
+    family hold the GPU together), each with its largest kernel.
 
     Threshold: busy >= 80%. The GPU is the bottleneck; CPU-side savings cannot shorten the step,
     so the message names the kernels worth optimising.
@@ -66,14 +68,11 @@ def compute_bound(ctx):
     if verdict(ctx.model, ctx.a) != "compute-bound":
         return
     m, a = ctx.model, ctx.a
-    per: dict[str, list] = {}
-    for g, e in enumerate(m.gpu):
-        st = per.setdefault(e.name, [0.0, 0, a.gpu_class[g]])
-        st[0] += e.dur
-        st[1] += 1
-    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:3]
+    fams = kernel_families(m, a)
     total = a.cuda_total_us or 1.0
-    names = ", ".join(f"{short_name(n, 50)} ({c}, {100 * t / total:.0f}%)" for n, (t, _, c) in top)
+    shown = [(c, f) for c, f in fams[:3] if f["total_us"] >= 0.01 * total] or fams[:1]
+    names = ", ".join(f"{c} {100 * f['total_us'] / total:.0f}% ({f['kernels']} kernel(s), largest "
+                      f"{short_name(f['top'], 40)})" for c, f in shown)
     hot = max(ctx.hot.values(), key=lambda h: h.gpu_us, default=None)
     loc = ctx.location_of_hot(hot) if hot and hot.gpu_us > 0 else ctx.trace_location()
     yield ctx.diag(
@@ -83,11 +82,33 @@ def compute_bound(ctx):
         loc,
         evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
                   "cuda_total_us": r3(a.cuda_total_us),
-                  "top_kernels": [{"name": n, "class": c, "count": k, "total_us": r3(t)}
-                                  for n, (t, k, c) in top]},
+                  "families": [{"class": c, "total_us": r3(f["total_us"]), "count": f["count"],
+                                "kernels": f["kernels"], "top_kernel": f["top"]} for c, f in fams]},
         fix="the GPU is the bottleneck: lower precision (bf16/fp8), fuse memory-bound kernels, or "
             "pick a faster algorithm; CPU-side changes will not shorten the step",
     )
+
+
+def kernel_families(m, a) -> list[tuple[str, dict]]:
+    """GPU time by kernel family (conv, GEMM, attention, elementwise, reduction, copy,
+    communication), largest first: a family of many small variants (ResNet's convolutions) holds
+    the GPU as one. Per family: total µs, launches, distinct kernels and the largest of them."""
+    per: dict[str, dict] = {}
+    names: dict[tuple[str, str], float] = {}
+    for g, e in enumerate(m.gpu):
+        c = a.gpu_class[g]
+        f = per.setdefault(c, {"total_us": 0.0, "count": 0})
+        f["total_us"] += e.dur
+        f["count"] += 1
+        names[(c, e.name)] = names.get((c, e.name), 0.0) + e.dur
+    for (c, n), t in names.items():
+        f = per[c]
+        f["kernels"] = f.get("kernels", 0) + 1
+        if t > f.get("top_us", -1.0):
+            f["top"], f["top_us"] = n, t
+    for f in per.values():
+        f.pop("top_us")
+    return sorted(per.items(), key=lambda kv: -kv[1]["total_us"])
 
 
 def _gemm_shapes(m):

@@ -1,0 +1,106 @@
+"""Where findings land and how steps are measured, on real H200 traces (issue 15, "Locations and
+summaries"): no work pinned on ``prof.step()``, a host sync inside a compiled forward on the line
+that breaks the graph, steps measured on the GPU timeline too, "held by" grouped by family."""
+import glob
+import os
+
+import pytest
+
+from profd.server.engine import Options, analyze_file, loader
+from profd.server.engine.model import build
+from profd.server.engine.sourcemap import source_line
+
+from conftest import EXAMPLES, SRC, report_of
+
+REC = os.path.join(EXAMPLES, "recorded")
+REC_SRC = os.path.join(REC, "src")
+WORKSPACE = [SRC, REC_SRC]
+
+
+def rec(name):
+    return report_of(name, workspace=tuple(WORKSPACE))
+
+
+def _shipped():
+    return sorted(os.path.basename(p).split(".")[0] for p in
+                  glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+
+
+@pytest.mark.parametrize("name", _shipped())
+def test_no_finding_and_no_gpu_work_on_prof_step(name):
+    """A frame already running when the profiler started is named by the line it was at, often
+    ``prof.step()``: a function-precision finding goes on its ``def`` line instead, and no line
+    resolved to ``prof.step()`` carries the program's GPU work."""
+    r = rec(name)
+    for d in r.diagnostics:
+        text = source_line(d.location.path, d.location.line) if d.location.line else None
+        assert not (text and "prof.step()" in text), (d.code, d.location)
+    for h in r.hot_lines:
+        text = source_line(h.path, h.line) or ""
+        if "prof.step()" in text:
+            assert h.gpu_us == 0 and h.launches == 0, h
+
+
+def test_function_precision_lands_on_the_def_line():
+    r = rec("graph_break_whole")
+    fn = [d for d in r.diagnostics if d.location.precision == "function"]
+    assert fn, "the trace has function-precision findings (backward ops under main)"
+    for d in fn:
+        assert source_line(d.location.path, d.location.line).lstrip().startswith("def "), d.location
+
+
+def test_nesting_survives_python_frames_whose_exit_was_lost():
+    """Dynamo's frame swaps leave ``<built-in method apply ...>`` frames 'running' to the trace's
+    end; the eager op between two compiled graphs must still nest under the compiled forward."""
+    doc, _, _ = loader.load(os.path.join(REC, "graph_break_break.json.gz"))
+    m = build(doc)
+    ops = [i for i, e in enumerate(m.cpu) if e.name == "aten::is_nonzero"]
+    assert len(ops) == 3  # one per step
+    for i in ops:
+        fr = m.frames[m.frame_of[i]]
+        assert (fr.path, fr.function) == ("graph_break.py", "forward")
+
+
+def test_host_sync_in_a_compiled_forward_lands_on_the_graph_break_line():
+    (d,) = [d for d in rec("graph_break_break").diagnostics if d.code == "host-sync"]
+    assert d.location.path.endswith("graph_break.py")
+    assert (d.location.line, d.location.precision) == (25, "statement")  # `if h.mean() > 0:`
+    assert d.evidence["per_step"] == 1
+
+
+def test_steps_measured_on_the_gpu_timeline_when_the_cpu_runs_ahead():
+    """sync_wait_none queues 20 4096² GEMMs per step and never waits: the CPU's ProfilerStep
+    ranges (~1 ms) say how fast it queues; the GPU needs ~3.7 ms for each step's work."""
+    s = rec("sync_wait_none").summary
+    assert all(st.bound == "gpu" for st in s.steps)
+    for st in s.steps:
+        assert st.gpu_work_us > 3 * st.dur_us
+        assert st.step_us == st.gpu_span_us >= st.gpu_work_us
+    # its twin with the sync: the CPU range already holds the GPU's time, and the GPU bounds it
+    for st in rec("sync_wait_busy").summary.steps:
+        assert st.bound == "gpu" and st.step_us == st.dur_us
+    # launch-bound: the CPU bounds every step
+    for st in report_of("seed_n64_bf16").summary.steps:
+        assert st.bound == "cpu" and st.step_us == st.dur_us and st.gpu_work_us < 0.1 * st.dur_us
+
+
+def test_step_share_uses_the_bounding_side():
+    """Shares of 'the step' divide by the step the program lives, not the CPU's range."""
+    from profd.server.engine.analyses import analyse
+    from profd.server.engine.context import Context
+
+    doc, _, _ = loader.load(os.path.join(REC, "sync_wait_none.json.gz"))
+    m = build(doc)
+    ctx = Context(m, analyse(m), "t", Options())
+    cpu_mean = sum(s.dur for s in m.steps) / len(m.steps)
+    assert ctx.mean_step_us > 3 * cpu_mean
+
+
+def test_held_by_groups_kernels_by_family():
+    r = report_of("seed_n4096_bf16")
+    (d,) = [d for d in r.diagnostics if d.code == "compute-bound"]
+    fams = d.evidence["families"]
+    assert [f["class"] for f in fams][:2] == ["gemm", "elementwise"]
+    assert sum(f["total_us"] for f in fams) == pytest.approx(r.summary.cuda_total_us, abs=0.01)
+    assert all(a["total_us"] >= b["total_us"] for a, b in zip(fams, fams[1:]))
+    assert d.message.count("gemm") == 1
