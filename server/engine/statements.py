@@ -270,7 +270,7 @@ class StatementResolver:
         source, its ``def`` line instead (for module code, the header of the loop around it)."""
         fr = self.model.frames[frame]
         local = self.sources.resolve(fr.path)
-        tree = self._tree(local) if local is not None else None
+        tree = self.tree(local) if local is not None else None
         if tree is None:
             return fr.line
         key = ("def", local, fr.line)
