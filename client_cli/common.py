@@ -1,74 +1,297 @@
-"""What every profd-client subcommand shares: exit codes, option parsing helpers, analysing through
-the daemon or in-process, and printing reports. The subcommand modules import this one, never
-``main``, which imports them.
+"""What every profd-client subcommand shares: exit codes, the common options, the configuration they
+resolve against, where output goes, analysing through the daemon or in-process, and printing
+reports. The subcommand modules import this one, never ``main``, which imports them.
 
-Exit codes as ruff: 0 clean (or below --fail-on), 1 findings at/above --fail-on, 2 bad input/usage.
+Exit codes as ruff: 0 clean (or nothing at/above --fail-on, or --exit-zero), 1 findings at/above
+--fail-on, 2 bad input, a bad trace or bad usage.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import Callable, Optional
 
 import orjson
 
 from ..protocol import types as T
+from . import config as C
 from . import format as fmt
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+TRACE_SUFFIXES = (".json", ".pt.trace.json", ".json.gz")
+DEFAULT_FAIL_ON = "warning"
+
+ENVIRONMENT = """environment:
+  NO_COLOR              any value: no colour (as --color never), unless --color always
+  PROFD_NO_DAEMON       any value: analyse in-process, as --no-daemon
+  PROFD_STATE           the daemon's state folder (default: the user cache dir, profd)
+  PROFD_MAX_TRACE_BYTES largest trace, inflated, profd reads before refusing it (default: 16 GiB)
+  PROFD_DOCS_URL        base URL of the rule docs for links (default: the docs installed with profd)
+
+exit status: 0 no finding at or above --fail-on (or --exit-zero), 1 findings at or above
+--fail-on, 2 bad usage, a file that is not a trace, or no trace found."""
+
+
+def warn(msg: str) -> None:
+    print(f"profd-client: {msg}", file=sys.stderr)
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help with the defaults shown and the description's line breaks kept."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "%(default)" not in h and action.default not in (None, False, [], argparse.SUPPRESS) \
+                and action.option_strings and action.nargs != 0:
+            h += " (default: %(default)s)"
+        return h
+
+
+# ---- the common options --------------------------------------------------------------------------
+
+def output_options(p: argparse.ArgumentParser, formats=("text", "json"), statistics: bool = False,
+                   output_file: bool = True) -> None:
+    """``--format``, ``-o/--output-file``, ``-q/--quiet``, ``--color`` (and ``--statistics``): on every
+    command that prints results (``annotate``'s ``-o`` is the annotated trace it writes)."""
+    p.set_defaults(_formats=tuple(formats))
+    g = p.add_argument_group("output")
+    g.add_argument("--format", choices=list(formats), default=None,
+                   help=f"output format: {', '.join(formats)} (default: text)")
+    if output_file:
+        g.add_argument("-o", "--output-file", metavar="FILE", default=None,
+                       help="write the output to FILE instead of stdout")
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="only the findings: no summaries, notes or progress")
+    g.add_argument("--color", choices=["auto", "always", "never"], default=None,
+                   help="colour the text output (default: auto: when stdout is a terminal and NO_COLOR is unset)")
+    if statistics:
+        g.add_argument("--statistics", action="store_true", default=None,
+                       help="print the number of findings per rule (and those suppressed inline) instead of the findings")
+    g.add_argument("--config", metavar="FILE", default=None,
+                   help="read [tool.profd] from FILE (default: the nearest pyproject.toml with one, upwards from the current folder)")
+    g.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+
+
+def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool = True) -> None:
+    """Where sources are, which rules run, and (``gate``) what fails the run."""
+    g = p.add_argument_group("analysis")
+    g.add_argument("--workspace", action="append", default=None, metavar="DIR",
+                   help="where your sources live, to map the trace's frame paths onto (repeatable; default: .)")
+    g.add_argument("--path-map", action="append", default=None, metavar="REMOTE=LOCAL",
+                   help="map a frame path prefix from the profiled machine onto a local folder (repeatable)")
+    g.add_argument("--select", action="append", default=None, metavar="CODES",
+                   help="run only these rules: codes, families (kernels) or ALL, comma-separated (default: ALL)")
+    g.add_argument("--extend-select", action="append", default=None, metavar="CODES",
+                   help="run these rules in addition to --select")
+    g.add_argument("--ignore", action="append", default=None, metavar="CODES",
+                   help="do not run these rules (comma-separated codes or families)")
+    g.add_argument("--disable", action="append", default=None, metavar="CODES", help=argparse.SUPPRESS)
+    g.add_argument("--hints", action="store_true", default=None, help="also print hint-level findings")
+    if gate:
+        g.add_argument("--fail-on", choices=list(C.FAIL_ON), default=None,
+                       help=f"lowest severity that makes the exit status 1 (default: {DEFAULT_FAIL_ON})")
+        g.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 even when there are findings (2 still means bad input)")
+    if daemon:
+        g.add_argument("--no-daemon", action="store_true",
+                       help="analyse in this process (default: through the running daemon, started if none runs)")
+        g.add_argument("--state", metavar="DIR", default=None,
+                       help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)")
+
+
+def resolve(ns) -> argparse.Namespace:
+    """Fill the options a flag did not give from ``[tool.profd]`` and the defaults; validate them.
+    Raises ``config.UsageError`` (exit 2)."""
+    cfg = C.load(getattr(ns, "config", None), getattr(ns, "isolated", False))
+    ns.config_path = cfg.path
+
+    def pick(attr, key, default):
+        v = getattr(ns, attr, None)
+        if v is None:
+            v = cfg.get(key, default)
+        setattr(ns, attr, v)
+
+    pick("format", "format", "text")
+    pick("color", "color", "auto")
+    pick("output_file", "output-file", None)
+    if hasattr(ns, "statistics"):
+        pick("statistics", "statistics", False)
+    if hasattr(ns, "select"):
+        pick("hints", "hints", False)
+        pick("workspace", "workspace", ["."])
+        pick("path_map", "path-map", [])
+        ns.workspace = [os.path.abspath(w) for w in ns.workspace]
+        ns.path_map = parse_path_map(ns.path_map)
+        sel = C.split_codes(ns.select) if ns.select is not None else (
+            C.split_codes(cfg.get("select")) if cfg.get("select") is not None else None)
+        ext = C.split_codes(cfg.get("extend-select", [])) + C.split_codes(ns.extend_select or [])
+        ign = C.split_codes(cfg.get("ignore", [])) + C.split_codes(ns.ignore or []) + C.split_codes(ns.disable or [])
+        chosen = C.selection(sel, ext, ign)
+        from ..protocol.catalog import RULES
+
+        ns.disabled = set(RULES) - chosen
+        ns.thresholds = cfg.get("rules", {})
+    if hasattr(ns, "fail_on"):
+        pick("fail_on", "fail-on", DEFAULT_FAIL_ON)
+    if ns.format not in getattr(ns, "_formats", (ns.format,)):
+        raise C.UsageError(f"[tool.profd] format {ns.format!r} is not one this command prints")
+    return ns
 
 
 def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
     out = []
     for it in items or []:
         if "=" not in it:
-            raise SystemExit(f"profd-client: --path-map wants REMOTE=LOCAL, got {it!r}")
+            raise C.UsageError(f"--path-map wants REMOTE=LOCAL, got {it!r}")
         r, l = it.split("=", 1)
         out.append((r, os.path.abspath(l)))
     return out
 
 
-def analyze_local(paths: list[str], workspace: list[str], path_map, disabled=()) -> list[T.Report]:
-    from ..server.engine import Options, analyze_or_error
+def engine_options(ns):
+    from ..server.engine import Options
 
-    opts = Options(workspace=workspace, path_map=path_map, disabled=set(disabled))
-    return [analyze_or_error(p, opts) for p in paths]
+    return Options(workspace=ns.workspace, path_map=ns.path_map, disabled=set(ns.disabled),
+                   thresholds=dict(ns.thresholds or {}))
 
 
-def analyze_daemon(ns, workspace, path_map) -> list[T.Report]:
-    """Through the running daemon (started if none runs); in-process if it cannot be reached."""
+def no_daemon(ns) -> bool:
+    return bool(getattr(ns, "no_daemon", False) or os.environ.get("PROFD_NO_DAEMON"))
+
+
+# ---- where output goes -------------------------------------------------------------------------
+
+class Output:
+    """stdout or ``-o FILE``; colour only on a terminal (``--color``, ``NO_COLOR``)."""
+
+    def __init__(self, ns):
+        self.path = getattr(ns, "output_file", None)
+        self.quiet = bool(getattr(ns, "quiet", False))
+        self._f = None
+        mode = getattr(ns, "color", "auto") or "auto"
+        tty = self.path is None and sys.stdout.isatty()
+        self.color = mode == "always" or (mode == "auto" and tty and not os.environ.get("NO_COLOR"))
+
+    def _file(self):
+        if self._f is None:
+            if self.path is None:
+                self._f = sys.stdout.buffer
+            else:
+                try:
+                    self._f = open(self.path, "wb")
+                except OSError as e:
+                    raise C.UsageError(f"cannot write {self.path}: {e.strerror or e}")
+        return self._f
+
+    def write(self, data: str | bytes) -> None:
+        self._file().write(data.encode() if isinstance(data, str) else data)
+
+    def json(self, obj) -> None:
+        self.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+            if self.path is not None:
+                self._f.close()
+
+
+# ---- traces: folders, progress, analysis ---------------------------------------------------------
+
+def expand_paths(paths: list[str]) -> tuple[list[str], set[str]]:
+    """Files as given; a folder stands for every trace under it (recursively: ``*.json``,
+    ``*.pt.trace.json``, ``*.json.gz``; hidden ones skipped). Returns the files and those that
+    came from a folder (a non-trace JSON there is skipped, not an error)."""
+    from ..server.daemon.cluster import trace_files
+
+    out: list[str] = []
+    found: set[str] = set()
+    for p in paths:
+        if os.path.isdir(p):
+            got = trace_files(p)
+            if not got:
+                raise C.UsageError(f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}")
+            out += got
+            found.update(got)
+        else:
+            out.append(p)
+    return out, found
+
+
+def not_a_trace(r: T.Report) -> bool:
+    return bool(r.error) and "not a torch.profiler trace" in r.error
+
+
+def analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list] = None) -> list[T.Report]:
+    """One report per file, through the daemon (started if none runs) or in-process. In-process,
+    ``summaries`` (when given) gets each trace's rank summary from the same read of the file."""
+    progress = progress or (lambda path: None)
+    opts = engine_options(ns)
+    if no_daemon(ns) or opts.thresholds:  # the daemon runs with its own thresholds
+        return analyze_local(files, opts, progress, summaries)
     from . import daemon_client as dc
 
     def local(p):
-        return analyze_local([p], workspace, path_map, ns.disable)[0]
+        return analyze_local([p], opts)[0]
 
     try:
-        doc = dc.ensure_daemon(ns.state, workspace, ns.paths)
-        return dc.analyze_sync(doc, ns.paths, workspace, path_map, set(ns.disable), local)
+        doc = dc.ensure_daemon(ns.state, ns.workspace, files, announce=not getattr(ns, "quiet", False))
+        return dc.analyze_sync(doc, files, ns.workspace, ns.path_map, ns.disabled, local, progress)
     except (OSError, SystemExit, dc.RpcError, TimeoutError) as e:
-        dc.warn(f"daemon unavailable ({e}); analysing in-process")
-        return analyze_local(ns.paths, workspace, path_map, ns.disable)
+        warn(f"daemon unavailable ({e}); analysing in-process")
+        return analyze_local(files, opts, progress)
 
 
-def exit_code(reports: list[T.Report], fail_on: str) -> int:
+def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,
+                  summaries: Optional[list] = None) -> list[T.Report]:
+    from ..server.engine import analyze_or_error
+    from ..server.engine.job import analyze_rank
+
+    out = []
+    for p in paths:
+        if progress:
+            progress(p)
+        if summaries is None:
+            out.append(analyze_or_error(p, opts))
+        else:
+            rep, s = analyze_rank(p, opts)
+            out.append(rep)
+            summaries.append(s)
+    return out
+
+
+def exit_code(ns, reports: list[T.Report], extra_diags=()) -> int:
+    """2 for a bad trace; else 1 when a finding is at or above --fail-on (0 with --exit-zero)."""
     if any(r.error for r in reports):
         return EXIT_ERROR
-    if fail_on == "never":
+    if getattr(ns, "exit_zero", False) or ns.fail_on == "never":
         return EXIT_CLEAN
-    bar = T.SEVERITY_RANK[fail_on]
-    hit = any(T.SEVERITY_RANK[d.severity] >= bar for r in reports for d in r.diagnostics)
-    return EXIT_FINDINGS if hit else EXIT_CLEAN
+    bar = T.SEVERITY_RANK[ns.fail_on]
+    diags = [d for r in reports for d in r.diagnostics] + list(extra_diags)
+    return EXIT_FINDINGS if any(T.SEVERITY_RANK[d.severity] >= bar for d in diags) else EXIT_CLEAN
 
 
-def emit(reports: list[T.Report], form: str, color: bool, hints: bool, modules: bool = False) -> None:
-    if form == "json":
-        sys.stdout.buffer.write(fmt.json_doc(reports) + b"\n")
-    elif form == "sarif":
-        sys.stdout.buffer.write(orjson.dumps(fmt.sarif(reports), option=orjson.OPT_INDENT_2) + b"\n")
+def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
+    """The reports (and job reports) in the chosen format, or their statistics."""
+    for r in reports:
+        if r.error:
+            print(r.error, file=sys.stderr)
+    if getattr(ns, "statistics", False):
+        rows = fmt.statistics(reports, jobs, show_hints=ns.hints)
+        if ns.format == "json":
+            out.json(rows)
+        else:
+            out.write(fmt.statistics_text(rows))
+        return
+    if ns.format == "json":
+        out.write(fmt.json_doc(reports, jobs) + b"\n")
+    elif ns.format == "sarif":
+        out.json(fmt.sarif(reports, jobs))
     else:
-        for r in reports:
-            if r.error:
-                print(r.error, file=sys.stderr)
-        sys.stdout.write(fmt.text([r for r in reports if not r.error], color=color, show_hints=hints,
-                                  modules=modules)
-                         if any(not r.error for r in reports) else "")
-    sys.stdout.flush()
+        ok = [r for r in reports if not r.error]
+        if ok:
+            out.write(fmt.text(ok, color=out.color, show_hints=ns.hints, quiet=out.quiet,
+                               modules=bool(getattr(ns, "modules", False))))
+        if jobs:
+            out.write(("\n" if ok else "") + fmt.job_text(jobs, color=out.color))

@@ -27,19 +27,27 @@ def find_daemon(state: Optional[str] = None) -> Optional[dict]:
     return running(state_dir(state))
 
 
-def ensure_daemon(state: Optional[str], workspace: list[str], paths: list[str]) -> dict:
-    """The running daemon, or a new one allowed to read the workspace, the cwd and ``paths``."""
+IDLE_EXIT_S = 1800
+
+
+def ensure_daemon(state: Optional[str], workspace: list[str], paths: list[str], announce: bool = True) -> dict:
+    """The running daemon, or a new one allowed to read the workspace, the cwd and ``paths``
+    (said on stderr: it stays until it has been idle for 30 minutes)."""
     doc = find_daemon(state)
     if doc:
         return doc
     from ..server.daemon.cli import start_daemon
-    opts = ["--tcp", "127.0.0.1:0", "--idle-exit", "1800"]  # an auto-started daemon goes away
+    opts = ["--tcp", "127.0.0.1:0", "--idle-exit", str(IDLE_EXIT_S)]  # an auto-started daemon goes away
     allow = {os.getcwd(), *workspace, *(os.path.dirname(os.path.abspath(p)) for p in paths)}
     for w in workspace:
         opts += ["--workspace", w]
     for a in sorted(allow):
         opts += ["--allow", a]
-    return start_daemon(opts, state_dir(state))
+    doc = start_daemon(opts, state_dir(state))
+    if announce:
+        warn(f"started a daemon for later runs (pid {doc['pid']}, state {state_dir(state)}); it exits "
+             f"after {IDLE_EXIT_S // 60} idle minutes, or now with `profd stop`; --no-daemon analyses in-process")
+    return doc
 
 
 def _relabel(rep: T.Report, typed: str) -> T.Report:
@@ -48,19 +56,30 @@ def _relabel(rep: T.Report, typed: str) -> T.Report:
 
 
 def analyze_sync(doc: dict, paths: list[str], workspace: list[str], path_map, disabled,
-                 fallback) -> list[T.Report]:
+                 fallback, progress=None) -> list[T.Report]:
     """Reports for ``paths`` from the daemon, in order; a path it refuses goes to ``fallback``."""
     async def go(c: DaemonClient):
-        return [await analyze(c, p, workspace, path_map, disabled) for p in paths]
+        out = []
+        for p in paths:
+            if progress:
+                progress(p)
+            out.append(await analyze(c, p, workspace, path_map, disabled))
+        return out
 
     reports = asyncio.run(with_client(doc, go))
     return [_relabel(r, p) if r is not None else fallback(p) for p, r in zip(paths, reports)]
 
 
 def reports_sync(doc: dict, path: Optional[str] = None) -> list[dict]:
-    res = asyncio.run(with_client(doc, lambda c: c.request(
-        M.REPORTS, {"path": os.path.abspath(path) if path else None}, timeout=30)))
-    return res["reports"]
+    """The daemon's reports, each with its ``report`` (verdict, findings) beside the entry."""
+    async def go(c: DaemonClient):
+        res = await c.request(M.REPORTS, {"path": os.path.abspath(path) if path else None}, timeout=30)
+        rows = res["reports"]
+        for r in rows:
+            r["report"] = None if r.get("error") else await c.request(M.REPORT, {"key": r["key"]}, timeout=30)
+        return rows
+
+    return asyncio.run(with_client(doc, go))
 
 
 def hover_sync(doc: dict, file: str, line: int) -> Optional[str]:

@@ -1,17 +1,27 @@
-"""Printing reports: compiler-style text, JSON, SARIF 2.1.0. Pure functions of Report lists."""
+"""Printing reports: compiler-style text, JSON, SARIF 2.1.0, rule statistics. Pure functions of
+Report lists. Numbers in text are per profiled step unless labelled otherwise ("total")."""
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Iterable
 
+import msgspec
+
 from ..protocol import types as T
-from ..protocol.catalog import RULES
+from ..protocol.catalog import RULES, docs_url
 from ..server.engine.modules import render as render_modules
+from ..server.engine.rules.util import plural, size, us
 from ..server.engine.sourcemap import source_line
 
 _COLOR = {"error": "\033[31m", "warning": "\033[33m", "information": "\033[36m", "hint": "\033[2m"}
-_RESET = "\033[0m"
+_BOLD, _RESET = "\033[1m", "\033[0m"
 _BARS = " ▁▂▃▄▅▆▇█"
+
+# What each profiler flag brings, for the advice on a trace recorded without it.
+_FLAGS = (("with_stack", "findings on your source lines"),
+          ("record_shapes", "GEMM shapes: small-problem, misaligned-dims, conv-bias-before-bn"),
+          ("profile_memory", "memory-peak and memory-child-pressure"))
 
 
 def _rel(path: str) -> str:
@@ -23,7 +33,7 @@ def _rel(path: str) -> str:
 
 
 def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = False,
-         modules: bool = False) -> str:
+         quiet: bool = False, modules: bool = False) -> str:
     out: list[str] = []
     for r in reports:
         if r.error:
@@ -33,24 +43,32 @@ def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = Fa
             if d.severity == "hint" and not show_hints:
                 continue
             out.extend(_diag_lines(d, color))
-        out.append(_summary_line(r))
+        if not quiet:
+            out.append(_summary_line(r, show_hints))
+            out.extend(f"  = note: {n}" for n in trace_notes(r))
         if modules:
             out.extend(render_modules(r.modules))
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+        if not quiet or modules:
+            out.append("")
+    return "\n".join(out).rstrip() + "\n" if out else ""
 
 
 def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
     loc = d.location
     where = f"{_rel(loc.path)}:{loc.line}:{loc.column}" if loc.line else _rel(loc.path or "?")
     sev = f"{_COLOR[d.severity]}{d.severity}{_RESET}" if color else d.severity
-    lines = [f"{where}: {sev}[{d.code}] {d.message}"]
+    code = f"{_BOLD}{d.code}{_RESET}" if color else d.code
+    lines = [f"{where}: {sev}[{code}] {d.message}"]
     if loc.module:
         lines.append(f"       = module: {loc.module}")
     if loc.line and loc.path and os.path.isfile(loc.path):
         src = source_line(loc.path, loc.line)
         if src is not None:
             lines.append(f"  {loc.line:>4} | {src.rstrip()}")
+            end = loc.end_column if loc.end_line in (None, loc.line) else len(src.rstrip()) + 1
+            if loc.column > 1 or end:
+                width = max(1, (end or len(src.rstrip()) + 1) - loc.column)
+                lines.append(f"       | {' ' * (loc.column - 1)}{'^' * width}")
     if d.fix:
         lines.append(f"       = help: {d.fix}")
     if loc.precision == "function" and loc.line:
@@ -72,17 +90,47 @@ def modules_text(reports: Iterable[T.Report], depth: int = 4) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _summary_line(r: T.Report) -> str:
+def trace_notes(r: T.Report) -> list[str]:
+    """What the reader should know about the trace itself: empty, or recorded without the flags
+    some findings need (with what each would bring)."""
+    t = r.trace
+    if r.error:
+        return []
+    if not t.events:
+        return []
+    missing = [f"{flag}=True ({why})" for flag, why in _FLAGS if not getattr(t, flag)]
+    if not missing:
+        return []
+    return ["re-profile with " + ", ".join(missing)]
+
+
+def _summary_line(r: T.Report, show_hints: bool = False) -> str:
     s = r.summary
+    path = _rel(r.trace.path)
+    if not r.trace.events:
+        return (f"{path}: empty trace: the profiler recorded no events (was export_chrome_trace called "
+                "before the schedule's active steps ran, or outside `with profile(...)`?)")
     if s is None:
-        return f"{_rel(r.trace.path)}: no summary"
+        return f"{path}: no summary"
+    n = len(s.steps)
+    per = max(1, n)
     busy = f"GPU busy {s.gpu_busy_pct:.1f}% of the active window" if s.gpu_busy_pct is not None else "no GPU events"
-    steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if len(s.steps) > 8 else "")
+    steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if n > 8 else "")
     spark = sparkline([st.gpu_busy_us / st.dur_us if st.dur_us else 0 for st in s.steps])
-    n = sum(1 for d in r.diagnostics if d.severity in ("error", "warning"))
-    return (f"{_rel(r.trace.path)}: {s.verdict}: CPU total {_fmt_us(s.cpu_total_us)} vs CUDA total "
-            f"{_fmt_us(s.cuda_total_us)}; {busy}; {len(s.steps)} steps (ms: {steps}{_bound(s.steps)})"
-            + (f" GPU busy/step {spark}" if spark else "") + f"; {n} warning(s)")
+    counts = {}
+    for d in r.diagnostics:
+        if d.severity != "hint" or show_hints:
+            counts[d.severity] = counts.get(d.severity, 0) + 1
+    found = ", ".join(plural(counts[k], k if k != "information" else "note")
+                      for k in ("error", "warning", "information", "hint") if k in counts) or "no findings"
+    sup = sum((r.suppressed or {}).values())
+    found += f" ({sup} suppressed inline)" if sup else ""
+    timing = (f"per step CPU total {us(s.cpu_total_us / per)} vs CUDA total {us(s.cuda_total_us / per)}"
+              f" over {plural(n, 'step')}" + (f" (ms: {steps}{_bound(s.steps)})" if n else "") if n else
+              f"no ProfilerStep# steps: CPU total {us(s.cpu_total_us)} vs CUDA total {us(s.cuda_total_us)} "
+              "for the whole trace")
+    return (f"{path}: {s.verdict}: {timing}; {busy}" + (f"; GPU busy/step {spark}" if spark else "")
+            + f"; {found}")
 
 
 def _bound(steps: list[T.Step]) -> str:
@@ -102,57 +150,160 @@ def sparkline(fractions: list[float]) -> str:
     return "".join(_BARS[min(8, max(1 if f > 0 else 0, round(f * 8)))] for f in fractions)
 
 
-def _fmt_us(us: float) -> str:
-    if us >= 1000:
-        return f"{us / 1000:.3f} ms"
-    return f"{us:.3f} µs"
+# ---- statistics -----------------------------------------------------------------------------------
+
+def statistics(reports: Iterable[T.Report], jobs=(), show_hints: bool = False) -> list[dict]:
+    """Per rule: findings shown and findings suppressed inline, most first."""
+    rows: dict[str, dict] = {}
+
+    def row(code):
+        info = RULES.get(code)
+        return rows.setdefault(code, {"code": code, "count": 0, "suppressed": 0,
+                                      "severity": info.severity if info else "warning",
+                                      "title": info.title if info else ""})
+
+    for r in reports:
+        for d in r.diagnostics:
+            if d.severity != "hint" or show_hints:
+                row(d.code)["count"] += 1
+        for code, k in (r.suppressed or {}).items():
+            row(code)["suppressed"] += k
+    for j in jobs:
+        for d in j.diagnostics:
+            row(d.code)["count"] += 1
+    return sorted(rows.values(), key=lambda x: (-x["count"], -x["suppressed"], x["code"]))
 
 
-def json_doc(reports: Iterable[T.Report]) -> bytes:
-    return T.encode(T.ReportList(reports=list(reports)))
+def statistics_text(rows: list[dict]) -> str:
+    if not rows:
+        return "no findings\n"
+    w = max(len(x["code"]) for x in rows)
+    out = [f"{x['count']:5d}  {x['code']:<{w}}  {x['severity']:<11}  {x['title']}"
+           + (f"  ({x['suppressed']} suppressed inline)" if x["suppressed"] else "") for x in rows]
+    return "\n".join(out) + "\n"
 
+
+# ---- JSON --------------------------------------------------------------------------------------------
+
+def _camel(k: str) -> str:
+    head, *rest = k.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def camel_evidence(ev: dict) -> dict:
+    """Evidence keys in the documents' camelCase. Keys of lists of records are field names too;
+    a dict value is data keyed by names from the trace (kernel classes, ops) and is left as is."""
+    def rec(v):
+        if isinstance(v, list):
+            return [{_camel(k): x for k, x in e.items()} if isinstance(e, dict) else e for e in v]
+        return v
+    return {_camel(k): rec(v) for k, v in ev.items()}
+
+
+def _camel_diags(diags: list) -> None:
+    for d in diags:
+        d["evidence"] = camel_evidence(d.get("evidence") or {})
+
+
+def json_doc(reports: Iterable[T.Report], jobs=()) -> bytes:
+    """``{"reports": [Report...], "jobs": [JobReport...]}`` (schema: docs/schema.json)."""
+    from ..protocol.schema import AnalyzeOutput
+
+    doc = msgspec.to_builtins(AnalyzeOutput(reports=list(reports), jobs=list(jobs)))
+    for r in doc["reports"] + doc["jobs"]:
+        _camel_diags(r.get("diagnostics") or [])
+    return msgspec.json.encode(doc)
+
+
+# ---- SARIF ---------------------------------------------------------------------------------------
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "information": "note", "hint": "note"}
+SRCROOT = "SRCROOT"
 
 
-def sarif(reports: Iterable[T.Report]) -> dict:
+def _sarif_rule(code: str) -> dict:
+    from ..server.engine.rules.docs import rule_doc
+
+    info = RULES[code]
+    doc = rule_doc(code)
+    return {"id": code, "name": code, "shortDescription": {"text": info.title},
+            "fullDescription": {"text": doc.what},
+            "help": {"text": doc.text(), "markdown": doc.markdown()},
+            "helpUri": info.doc_url,
+            "defaultConfiguration": {"level": _SARIF_LEVEL[info.severity]},
+            "properties": {"family": info.family}}
+
+
+def _artifact(path: str, root: str) -> dict:
+    ap = os.path.abspath(path)
+    if ap == root or ap.startswith(root + os.sep):
+        return {"uri": os.path.relpath(ap, root).replace(os.sep, "/"), "uriBaseId": SRCROOT}
+    return {"uri": _uri(ap)}
+
+
+def _fingerprint(d: T.Diagnostic, root: str, seen: dict) -> str:
+    """Stable across runs and line moves: the rule, the file relative to the root, the function,
+    the source text of the line (not its number), and which of the same rule's findings there it is."""
+    loc = d.location
+    src = source_line(loc.path, loc.line) if loc.line and loc.path and os.path.isfile(loc.path) else None
+    rel = os.path.relpath(os.path.abspath(loc.path), root) if loc.path else ""
+    key = "\0".join([d.code, rel, loc.function or "", (src or "").strip(), "" if src else str(loc.line or "")])
+    n = seen[key] = seen.get(key, 0) + 1
+    return hashlib.sha256(f"{key}\0{n}".encode()).hexdigest()[:32]
+
+
+def sarif(reports: Iterable[T.Report], jobs=()) -> dict:
     reports = list(reports)
-    used = sorted({d.code for r in reports for d in r.diagnostics})
-    rules = [{
-        "id": c, "name": c, "shortDescription": {"text": RULES[c].title},
-        "helpUri": RULES[c].doc_url,
-        "defaultConfiguration": {"level": _SARIF_LEVEL[RULES[c].severity]},
-    } for c in used if c in RULES]
+    root = os.path.abspath(os.getcwd())
+    codes = {d.code for r in reports for d in r.diagnostics} | {d.code for j in jobs for d in j.diagnostics}
+    rules = [_sarif_rule(c) for c in sorted(codes) if c in RULES]
     index = {r["id"]: k for k, r in enumerate(rules)}
     results = []
     notifications = []
-    for r in reports:
-        if r.error:
-            notifications.append({"level": "error", "message": {"text": r.error}})
-            continue
-        for d in r.diagnostics:
-            loc = d.location
-            phys: dict = {"artifactLocation": {"uri": _uri(loc.path or r.trace.path)}}
-            if loc.line:
-                phys["region"] = {"startLine": loc.line, "startColumn": loc.column}
-            results.append({
-                "ruleId": d.code, "ruleIndex": index.get(d.code, -1), "level": _SARIF_LEVEL[d.severity],
+    seen: dict = {}
+
+    def result(d: T.Diagnostic, trace: str, props: dict) -> dict:
+        loc = d.location
+        phys: dict = {"artifactLocation": _artifact(loc.path or trace, root)}
+        if loc.line:
+            region = {"startLine": loc.line, "startColumn": loc.column}
+            if loc.end_line:
+                region["endLine"] = loc.end_line
+            if loc.end_column:
+                region["endColumn"] = loc.end_column
+            phys["region"] = region
+        return {"ruleId": d.code, "ruleIndex": index.get(d.code, -1), "level": _SARIF_LEVEL[d.severity],
                 "message": {"text": d.message + (f" Fix: {d.fix}" if d.fix else "")},
                 "locations": [{"physicalLocation": phys}],
-                "properties": {"evidence": d.evidence, "precision": loc.precision,
-                               "trace": r.trace.path},
-            })
-    run = {"tool": {"driver": {"name": "profd", "informationUri": "https://github.com/profd/profd",
-                               "rules": rules}},
+                "partialFingerprints": {"profdFinding/v1": _fingerprint(d, root, seen)},
+                "properties": {"evidence": camel_evidence(d.evidence), "precision": loc.precision, **props}}
+
+    for r in reports:
+        if r.error:
+            notifications.append({"level": "error", "message": {"text": r.error},
+                                  "locations": [{"physicalLocation": {"artifactLocation": _artifact(r.trace.path, root)}}]})
+            continue
+        for d in r.diagnostics:
+            results.append(result(d, r.trace.path, {"trace": r.trace.path}))
+    for j in jobs:
+        for d in j.diagnostics:
+            results.append(result(d, d.location.path or "", {"job": j.group}))
+    from .. import __version__
+
+    run = {"tool": {"driver": {"name": "profd", "version": __version__, "semanticVersion": __version__,
+                               "informationUri": docs_url(), "rules": rules}},
+           "originalUriBaseIds": {SRCROOT: {"uri": _uri(root) + "/"}},
            "results": results}
-    if notifications:
-        run["invocations"] = [{"executionSuccessful": False, "toolExecutionNotifications": notifications}]
+    run["invocations"] = [{"executionSuccessful": not notifications,
+                           **({"toolExecutionNotifications": notifications} if notifications else {})}]
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
 
 
 def _uri(path: str) -> str:
     if os.path.isabs(path):
-        return "file://" + path
+        from urllib.parse import quote
+
+        return "file://" + quote(path)
     return path.replace(os.sep, "/")
 
 
@@ -188,32 +339,6 @@ def job_text(jobs, color: bool = False) -> str:
     return "\n".join(out).rstrip() + "\n" if out else ""
 
 
-def json_jobs_doc(reports, jobs) -> bytes:
-    """``{"reports": [...], "jobs": [...]}``: the ReportList document with the job reports beside."""
-    import msgspec
-
-    return msgspec.json.encode({"reports": list(reports), "jobs": list(jobs)})
-
-
-def sarif_jobs(doc: dict, jobs) -> dict:
-    """Adds the job findings (on the straggler's trace) to a SARIF document from ``sarif``."""
-    run = doc["runs"][0]
-    rules = run["tool"]["driver"]["rules"]
-    for j in jobs:
-        for d in j.diagnostics:
-            if d.code not in {r["id"] for r in rules}:
-                rules.append({"id": d.code, "name": d.code, "shortDescription": {"text": RULES[d.code].title},
-                              "helpUri": RULES[d.code].doc_url,
-                              "defaultConfiguration": {"level": _SARIF_LEVEL[RULES[d.code].severity]}})
-            index = next(k for k, r in enumerate(rules) if r["id"] == d.code)
-            run["results"].append({
-                "ruleId": d.code, "ruleIndex": index, "level": _SARIF_LEVEL[d.severity],
-                "message": {"text": d.message + (f" Fix: {d.fix}" if d.fix else "")},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(d.location.path or "")}}}],
-                "properties": {"evidence": d.evidence, "precision": "trace", "job": j.group}})
-    return doc
-
-
 _TREND = {"faster": "-", "slower": "+", "new": "+", "gone": "-", "same": " "}
 
 
@@ -225,8 +350,8 @@ def diff_text(d, max_lines: int = 20) -> str:
         out.append(f"  step (median): {s.old_step_us / 1000:.2f} ms -> {s.new_step_us / 1000:.2f} ms "
                    f"({_pct_change(s.old_step_us, s.new_step_us)}); verdict {s.old_verdict} -> {s.new_verdict}")
     if s.old_cuda_per_step_us is not None and s.new_cuda_per_step_us is not None:
-        out.append(f"  per step: CPU total {_fmt_us(s.old_cpu_per_step_us)} -> {_fmt_us(s.new_cpu_per_step_us)}, "
-                   f"CUDA total {_fmt_us(s.old_cuda_per_step_us)} -> {_fmt_us(s.new_cuda_per_step_us)}")
+        out.append(f"  per step: CPU total {us(s.old_cpu_per_step_us)} -> {us(s.new_cpu_per_step_us)}, "
+                   f"CUDA total {us(s.old_cuda_per_step_us)} -> {us(s.new_cuda_per_step_us)}")
     for r in d.rules:
         if r.change != "kept":
             out.append(f"  {'-' if r.change == 'gone' else '+'} [{r.code}] {r.change} "
@@ -250,7 +375,7 @@ def diff_text(d, max_lines: int = 20) -> str:
         for ln in moved:
             old, new = ln.old_cpu_us + ln.old_gpu_us, ln.new_cpu_us + ln.new_gpu_us
             out.append(f"  {_TREND[ln.trend]} {_rel(ln.path)}:{ln.line} ({ln.function}) {ln.trend}: "
-                       f"{_fmt_us(old)} -> {_fmt_us(new)}"
+                       f"{us(old)} -> {us(new)}"
                        + (f"; gone: {', '.join(ln.codes_gone)}" if ln.codes_gone else "")
                        + (f"; new: {', '.join(ln.codes_new)}" if ln.codes_new else ""))
     return "\n".join(out).rstrip() + "\n"
@@ -260,3 +385,36 @@ def _pct_change(old: float, new: float) -> str:
     if not old:
         return "n/a"
     return f"{100.0 * (new - old) / old:+.0f}%"
+
+
+# ---- the daemon's answers --------------------------------------------------------------------------
+
+def status_text(st: dict, doc: dict) -> str:
+    watch = f"watching {st['watch']}" if st.get("watch") else "watching no folder (analyses on request)"
+    ws = ", ".join(st.get("workspace") or []) or "none"
+    return (f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: {watch}; workspace {ws}; "
+            f"{plural(st['reports'], 'report')}, {st['queued']} queued, {st['running']} running, "
+            f"{plural(st['analyses'], 'analysis', 'analyses')}, {plural(st['sessions'], 'session')}, "
+            f"up {st['uptimeS']:.0f} s\n")
+
+
+def reports_text(rows: list[dict]) -> str:
+    """One line per report the daemon holds: newest mark, key, trace, verdict, findings by severity."""
+    if not rows:
+        return "no reports\n"
+    out = []
+    for r in rows:
+        mark = "*" if r.get("newest") else " "
+        rep = r.get("report")
+        if r.get("error") or rep is None:
+            what = r.get("error") or "not loaded"
+        else:
+            verdict = (rep.get("summary") or {}).get("verdict", "no summary")
+            counts: dict[str, int] = {}
+            for d in rep.get("diagnostics", []):
+                counts[d["severity"]] = counts.get(d["severity"], 0) + 1
+            found = ", ".join(plural(counts[k], k if k != "information" else "note")
+                              for k in ("error", "warning", "information", "hint") if k in counts)
+            what = f"{verdict}; {found or 'no findings'}; {plural(len(r.get('sources', [])), 'source file')}"
+        out.append(f"{mark} {r['key'][:12]}  {_rel(r['path'])}  {what}")
+    return "\n".join(out) + "\n"

@@ -1,6 +1,11 @@
-"""``profd-client``: prints findings like a compiler. Thin: the engine or the daemon does the work.
+"""``profd-client``: prints the findings of torch.profiler traces like a linter. Thin: the engine or
+the daemon does the work.
 
-Exit codes as ruff: 0 clean (or below --fail-on), 1 findings at/above --fail-on, 2 bad input/usage.
+Every command that prints results takes the same output options (--format, -o/--output-file,
+-q/--quiet, --color, --config, --isolated); those that analyse take the same analysis options
+(--workspace, --path-map, --select/--extend-select/--ignore, --fail-on/--exit-zero, --no-daemon).
+Flags win over [tool.profd] in pyproject.toml. Exit status as ruff: 0 no finding at or above
+--fail-on, 1 findings at or above it, 2 bad usage or input.
 """
 from __future__ import annotations
 
@@ -9,160 +14,227 @@ import os
 import sys
 from typing import Optional
 
-from .common import (EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, analyze_daemon, analyze_local, emit, exit_code,
-                     parse_path_map)
+from .. import __version__
+from . import common as K
+from .config import UsageError
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="profd-client", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("analyze", help="analyse trace files and print the findings")
-    a.add_argument("paths", nargs="+", metavar="PATH")
-    a.add_argument("--no-daemon", action="store_true", help="analyse in this process")
-    a.add_argument("--format", choices=["text", "json", "sarif"], default="text")
-    a.add_argument("--workspace", action="append", default=[], metavar="DIR",
-                   help="workspace root for mapping frame paths (repeatable; default: .)")
-    a.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
-    a.add_argument("--fail-on", choices=["error", "warning", "information", "hint", "never"],
-                   default="error")
-    a.add_argument("--hints", action="store_true", help="also print hint-level findings")
-    a.add_argument("--color", choices=["auto", "always", "never"], default="auto")
-    a.add_argument("--disable", action="append", default=[], metavar="CODE")
-    a.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
-    a.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler (tcp://host:8786): summarise "
-                   "the rank traces of a job (files or a folder) there; prints the job report")
-    a.add_argument("--workers", type=int, metavar="N", help="local processes for a job folder")
+    p = argparse.ArgumentParser(prog="profd-client", description=__doc__, formatter_class=K.Formatter,
+                                epilog=K.ENVIRONMENT)
+    p.add_argument("--version", action="version", version=f"profd-client {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def cmd(name, help, description=None):
+        return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
+                              formatter_class=K.Formatter, epilog=K.ENVIRONMENT)
+
+    a = cmd("analyze", "analyse trace files or folders of them and print the findings",
+            "Analyse torch.profiler traces and print the findings on your source lines.\n\n"
+            "PATH is a trace (*.json, *.pt.trace.json, *.json.gz) or a folder: every trace under it,\n"
+            "recursively (a JSON file there that is not a trace is skipped and said). Traces that are\n"
+            "ranks of one distributed job also get a job report.")
+    a.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
+    K.output_options(a, ("text", "json", "sarif"), statistics=True)
+    K.analysis_options(a)
+    j = a.add_argument_group("multi-rank jobs")
+    j.add_argument("--cluster", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786): summarise the "
+                   "rank traces there, reading them where they lie; prints only the job report")
+    j.add_argument("--workers", type=int, metavar="N", help="local processes for --cluster-less job summaries")
     a.add_argument("--modules", action=argparse.BooleanOptionalAction, default=False,
-                   help="also print each trace's module tree (text output)")
-    _modules_subcommand(sub)
-    _daemon_subcommands(sub)
-    from . import jobs
+                   help="also print each trace's nn.Module tree (text output)")
+    mo = cmd("modules", "the nn.Module tree of traces: GPU and CPU per module, hottest first")
+    mo.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
+    mo.add_argument("--depth", type=int, default=4, metavar="N", help="levels of the tree to print")
+    K.output_options(mo, ("text", "json"))
+    K.analysis_options(mo, gate=False)
 
-    jobs.add_subcommands(sub)  # diff, annotate
-    from . import workload
+    from . import jobs, workload
 
-    workload.add_subcommands(sub)  # run
+    jobs.add_subcommands(cmd)  # diff, annotate
+    workload.add_subcommands(cmd)  # run
+
+    s = cmd("status", "what the running daemon is doing")
+    h = cmd("hover", "the daemon's numbers for one source line")
+    h.add_argument("where", metavar="FILE:LINE", help="a source file (relative to the current folder or "
+                   "a workspace root) and a 1-based line")
+    h.add_argument("--workspace", action="append", default=None, metavar="DIR",
+                   help="where to look for FILE besides the current folder (default: the daemon's workspace)")
+    r = cmd("reports", "the reports the daemon holds, with their verdicts and finding counts")
+    r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
+    for x in (s, h, r):
+        K.output_options(x, ("text", "json"))
+        x.add_argument("--state", metavar="DIR", help="the daemon's state folder (default: $PROFD_STATE or "
+                       "the user cache dir)")
+    ru = cmd("rule", "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it")
+    ru.add_argument("code", nargs="?", metavar="CODE", help="a rule code (host-sync)")
+    ru.add_argument("--all", action="store_true", help="every rule (with --format text: one line each)")
+    K.output_options(ru, ("text", "json"))
     return p
 
 
-def _modules_subcommand(sub) -> None:
-    m = sub.add_parser("modules", help="the nn.Module tree of traces: GPU/CPU per module, hottest first")
-    m.add_argument("paths", nargs="+", metavar="PATH")
-    m.add_argument("--depth", type=int, default=4, help="levels of the tree to print (default 4)")
-    m.add_argument("--format", choices=["text", "json"], default="text")
-    m.add_argument("--no-daemon", action="store_true", help="analyse in this process")
-    m.add_argument("--workspace", action="append", default=[], metavar="DIR")
-    m.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
-    m.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
-    m.set_defaults(disable=[])
+def cmd_daemon(ns, out: K.Output) -> int:
+    """status | hover FILE:LINE | reports [PATH]."""
+    from . import daemon_client as dc
+    from . import format as fmt
+
+    doc = dc.find_daemon(ns.state)
+    if doc is None:
+        K.warn("no daemon running (start one with `profd start --watch DIR`, or run `profd-client analyze`)")
+        return K.EXIT_ERROR
+    if ns.cmd == "status":
+        st = dc.status_sync(doc)
+        if ns.format == "json":
+            out.json({**st, "host": doc["host"], "port": doc["port"]})
+        else:
+            out.write(fmt.status_text(st, doc))
+        return K.EXIT_CLEAN
+    if ns.cmd == "hover":
+        file, _, line = ns.where.rpartition(":")
+        if not file or not line.isdigit() or int(line) < 1:
+            raise UsageError(f"hover wants FILE:LINE (a 1-based line), got {ns.where!r}")
+        path = _find_source(file, ns.workspace or doc.get("workspace") or [])
+        text = dc.hover_sync(doc, path, int(line))
+        if ns.format == "json":
+            out.json({"path": path, "line": int(line), "hover": text})
+        else:
+            out.write((text or f"{ns.where}: no profile data for this line") + "\n")
+        return K.EXIT_CLEAN if text else K.EXIT_FINDINGS
+    rows = dc.reports_sync(doc, ns.path)
+    if ns.format == "json":
+        out.json(rows)
+    else:
+        out.write(fmt.reports_text(rows))
+    return K.EXIT_CLEAN
 
 
-def cmd_modules(ns) -> int:
+def _find_source(file: str, roots: list[str]) -> str:
+    """FILE as given (absolute or relative to the current folder), else under a workspace root."""
+    if os.path.isabs(file) or os.path.exists(file):
+        return os.path.abspath(file)
+    for r in roots:
+        cand = os.path.join(r, file)
+        if os.path.exists(cand):
+            return os.path.abspath(cand)
+    where = " or under " + ", ".join(roots) if roots else ""
+    raise UsageError(f"hover: no file {file} here{where}")
+
+
+def cmd_rule(ns, out: K.Output) -> int:
+    from ..protocol.catalog import RULES
+    from ..server.engine.rules.docs import rule_doc
+
+    from .config import check_code
+
+    if ns.all or not ns.code:
+        docs = [rule_doc(c) for c in RULES]
+        if ns.format == "json":
+            out.json([d.as_dict() for d in docs])
+        else:
+            w = max(len(c) for c in RULES)
+            out.write("".join(f"{d.code:<{w}}  {RULES[d.code].severity:<11}  {d.title}\n" for d in docs))
+        return K.EXIT_CLEAN
+    (code,) = check_code(ns.code, "rule", families=False)
+    d = rule_doc(code)
+    out.write(orjson_dump(d.as_dict()) if ns.format == "json" else d.text())
+    return K.EXIT_CLEAN
+
+
+def orjson_dump(obj) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def cmd_modules(ns, out: K.Output) -> int:
     """profd-client modules TRACE...: the module trees (the JSON is each report's ``modules``)."""
     import msgspec
 
     from . import format as fmt
 
-    workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
-    path_map = parse_path_map(ns.path_map)
-    if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
-        reports = analyze_local(ns.paths, workspace, path_map)
-    else:
-        reports = analyze_daemon(ns, workspace, path_map)
+    files, _ = K.expand_paths(ns.paths)
+    reports = K.analyze_paths(ns, files)
     for r in reports:
         if r.error:
             print(r.error, file=sys.stderr)
     good = [r for r in reports if not r.error]
     if ns.format == "json":
-        sys.stdout.buffer.write(msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules}
-                                                                 for r in good]}) + b"\n")
+        out.write(msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules} for r in good]}) + b"\n")
     elif good:
-        sys.stdout.write(fmt.modules_text(good, ns.depth))
-    return EXIT_ERROR if len(good) < len(reports) else EXIT_CLEAN
+        out.write(fmt.modules_text(good, ns.depth))
+    return K.EXIT_ERROR if len(good) < len(reports) else K.EXIT_CLEAN
 
 
-def _daemon_subcommands(sub) -> None:
-    """status / hover / reports: questions for the running daemon (daemon_client)."""
-    s = sub.add_parser("status", help="what the daemon is doing")
-    h = sub.add_parser("hover", help="the daemon's numbers for a source line")
-    h.add_argument("where", metavar="FILE:LINE")
-    r = sub.add_parser("reports", help="the reports the daemon holds")
-    r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
-    for x in (s, h, r):
-        x.add_argument("--state", metavar="DIR", help="daemon state dir (default: user cache dir)")
+def cmd_analyze(ns, out: K.Output) -> int:
+    from .progress import Progress
 
-
-def cmd_daemon(ns) -> int:
-    """profd-client status | hover FILE:LINE | reports [PATH]."""
-    from . import daemon_client as dc
-
-    doc = dc.find_daemon(ns.state)
-    if doc is None:
-        dc.warn("no daemon running (start one with `profd start --watch DIR`)")
-        return EXIT_ERROR
-    if ns.cmd == "status":
-        st = dc.status_sync(doc)
-        print(f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: watching "
-              f"{st['watch']}; {st['reports']} reports, {st['queued']} queued, {st['running']} "
-              f"running, {st['analyses']} analyses, {st['sessions']} sessions, "
-              f"up {st['uptimeS']:.0f} s")
-        return EXIT_CLEAN
-    if ns.cmd == "hover":
-        file, _, line = ns.where.rpartition(":")
-        if not file or not line.isdigit():
-            dc.warn(f"hover wants FILE:LINE, got {ns.where!r}")
-            return EXIT_ERROR
-        text = dc.hover_sync(doc, file, int(line))
-        if not text:
-            print(f"{ns.where}: no profile data for this line")
-            return EXIT_FINDINGS
-        print(text)
-        return EXIT_CLEAN
-    rows = dc.reports_sync(doc, ns.path)
-    for r in rows:
-        what = r.get("error") or f"{len(r.get('sources', []))} files"
-        mark = "*" if r.get("newest") else " "
-        print(f"{mark} {r['key'][:12]}  {r['path']}  {what}")
-    return EXIT_CLEAN
-
-
-def cmd_analyze(ns) -> int:
-    workspace = [os.path.abspath(w) for w in (ns.workspace or ["."])]
-    path_map = parse_path_map(ns.path_map)
-    if len(ns.paths) > 1 or ns.cluster or any(os.path.isdir(p) for p in ns.paths):  # a multi-rank job
+    if ns.cluster:
         from . import jobs
 
-        return jobs.cmd_analyze_job(ns, workspace, path_map)
-    if ns.no_daemon or os.environ.get("PROFD_NO_DAEMON"):
-        reports = analyze_local(ns.paths, workspace, path_map, ns.disable)
-    else:
-        reports = analyze_daemon(ns, workspace, path_map)
-    color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
-    emit(reports, ns.format, color, ns.hints, ns.modules)
-    return exit_code(reports, ns.fail_on)
+        return jobs.analyze_cluster(ns, out)
+    files, from_folder = K.expand_paths(ns.paths)
+    bar = Progress(files, enabled=None if not ns.quiet else False)
+    summaries: Optional[list] = [] if len(files) > 1 else None  # in-process: read once for both
+    try:
+        reports = K.analyze_paths(ns, files, bar, summaries)
+    finally:
+        bar.close()
+    skipped = [r for r in reports if r.trace.path in from_folder and K.not_a_trace(r)]
+    if skipped and not ns.quiet:
+        K.warn(f"skipped {len(skipped)} JSON file(s) that are not traces: "
+               + ", ".join(os.path.relpath(r.trace.path) for r in skipped[:5]) + (" …" if len(skipped) > 5 else ""))
+    reports = [r for r in reports if r not in skipped]
+    if not reports:
+        raise UsageError("no traces among " + ", ".join(ns.paths))
+    from ..server.engine import job
+
+    ranked = {r.trace.path for r in reports if not r.error and (r.trace.world_size or 0) > 1}
+    if summaries:  # in-process
+        got = [s for s in summaries if s.path in ranked]
+    else:  # the daemon gave the reports: summarise the ranks here
+        opts = K.engine_options(ns)
+        got = [job.summarize_rank(p, opts) for p in sorted(ranked)] if len(ranked) > 1 else []
+    jobs_ = [job.reduce_job(g) for g in job.group_jobs(got)]
+    K.emit(out, ns, reports, jobs_)
+    return K.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ns = _parser().parse_args(argv)
+    out = None
     try:
+        K.resolve(ns)
+        out = K.Output(ns)
         if ns.cmd == "analyze":
-            return cmd_analyze(ns)
-        if ns.cmd == "modules":
-            return cmd_modules(ns)
+            return cmd_analyze(ns, out)
         if ns.cmd in ("diff", "annotate"):
             from . import jobs
 
-            return jobs.run(ns)
+            return jobs.run(ns, out)
         if ns.cmd in ("status", "hover", "reports"):
-            return cmd_daemon(ns)
+            return cmd_daemon(ns, out)
+        if ns.cmd == "rule":
+            return cmd_rule(ns, out)
+        if ns.cmd == "modules":
+            return cmd_modules(ns, out)
         if ns.cmd == "run":
             from . import workload
 
-            return workload.run(ns)
+            return workload.run(ns, out)
+    except UsageError as e:
+        print(f"profd-client: error: {e}", file=sys.stderr)
+        return K.EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return EXIT_CLEAN
-    return EXIT_ERROR
+        return K.EXIT_CLEAN
+    finally:
+        if out is not None:
+            try:
+                out.close()
+            except BrokenPipeError:
+                pass
+    return K.EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -10,30 +10,31 @@ from __future__ import annotations
 import os
 import sys
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from . import common as K
 
 
-def add_subcommands(sub) -> None:
+def add_subcommands(cmd) -> None:
     from ..server.workloads.runner import add_workload_args
 
-    r = sub.add_parser("run", help="run a built-in workload under the profiler and print the findings",
-                       description=__doc__.splitlines()[0])
+    r = cmd("run", "run a built-in workload under the profiler and print the findings on its trace",
+            "Run a built-in workload under a correct profiler set-up, then print the findings on its\n"
+            "trace; for a size sweep (--n 64,512,4096) also the table of where it turns from\n"
+            "overhead-bound to compute-bound. Needs torch (pip install 'profd[workload]').")
     add_workload_args(r)
     r.add_argument("--out", default=None, metavar="DIR",
                    help="folder for the trace (.json.gz) and table (.txt) (default: ./profd-runs)")
-    r.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
-    r.add_argument("--python", default=None, help="interpreter with torch (default: this one)")
-    r.add_argument("--no-daemon", action="store_true", help="run and analyse in this process")
-    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    r.add_argument("--color", choices=["auto", "always", "never"], default="auto")
-    r.add_argument("--hints", action="store_true")
+    r.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is killed")
+    r.add_argument("--python", default=None, metavar="PATH", help="interpreter with torch (default: this one)")
+    K.output_options(r, ("text", "json", "sarif"), statistics=True)
+    K.analysis_options(r, daemon=False)
+    r.add_argument("--no-daemon", action="store_true",
+                   help="accepted for symmetry: the run and its analysis happen in this process")
 
 
-def run(ns) -> int:
+def run(ns, out: K.Output) -> int:
     from ..server.workloads import runner as R
-    from ..server.engine import Options, analyze_or_error
+    from ..server.engine import analyze_or_error
     from ..server.workloads import HERE
-    from . import format as fmt
 
     out = os.path.abspath(ns.out or "profd-runs")
     progress = (lambda msg, pct: None) if ns.quiet else (
@@ -58,9 +59,9 @@ def run(ns) -> int:
         print(f"profd-client: workload failed: {e}", file=sys.stderr)
         if e.log_tail and e.kind in ("crash", "oom", "no-output"):
             print(e.log_tail, file=sys.stderr)
-        return EXIT_ERROR
-    color = ns.color == "always" or (ns.color == "auto" and sys.stdout.isatty())
-    opts = Options(workspace=[HERE])
+        return K.EXIT_ERROR
+    opts = K.engine_options(ns)
+    opts.workspace = [HERE, *opts.workspace]
     reports, rows = [], []
     for path, meta in traces:
         rep = analyze_or_error(path, opts)
@@ -69,16 +70,12 @@ def run(ns) -> int:
             print(f"profd: {os.path.basename(path)} ran on the CPU (no CUDA GPU visible): "
                   "CPU activity only", file=sys.stderr)
         rows.append(R.row_of(path, meta, [HERE]) if len(traces) > 1 else None)
-    for r in reports:
-        if r.error:
-            print(r.error, file=sys.stderr)
-    ok = [r for r in reports if not r.error]
-    if ok:
-        sys.stdout.write(fmt.text(ok, color=color, show_hints=ns.hints))
-    if len(traces) > 1:
-        sys.stdout.write("\n" + R.format_table([x for x in rows if x]))
-    for path, _ in traces:
-        print(f"trace: {path}  table: {path.split('.json')[0]}.txt", file=sys.stderr)
-    if len(traces) < max(1, len(sizes)) or any(r.error for r in reports):
-        return EXIT_ERROR
-    return EXIT_CLEAN
+    K.emit(out, ns, reports)
+    if len(traces) > 1 and ns.format == "text" and not ns.statistics:
+        out.write("\n" + R.format_table([x for x in rows if x]))
+    if not ns.quiet:
+        for path, _ in traces:
+            print(f"trace: {path}  table: {path.split('.json')[0]}.txt", file=sys.stderr)
+    if len(traces) < max(1, len(sizes)):
+        return K.EXIT_ERROR
+    return K.exit_code(ns, reports)

@@ -1,13 +1,30 @@
 """The rule catalog: stable codes, titles, default severities and doc anchors.
 
 Codes never change meaning; a new finding gets a new code. The doc anchor is the link target the
-LSP ``codeDescription`` carries (``docs/rules.md#<code>`` in the repository).
+LSP ``codeDescription`` and SARIF ``helpUri`` carry: ``rules.md#<code>`` in the docs installed with
+the package (``docs/`` ships as ``profd/docs``), or under ``$PROFD_DOCS_URL`` when set (a base URL
+such as ``https://example.org/profd/docs``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from functools import lru_cache
 
-DOCS_URL = "https://github.com/profd/profd/blob/main/docs/rules.md"
+
+@lru_cache(maxsize=None)
+def _installed_docs() -> str:
+    # installed: site-packages/profd/{protocol,docs}; a source tree: {protocol,docs}/ side by side
+    from urllib.parse import quote
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "rules.md")
+    return "file://" + quote(path)
+
+
+def docs_url() -> str:
+    """Where docs/rules.md is: ``$PROFD_DOCS_URL/rules.md``, else the installed file."""
+    base = os.environ.get("PROFD_DOCS_URL")
+    return base.rstrip("/") + "/rules.md" if base else _installed_docs()
 
 
 @dataclass(frozen=True)
@@ -19,7 +36,7 @@ class RuleInfo:
 
     @property
     def doc_url(self) -> str:
-        return f"{DOCS_URL}#{self.code}"
+        return f"{docs_url()}#{self.code}"
 
 
 _RULES = [

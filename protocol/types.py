@@ -25,12 +25,14 @@ class Location(Struct):
 
     path: Optional[str] = None  # workspace path after mapping, else the trace's frame path
     line: Optional[int] = None
-    column: int = 1
+    column: int = 1  # 1-based, in characters: where the call that issued the work starts
     precision: Precision = "trace"
     function: Optional[str] = None
     trace_path: Optional[str] = None  # the path as the trace named it, before mapping
     module: Optional[str] = None  # the nn.Module the work ran in, when known ("GPT2Attention.c_attn")
     library: bool = False  # a line of library code (transformers, torchvision), not the user's
+    end_line: Optional[int] = None  # the range of that call (exclusive end column), when known
+    end_column: Optional[int] = None
 
 
 class Diagnostic(Struct):
@@ -172,6 +174,7 @@ class Report(Struct):
     modules: Optional[ModuleTree] = None
     error: Optional[str] = None  # set when the file could not be read as a trace
     profd_version: str = ""
+    suppressed: dict[str, int] = {}  # rule code -> findings dropped by an inline `# profd: ignore[...]`
 
 
 class ReportList(Struct):

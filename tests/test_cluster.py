@@ -86,3 +86,26 @@ def test_cli_cluster_address(jobs, capsys):
     assert rc == 0
     doc = msgspec.json.decode(capsys.readouterr().out)
     assert doc["reports"] == [] and doc["jobs"][0]["straggler"] == 2
+
+
+def test_cli_cluster_sends_absolute_paths_and_names_each_failed_task(jobs, tmp_path, monkeypatch, capsys):
+    """Workers resolve a relative path against their own working directory: the CLI resolves paths
+    before sending them, and a task that fails is reported with its trace and reason (exit 2)."""
+    distributed = pytest.importorskip("distributed")
+    from profd.client_cli.main import main
+
+    folder, paths = jobs["fsdp"]
+    bad = tmp_path / "not_a_trace.json"
+    bad.write_text('{"hello": "world"}')
+    monkeypatch.chdir(os.path.dirname(folder))
+    rel = [os.path.relpath(p) for p in paths]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None, scheduler_port=0) as lc:
+        rc = main(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", "--format", "json",
+                   "--cluster", lc.scheduler_address, *rel, str(bad)])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert f"task for {bad} failed: " in err and "not a torch.profiler trace" in err
+    doc = msgspec.json.decode(out)
+    (j,) = doc["jobs"]
+    assert j["straggler"] == 2 and all(os.path.isabs(r["path"]) for r in j["ranks"])

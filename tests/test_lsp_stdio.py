@@ -1,6 +1,7 @@
 """The daemon as an editor spawns it: ``profd serve --stdio``, driven by pytest-lsp's client."""
 import asyncio
 import os
+import urllib.parse
 import sys
 
 import pytest
@@ -42,13 +43,18 @@ async def test_dropped_trace_gives_diagnostics_and_hover_on_the_source_line(lsp)
     d = next(d for d in diags if d.code == "overhead-bound")
     assert d.range.start.line == 20  # seed_matmul.py:21, 0-based
     assert d.severity == L.DiagnosticSeverity.Warning and d.source == "profd"
-    assert d.code_description and d.code_description.href.startswith("http")
+    # the rule's page in the docs installed with profd (a file that exists), at the rule's anchor
+    href = d.code_description.href
+    assert href.startswith("file://") and href.endswith("#overhead-bound")
+    assert os.path.isfile(urllib.parse.unquote(href[len("file://"):].split("#")[0]))
     assert "fix:" in d.message
 
     hover = await lsp.text_document_hover_async(L.HoverParams(
         text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)), position=L.Position(20, 4)))
     text = hover.contents.value
-    assert "GPU: 11.9 µs" in text and "Launches: 6" in text and "(gemm)" in text
+    # per profiled step, as the findings say: 11.9 µs and 6 launches over the 3 steps
+    assert "per step (mean of 3 profiled steps)" in text
+    assert "GPU: 4.0 µs" in text and "Launches: 2" in text and "(gemm)" in text
     assert "seed_n64_bf16.json.gz" in text  # which trace
 
     pulled = await lsp.text_document_diagnostic_async(L.DocumentDiagnosticParams(

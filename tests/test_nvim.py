@@ -58,4 +58,4 @@ def test_neovim_shows_diagnostics_and_hover(tmp_path):
     assert doc["ok"], doc
     d = next(d for d in doc["diags"] if d["code"] == "overhead-bound")
     assert d["lnum"] == 20 and "GPU busy" in d["message"]
-    assert doc["hover"] and "Launches: 6" in doc["hover"] and "GPU:" in doc["hover"]
+    assert doc["hover"] and "Launches: 2" in doc["hover"] and "GPU:" in doc["hover"]

@@ -65,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     _common(s)
     st = sub.add_parser("start", help="start a background TCP daemon")
     st.add_argument("--tcp", metavar="HOST:PORT", default="127.0.0.1:0")
-    st.add_argument("--timeout", type=float, default=20.0)
+    st.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for it to listen")
+    st.add_argument("--replace", action="store_true",
+                    help="a daemon already runs with other settings: stop it and start this one")
     _common(st)
     for name in ("stop", "status"):
         x = sub.add_parser(name, help=f"{name} the background daemon")
@@ -92,7 +94,8 @@ def _config(ns):
         out = []
         for it in items:
             if "=" not in it:
-                raise SystemExit(f"profd: --path-map wants REMOTE=LOCAL, got {it!r}")
+                print(f"profd: --path-map wants REMOTE=LOCAL, got {it!r}", file=sys.stderr)
+                raise SystemExit(2)
             r, l = it.split("=", 1)
             out.append((r, os.path.abspath(l)))
         return out
@@ -140,6 +143,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def cmd_serve(ns) -> int:
+    bad = _check_folders(ns)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     _logging(ns.log_level)
     import faulthandler
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
@@ -234,12 +241,39 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
     raise SystemExit(f"profd: the daemon did not start within {timeout:.0f} s; see {log_path}")
 
 
+def _check_folders(ns) -> Optional[str]:
+    """Why the folders the options name cannot be used (None when they can)."""
+    for flag, d in [("--watch", ns.watch)] + [("--workspace", w) for w in ns.workspace]:
+        if d and not os.path.isdir(d):
+            return f"profd: {flag} {d}: no such folder"
+    return None
+
+
+def _settings(doc: dict) -> tuple:
+    return (doc.get("watch"), sorted(doc.get("workspace") or []))
+
+
 def cmd_start(ns) -> int:
     state = os.path.abspath(ns.state or default_state())
+    bad = _check_folders(ns)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     doc = running(state)
+    want = (os.path.abspath(ns.watch) if ns.watch else None, sorted(os.path.abspath(w) for w in ns.workspace))
     if doc:
-        print(f"profd: already running: {doc['host']}:{doc['port']} pid {doc['pid']}")
-        return 0
+        have = _settings(doc)
+        if have == want or (not ns.watch and not ns.workspace):
+            print(f"profd: already running: {doc['host']}:{doc['port']} pid {doc['pid']}, "
+                  f"{_watching(doc.get('watch'))}")
+            return 0
+        if not ns.replace:
+            print(f"profd: a daemon already runs (pid {doc['pid']}, {_watching(have[0])}, workspace "
+                  f"{', '.join(have[1]) or 'none'}); it was not changed. `profd start --replace ...` stops it "
+                  "and starts one with these settings, `profd stop` stops it", file=sys.stderr)
+            return 2
+        if cmd_stop(ns) != 0:
+            return 1
     opts = ["--tcp", ns.tcp]
     if ns.watch:
         opts += ["--watch", os.path.abspath(ns.watch)]
@@ -254,8 +288,13 @@ def cmd_start(ns) -> int:
     opts += ["--workers", str(ns.workers), "--log-level", ns.log_level,
              "--idle-exit", str(ns.idle_exit)]
     doc = start_daemon(opts, state, ns.timeout)
-    print(f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']} (state {state})")
+    print(f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']}, {_watching(doc.get('watch'))} "
+          f"(state {state})")
     return 0
+
+
+def _watching(watch: Optional[str]) -> str:
+    return f"watching {watch}" if watch else "watching no folder (analyses on request only)"
 
 
 def cmd_stop(ns) -> int:
@@ -285,7 +324,7 @@ def cmd_status(ns) -> int:
 
     st = status_sync(doc)
     print(f"profd {st['version']}: pid {st['pid']} on {doc['host']}:{doc['port']}, "
-          f"watching {st['watch']}, {st['reports']} reports, {st['queued']} queued, "
+          f"{_watching(st['watch'])}, {st['reports']} reports, {st['queued']} queued, "
           f"{st['running']} running, {st['analyses']} analyses, {st['sessions']} sessions, "
           f"up {st['uptimeS']:.0f} s")
     return 0

@@ -33,15 +33,21 @@ def summarize_rank_task(path: str, options=None) -> RankSummary:
         return summarize_rank(path, options)
 
 
+def trace_files(folder: str) -> list[str]:
+    """Every trace file under ``folder``, recursively, sorted; hidden files and folders skipped."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out += [os.path.join(dirpath, f) for f in sorted(filenames)
+                if f.endswith(TRACE_SUFFIXES) and not f.startswith(".")]
+    return out
+
+
 def trace_paths(paths: Iterable[str]) -> list[str]:
-    """Files as given; folders expanded to the trace files directly inside them, sorted."""
+    """Files as given; folders expanded to the trace files under them (``trace_files``)."""
     out = []
     for p in paths:
-        if os.path.isdir(p):
-            out += sorted(os.path.join(p, f) for f in os.listdir(p)
-                          if f.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(p, f)))
-        else:
-            out.append(p)
+        out += trace_files(p) if os.path.isdir(p) else [p]
     return out
 
 
@@ -58,9 +64,16 @@ def summarize_all(paths: list[str], options=None, cluster: Optional[str] = None,
             yield summarize_rank(p, options)
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(summarize_rank, p, options) for p in paths]
+        futures = {pool.submit(summarize_rank, p, options): p for p in paths}
         for f in as_completed(futures):
-            yield f.result()
+            try:
+                yield f.result()
+            except Exception as e:  # a task that died: say which trace and why, go on with the rest
+                yield _failed(futures[f], e)
+
+
+def _failed(path: str, e: BaseException) -> RankSummary:
+    return RankSummary(path=path, error=f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
 
 
 def _dask(paths, options, address, client) -> Iterator[RankSummary]:
@@ -75,8 +88,12 @@ def _dask(paths, options, address, client) -> Iterator[RankSummary]:
         # pure=False: the same path may hold a new trace next time; key by path for readable dashboards
         futures = client.map(summarize_rank_task, paths, options=options, pure=False,
                              key=[f"profd-summary-{i}" for i in range(len(paths))])
+        path_of = {f.key: p for f, p in zip(futures, paths)}
         for fut in dask_completed(futures):
-            s = fut.result()
+            try:
+                s = fut.result()
+            except Exception as e:  # the task raised on its worker: name the trace and the reason
+                s = _failed(path_of[fut.key], e)
             fut.release()  # nothing stays on the cluster once the summary is here
             yield s
     finally:
@@ -84,9 +101,20 @@ def _dask(paths, options, address, client) -> Iterator[RankSummary]:
             client.close()
 
 
+def summarize_paths(paths: Iterable[str], options=None, cluster: Optional[str] = None, client=None,
+                    workers: Optional[int] = None) -> list[RankSummary]:
+    """Every trace's summary (files, or folders' traces), from the pool or the cluster; a trace the
+    task failed on gives a summary carrying ``error``. Paths are sent absolute: a worker resolves
+    a relative path against its own working directory."""
+    files = [os.path.abspath(f) for f in trace_paths(paths)]
+    return list(summarize_all(files, options, cluster=cluster, client=client, workers=workers))
+
+
+def reduce_summaries(summaries: Iterable[RankSummary]) -> list[JobReport]:
+    return [reduce_job(g) for g in group_jobs(summaries)]
+
+
 def analyze_job_paths(paths: Iterable[str], options=None, cluster: Optional[str] = None, client=None,
                       workers: Optional[int] = None) -> list[JobReport]:
     """The job reports of the traces (files or folders), computed on the pool or the cluster."""
-    files = trace_paths(paths)
-    summaries = list(summarize_all(files, options, cluster=cluster, client=client, workers=workers))
-    return [reduce_job(g) for g in group_jobs(summaries)]
+    return reduce_summaries(summarize_paths(paths, options, cluster=cluster, client=client, workers=workers))

@@ -25,6 +25,7 @@ from ...protocol import types as T
 from ...protocol.catalog import RULES
 from .core import Core, PathError
 from ..engine.modules import top_modules
+from ..engine.rules.util import plural, size, us
 from ..engine.sourcemap import source_lines
 
 log = logging.getLogger("profd.lsp")
@@ -54,21 +55,10 @@ class ProfdProtocol(LanguageServerProtocol):
 
 
 # ---- formatting ---------------------------------------------------------------------------------
-def fmt_us(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} µs"
-
-
-def fmt_bytes(n: int) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(x) < 1024 or unit == "GiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{n} B"
+def _steps(core, key) -> int:
+    """How many profiled steps the report's totals are over: hovers, hints and lenses show per step."""
+    r = core.report(key) if key else None
+    return max(1, len(r.summary.steps)) if r is not None and r.summary is not None else 1
 
 
 def line_len(path: str, line0: int) -> int:
@@ -82,10 +72,14 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str) -> L.Diagnostic:
     if on_line:
         l0 = loc.line - 1
         c0 = max(0, (loc.column or 1) - 1)
-        end = max(c0, line_len(source, l0))
-        text = source_lines(source)[l0] if l0 < len(source_lines(source)) else ""
-        c0 = min(c0, len(text) - len(text.lstrip())) if text else c0
-        rng = L.Range(L.Position(l0, c0), L.Position(l0, end))
+        if loc.end_column and loc.end_line:  # the call's own range, from the AST
+            # (columns are characters; LSP counts UTF-16 units, the same for the BMP)
+            rng = L.Range(L.Position(l0, c0), L.Position(loc.end_line - 1, max(0, loc.end_column - 1)))
+        else:
+            end = max(c0, line_len(source, l0))
+            text = source_lines(source)[l0] if l0 < len(source_lines(source)) else ""
+            c0 = min(c0, len(text) - len(text.lstrip())) if text else c0
+            rng = L.Range(L.Position(l0, c0), L.Position(l0, end))
     else:
         rng = L.Range(L.Position(0, 0), L.Position(0, 0))
     msg = d.message
@@ -111,34 +105,38 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str) -> L.Diagnostic:
 
 def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnostic],
                    modules: list[T.ModuleNode] = (), steps: int = 1, where: str = "") -> str:
-    """A line's hover: its costs (``h``; None for a line whose work all ran in callees, such as a
-    call of a model written in the workspace) and the modules it calls, hottest first."""
+    """A line's hover: its costs per profiled step (the findings' convention, over ``steps``
+    steps; ``h`` None for a line whose work all ran in callees, such as a call of a model written
+    in the workspace) and the modules it calls, hottest first."""
+    n = max(1, steps)
     if h is None:
-        return _modules_hover([f"**profd** · `{where}`"], trace, findings, modules, steps)
+        return _modules_hover([f"**profd** · `{where}` · per step (mean of {plural(n, 'profiled step')})"],
+                              trace, findings, modules, n)
     out = [f"**profd** · `{os.path.basename(h.path)}:{h.line}` in `{h.function}`"
-           + ("" if h.precision == "statement" else f" ({h.precision})"), ""]
-    out.append(f"- CPU: {fmt_us(h.cpu_total_us)} total, {fmt_us(h.cpu_self_us)} self, "
-               f"{h.calls} calls")
-    gpu = f"- GPU: {fmt_us(h.gpu_us)}"
+           + ("" if h.precision == "statement" else f" ({h.precision})")
+           + f" · per step (mean of {plural(n, 'profiled step')})", ""]
+    out.append(f"- CPU: {us(h.cpu_total_us / n)} total, {us(h.cpu_self_us / n)} self, "
+               f"{plural(h.calls / n, 'call')}")
+    gpu = f"- GPU: {us(h.gpu_us / n)}"
     if h.gpu_forward_us or h.gpu_backward_us:
-        gpu += f" (forward {fmt_us(h.gpu_forward_us)}, backward {fmt_us(h.gpu_backward_us)})"
+        gpu += f" (forward {us(h.gpu_forward_us / n)}, backward {us(h.gpu_backward_us / n)})"
     out.append(gpu)
     if h.cpu_backward_us:
-        out.append(f"- CPU in backward: {fmt_us(h.cpu_backward_us)}")
-    out.append(f"- Launches: {h.launches}")
+        out.append(f"- CPU in backward: {us(h.cpu_backward_us / n)}")
+    out.append(f"- Launches: {h.launches / n:.3g}")
     if h.kernel_classes:
-        cls = ", ".join(f"{k} {fmt_us(v)}" for k, v in
+        cls = ", ".join(f"{k} {us(v / n)}" for k, v in
                         sorted(h.kernel_classes.items(), key=lambda kv: -kv[1]))
         out.append(f"- Kernel classes: {cls}")
     if h.bytes_allocated:
-        out.append(f"- Memory allocated: {fmt_bytes(h.bytes_allocated)}")
+        out.append(f"- Memory allocated: {size(h.bytes_allocated / n)}")
     if h.top_kernels:
         out.append("")
         out.append("Top kernels:")
         for k in h.top_kernels[:5]:
             name = k.name if len(k.name) <= 80 else k.name[:77] + "..."
-            out.append(f"- `{name}` ({k.kernel_class}): {k.count}×, {fmt_us(k.total_us)}")
-    return _modules_hover(out, trace, findings, modules, steps)
+            out.append(f"- `{name}` ({k.kernel_class}): {k.count / n:.3g}×, {us(k.total_us / n)}")
+    return _modules_hover(out, trace, findings, modules, n)
 
 
 def _modules_hover(out: list[str], trace: str, findings, modules, steps: int) -> str:
@@ -146,8 +144,8 @@ def _modules_hover(out: list[str], trace: str, findings, modules, steps: int) ->
         out.append("")
         out.append("Top modules (GPU per step, forward + backward):")
         for nd in modules:
-            out.append(f"- `{nd.path}` ({nd.class_name}): {fmt_us(nd.gpu_us / steps)} = "
-                       f"{fmt_us(nd.gpu_forward_us / steps)} + {fmt_us(nd.gpu_backward_us / steps)}"
+            out.append(f"- `{nd.path}` ({nd.class_name}): {us(nd.gpu_us / steps)} = "
+                       f"{us(nd.gpu_forward_us / steps)} + {us(nd.gpu_backward_us / steps)}"
                        + (f"; out of line: {nd.outlier}" if nd.outlier else ""))
     for d in findings:
         out.append("")
@@ -316,7 +314,7 @@ def build_server(session: LspSession) -> LanguageServer:
             return None
         _, diags = core.diagnostics_for(source)
         here = [d for d in diags if d.location.line == line and d.location.path == source]
-        text = hover_markdown(h, core.meta[key].path, here, mods, tree.steps if tree else 1,
+        text = hover_markdown(h, core.meta[key].path, here, mods, _steps(core, key),
                               f"{os.path.basename(source)}:{line}")
         return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value=text),
                        range=L.Range(L.Position(line - 1, 0),
@@ -325,16 +323,17 @@ def build_server(session: LspSession) -> LanguageServer:
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
     def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
         source = _lookup(core, params.text_document.uri)
-        _, hots = core.hot_lines_for(source)
+        key, hots = core.hot_lines_for(source)
+        n = _steps(core, key)
         lo, hi = params.range.start.line, params.range.end.line
         out = []
         for h in hots:
             l0 = h.line - 1
             if not lo <= l0 <= hi or (h.gpu_us <= 0 and h.cpu_total_us <= 0):
                 continue
-            label = f"GPU {fmt_us(h.gpu_us)} · CPU {fmt_us(h.cpu_total_us)}"
+            label = f"per step: GPU {us(h.gpu_us / n)} · CPU {us(h.cpu_total_us / n)}"
             if h.launches:
-                label += f" · {h.launches} launches"
+                label += f" · {plural(h.launches / n, 'launch')}"
             out.append(L.InlayHint(position=L.Position(l0, line_len(source, l0)), label=label,
                                    padding_left=True))
         return out
@@ -360,8 +359,9 @@ def build_server(session: LspSession) -> LanguageServer:
             l0 = next((i for i, t in enumerate(lines)
                        if t.lstrip().startswith((f"def {short}(", f"async def {short}("))),
                       min(h.line for h in hs) - 1)
-            title = (f"profd: GPU {fmt_us(gpu)} · CPU {fmt_us(cpu)} · {launches} launches "
-                     f"({len(hs)} hot lines)")
+            n = _steps(core, key)
+            title = (f"profd: per step GPU {us(gpu / n)} · CPU {us(cpu / n)} · {plural(launches / n, 'launch')} "
+                     f"({plural(len(hs), 'hot line')})")
             out.append(L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
                                   command=L.Command(title=title, command=M.CMD_ANALYZE,
                                                     arguments=[core.meta[key].path])))

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
-from . import kernels, loader, modules
+from . import kernels, loader, modules, suppress
 from .analyses import Analysis, analyse, verdict
 from .context import Context, Options
 from .loader import _scan, column, scanned
@@ -71,10 +71,11 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
             diagnostics.extend(check(ctx))
         except Exception:  # one broken rule must not take the report down
             log.exception("rule %s failed on %s", code, info.path)
+    diagnostics, suppressed = suppress.apply(diagnostics)
     diagnostics.sort(key=_diag_order)
     ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
-                  modules=tree, profd_version=__version__)
+                  modules=tree, profd_version=__version__, suppressed=suppressed)
 
 
 _SEV = {"error": 0, "warning": 1, "information": 2, "hint": 3}

@@ -14,7 +14,7 @@ from .loader import _scan, column
 from .model import TraceModel
 from .modules import ModuleIndex, Place, describe, generic_name
 from .sourcemap import LibrarySources, SourceMap
-from .statements import StatementResolver
+from .statements import Site, StatementResolver
 
 
 @dataclass
@@ -27,6 +27,9 @@ class Options:
     # the module tree reads their classes to name modules by attribute (``transformer.h.3``)
     library_roots: Optional[list[str]] = None
     library_sources: Optional[LibrarySources] = None
+    # per rule code, thresholds a team set ([tool.profd.rules.CODE]); the names a rule reads are
+    # the keys of its module's THRESHOLDS[code] (see Context.threshold)
+    thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def sources(self) -> SourceMap:
         if self.source_map is None:
@@ -45,6 +48,7 @@ class LineKey:
     line: int
     function: str
     precision: str
+    site: Optional[Site] = field(default=None, compare=False)  # the call's columns, not part of the line's identity
 
 
 class Context:
@@ -82,8 +86,8 @@ class Context:
         key = self._keys.get(c)
         if key is None:
             fr = m.frames[f]
-            line, precision = self.statements.line_for(f, src)
-            key = self._keys[c] = LineKey(fr.path, line, fr.function, precision)
+            line, precision, site = self.statements.line_for(f, src)
+            key = self._keys[c] = LineKey(fr.path, line, fr.function, precision, site)
         return key
 
     def line_tokens(self) -> array:
@@ -130,8 +134,11 @@ class Context:
 
     def location_of_key(self, key: LineKey) -> Location:
         local = self.sources.resolve(key.trace_path)
+        st = key.site if local else None
+        span = {} if st is None or st.column is None else {
+            "column": st.column, "end_line": st.end_line, "end_column": st.end_column}
         return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
-                        function=key.function, trace_path=key.trace_path)
+                        function=key.function, trace_path=key.trace_path, **span)
 
     def location_of_hot(self, h: HotLine) -> Location:
         return Location(path=h.path, line=h.line, precision=h.precision, function=h.function,
@@ -139,6 +146,13 @@ class Context:
 
     def trace_location(self) -> Location:
         return Location(path=self.trace_path, line=None, precision="trace")
+
+    def threshold(self, code: str, name: str) -> float:
+        """A rule's threshold: the team's value from the options, else the rule's documented default
+        (its module's ``THRESHOLDS[code][name]``)."""
+        from .rules import thresholds
+
+        return self.options.thresholds.get(code, {}).get(name, thresholds()[code][name])
 
     def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
              fix: str | None = None, severity: str | None = None,

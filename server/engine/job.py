@@ -312,6 +312,20 @@ def straggler(job: JobReport) -> Optional[Diagnostic]:
     NCCL kernels spin while they wait, so absolute NCCL durations are never compared, only matched
     collectives across ranks. The rank is compared on work, not step time alone: a rank that waits
     in a blocking collective has as long a step as the one it waits for.
+
+    Why it costs time: a synchronous job runs at its slowest rank's pace: every other rank waits in
+    its collectives for the straggler each step.
+
+    Example:
+        batch = per_rank_batch * (2 if rank == 1 else 1)   # uneven shards
+
+    Fix: balance the work (equal shards, equal sequence lengths per rank), check the straggler's
+    host (CPU contention, data loading, thermal throttling), or pin its processes.
+
+    Ignore when: the imbalance is inherent and accepted (a rank that also logs or evaluates).
+
+    Shown by: examples/nccl/fsdp_rank0.1796064976619326162.pt.trace.json.gz with
+    examples/nccl/fsdp_rank1.1796064976475768587.pt.trace.json.gz (the two ranks of one job)
     """
     rows = [r for r in job.ranks if r.wait_us is not None]
     if len(rows) < 2 or job.collectives_matched < MIN_MATCHED:

@@ -66,6 +66,11 @@ _CMPOP = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", 
 class Site:
     name: str  # callee name (``item``, ``to``, ``model``), ``record_function:LABEL``, or ``<op>``
     line: int  # the line of the statement that holds it
+    # The expression's span when it starts on that line: 1-based character columns, end exclusive
+    # (``loss.item()`` from the ``l`` to past the ``)``); None when it starts on a later line.
+    column: Optional[int] = None
+    end_line: Optional[int] = None
+    end_column: Optional[int] = None
 
 
 def _call_name(node: ast.Call) -> str:
@@ -80,10 +85,11 @@ def _call_name(node: ast.Call) -> str:
 class _SiteCollector(ast.NodeVisitor):
     """Call sites of one function body in execution order, each with its statement's line."""
 
-    def __init__(self, profilers: frozenset = frozenset()):
+    def __init__(self, profilers: frozenset = frozenset(), lines: tuple[str, ...] = ()):
         self.sites: list[Site] = []
         self.stmt_line = 0
         self.profilers = profilers  # names bound to a torch.profiler.profile(...) in this body
+        self.lines = lines
 
     def visit_FunctionDef(self, node):  # nested defs run later, elsewhere
         pass
@@ -107,17 +113,17 @@ class _SiteCollector(ast.NodeVisitor):
                 ce = item.context_expr
                 if isinstance(ce, ast.Call) and _call_name(ce) == "record_function" and ce.args \
                         and isinstance(ce.args[0], ast.Constant) and isinstance(ce.args[0].value, str):
-                    self._add(f"record_function:{ce.args[0].value}")
+                    self._add(f"record_function:{ce.args[0].value}", ce)
             for s in node.body:
                 self.visit(s)
         elif isinstance(node, (ast.If, ast.While)):
             self.visit(node.test)
-            self._add("<test>")
+            self._add("<test>", node.test)
             for s in node.body + node.orelse:
                 self.visit(s)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.visit(node.iter)
-            self._add("__iter__")
+            self._add("__iter__", node.iter)
             for s in node.body + node.orelse:
                 self.visit(s)
         elif isinstance(node, ast.AugAssign):
@@ -125,11 +131,11 @@ class _SiteCollector(ast.NodeVisitor):
             self.visit(node.target)
             op = _BINOP.get(type(node.op))
             if op:
-                self._add(f"<{op}=>")
+                self._add(f"<{op}=>", node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(isinstance(t, ast.Subscript) for t in
                                                                     getattr(node, "targets", [])):
             self.visit(node.value)
-            self._add("<[]=>")
+            self._add("<[]=>", node)
         else:
             for child in ast.iter_child_nodes(node):
                 self.visit(child)
@@ -142,42 +148,54 @@ class _SiteCollector(ast.NodeVisitor):
                 and f.value.id in self.profilers:
             self._add(PROFILER_STEP)  # only the profiler's own frame stands for it, never user work
             return
-        self._add(_call_name(node))
+        self._add(_call_name(node), node)
 
     def visit_BinOp(self, node: ast.BinOp):
         self.generic_visit(node)
         op = _BINOP.get(type(node.op))
         if op:
-            self._add(f"<{op}>")
+            self._add(f"<{op}>", node)
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
         for op in node.ops:
             sym = _CMPOP.get(type(op))
             if sym:
-                self._add(f"<{sym}>")
+                self._add(f"<{sym}>", node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         self.generic_visit(node)
         if isinstance(node.op, ast.Invert):
-            self._add("<~>")
+            self._add("<~>", node)
         elif isinstance(node.op, ast.USub):
-            self._add("<-x>")
+            self._add("<-x>", node)
 
     def visit_Subscript(self, node: ast.Subscript):
         self.generic_visit(node)
-        self._add("<[]>")
+        self._add("<[]>", node)
 
-    def _add(self, name: str):
-        self.sites.append(Site(name, self.stmt_line))
+    def _add(self, name: str, node: Optional[ast.AST] = None):
+        if node is None or getattr(node, "lineno", None) != self.stmt_line:
+            self.sites.append(Site(name, self.stmt_line))
+            return
+        end_line = getattr(node, "end_lineno", None) or node.lineno
+        self.sites.append(Site(name, self.stmt_line, self._char(node.lineno, node.col_offset) + 1, end_line,
+                               self._char(end_line, getattr(node, "end_col_offset", None) or 0) + 1))
+
+    def _char(self, line: int, byte_col: int) -> int:
+        """ast's UTF-8 byte offset as a character offset."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
-def _function_sites(tree: Optional[ast.AST], line: int) -> tuple[list[Site], bool]:
+def _function_sites(tree: Optional[ast.AST], line: int, lines: tuple[str, ...] = ()) -> tuple[list[Site], bool]:
     """(call sites in execution order, whether ``line`` is the def line) of the function at line."""
     if tree is None:
         return [], False
     func, is_def = _function_at(tree, line)
-    col = _SiteCollector(_profiler_names(func))
+    col = _SiteCollector(_profiler_names(func), lines)
     for stmt in getattr(func, "body", []):
         col.visit(stmt)
     sites = col.sites
@@ -225,32 +243,32 @@ class StatementResolver:
         self.model = model
         self.sources = sources
         self._trees: dict[str, Optional[ast.AST]] = {}
-        self._frame_lines: dict[int, dict[int, int]] = {}  # frame -> {token event: line}
+        self._frame_lines: dict[int, dict[int, Site]] = {}  # frame -> {token event: its site}
         self._site_cache: dict[tuple, object] = {}
         self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
 
-    def line_for(self, frame: int, event: int) -> tuple[int, str]:
-        """(line, precision) for cpu ``event`` issued inside user ``frame``."""
+    def line_for(self, frame: int, event: int) -> tuple[int, str, Optional[Site]]:
+        """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``."""
         m = self.model
         fr = m.frames[frame]
         if m.has_call_from:
             call_from = self._call_from(event)
             if call_from is not None:
-                return call_from, "statement"
+                return call_from, "statement", None
         lines = self._frame_lines.get(frame)
         if lines is None:
             lines = self._frame_lines[frame] = self._align(frame)
         brk = self._break_line(frame, event)
         if brk is not None:  # the trace names this line: alignment could only guess it
-            return brk, "statement"
+            return brk, "statement", None
         tok = m.token[event] if m.frame_of[event] == frame else None
-        line = lines.get(tok) if tok is not None else None
-        if line is None:
+        site = lines.get(tok) if tok is not None else None
+        if site is None:
             only = self._one_statement(frame)
             if only is not None:
-                return only, "statement"
-            return self.function_line(frame), "function"
-        return line, "statement"
+                return only, "statement", None
+            return self.function_line(frame), "function", None
+        return site.line, "statement", site
 
     def _one_statement(self, frame: int) -> Optional[int]:
         """The line of a function whose calls all lie on one statement (``return a @ w + b``):
@@ -336,10 +354,10 @@ class StatementResolver:
         key = (local, line)
         hit = self._site_cache.get(key)
         if hit is None:
-            hit = self._site_cache[key] = _function_sites(self.tree(local), line)
+            hit = self._site_cache[key] = _function_sites(self.tree(local), line, source_lines(local))
         return hit
 
-    def _align(self, frame: int) -> dict[int, int]:
+    def _align(self, frame: int) -> dict[int, Site]:
         m = self.model
         fr = m.frames[frame]
         local = self.sources.resolve(fr.path)
@@ -356,7 +374,7 @@ class StatementResolver:
         p = m.parent[frame]
         compiled = p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region")
         toks = [(t, n) for t in self._tokens(frame) for n in [self._names(t, compiled)] if n is not None]
-        out: dict[int, int] = {}
+        out: dict[int, Site] = {}
         for idx, (tok, (names, any_call)) in enumerate(toks):
             start = cursor if first else cursor + 1
             limit, pending = None, 1
@@ -374,7 +392,7 @@ class StatementResolver:
             k = _find(sites, start, names, any_call, limit, pending, None if first else cursor)
             if k is None:
                 continue
-            out[tok] = sites[k].line
+            out[tok] = sites[k]
             cursor, first = k, False
         return out
 

@@ -517,19 +517,20 @@ def add_workload_args(p) -> None:
     """The workload arguments shared by ``profd-client run`` and ``python -m profd.server.workloads.runner run``."""
     import argparse
 
-    p.add_argument("workload", choices=sorted(WORKLOADS))
+    p.add_argument("workload", choices=sorted(WORKLOADS), help="the built-in workload to run")
     p.add_argument("--n", default=None, help="matrix size, or sizes separated by commas for a sweep (64..8192)")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--compile", action="store_true", default=None)
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
+    p.add_argument("--compile", action="store_true", default=None, help="run it under torch.compile")
     p.add_argument("--mode", default=None, help="mlp: eager, compile or graphs")
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--width", type=int, default=None)
-    p.add_argument("--depth", type=int, default=None)
-    p.add_argument("--active", type=int, default=None)
-    p.add_argument("--with-stack", dest="with_stack", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--no-stack", dest="with_stack", action="store_false")
-    p.add_argument("--profile-memory", action="store_true", default=None)
-    p.add_argument("--device", default=None, choices=["auto", "cuda", "cpu"])
+    p.add_argument("--batch", type=int, default=None, help="mlp: batch size")
+    p.add_argument("--width", type=int, default=None, help="mlp: hidden width")
+    p.add_argument("--depth", type=int, default=None, help="mlp: number of layers")
+    p.add_argument("--active", type=int, default=None, help="profiled (active) steps")
+    p.add_argument("--with-stack", dest="with_stack", action=argparse.BooleanOptionalAction, default=None,
+                   help="record Python stacks (findings on lines; default: on)")
+    p.add_argument("--no-stack", dest="with_stack", action="store_false", help=argparse.SUPPRESS)  # old spelling
+    p.add_argument("--profile-memory", action="store_true", default=None, help="record allocations (profile_memory=True)")
+    p.add_argument("--device", default=None, choices=["auto", "cuda", "cpu"], help="where to run (auto: the GPU when there is one)")
 
 
 def spec_from_args(ns) -> tuple[WorkloadSpec, list[int]]:

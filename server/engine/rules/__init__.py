@@ -33,3 +33,17 @@ def load_all() -> dict[str, Check]:
     for fam in FAMILIES:
         importlib.import_module(f"{__name__}.{fam}")
     return REGISTRY
+
+
+_THRESHOLDS: dict[str, dict[str, float]] = {}
+
+
+def thresholds() -> dict[str, dict[str, float]]:
+    """Per rule code, the thresholds a team may set (``[tool.profd.rules.CODE]``) and their
+    defaults: each family module's ``THRESHOLDS``."""
+    if not _THRESHOLDS:
+        for fam in FAMILIES:
+            mod = importlib.import_module(f"{__name__}.{fam}")
+            for code, kv in getattr(mod, "THRESHOLDS", {}).items():
+                _THRESHOLDS.setdefault(code, {}).update(kv)
+    return _THRESHOLDS

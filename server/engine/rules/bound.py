@@ -34,6 +34,21 @@ def overhead_bound(ctx):
 
     Threshold: busy < 30% of the window. Below that the GPU waits for the CPU most of the time: a
     faster kernel cannot shorten the step, fewer or larger launches can.
+
+    Why it costs time: the GPU finishes each kernel before the CPU has launched the next one, so the
+    step lasts as long as the Python and dispatcher work: a faster GPU or kernel changes nothing.
+
+    Example:
+        for x in batch:                  # batch-1 inference, one small layer after another
+            y = mlp(x.unsqueeze(0))
+
+    Fix: give the GPU more work per launch (batch the inputs), launch less (torch.compile,
+    CUDA graphs: ``torch.compile(mode="reduce-overhead")``), or move the Python loop into tensor ops.
+
+    Ignore when: the run is a deliberately tiny benchmark or a debug configuration; production
+    shapes are the ones to profile.
+
+    Shown by: examples/mlp_eager.1796061140317126347.pt.trace.json.gz
     """
     if verdict(ctx.model, ctx.a) != "overhead-bound":
         return
@@ -64,6 +79,19 @@ def compute_bound(ctx):
 
     Threshold: busy >= 80%. The GPU is the bottleneck; CPU-side savings cannot shorten the step,
     so the message names the kernels worth optimising.
+
+    Why it costs time: it does not waste time: the GPU is the bottleneck, so only faster kernels
+    (precision, fusion, better shapes) or less work shorten the step.
+
+    Example:
+        y = a @ b + bias                 # 4096 x 4096 bf16: the GEMM holds the GPU
+
+    Fix: look at the kernels the message names: bf16/TF32 instead of fp32, fused attention,
+    torch.compile to fuse elementwise work, shapes that are multiples of 8.
+
+    Ignore when: the kernels are already the fastest available; this is the state to be in.
+
+    Shown by: examples/seed_n4096_bf16.json.gz
     """
     if verdict(ctx.model, ctx.a) != "compute-bound":
         return
@@ -140,6 +168,21 @@ def small_problem(ctx):
     Threshold: every recorded GEMM under 1 GFLOP (about a microsecond on a modern GPU, less than its
     launch), or without shapes a median GEMM kernel under 10 µs. A benchmark this small measures
     launch overhead, not the model: production-sized problems are usually compute-bound.
+
+    Why it costs time: each GEMM is shorter than the CPU call that launches it, so the run measures
+    launch overhead; conclusions drawn from it do not carry over to real sizes.
+
+    Example:
+        a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+        for _ in range(steps):
+            y = a @ a                    # about 1 µs of GPU work per 10 µs launch
+
+    Fix: profile with the production batch and model sizes, or batch several small problems
+    into one (``torch.bmm``, a larger batch dimension).
+
+    Ignore when: small shapes are the real workload (batch-1 serving); then see overhead-bound.
+
+    Shown by: examples/seed_n64_bf16.json.gz
     """
     m, a = ctx.model, ctx.a
     if verdict(m, a) != "overhead-bound":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import kernels as K
 from . import rule
-from .util import r3, us
+from .util import plural, r3, us
 
 REGION = "Torch-Compiled Region"
 WRAPPER_OPS = ("TorchDynamo Cache Lookup",)
@@ -48,6 +48,19 @@ def compile_overhead(ctx):
     time). A function that runs several graphs per call (graph breaks: nested regions, resume
     frames, several ``CompiledFxGraph`` calls) has a different problem, ``compile-graph-break``'s;
     a region that runs no kernel is not a GPU cost at all.
+
+    Why it costs time: a compiled region's wrappers (Dynamo guards, AOTAutograd, Inductor runtime)
+    cost CPU time on every call; with one or two ops inside there is nothing to fuse to pay for it.
+
+    Example:
+        f = torch.compile(lambda a, b, bias: a @ b + bias)   # one GEMM: nothing to fuse
+
+    Fix: compile a larger region (the whole model or step), or leave tiny functions eager;
+    ``mode="reduce-overhead"`` adds CUDA graphs that remove launch costs.
+
+    Ignore when: the region grows in real use, or compile time and wrappers are amortised elsewhere.
+
+    Shown by: examples/seed_n64_bf16_compiled.json.gz
     """
     m = ctx.model
     regions = _regions(m)
@@ -72,7 +85,7 @@ def compile_overhead(ctx):
         return
     yield ctx.diag(
         "compile-overhead",
-        f"torch.compile region of {kernels / n:.0f} kernel(s) per call: its Dynamo/AOT wrappers cost "
+        f"torch.compile region of {plural(kernels / n, 'kernel')} per call: its Dynamo/AOT wrappers cost "
         f"{us(wrapper / n)} of CPU per call against {us(gpu / n)} of GPU work; nothing is left to fuse",
         ctx.location(regions[0]),
         evidence={"regions": n, "kernels_per_call": r3(kernels / n), "wrapper_us_per_call": r3(wrapper / n),
@@ -89,6 +102,18 @@ def compile_fusion(ctx):
     stacks) or the bias folded into the GEMM epilogue (``*_bias_*`` kernels on Hopper/CUDA 13).
 
     Threshold: none; information whenever a compiled region dispatches a fused op.
+
+    Why it costs time: it reports what fusion really happened: a bias copy before the GEMM means the
+    fused op did not save the extra memory pass on this stack.
+
+    Example:
+        y = torch.compile(lambda a, b, bias: a @ b + bias)(a, b, bias)   # aten::addmm
+
+    Fix: nothing, or upgrade the stack: on Hopper/CUDA 13 the bias is folded into the GEMM epilogue.
+
+    Ignore when: always safe to ignore (information).
+
+    Shown by: examples/seed_n4096_bf16_compiled.json.gz
     """
     m = ctx.model
     seen: dict = {}
@@ -109,7 +134,7 @@ def compile_fusion(ctx):
         elif epilogue:
             what = "one GEMM with the bias folded into its epilogue (no separate add kernel)"
         else:
-            what = f"{len(gemms) / len(calls):.0f} kernel(s) per call"
+            what = f"{plural(len(gemms) / len(calls), 'kernel')} per call"
         kn = K.short_name(gemms[0].name, 60) if gemms else "?"
         yield ctx.diag(
             "compile-fusion",

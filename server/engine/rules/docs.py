@@ -1,35 +1,149 @@
-"""The rule pages, from the catalog and each rule's docstring (its evidence, threshold and why):
-``docs/rules.md`` is rendered from them, and every front-end (CLI, LSP, MCP) shows the same page."""
+"""The rule pages, from the catalog and each rule's docstring: ``docs/rules.md`` is rendered from
+them, and every front-end (``profd-client rule CODE``, SARIF ``help``, LSP, MCP) shows the same page.
+
+A rule's docstring is made of labelled paragraphs (a label starts a line and ends with a colon):
+``Evidence:`` and ``Threshold:`` (what it measures, from what, and why that value), then ``Why it
+costs time:``, ``Example:`` (indented code), ``Fix:``, ``Ignore when:`` and ``Shown by:`` (a
+shipped trace on which the rule fires; ``tests/test_rule_docs.py`` checks that it does).
+"""
 from __future__ import annotations
 
 import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ....protocol.catalog import RULES
 from . import load_all
 
+SECTIONS = {  # docstring label -> heading on the page
+    "Why it costs time": "Why it costs time",
+    "Example": "Example",
+    "Fix": "How to fix",
+    "Ignore when": "When to ignore it",
+    "Evidence": "Evidence",
+    "Threshold": "Threshold",
+    "Thresholds": "Threshold",
+    "Shown by": "A shipped trace that shows it",
+}
+ORDER = ["Why it costs time", "Example", "How to fix", "When to ignore it", "Evidence", "Threshold",
+         "A shipped trace that shows it"]
+_LABEL = re.compile(r"^(%s):\s?(.*)$" % "|".join(sorted(map(re.escape, SECTIONS), key=len, reverse=True)))
+_TRACE = re.compile(r"examples/\S+?\.json(?:\.gz)?")
+
+
+@dataclass
+class RuleDoc:
+    code: str
+    title: str
+    severity: str
+    family: str
+    intro: str = ""
+    sections: dict[str, str] = field(default_factory=dict)  # heading -> text (Example: code)
+
+    @property
+    def what(self) -> str:
+        """What it means: the docstring's lead paragraph, else the catalog title."""
+        return self.intro or f"{self.title}."
+
+    @property
+    def traces(self) -> list[str]:
+        return _TRACE.findall(self.sections.get("A shipped trace that shows it", ""))
+
+    def _head(self) -> str:
+        return (f"{self.title}. Default severity: {self.severity}; family {self.family} "
+                f"(`server/engine/rules/{self.family}.py`).")
+
+    def markdown(self, level: int = 2) -> str:
+        h = "#" * level
+        out = [f"{h} {self.code}", "", f"**{self._head()}**", "", f"{h}# What it means", "", self.what, ""]
+        for head in ORDER:
+            body = self.sections.get(head)
+            if not body:
+                continue
+            out += [f"{h}# {head}", ""]
+            out += (["```python", body, "```"] if head == "Example" else [body]) + [""]
+        out += [f"Suppress one finding with `# profd: ignore[{self.code}]` on its line; turn the rule off "
+                f"with `--ignore {self.code}` or `ignore = [\"{self.code}\"]` under `[tool.profd]`.", ""]
+        return "\n".join(out).rstrip() + "\n"
+
+    def text(self) -> str:
+        """The page at a terminal (``profd-client rule CODE``)."""
+        out = [f"{self.code} ({self.severity}, {self.family}): {self.title}", "", "What it means", _indent(self.what), ""]
+        for head in ORDER:
+            body = self.sections.get(head)
+            if body:
+                out += [head, _indent(body, 6 if head == "Example" else 2), ""]
+        out += [f"Suppress one finding: `# profd: ignore[{self.code}]` on its line. Turn it off: "
+                f"--ignore {self.code}.", f"Docs: {RULES[self.code].doc_url}"]
+        return "\n".join(out) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "title": self.title, "severity": self.severity, "family": self.family,
+                "what": self.what, "sections": dict(self.sections), "traces": self.traces,
+                "docUrl": RULES[self.code].doc_url}
+
+
+def _indent(text: str, n: int = 2) -> str:
+    return "\n".join((" " * n + line) if line else "" for line in text.split("\n"))
+
+
+def parse(doc: str) -> tuple[str, dict[str, str]]:
+    """(lead paragraph, heading -> text) of a rule docstring. Example code keeps its indentation
+    relative to the block."""
+    intro: list[str] = []
+    sections: dict[str, list[str]] = {}
+    cur: Optional[list[str]] = None
+    for line in doc.split("\n"):
+        m = _LABEL.match(line)
+        if m:
+            head = SECTIONS[m.group(1)]
+            cur = sections.setdefault(head, [])
+            if cur:
+                cur.append("")
+            if m.group(2):
+                cur.append(m.group(2))
+            continue
+        (cur if cur is not None else intro).append(line)
+    out = {}
+    for head, lines in sections.items():
+        if head == "Example":
+            body = textwrap.dedent("\n".join(lines)).strip("\n")
+        else:
+            body = "\n".join(lines).strip()
+            if head != "A shipped trace that shows it":
+                body = body[:1].upper() + body[1:]
+        out[head] = body
+    return "\n".join(intro).strip(), out
+
+
+def rule_doc(code: str) -> RuleDoc:
+    info = RULES[code]
+    fn = load_all().get(code)
+    doc = inspect.getdoc(fn) if fn else None
+    intro, sections = parse(doc or "")
+    return RuleDoc(code, info.title, info.severity, info.family, intro, sections)
+
 
 def rule_page(code: str) -> Optional[str]:
     """The markdown page of one rule, or None for a code that is not in the catalog."""
-    info = RULES.get(code)
-    if info is None:
+    if code not in RULES:
         return None
-    fn = load_all().get(code)
-    doc = inspect.getdoc(fn) if fn else None
-    return "\n".join([f"## {code}", "", f"**{info.title}.** Default severity: {info.severity}; "
-                      f"module `server/engine/rules/{info.family}.py`.", "",
-                      doc if doc else "_Implemented at job level (several traces), see `server/engine/job.py`._"])
+    return rule_doc(code).markdown()
 
 
 def render() -> str:
     out = ["# profd rules", "",
            "Generated by `python -m profd.server.engine.rules > docs/rules.md` from the rule catalog",
-           "(`protocol/catalog.py`) and each rule's docstring: its evidence, its threshold and why.",
-           "Codes are stable; the LSP `codeDescription` links here.", "",
+           "(`protocol/catalog.py`) and each rule's docstring: what it means, why it costs time, an example,",
+           "how to fix it, when to ignore it, its evidence and threshold (and why that value), and a shipped",
+           "trace that shows it. `profd-client rule CODE` prints the same page. Codes are stable; the LSP",
+           "`codeDescription` and SARIF `helpUri` link here.", "",
            "| code | severity | family | fires when |", "|---|---|---|---|"]
     for code, info in RULES.items():
         out.append(f"| [`{code}`](#{code}) | {info.severity} | {info.family} | {info.title} |")
     out.append("")
     for code in RULES:
         out += [rule_page(code), ""]
-    return "\n".join(out)
+    return "\n".join(out).rstrip() + "\n"

@@ -6,12 +6,14 @@ from operator import attrgetter
 
 from ..analyses import covered, gaps, merge, verdict
 from . import rule
-from .util import pct, quantile, r3, us
+from .util import pct, plural, quantile, r3, us
 
 # A gap counts when it is at least this long (several launch latencies) ...
 GAP_MIN_US = 50.0
 # ... and the gaps inside the steps add up to this share of the window.
 GAP_TOTAL_SHARE = 0.10
+# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
+THRESHOLDS = {"gpu-idle-gap": {"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE}}
 # gpu-contention: a kernel waits this long after its launch returned while our lane is idle.
 CONTENTION_DELAY_US = 100.0
 CONTENTION_MIN_SAMPLES = 3
@@ -57,15 +59,28 @@ def gpu_idle_gap(ctx):
 
     Threshold: gaps of 50 µs or more that add up to 10% of the window. Not reported on
     overhead-bound traces, where idle time is everywhere and ``overhead-bound`` explains it.
+
+    Why it costs time: during each gap the GPU has nothing queued; whatever the CPU does meanwhile
+    (the op and line in the message) sits on the critical path.
+
+    Example:
+        x = preprocess(batch).to(dev)    # CPU work between two GPU phases of the step
+
+    Fix: move that CPU work off the step (DataLoader workers, precompute), overlap it with GPU work
+    (``non_blocking=True`` copies, CUDA streams), or make it GPU work.
+
+    Ignore when: the gap is a deliberate wait (a barrier, logging every N steps).
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m, a = ctx.model, ctx.a
     if not m.steps or not m.gpu or verdict(m, a) == "overhead-bound":
         return
     lo, hi = a.window
     holes = [(x, y) for x, y in gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end))
-             if y - x >= GAP_MIN_US]
+             if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
     total = sum(y - x for x, y in holes)
-    if not holes or total < GAP_TOTAL_SHARE * a.window_us:
+    if not holes or total < ctx.threshold("gpu-idle-gap", "window-share") * a.window_us:
         return
     holes.sort(key=lambda g: -(g[1] - g[0]))
     # group the gaps by what the CPU was doing, so that one cause is one finding
@@ -96,7 +111,7 @@ def gpu_idle_gap(ctx):
         yield ctx.diag(
             "gpu-idle-gap",
             f"the GPU idles {us(t / ctx.n_steps)} per step ({pct(100 * t / a.window_us)} of the window) "
-            f"in {len(gs)} gap(s) up to {us(max(y - x for x, y in gs))}, while the CPU runs {doing}",
+            f"in {plural(len(gs), 'gap')} up to {us(max(y - x for x, y in gs))}, while the CPU runs {doing}",
             ctx.location(op) if op >= 0 else ctx.trace_location(),
             evidence={"gaps": len(gs), "idle_us": r3(t), "idle_share": r3(t / a.window_us),
                       "largest_gap_us": r3(max(y - x for x, y in gs)), "cpu_during": doing,
@@ -115,6 +130,19 @@ def gpu_contention(ctx):
     Threshold: at least 3 such kernels, 5% of the launches, each waiting 100 µs or more with our
     lane less than 10% busy meanwhile. A long delay while our own lane is busy is just a queue
     (the CPU ahead of a busy GPU), not contention.
+
+    Why it costs time: kernels were ready but started late while this process's GPU lane was idle:
+    another process or stream held the GPU, so this job's steps stretch for reasons outside its code.
+
+    Example:
+        # two jobs on one GPU: CUDA_VISIBLE_DEVICES=0 python train.py & CUDA_VISIBLE_DEVICES=0 python eval.py
+
+    Fix: give the job a GPU of its own (or a MIG slice), schedule the other work elsewhere, or
+    profile when the GPU is not shared.
+
+    Ignore when: sharing the GPU is intended and the slowdown is accepted.
+
+    Shown by: examples/recorded/contention_contended.json.gz
     """
     m, a = ctx.model, ctx.a
     own = merge(a.busy + a.comm)

@@ -7,7 +7,7 @@ import math
 from .. import kernels as K
 from ..analyses import covered
 from . import rule
-from .util import inputs, median, pct, quantile, r3, us
+from .util import inputs, median, pct, plural, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
@@ -17,6 +17,8 @@ JITTER_MIN_LOST_SHARE = 0.01  # and the time above p50 is at least this share of
 FP32_GEMM_SHARE = 0.10  # of GPU time
 MISALIGNED_SHARE = 0.01  # of GPU time in the misaligned GEMMs
 STORM_PER_STEP = 10  # launches of one kernel from one line per step
+# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
+THRESHOLDS = {"launch-storm": {"launches-per-step": STORM_PER_STEP}}
 _HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
 _GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 
@@ -27,6 +29,18 @@ def kernel_class(ctx):
     communication), from kernel-name families and launch-API patterns together.
 
     Threshold: none; a summary (hint) whenever the trace has GPU work.
+
+    Why it costs time: it does not; it says where the GPU time goes (GEMM, attention, elementwise,
+    copies, communication) so that the other findings can be weighed.
+
+    Example:
+        # GEMM 70%, elementwise 20%, copy 10%: fusing the elementwise work is the next lever
+
+    Fix: nothing to fix; use it to choose what to optimise.
+
+    Ignore when: always safe to ignore (a hint, shown with --hints).
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m, a = ctx.model, ctx.a
     if not m.gpu:
@@ -93,6 +107,21 @@ def kernel_jitter(ctx):
     over layers of different sizes (ResNet's batch norm: p50 185 µs, p90 695 µs across layers) is
     several problems, not jitter. On the H200 the same GEMM varies under 3% over 20-40 runs, which
     stays silent; a GEMM sharing its SMs with a side stream (p50 24 µs, p90 43 µs) fires.
+
+    Why it costs time: the same kernel with the same configuration sometimes runs much longer:
+    another stream or process is sharing its SMs, clocks drop, or memory is contended; the slow
+    runs are lost time.
+
+    Example:
+        with torch.cuda.stream(side):
+            side_gemm = big @ big        # shares the SMs with the main stream's GEMM
+
+    Fix: find what runs beside the slow instances (side streams, other processes, NCCL kernels),
+    serialise or separate them, check clocks and power limits (``nvidia-smi -q -d CLOCK``).
+
+    Ignore when: the variation is inherent to the kernel (data-dependent work such as sorting).
+
+    Shown by: examples/recorded/jitter_side.json.gz
     """
     m = ctx.model
     groups: dict = {}
@@ -159,6 +188,21 @@ def fp32_matmul(ctx):
 
     Threshold: 10% of GPU time. Tensor cores run the same GEMMs several times faster in TF32 or
     bf16; below 10% the gain is not worth a precision change.
+
+    Why it costs time: fp32 GEMMs run on CUDA cores; on compute capability 8.0 and later, tensor
+    cores run the same GEMM several times faster in TF32 or bf16.
+
+    Example:
+        model = TinyGPT().cuda()         # fp32 weights and activations
+        logits = model(x)                # sgemm / f32f32 kernels
+
+    Fix: ``torch.backends.cuda.matmul.allow_tf32 = True`` (or
+    ``torch.set_float32_matmul_precision("high")``), or autocast:
+    ``with torch.autocast("cuda", dtype=torch.bfloat16): logits = model(x)``.
+
+    Ignore when: the computation needs full fp32 precision (some scientific code, a numerics test).
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m, a = ctx.model, ctx.a
     cc = m.compute_capability
@@ -240,6 +284,19 @@ def misaligned_dims(ctx):
     H200 a 4095-wide bf16 GEMM ran ``cutlass_75_tensorop_..._align1`` where the 4096-wide twin ran
     ``nvjet_sm90_*``, 5.6x faster: tensor-core GEMM tiles want 16-byte aligned leading
     dimensions, 8 fp16/bf16 elements.
+
+    Why it costs time: tensor-core GEMM tiles want M, N and K in multiples of 8 for fp16/bf16; an
+    odd size falls back to slower kernels or pads every call.
+
+    Example:
+        proj = nn.Linear(1000, 1001).cuda().bfloat16()   # 1001 is not a multiple of 8
+
+    Fix: pad the dimensions to multiples of 8 (64 is better still): vocabulary sizes, hidden sizes,
+    batch sizes; pad the vocabulary and ignore the extra logits.
+
+    Ignore when: the shape is fixed by the data and the GEMM's share of GPU time is small.
+
+    Shown by: examples/recorded/misaligned_odd.json.gz
     """
     m, a = ctx.model, ctx.a
     total = a.cuda_total_us or 0.0
@@ -301,6 +358,21 @@ def launch_storm(ctx):
     keeps a model of 48 layers out (each layer's forward launches its kernel once); requiring
     kernels shorter than their launch keeps loops over large work, which keep the GPU fed, out.
     Backward launches come from the autograd engine, not a Python loop, and are not counted.
+
+    Why it costs time: each launch costs several microseconds of CPU time while the kernel runs for
+    less; a Python loop of tiny kernels keeps the GPU waiting on the CPU.
+
+    Example:
+        out = []
+        for row in idx:                  # one reduction kernel per row
+            out.append((row > 100).sum())
+
+    Fix: vectorise the loop into one tensor op (``(idx > 100).sum(dim=1)``), use foreach/fused
+    optimizers, or capture the region with ``torch.compile`` or CUDA graphs.
+
+    Ignore when: the loop runs once per epoch or outside the hot path.
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     per: dict = {}
@@ -316,10 +388,11 @@ def launch_storm(ctx):
             continue
         d = per.setdefault(k, {})
         d.setdefault((e.name, m.enclosing_frame(li), step.number), []).append((e.dur, call.dur, li))
+    least = ctx.threshold("launch-storm", "launches-per-step")
     for k, groups in per.items():
         storm: dict = {}
         for (name, _, _), runs in groups.items():
-            if len(runs) >= STORM_PER_STEP:
+            if len(runs) >= least:
                 storm.setdefault(name, []).extend(runs)
         storm = {n: r for n, r in storm.items()
                  if median(x[0] for x in r) < median(x[1] for x in r)}
@@ -332,7 +405,7 @@ def launch_storm(ctx):
         name, runs = max(storm.items(), key=lambda kv: len(kv[1]))
         yield ctx.diag(
             "launch-storm",
-            f"{launches:.0f} tiny kernel launches per step from this line ({len(storm)} kernel(s) "
+            f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(storm), 'kernel')} "
             f"repeated in a loop, e.g. {K.short_name(name, 50)} x{len(runs) / ctx.n_steps:.0f}): "
             f"{us(gpu)} of GPU work per step costs {us(cpu)} of launch calls",
             ctx.location(runs[0][2]),

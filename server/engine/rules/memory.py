@@ -6,7 +6,7 @@ from itertools import compress
 
 from ..loader import _scan, column
 from . import rule
-from .util import mib, r3
+from .util import mib, plural, r3
 
 CUDA = 1
 CHILD_MIN_BYTES = 16 * 1024**2  # a call must allocate at least this through its children ...
@@ -28,6 +28,19 @@ def memory_peak(ctx):
     CPU), the allocation that reached it and its line.
 
     Threshold: none; information whenever the trace was recorded with ``profile_memory``.
+
+    Why it costs time: not directly; the peak and the line that reached it tell how close the run is
+    to out-of-memory and where activation memory comes from.
+
+    Example:
+        logits = self.out(h)             # [batch, seq, vocab] activations: the peak
+
+    Fix: to lower it: activation checkpointing, smaller micro-batches with gradient accumulation,
+    bf16 activations, or chunked loss computation.
+
+    Ignore when: memory is not a constraint (information).
+
+    Shown by: examples/seed_n4096_bf16.json.gz
     """
     m = ctx.model
     rows = _device_rows(m)
@@ -57,6 +70,19 @@ def memory_child_pressure(ctx):
     Threshold: at least 16 MiB and 5% of the peak through children, at most 10% by the op
     itself; the 3 largest. This is the table's "CPU Mem large, Self CPU Mem small": the pressure
     comes from the call chain beneath, which is where to look.
+
+    Why it costs time: large allocations in the call's children (temporaries, copies, casts) grow
+    the allocator's pool and may fragment it; the op itself allocates little, so the cause is below.
+
+    Example:
+        attn = q @ k.transpose(-2, -1)   # inside the call, a full [seq, seq] temporary per head
+
+    Fix: follow the chain to the child that allocates: in-place ops, fused kernels
+    (``F.scaled_dot_product_attention``), or avoiding dtype casts that copy.
+
+    Ignore when: the temporaries are needed and the peak is far from the device limit.
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     rows = _device_rows(m)
@@ -97,7 +123,7 @@ def memory_child_pressure(ctx):
         yield ctx.diag(
             "memory-child-pressure",
             f"{name} allocates {mib(tot)} through its children but {mib(self_b.get(i, 0))} itself "
-            f"({len(items)} call(s)); the memory comes from {' -> '.join(chain)}",
+            f"({plural(len(items), 'call')}); the memory comes from {' -> '.join(chain)}",
             ctx.location(i),
             evidence={"op": name, "total_bytes": tot, "self_bytes": self_b.get(i, 0), "chain": chain,
                       "calls": len(items), "peak_share": r3(tot / peak)},

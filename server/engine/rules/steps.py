@@ -59,6 +59,21 @@ def cold_start_step(ctx):
     growth: warm up outside the profiler). Information when none is: on the H200 traces the first
     active step is ~100 µs wider on its first op whether or not the program warmed up outside the
     profiler, which is the profiler's own start-up, not the program's.
+
+    Why it costs time: one-off work (cuBLAS workspaces, allocator growth, lazy module loading) lands
+    in the first profiled step and inflates it; averages over the steps then mislead.
+
+    Example:
+        with profile(schedule=schedule(wait=0, warmup=0, active=3)) as prof:
+            for step in range(3):        # the first step pays the warm-up
+                train_step(); prof.step()
+
+    Fix: warm up outside the profiler (run two or three steps first) or use
+    ``schedule(wait=1, warmup=1, active=3)``.
+
+    Ignore when: start-up time is what you are measuring.
+
+    Shown by: examples/mlp_eager.1796061140317126347.pt.trace.json.gz
     """
     m = ctx.model
     if len(m.steps) < 3:

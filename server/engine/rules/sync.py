@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analyses import covered
 from . import rule
-from .util import pct, r3, us
+from .util import pct, plural, r3, us
 
 SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
               "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}
@@ -88,6 +88,24 @@ def host_sync(ctx):
     Threshold: one or more per step in user code. Each one drains the GPU queue and stops the CPU
     from running ahead, so its cost is the lost overlap more than the blocked time: a warning when
     it happens every step or blocks at least 1% of the step, else information.
+
+    Why it costs time: reading a device value on the host (``.item()``, ``float(t)``, ``if t:``)
+    waits for every queued kernel to finish and stops the CPU from running ahead, so the GPU idles
+    at the start of every step.
+
+    Example:
+        for step, (x, y) in enumerate(loader):
+            loss = model(x, y)
+            print("loss", loss.item())   # a device->host sync every step
+
+    Fix: keep the value on the device and read it every N steps
+    (``if step % 100 == 0: print(loss.item())``), accumulate on the GPU
+    (``total += loss.detach()``), or use ``non_blocking`` copies to pinned memory.
+
+    Ignore when: the value decides control flow that cannot wait (early stopping on this step's
+    loss) and the step is long enough for the sync not to matter.
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     if not m.steps:
@@ -113,7 +131,7 @@ def host_sync(ctx):
         share = blocked / step_us if step_us else 0.0
         yield ctx.diag(
             "host-sync",
-            f"{per_step:.0f} device->host sync(s) per step from {', '.join(sorted(g['what']))} "
+            f"{plural(per_step, 'device->host sync')} per step from {', '.join(sorted(g['what']))} "
             f"({', '.join(names)} -> {g['sync']}): the CPU blocks {us(blocked)} per step "
             f"({pct(100 * share)} of the step) and cannot queue work ahead of the GPU",
             ctx.location(g["first"]),
@@ -134,6 +152,20 @@ def sync_wait(ctx):
     sync waited for nothing, or for work that was late).
 
     Threshold: the syncs at one line block at least 5% of the step time and 100 µs per step.
+
+    Why it costs time: the CPU stops until the GPU drains its queue, so it cannot launch the next
+    step's work ahead; when the GPU was idle meanwhile the sync waited for nothing.
+
+    Example:
+        loss.backward()
+        torch.cuda.synchronize()         # every step, to "measure" time
+
+    Fix: drop syncs from the training loop (time with CUDA events, read metrics every N steps),
+    or wait on a specific event (``event.synchronize()``) only when the result is needed.
+
+    Ignore when: the sync is a deliberate barrier (benchmark timing, before a host-side checkpoint).
+
+    Shown by: examples/recorded/sync_wait_busy.json.gz
     """
     m, a = ctx.model, ctx.a
     if not m.steps:

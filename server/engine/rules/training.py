@@ -6,7 +6,7 @@ import msgspec
 
 from ..analyses import covered
 from . import rule
-from .util import mib, pct, r3, us
+from .util import mib, pct, plural, r3, us
 
 OPT_STEP = "Optimizer.step#"
 OPT_ZERO = "Optimizer.zero_grad#"
@@ -38,6 +38,19 @@ def pageable_memcpy(ctx):
     queues ahead (``non_blocking=True`` does nothing). A library's copies of a few bytes (0.02% of
     the step) are not the user's to pin, and a device->host copy of a value is a read-back the CPU
     waits for anyway (``host-sync``'s finding): pinning only pays there for bulk transfers.
+
+    Why it costs time: a copy from pageable host memory is staged through a driver buffer and
+    synchronises the host: it can neither overlap compute nor be queued ahead.
+
+    Example:
+        x = xb.to(dev)                   # xb lives in ordinary (pageable) memory
+
+    Fix: pin the memory and copy asynchronously: ``DataLoader(..., pin_memory=True)`` and
+    ``x = xb.to(dev, non_blocking=True)``, or ``xb.pin_memory()`` once for a reused buffer.
+
+    Ignore when: the copy is outside the training loop (loading weights once).
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     groups: dict = {}
@@ -73,7 +86,7 @@ def pageable_memcpy(ctx):
     for k, grp in groups.items():
         yield ctx.diag(
             "pageable-memcpy",
-            f"{grp['n'] / ctx.n_steps:.0f} copy(ies) per step from pageable host memory "
+            f"{plural(grp['n'] / ctx.n_steps, 'copy')} per step from pageable host memory "
             f"({', '.join(sorted(grp['names']))}; {mib(grp['bytes'] / ctx.n_steps)} per step): each one is "
             f"staged and blocks the CPU for {us(grp['cpu_us'] / grp['n'])}",
             ctx.location(grp["li"]) if grp["li"] >= 0 else ctx.trace_location(),
@@ -101,6 +114,18 @@ def optimizer_foreach_off(ctx):
     implementations launch a handful for all of them. Only GPU parameters count: on the CPU there
     is no launch to save, which is why torch picks the single-tensor path there itself, and ops
     on CPU scalars (``FusedAdam``'s step counters) launch nothing.
+
+    Why it costs time: the single-tensor implementation loops in Python over every parameter and
+    launches several kernels for each; foreach and fused implementations launch a handful in all.
+
+    Example:
+        opt = torch.optim.AdamW(model.parameters(), foreach=False)
+
+    Fix: leave ``foreach`` at its default, or use ``fused=True`` (AdamW, Adam, SGD on CUDA).
+
+    Ignore when: a parameter type foreach does not support forces the fallback.
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     steps = _optimizer_steps(m)
@@ -148,6 +173,18 @@ def zero_grad_not_none(ctx):
 
     Threshold: any such op in the steps. With ``set_to_none=True`` (the default since PyTorch 2.0)
     zero_grad launches nothing and the next backward writes the gradients fresh.
+
+    Why it costs time: writing zeros into every gradient launches a kernel per parameter (or a
+    foreach pass) each step, and the next backward overwrites them anyway.
+
+    Example:
+        opt.zero_grad(set_to_none=False)
+
+    Fix: ``opt.zero_grad()`` (``set_to_none=True`` is the default since PyTorch 2.0).
+
+    Ignore when: code reads ``.grad`` before backward and needs zeros rather than ``None``.
+
+    Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
     hits = []
@@ -188,6 +225,18 @@ def conv_bias_before_bn(ctx):
 
     Threshold: any such pair. The bias costs a read and add per output element and a parameter
     for nothing; ``bias=False`` is the standard fix.
+
+    Why it costs time: batch norm subtracts the mean right after the convolution, so the bias is
+    removed again: a read and add per output element and a parameter for nothing.
+
+    Example:
+        nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64))
+
+    Fix: ``nn.Conv2d(64, 64, 3, padding=1, bias=False)`` before a batch norm.
+
+    Ignore when: the weights come from a checkpoint that must load unchanged.
+
+    Shown by: examples/recorded/conv_bias_bn.json.gz
     """
     m = ctx.model
     pairs = []
@@ -210,7 +259,7 @@ def conv_bias_before_bn(ctx):
     for k, ps in by_line.items():
         yield ctx.diag(
             "conv-bias-before-bn",
-            f"{len(ps) / ctx.n_steps:.0f} convolution(s) per step with a bias feed straight into batch norm, "
+            f"{plural(len(ps) / ctx.n_steps, 'convolution')} per step with a bias feed straight into batch norm, "
             f"which removes the bias again",
             ctx.location(ps[0][0]),
             evidence={"pairs": len(ps), "conv_op": m.cpu[ps[0][0]].name, "bn_op": m.cpu[ps[0][1]].name},
@@ -225,6 +274,19 @@ def dataloader_bound(ctx):
 
     Threshold: the DataLoader holds 10% of the step time or more while the GPU is under half
     busy. Then the input pipeline, not the model, sets the pace.
+
+    Why it costs time: the step waits for the next batch while the GPU is idle: the input pipeline,
+    not the model, sets the pace.
+
+    Example:
+        loader = DataLoader(ds, batch_size=256)          # num_workers=0: decoding on the main thread
+
+    Fix: ``DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True, persistent_workers=True)``,
+    move augmentation to the GPU, or pre-process the dataset once.
+
+    Ignore when: the run is I/O-bound by design (streaming from a slow store) and that is known.
+
+    Shown by: examples/recorded/dataloader_w0.json.gz
     """
     m, a = ctx.model, ctx.a
     if not m.steps:

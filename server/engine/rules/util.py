@@ -6,15 +6,40 @@ import statistics
 
 def us(v: float) -> str:
     """A duration for a message: µs below 1 ms, ms above."""
-    if v >= 1000:
+    if abs(v) >= 1000:
         return f"{v / 1000:.2f} ms"
     return f"{v:.1f} µs"
 
 
-def mib(nbytes: float) -> str:
-    if abs(nbytes) >= 1024**3:
+def size(nbytes: float) -> str:
+    """Bytes for a message: B, KiB, MiB or GiB, whichever keeps the number readable."""
+    a = abs(nbytes)
+    if a >= 1024**3:
         return f"{nbytes / 1024**3:.2f} GiB"
-    return f"{nbytes / 1024**2:.1f} MiB"
+    if a >= 1024**2:
+        return f"{nbytes / 1024**2:.1f} MiB"
+    if a >= 1024:
+        return f"{nbytes / 1024:.1f} KiB"
+    return f"{nbytes:.0f} B"
+
+
+mib = size  # the name the rules used when everything was in MiB
+
+
+_IRREGULAR = {"copy": "copies", "gap": "gaps", "is": "are", "was": "were", "this": "these"}
+
+
+def plural(n: float, word: str, many: str | None = None) -> str:
+    """``1 launch``, ``2 launches``, ``3 copies``: the count (a float shown rounded) and the word
+    in the number it shows."""
+    shown = f"{n:.0f}" if isinstance(n, float) else str(n)
+    if shown in ("1", "-1"):
+        return f"{shown} {word}"
+    if many is None:
+        many = _IRREGULAR.get(word) or (word + "es" if word.endswith(("s", "sh", "ch", "x", "z")) else
+                                        word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou"
+                                        else word + "s")
+    return f"{shown} {many}"
 
 
 def pct(v: float) -> str:

@@ -1,0 +1,99 @@
+"""Inline suppression (``# profd: ignore[code]``, ``# noqa: code``) on a real trace's source lines:
+the engine drops the finding and counts it, the CLI (in-process and through the daemon) shows the
+same, and ``--statistics`` reports it."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SRC, trace
+from profd.server.engine import Options, analyze_file
+from profd.server.engine.suppress import ALL, codes_on
+
+CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
+PROFD = shutil.which("profd", path=os.path.dirname(sys.executable))
+NAIVE = trace("tinygpt_naive")
+
+
+def test_comment_forms():
+    assert codes_on("x = y.item()  # profd: ignore[host-sync]") == {"host-sync"}
+    assert codes_on("x  # profd: ignore[host-sync, launch-storm]") == {"host-sync", "launch-storm"}
+    assert codes_on("x  # profd: ignore") == {ALL}
+    assert codes_on("x  # noqa: E501, host-sync") == {"e501", "host-sync"}
+    assert codes_on("x  # noqa") == set()  # other linters' bare noqa
+    assert codes_on("s = '# profd ignore'") == set()
+
+
+def _edit(src_dir, file, needle, comment):
+    p = os.path.join(src_dir, file)
+    lines = open(p).read().split("\n")
+    k = next(i for i, l in enumerate(lines) if needle in l)
+    lines[k] += "  " + comment
+    with open(p, "w") as f:
+        f.write("\n".join(lines))
+    return k + 1
+
+
+@pytest.fixture
+def src(tmp_path):
+    d = tmp_path / "src"
+    shutil.copytree(SRC, d)
+    return str(d)
+
+
+def test_the_engine_drops_and_counts_suppressed_findings(src):
+    before = analyze_file(NAIVE, Options(workspace=[src]))
+    syncs = [d for d in before.diagnostics if d.code == "host-sync"]
+    copies = [d for d in before.diagnostics if d.code == "pageable-memcpy"]
+    assert len(syncs) == 1 and len(copies) == 2 and before.suppressed == {}
+    _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+    _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# noqa: pageable-memcpy")
+    _edit(src, "train_tinygpt.py", "opt.step()", "# noqa")  # bare noqa: not ours
+    after = analyze_file(NAIVE, Options(workspace=[src]))
+    left = {d.code for d in after.diagnostics}
+    assert "host-sync" not in left
+    assert [d.location.line for d in after.diagnostics if d.code == "pageable-memcpy"] == [copies[1].location.line]
+    assert after.suppressed == {"host-sync": 1, "pageable-memcpy": 1}
+    assert "optimizer-foreach-off" in left and "launch-storm" in left
+    assert len(after.diagnostics) == len(before.diagnostics) - 2
+
+
+def test_a_bare_profd_ignore_drops_every_rule_on_its_line(src):
+    line = _edit(src, "train_tinygpt.py", "opt.step()", "# profd: ignore")
+    rep = analyze_file(NAIVE, Options(workspace=[src]))
+    assert not [d for d in rep.diagnostics if d.location.line == line and d.location.path.startswith(src)]
+    assert rep.suppressed.get("optimizer-foreach-off") == 1 and rep.suppressed.get("launch-storm") == 1
+
+
+def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
+    _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+    args = ["analyze", "--isolated", "--workspace", src, "--fail-on", "never"]
+    local = subprocess.run([CLIENT, *args, "--no-daemon", "--format", "json", NAIVE], capture_output=True,
+                           text=True, timeout=120)
+    rep = json.loads(local.stdout)["reports"][0]
+    assert rep["suppressed"] == {"host-sync": 1}
+    assert "host-sync" not in {d["code"] for d in rep["diagnostics"]}
+    st = subprocess.run([CLIENT, *args, "--no-daemon", "--statistics", NAIVE], capture_output=True,
+                        text=True, timeout=120)
+    row = next(l for l in st.stdout.splitlines() if " host-sync " in l)
+    assert row.split()[0] == "0" and "(1 suppressed inline)" in row
+    text = subprocess.run([CLIENT, *args, "--no-daemon", NAIVE], capture_output=True, text=True, timeout=120)
+    assert "(1 suppressed inline)" in text.stdout
+    # through a daemon the CLI starts for itself (said on stderr), the same report
+    env = dict(os.environ, PROFD_STATE=str(tmp_path / "state"))
+    env.pop("PROFD_NO_DAEMON", None)
+    try:
+        served = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert "started a daemon for later runs" in served.stderr and "profd stop" in served.stderr
+        srep = json.loads(served.stdout)["reports"][0]
+        assert srep["suppressed"] == {"host-sync": 1}
+        assert [d["code"] for d in srep["diagnostics"]] == [d["code"] for d in rep["diagnostics"]]
+        again = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
+                               env=env, timeout=120)
+        assert again.stderr == ""  # a running daemon is used without a word
+    finally:
+        subprocess.run([PROFD, "stop", "--state", str(tmp_path / "state")], capture_output=True, timeout=30)
