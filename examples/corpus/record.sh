@@ -18,8 +18,10 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFOR
   nproc
 } > "$DEST/env.txt" 2>&1
 START=$(date +%s)
+ONLY=${ONLY:-}  # space-separated names: record only these
 rec() {  # rec NAME SECONDS script args...
   local name=$1 limit=$2; shift 2
+  if [[ -n "$ONLY" && " $ONLY " != *" $name "* ]]; then return; fi
   local used=$(( $(date +%s) - START ))
   if (( used + 10 > BUDGET )); then echo "SKIP $name (budget: ${used}s used)" | tee -a "$DEST/log.txt"; return; fi
   (( limit > BUDGET - used )) && limit=$(( BUDGET - used ))
@@ -65,7 +67,12 @@ rec gloo_straggler       60 gloo_job.py --straggler --port 29512
 rec timm_vit_small       60 timm_train.py --model vit_small_patch16_224
 rec timm_resnet50        60 timm_train.py --model resnet50
 rec serve_decode_batch   60 serve_batching.py
+rec gpt2_train_scaler    60 gpt2_train.py --mode scaler
+rec cold_start           40 cold_start.py
+rec gemm_fp32             40 gemm_precision.py --kind fp32
+rec gemm_tf32             40 gemm_precision.py --kind tf32
+rec gemm_fp8              40 gemm_precision.py --kind fp8
 echo "total $(( $(date +%s) - START ))s" | tee -a "$DEST/log.txt"
-ls -la "$DEST"/*.json.gz | awk '{print $5, $9}' | tee -a "$DEST/log.txt"
+ls -la "$DEST"/*.json.gz 2>/dev/null | awk '{print $5, $9}' | tee -a "$DEST/log.txt"
 tar -C "$RUN" -cf "${OUT:-/tmp}/corpus.tar" out
 cp "$DEST/log.txt" "$DEST/env.txt" "${OUT:-/tmp}/" 2>/dev/null

@@ -1,6 +1,7 @@
 """Hugging Face GPT-2 (random weights, 4 layers, d 768) trained with bf16 autocast and AdamW
-(default foreach) on batches already on the GPU; --mode infer runs the forward alone under
-no_grad. Recorded with with_modules=True for the module view."""
+(default foreach) on batches already on the GPU; --mode scaler trains with fp16 autocast and
+torch.amp.GradScaler instead; --mode infer runs the forward alone under no_grad. Recorded with
+with_modules=True for the module view."""
 import argparse, torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from _prof import export, profiler, steps
@@ -8,7 +9,7 @@ from _prof import export, profiler, steps
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["train", "infer"], default="train")
+    p.add_argument("--mode", choices=["train", "scaler", "infer"], default="train")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
@@ -27,13 +28,23 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    scaler = torch.amp.GradScaler("cuda")
+
+    def scaler_step():
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(input_ids=ids, labels=ids).loss
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
     def infer_step():
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             return model(input_ids=ids).logits
 
     if a.mode == "infer":
         model.eval()
-    step = train_step if a.mode == "train" else infer_step
+    step = {"train": train_step, "scaler": scaler_step, "infer": infer_step}[a.mode]
     for _ in range(3):
         step()
     torch.cuda.synchronize()
