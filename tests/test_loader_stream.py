@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(loader._scan is None, reason="the _scan extensio
 
 TRACES = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.gz"), recursive=True))
 ARGS = ("external_id", "correlation", "seq", "fwd_tid", "device_type", "mem_bytes", "total_allocated",
-        "total_reserved", "nbytes", "input_dims", "input_types", "grid", "block", "name", "call_from")
+        "total_reserved", "addr", "nbytes", "input_dims", "input_types", "grid", "block", "name", "call_from")
 
 
 def _norm(e):

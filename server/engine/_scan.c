@@ -122,14 +122,14 @@ static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, Mak
 enum {
     F_EXT = 1 << 0, F_CORR = 1 << 1, F_SEQ = 1 << 2, F_FWD = 1 << 3, F_ID = 1 << 4,
     F_DEVTYPE = 1 << 5, F_MEMB = 1 << 6, F_TALLOC = 1 << 7, F_TRES = 1 << 8, F_NBYTES = 1 << 9,
-    F_ARGS = 1 << 10,
+    F_ARGS = 1 << 10, F_ADDR = 1 << 11,
 };
 
 /* Four layouts sharing one initial sequence, all this module's Event (the others are subtypes):
  * - EvBase, 80 bytes: no read arg present (python frames, most annotations: a quarter of a trace);
  * - EvOp, 176 bytes: op/launch/kernel args (ids, shapes, grid, ...), the Ev prefix up to devtype;
- * - EvMem, 112 bytes: allocator samples (device type, bytes, totals);
- * - Ev, 208 bytes: both kinds at once (never in a Kineto trace, but legal). */
+ * - EvMem, 120 bytes: allocator samples (device type, bytes, totals, address);
+ * - Ev, 216 bytes: both kinds at once (never in a Kineto trace, but legal). */
 #define EV_BASE_FIELDS \
     PyObject_HEAD \
     PyObject *ph, *name, *cat, *pid, *tid; /* interned, never NULL */ \
@@ -144,12 +144,12 @@ typedef struct {
     EV_BASE_FIELDS
     PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
     int64_t ext, corr, seq, fwd, id, nbytes;
-    int64_t devtype, memb, talloc, tres; /* in this order in EvMem too */
+    int64_t devtype, memb, talloc, tres, addr; /* in this order in EvMem too */
 } Ev;
 
 typedef struct {
     EV_BASE_FIELDS
-    int64_t devtype, memb, talloc, tres;
+    int64_t devtype, memb, talloc, tres, addr;
 } EvMem;
 
 #define OP_SIZE offsetof(Ev, devtype)
@@ -163,7 +163,7 @@ static PyTypeObject EvType, EvOpType, EvMemType, EvFullType, ArgsType;
 #define IS_FULL(e) (Py_TYPE(e) == &EvFullType)
 #define HAS_OP(e) (Py_TYPE(e) == &EvOpType || IS_FULL(e))
 
-/* devtype, memb, talloc, tres of an event that has them, else NULL */
+/* devtype, memb, talloc, tres, addr of an event that has them, else NULL */
 static inline const int64_t *mem_fields(const void *e) {
     if (IS_FULL(e)) return &((const Ev *)e)->devtype;
     if (Py_TYPE(e) == &EvMemType) return &((const EvMem *)e)->devtype;
@@ -290,6 +290,7 @@ static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_D
 static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, AVM(s, 1)); }
 static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, AVM(s, 2)); }
 static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, AVM(s, 3)); }
+static PyObject *a_addr(PyObject *s, void *c) { return int_or_none(AV(s), F_ADDR, AVM(s, 4)); }
 static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, HAS_OP(AV(s)) ? AV(s)->nbytes : 0); }
 static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AVX(s, dims), EMPTY_BYTES); }
 static PyObject *a_types(PyObject *s, void *c) { return obj_or(AVX(s, types), EMPTY_BYTES); }
@@ -307,6 +308,7 @@ static PyGetSetDef args_getset[] = {
     {"mem_bytes", a_memb, NULL, NULL, NULL},
     {"total_allocated", a_talloc, NULL, NULL, NULL},
     {"total_reserved", a_tres, NULL, NULL, NULL},
+    {"addr", a_addr, NULL, NULL, NULL},
     {"nbytes", a_nbytes, NULL, NULL, NULL},
     {"input_dims", a_dims, NULL, NULL, NULL},
     {"input_types", a_types, NULL, NULL, NULL},
@@ -689,6 +691,7 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
     if (KEY("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
     if (KEY("Total Allocated")) return set_i64(c, e, F_TALLOC, &e->talloc);
     if (KEY("Total Reserved")) return set_i64(c, e, F_TRES, &e->tres);
+    if (KEY("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
     if (KEY("bytes")) return set_i64(c, e, F_NBYTES, &e->nbytes);
     if (KEY("Input Dims")) return read_raw(sc, c, &e->dims);
     if (KEY("Input type")) return read_raw(sc, c, &e->types);
@@ -759,7 +762,7 @@ static int keep(Scanner *sc, Ev *e) {
 }
 
 static PyObject *new_event(const Ev *tmp) {
-    const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES;
+    const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES | F_ADDR;
     int op = (tmp->flags & ~(uint32_t)(F_ARGS | MEM)) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
              tmp->aname || tmp->call_from;
     int mem = (tmp->flags & MEM) != 0;
@@ -768,7 +771,7 @@ static PyObject *new_event(const Ev *tmp) {
     if (!e) return NULL;
     size_t size = op ? (size_t)type->tp_basicsize : sizeof(EvBase);
     memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), size - sizeof(PyObject));
-    if (mem && !op) memcpy(&((EvMem *)e)->devtype, &tmp->devtype, 4 * sizeof(int64_t));
+    if (mem && !op) memcpy(&((EvMem *)e)->devtype, &tmp->devtype, 5 * sizeof(int64_t));
     if (!e->ph) e->ph = EMPTY_STR;
     if (!e->name) e->name = EMPTY_STR;
     if (!e->cat) e->cat = EMPTY_STR;
@@ -1324,8 +1327,8 @@ done:
     return res;
 }
 
-/* memory_columns(samples) -> (ts f64, bytes, total_allocated, total_reserved i64, device_type i32):
- * absent counts are 0, an absent device type -1. */
+/* memory_columns(samples) -> (ts f64, bytes, total_allocated, total_reserved i64, device_type i32,
+ * addr i64): absent counts and addresses are 0, an absent device type -1. */
 static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
@@ -1333,25 +1336,26 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *ts = PyBytes_FromStringAndSize(NULL, n * 8), *mb = PyBytes_FromStringAndSize(NULL, n * 8),
              *ta = PyBytes_FromStringAndSize(NULL, n * 8), *tr = PyBytes_FromStringAndSize(NULL, n * 8),
-             *dt = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!ts || !mb || !ta || !tr || !dt) {
-        Py_XDECREF(ts); Py_XDECREF(mb); Py_XDECREF(ta); Py_XDECREF(tr); Py_XDECREF(dt);
+             *dt = PyBytes_FromStringAndSize(NULL, n * 4), *ad = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!ts || !mb || !ta || !tr || !dt || !ad) {
+        Py_XDECREF(ts); Py_XDECREF(mb); Py_XDECREF(ta); Py_XDECREF(tr); Py_XDECREF(dt); Py_XDECREF(ad);
         return NULL;
     }
     double *t = (double *)PyBytes_AS_STRING(ts);
     int64_t *b = (int64_t *)PyBytes_AS_STRING(mb), *a = (int64_t *)PyBytes_AS_STRING(ta),
-            *r = (int64_t *)PyBytes_AS_STRING(tr);
+            *r = (int64_t *)PyBytes_AS_STRING(tr), *ap = (int64_t *)PyBytes_AS_STRING(ad);
     int32_t *d = (int32_t *)PyBytes_AS_STRING(dt);
     for (Py_ssize_t k = 0; k < n; k++) {
         Ev *e = (Ev *)PyList_GET_ITEM(list, k);
-        const int64_t *mf = mem_fields(e); /* devtype, memb, talloc, tres */
+        const int64_t *mf = mem_fields(e); /* devtype, memb, talloc, tres, addr */
         t[k] = e->ts;
         b[k] = mf && (e->flags & F_MEMB) ? mf[1] : 0;
         a[k] = mf && (e->flags & F_TALLOC) ? mf[2] : 0;
         r[k] = mf && (e->flags & F_TRES) ? mf[3] : 0;
+        ap[k] = mf && (e->flags & F_ADDR) ? mf[4] : 0;
         d[k] = mf && (e->flags & F_DEVTYPE) && mf[0] >= INT32_MIN && mf[0] <= INT32_MAX ? (int32_t)mf[0] : -1;
     }
-    return Py_BuildValue("(NNNNN)", ts, mb, ta, tr, dt);
+    return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
 }
 
 /* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, line_tokens, launched_off, launched,

@@ -71,6 +71,7 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")
     total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
+    addr: Id = msgspec.field(default=None, name="Addr")  # the allocator block an alloc/free names
     device_type: Id = msgspec.field(default=None, name="Device Type")
     device_id: Id = msgspec.field(default=None, name="Device Id")
     nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")

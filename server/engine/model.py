@@ -704,16 +704,18 @@ class MemoryTable:
         self.total_allocated = array("q")
         self.total_reserved = array("q")
         self.device_type = array("i")
+        self.addr = array("q")  # the block's address: an alloc and its free share it (0: unknown)
         self.owner = array("i")
         self.thread_id = array("i")
         self.threads: list[tuple] = []
 
-    def append(self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id) -> None:
+    def append(self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id, addr=0) -> None:
         self.ts.append(ts)
         self.nbytes.append(nbytes)
         self.total_allocated.append(total_allocated)
         self.total_reserved.append(total_reserved)
         self.device_type.append(device_type)
+        self.addr.append(addr)
         self.owner.append(owner)
         self.thread_id.append(thread_id)
 
@@ -747,15 +749,15 @@ def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
         dt = a.device_type
         out.append(e.ts, _int64(a.mem_bytes), _int64(a.total_allocated), _int64(a.total_reserved),
                    dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1,
-                   tindex.innermost(key, e.ts, slack=0.0), tid)
+                   tindex.innermost(key, e.ts, slack=0.0), tid, _int64(a.addr))
     return out
 
 
 def _memory_fast(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     samples = sorted(mem_raw, key=_ts)
     out = MemoryTable()
-    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type = \
-        (column(t, b) for t, b in zip("dqqqi", _scan.memory_columns(samples)))
+    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = \
+        (column(t, b) for t, b in zip("dqqqiq", _scan.memory_columns(samples)))
     ob, tb, out.threads = _scan.owners(tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None)
     out.owner, out.thread_id = column("i", ob), column("i", tb)
     return out

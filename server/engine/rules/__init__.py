@@ -13,7 +13,8 @@ from ....protocol.catalog import RULES as CATALOG
 Check = Callable[..., Iterable]
 REGISTRY: dict[str, Check] = {}
 
-FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "training", "ranks"]
+FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "training", "ranks",
+            "attention"]
 
 
 def rule(code: str):

@@ -1,7 +1,10 @@
-"""torch.compile rules: ``compile-overhead`` and ``compile-fusion``."""
+"""torch.compile rules: ``compile-overhead``, ``compile-fusion`` and ``compile-graph-break``."""
 from __future__ import annotations
 
 from .. import kernels as K
+from ..analyses import covered
+from ..context import LineKey
+from ..statements import RESUME_RE
 from . import rule
 from .util import plural, r3, us
 
@@ -143,4 +146,107 @@ def compile_fusion(ctx):
             evidence={"op": name, "calls": len(calls), "bias_copy": bool(copies), "bias_epilogue": epilogue,
                       "kernels": sorted({g.name for g in gemms})},
             fix=None,
+        )
+
+
+# ---- compile-graph-break ---------------------------------------------------------------------
+GRAPH_RUNS = ("CompiledFunction", GRAPH_CALL)  # one compiled graph running (training / inference)
+
+
+def _nearest_region(m, i: int) -> int:
+    for a in m.ancestors(i):
+        if m.cpu[a].cat == "cpu_op" and m.cpu[a].name.startswith(REGION):
+            return a
+    return -1
+
+
+def _break_site(m, region: int):
+    """(frame path, break line, function) from the resume frame a nested region runs, else None."""
+    for c in m.children(region):
+        fr = m.frames.get(c)
+        hit = RESUME_RE.match(fr.function) if fr is not None else None
+        if hit:
+            return fr.path, int(hit.group(2)), hit.group(1)
+    return None
+
+
+def breaks(m) -> list[dict]:
+    """Every graph break in the steps: a compiled region nested in another (Dynamo compiles the
+    code after a break as a resume function and calls it from the first graph's frame). Per
+    break: the region it resumes in, the break site (from the resume frame), the CPU time between
+    the previous graph's end and the resume, and the eager ops the CPU ran there."""
+    out = []
+    for r in _regions(m):
+        if m.step_at(m.cpu[r].ts) is None:
+            continue
+        p = _nearest_region(m, r)
+        if p < 0:
+            continue
+        ts = m.cpu[r].ts
+        prev, eager = m.cpu[p].ts, []
+        for j in m.subtree(p):
+            e = m.cpu[j]
+            if e.ts >= ts or j == p or _nearest_region(m, j) != p:
+                continue
+            if e.name.startswith(GRAPH_RUNS) or (e.cat == "cpu_op" and e.name.startswith(REGION)):
+                prev = max(prev, e.ts + e.dur)
+        for j in m.subtree(p):
+            e = m.cpu[j]
+            if prev <= e.ts < ts and e.cat == "cpu_op" and m.enclosing_op(j) == p:
+                eager.append(j)
+        out.append({"region": r, "outer": p, "site": _break_site(m, r), "gap": (prev, ts), "eager": eager})
+    return out
+
+
+@rule("compile-graph-break")
+def compile_graph_break(ctx):
+    """Evidence: compiled regions nested in a compiled region, each the code after a graph break
+    that Dynamo compiled apart and resumes in (its ``torch_dynamo_resume_in_<fn>_at_<line>`` frame
+    names the break's line; without stacks, the region's name), per step: the graphs per call,
+    the CPU time between the graph before the break and the resume (the eager code at the break,
+    and the guard check of the resume function) and how much of it the GPU sat idle.
+
+    Threshold: any break inside the steps: a warning. A break splits one graph in two: no fusion
+    across it, a second Dynamo/AOT wrapper per call, and eager code between that often syncs with
+    the GPU (a tensor in a Python condition, ``.item()``, ``print``). The graph break line is
+    what to change (``torch._dynamo.explain`` or ``TORCH_LOGS=graph_breaks`` say why it breaks).
+    """
+    m, a = ctx.model, ctx.a
+    groups: dict = {}
+    for b in breaks(m):
+        key = b["site"][:2] if b["site"] else m.cpu[b["region"]].name
+        groups.setdefault(key, []).append(b)
+    n = ctx.n_steps
+    for key, bs in groups.items():
+        gap = sum(hi - lo for b in bs for lo, hi in [b["gap"]]) / n
+        idle = sum(hi - lo - covered(a.busy, lo, hi) for b in bs for lo, hi in [b["gap"]]) / n
+        ops: dict[str, float] = {}
+        for b in bs:
+            for j in b["eager"]:
+                ops[m.cpu[j].name] = ops.get(m.cpu[j].name, 0.0) + m.cpu[j].dur / n
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
+        calls = len({b["outer"] for b in bs})
+        graphs = 1 + len(bs) / max(1, calls)
+        site = bs[0]["site"]
+        if site:
+            path, line, fn = site
+            loc = ctx.location_of_key(LineKey(path, line, fn, "statement"))
+            where = f"{fn}() breaks its graph at line {line}"
+        else:
+            loc = ctx.trace_location()
+            where = f"a compiled function breaks its graph ({m.cpu[bs[0]['region']].name} resumes it)"
+        eager = ", ".join(f"{nm} {us(t)}" for nm, t in top) or "no aten op"
+        yield ctx.diag(
+            "compile-graph-break",
+            f"torch.compile: {where}: {graphs:.0f} graphs per call, {len(bs) / n:.0f} break(s) per step; "
+            f"between the graphs the CPU spends {us(gap)} per step in eager code and guards ({eager}), "
+            f"the GPU idle {us(idle)} of it",
+            loc,
+            evidence={"breaks_per_step": r3(len(bs) / n), "graphs_per_call": r3(graphs),
+                      "gap_us_per_step": r3(gap), "gpu_idle_us_per_step": r3(idle),
+                      "eager_ops": {nm: r3(t) for nm, t in top}, "regions": sorted({m.cpu[b["region"]].name for b in bs}),
+                      "impact_basis": "gpu_idle_us_per_step"},
+            fix="make the code at the break traceable (keep tensors out of Python conditions: torch.where / "
+                "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
+                "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",
         )

@@ -1,6 +1,8 @@
-"""Memory rules from ``profile_memory`` traces: ``memory-peak``, ``memory-child-pressure``."""
+"""Memory rules from ``profile_memory`` traces: ``memory-peak``, ``memory-child-pressure``,
+``memory-growth``."""
 from __future__ import annotations
 
+import bisect
 from array import array
 from itertools import compress
 
@@ -155,3 +157,87 @@ def _chain(m, i: int, total_b: dict) -> list[str]:
         out.append(m.cpu[i].name)
         if len(out) > 8:
             return out
+
+
+# ---- memory-growth ---------------------------------------------------------------------------
+GROWTH_MIN_BYTES = 1024**2  # per step: below a MiB a run of 100k steps still fits
+GROWTH_STEP_SHARE = 0.75  # of the steps compared, this share must leave survivors
+
+
+@rule("memory-growth")
+def memory_growth(ctx):
+    """Evidence: per active step, the bytes it allocated (``[memory]`` samples, GPU first, else
+    CPU) whose block is never freed later in the trace (a free names the block by ``Addr``),
+    the allocated level at each step's end, and the lines that made the surviving allocations.
+
+    Threshold: at least 1 MiB survives in 75% of the steps compared (all but the last, whose
+    outputs may still be in use) and the level at the steps' ends rises by at least 1 MiB a step.
+    One step's survivors are a cache or lazily created state; survivors every step are a leak:
+    something keeps each step's tensors alive (a loss summed as a tensor under grad mode keeps
+    every step's graph and the activations it saved; outputs appended to a list), and the run
+    ends in an out-of-memory error. Needs ``profile_memory=True`` and at least three steps.
+    """
+    m = ctx.model
+    steps = m.steps
+    rows = _device_rows(m)
+    if len(steps) < 3 or not rows:
+        return
+    mem = m.memory
+    ts, nbytes, addr, owner = mem.ts, mem.nbytes, mem.addr, mem.owner
+    last_free: dict[int, float] = {}
+    for k in rows:
+        if nbytes[k] < 0 and addr[k]:
+            last_free[addr[k]] = ts[k]  # rows are in time order: the last free of the block
+    starts = [s.ts for s in steps]
+    survive = [0] * len(steps)
+    by_line: dict = {}
+    for k in rows:
+        b, t = nbytes[k], ts[k]
+        if b <= 0 or not addr[k] or last_free.get(addr[k], -1.0) > t:
+            continue
+        s = bisect.bisect_right(starts, t) - 1
+        if s < 0 or t > steps[s].end or s == len(steps) - 1:
+            continue
+        survive[s] += b
+        o = owner[k]
+        key = ctx.line_id(o) if o >= 0 else None
+        ent = by_line.setdefault(key, [0, o])
+        ent[0] += b
+    compared = survive[:-1]
+    leaking = sum(1 for b in compared if b >= GROWTH_MIN_BYTES)
+    level = []
+    for s in steps:
+        k = bisect.bisect_right(ts, s.end, 0, len(ts)) - 1
+        while k >= 0 and mem.device_type[k] != mem.device_type[rows[0]]:
+            k -= 1
+        level.append(mem.total_allocated[k] if k >= 0 else 0)
+    rise = (level[-1] - level[0]) / (len(steps) - 1)
+    if leaking < GROWTH_STEP_SHARE * len(compared) or rise < GROWTH_MIN_BYTES:
+        return
+    per_step = sum(compared) / len(compared)
+    lines = sorted(((b, o, key) for key, (b, o) in by_line.items()), key=lambda x: (-x[0], x[1]))
+    top_b, top_o, top_key = lines[0]
+    cuda = mem.device_type[rows[0]] == CUDA
+    total_mem = m.device.totalGlobalMem if cuda and m.device is not None else None
+    peak = max(mem.total_allocated[k] for k in rows)
+    left = f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps" \
+        if total_mem and total_mem > peak else ""
+    op = m.cpu[top_o].name if top_o >= 0 else "an untracked allocation"
+    no_backward = not any(m.is_backward(i) for i in range(len(m.cpu)))
+    why = (" No backward runs in these steps: the forward keeps its autograd graph, held by a "
+           "tensor that outlives the step." if no_backward else "")
+    yield ctx.diag(
+        "memory-growth",
+        f"allocated {'GPU' if cuda else 'CPU'} memory rises {mib(rise)} per step ({mib(level[0])} -> "
+        f"{mib(level[-1])} over {len(steps)} steps) and is never freed: {mib(top_b / len(compared))} "
+        f"of each step's allocations here ({op}) survive it{left}.{why}",
+        ctx.location(top_o) if top_key is not None else ctx.trace_location(),
+        evidence={"rise_bytes_per_step": int(rise), "surviving_bytes_per_step": int(per_step),
+                  "steps_leaking": leaking, "steps_compared": len(compared),
+                  "level_bytes": level, "line_bytes_per_step": int(top_b / len(compared)),
+                  "op": op, "backward_in_steps": not no_backward, "device_total_bytes": total_mem},
+        fix="find what keeps each step's tensors alive: accumulate loss.item() or loss.detach() instead of "
+            "the loss tensor, run evaluation under torch.no_grad() / torch.inference_mode(), and do not keep "
+            "outputs or losses in lists across steps",
+        related=[ctx.location(o) for _, o, key in lines[1:3] if key is not None],
+    )

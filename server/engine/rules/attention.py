@@ -1,0 +1,151 @@
+"""Attention rules: ``unfused-attention``."""
+from __future__ import annotations
+
+from ..kernels import GEMM
+from . import rule
+from .util import mib, pct, r3, shapes, us
+
+MATMUL_OPS = {"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"}
+SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
+CHAIN_WINDOW = 8  # ops between the score GEMM and the softmax, and the softmax and the value GEMM
+# The fix must give back at least this share of the step (the chain's non-GEMM GPU time).
+MIN_STEP_SHARE = 0.01
+_ELEM_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8}
+
+
+def _top_ops(m):
+    """Per user frame call, its outermost aten ops in time order (what its statements ran)."""
+    per: dict[int, list[int]] = {}
+    for i in m.indices(MATMUL_OPS | SOFTMAX_OPS):
+        if m.cpu[i].cat != "cpu_op" or m.enclosing_op(i) >= 0 or m.frame_of[i] < 0:
+            continue  # inside another op (SDPA's math path is SDPA's): not the user's chain
+        per.setdefault(m.frame_of[i], []).append(i)
+    return per
+
+
+def _dims(m, i):
+    mats, types = shapes(m.cpu[i])
+    return mats, (types[0] if types else None)
+
+
+def chains(m) -> list[dict]:
+    """Score GEMM -> softmax -> value GEMM on one frame call: attention written out. With
+    ``record_shapes``, the shapes must agree ([.., Tq, D] x [.., D, Tk] -> softmax over
+    [.., Tq, Tk] -> [.., Tq, Tk] x [.., Tk, Dv]) and give the scores' size."""
+    out = []
+    for frame, ops in _top_ops(m).items():
+        ops.sort()
+        for k, i in enumerate(ops):
+            if m.cpu[i].name not in MATMUL_OPS:
+                continue
+            sm = next((j for j in ops[k + 1:k + 1 + CHAIN_WINDOW] if m.cpu[j].name in SOFTMAX_OPS), None)
+            if sm is None:
+                continue
+            rest = ops[ops.index(sm) + 1:]
+            v = next((j for j in rest[:CHAIN_WINDOW] if m.cpu[j].name in MATMUL_OPS), None)
+            if v is None:
+                continue
+            (qk, t), (s, _), (pv, _) = _dims(m, i), _dims(m, sm), _dims(m, v)
+            scores = None
+            if qk and s and pv:
+                a_, b_ = qk[0], qk[1] if len(qk) > 1 else None
+                if b_ is None or len(a_) < 3 or a_[-1] != b_[-2]:
+                    continue
+                tq, tk = a_[-2], b_[-1]
+                if s[0][-2:] != [tq, tk] or pv[0][-2:] != [tq, tk] or len(pv) < 2 or pv[1][-2] != tk:
+                    continue
+                n = 1
+                for d in s[0]:
+                    n *= d
+                scores = {"shape": s[0], "bytes": n * _ELEM_BYTES.get(t, 2), "tq": tq, "tk": tk, "d": a_[-1]}
+            c = {"frame": frame, "qk": i, "softmax": sm, "pv": v, "scores": scores}
+            c["ops"] = _between(m, c)
+            out.append(c)
+    return out
+
+
+def _chain_gpu(m, a, c, backward_of) -> tuple[float, float]:
+    """(GEMM µs, other µs) of the GPU work of the chain's ops, forward and backward: every top op
+    from the score GEMM to the value GEMM on that frame (scale, mask, dropout between), and the
+    backward ops autograd runs for them."""
+    fwd = [j for j in c["ops"] for j in m.subtree(j)]
+    gs = {g for j in fwd for g in m.gpu_of_launch(j)}
+    for j in fwd:
+        for b in backward_of.get(j, ()):
+            gs.update(m.gpu_under(b))
+    gemm = sum(m.gpu[g].dur for g in gs if a.gpu_class[g] == GEMM)
+    return gemm, sum(m.gpu[g].dur for g in gs) - gemm
+
+
+def _between(m, c):
+    """The outermost ops the frame call ran from the score GEMM to the value GEMM."""
+    lo, hi = m.cpu[c["qk"]].ts, m.cpu[c["pv"]].ts
+    f = c["frame"]
+    return [j for j in m.subtree(f) if m.cpu[j].cat == "cpu_op" and m.enclosing_op(j) < 0
+            and m.frame_of[j] == f and lo <= m.cpu[j].ts <= hi]
+
+
+def _backward_map(m) -> dict[int, list[int]]:
+    """Forward op -> the outermost backward ops autograd ran for it (``fwd_of``)."""
+    out: dict[int, list[int]] = {}
+    for i, f in enumerate(m.fwd_of):
+        if f >= 0 and m.frame_of[i] < 0:
+            p = m.parent[i]
+            if p < 0 or m.fwd_of[p] < 0:
+                out.setdefault(f, []).append(i)
+    return out
+
+
+@rule("unfused-attention")
+def unfused_attention(ctx):
+    """Evidence: on one call of a user function, a batched GEMM whose output is softmaxed and fed
+    to a second batched GEMM (with ``record_shapes`` the shapes must chain: [.., Tq, D] x [.., D, Tk],
+    softmax over [.., Tq, Tk], [.., Tq, Tk] x [.., Tk, Dv]), not inside another op (SDPA's own math
+    path is not the user's); the scores tensor it materialises (B×H×Tq×Tk); and the GPU time of
+    the chain forward and backward, split into its GEMMs and the rest (scale, mask, softmax,
+    dropout: passes over the scores in memory).
+
+    Threshold: the rest is at least 1% of the step. ``F.scaled_dot_product_attention`` runs the
+    chain as one flash/memory-efficient kernel that keeps the scores on chip: about the GEMMs'
+    time, so the rest is what the fix gives back (measured on H200, B=8 H=16 T=1024 D=64 bf16,
+    forward+backward: 2.59 ms a step written out, 0.4 ms through SDPA; the rest was 2.1 ms).
+    """
+    m, a = ctx.model, ctx.a
+    found = chains(m)
+    if not found:
+        return
+    backward_of = _backward_map(m)
+    step_us = ctx.mean_step_us or a.window_us
+    groups: dict = {}
+    for c in found:
+        groups.setdefault(ctx.line_id(c["qk"]), []).append(c)
+    for key, cs in groups.items():
+        gemm = other = 0.0
+        for c in cs:
+            g, o = _chain_gpu(m, a, c, backward_of)
+            gemm += g
+            other += o
+        n = ctx.n_steps
+        share = other / n / step_us if step_us else 0.0
+        if share < MIN_STEP_SHARE:
+            continue
+        c = cs[0]
+        sc = c["scores"]
+        size = (f"the {'x'.join(map(str, sc['shape']))} scores ({mib(sc['bytes'])}) written to memory and "
+                f"read back by every op between them" if sc else "the scores materialised between them "
+                "(no record_shapes: their size is unknown)")
+        yield ctx.diag(
+            "unfused-attention",
+            f"attention written out: {m.cpu[c['qk']].name} -> {m.cpu[c['softmax']].name} -> "
+            f"{m.cpu[c['pv']].name} ({len(cs) / n:.0f} per step), {size}; the chain's GPU time is "
+            f"{us((gemm + other) / n)} per step, {us(other / n)} of it outside its GEMMs "
+            f"({pct(100 * share)} of the step), which a fused kernel does not spend",
+            ctx.location(c["qk"]),
+            evidence={"chains_per_step": r3(len(cs) / n), "gemm_us_per_step": r3(gemm / n),
+                      "other_us_per_step": r3(other / n), "step_share": r3(share),
+                      "scores_shape": sc["shape"] if sc else None, "scores_bytes": sc["bytes"] if sc else None,
+                      "ops": [m.cpu[j].name for j in c["ops"]]},
+            fix="call torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...) "
+                "(Hugging Face: attn_implementation='sdpa'): one fused kernel, no scores in memory",
+            related=[ctx.location(c["softmax"]), ctx.location(c["pv"])],
+        )
