@@ -10,6 +10,8 @@ SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 CHAIN_WINDOW = 8  # ops between the score GEMM and the softmax, and the softmax and the value GEMM
 # The fix must give back at least this share of the step (the chain's non-GEMM GPU time).
 MIN_STEP_SHARE = 0.01
+# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
+THRESHOLDS = {"unfused-attention": {"step-share": MIN_STEP_SHARE}}
 _ELEM_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8}
 
 
@@ -109,6 +111,24 @@ def unfused_attention(ctx):
     chain as one flash/memory-efficient kernel that keeps the scores on chip: about the GEMMs'
     time, so the rest is what the fix gives back (measured on H200, B=8 H=16 T=1024 D=64 bf16,
     forward+backward: 2.59 ms a step written out, 0.4 ms through SDPA; the rest was 2.1 ms).
+
+    Why it costs time: the B×H×T×T scores go to GPU memory and every op after the score GEMM
+    (scale, mask, softmax, dropout, their backward) reads and writes all of them again: memory
+    traffic that grows with T², where a fused kernel keeps each tile on chip.
+
+    Example:
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+        att = att.masked_fill(mask == 0, float("-inf"))
+        att = att.softmax(dim=-1)
+        y = att @ v
+
+    Fix: ``y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)`` (flash or
+    memory-efficient kernels on CUDA); in Hugging Face models, ``attn_implementation="sdpa"``.
+
+    Ignore when: the attention needs something SDPA cannot express (scores read back for analysis,
+    a custom normalisation) and the step share is small.
+
+    Shown by: examples/recorded/attention_naive.json.gz
     """
     m, a = ctx.model, ctx.a
     found = chains(m)
@@ -127,7 +147,7 @@ def unfused_attention(ctx):
             other += o
         n = ctx.n_steps
         share = other / n / step_us if step_us else 0.0
-        if share < MIN_STEP_SHARE:
+        if share < ctx.threshold("unfused-attention", "step-share"):
             continue
         c = cs[0]
         sc = c["scores"]

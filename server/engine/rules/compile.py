@@ -210,6 +210,29 @@ def compile_graph_break(ctx):
     across it, a second Dynamo/AOT wrapper per call, and eager code between that often syncs with
     the GPU (a tensor in a Python condition, ``.item()``, ``print``). The graph break line is
     what to change (``torch._dynamo.explain`` or ``TORCH_LOGS=graph_breaks`` say why it breaks).
+
+    Why it costs time: the compiled function runs as several graphs: no fusion across the break,
+    a Dynamo guard check and AOT wrapper for each graph, and the code at the break runs eagerly on
+    the CPU while the GPU waits for the next graph (and, for a tensor in a condition, for the host
+    to read it).
+
+    Example:
+        @torch.compile
+        def forward(self, x):
+            h = self.l1(x)
+            if h.mean() > 0:   # data-dependent branch: the graph breaks here
+                h = h * 0.5
+            return self.l2(h)
+
+    Fix: make the code at the break traceable: ``torch.where(cond, a, b)`` or ``torch.cond``
+    instead of a Python ``if`` on a tensor; no ``.item()``, ``print`` or data-dependent shapes
+    inside the compiled function; or move that code out of it. ``TORCH_LOGS=graph_breaks`` (or
+    ``torch._dynamo.explain``) names the reason Dynamo broke.
+
+    Ignore when: the break is deliberate (a ``torch._dynamo.graph_break()`` around code that cannot
+    be compiled) and the time between the graphs is small next to the step.
+
+    Shown by: examples/recorded/graph_break_break.json.gz
     """
     m, a = ctx.model, ctx.a
     groups: dict = {}

@@ -162,6 +162,8 @@ def _chain(m, i: int, total_b: dict) -> list[str]:
 # ---- memory-growth ---------------------------------------------------------------------------
 GROWTH_MIN_BYTES = 1024**2  # per step: below a MiB a run of 100k steps still fits
 GROWTH_STEP_SHARE = 0.75  # of the steps compared, this share must leave survivors
+# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
+THRESHOLDS = {"memory-growth": {"min-bytes-per-step": GROWTH_MIN_BYTES}}
 
 
 @rule("memory-growth")
@@ -176,6 +178,25 @@ def memory_growth(ctx):
     something keeps each step's tensors alive (a loss summed as a tensor under grad mode keeps
     every step's graph and the activations it saved; outputs appended to a list), and the run
     ends in an out-of-memory error. Needs ``profile_memory=True`` and at least three steps.
+
+    Why it costs time: it costs memory first: the run fails with an out-of-memory error after
+    enough steps; before that the caching allocator keeps growing its pool, and a loop that keeps
+    autograd graphs alive also spends time building graphs nobody uses.
+
+    Example:
+        total = 0
+        for x, y in loader:            # evaluation without torch.no_grad()
+            loss = F.mse_loss(model(x), y)
+            total = total + loss       # keeps every step's graph and activations alive
+
+    Fix: accumulate ``loss.item()`` (every N steps) or ``loss.detach()`` instead of the loss
+    tensor, run evaluation under ``torch.no_grad()`` or ``torch.inference_mode()``, and do not
+    keep outputs or losses in lists across steps (``.detach().cpu()`` what must be kept).
+
+    Ignore when: the growth is a cache that stops growing (a first epoch filling a buffer) or the
+    steps profiled are the only ones the program runs.
+
+    Shown by: examples/recorded/memory_growth_grow.json.gz
     """
     m = ctx.model
     steps = m.steps
@@ -204,7 +225,8 @@ def memory_growth(ctx):
         ent = by_line.setdefault(key, [0, o])
         ent[0] += b
     compared = survive[:-1]
-    leaking = sum(1 for b in compared if b >= GROWTH_MIN_BYTES)
+    least = ctx.threshold("memory-growth", "min-bytes-per-step")
+    leaking = sum(1 for b in compared if b >= least)
     level = []
     for s in steps:
         k = bisect.bisect_right(ts, s.end, 0, len(ts)) - 1
@@ -212,7 +234,7 @@ def memory_growth(ctx):
             k -= 1
         level.append(mem.total_allocated[k] if k >= 0 else 0)
     rise = (level[-1] - level[0]) / (len(steps) - 1)
-    if leaking < GROWTH_STEP_SHARE * len(compared) or rise < GROWTH_MIN_BYTES:
+    if leaking < GROWTH_STEP_SHARE * len(compared) or rise < least:
         return
     per_step = sum(compared) / len(compared)
     lines = sorted(((b, o, key) for key, (b, o) in by_line.items()), key=lambda x: (-x[0], x[1]))
