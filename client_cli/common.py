@@ -112,6 +112,9 @@ def resolve(ns) -> argparse.Namespace:
             v = cfg.get(key, default)
         setattr(ns, attr, v)
 
+    formats = getattr(ns, "_formats", ("text",))
+    if ns.format is None and cfg.get("format") not in formats:  # [tool.profd] format: where it applies
+        ns.format = "text"
     pick("format", "format", "text")
     pick("color", "color", "auto")
     pick("output_file", "output-file", None)
@@ -134,8 +137,6 @@ def resolve(ns) -> argparse.Namespace:
         ns.thresholds = cfg.get("rules", {})
     if hasattr(ns, "fail_on"):
         pick("fail_on", "fail-on", DEFAULT_FAIL_ON)
-    if ns.format not in getattr(ns, "_formats", (ns.format,)):
-        raise C.UsageError(f"[tool.profd] format {ns.format!r} is not one this command prints")
     return ns
 
 

@@ -106,8 +106,13 @@ def load(config: Optional[str], isolated: bool, cwd: Optional[str] = None) -> Fi
         vals["workspace"] = [os.path.normpath(os.path.join(base, w)) for w in vals["workspace"]]
     if "path-map" in vals:
         vals["path-map"] = [_rebase_map(m, base, path) for m in vals["path-map"]]
-    if "fail-on" in vals and vals["fail-on"] not in FAIL_ON:
-        raise UsageError(f"{path}: [tool.profd] fail-on must be one of {', '.join(FAIL_ON)}")
+    for key, allowed in (("fail-on", FAIL_ON), ("format", ("text", "json", "sarif")),
+                         ("color", ("auto", "always", "never"))):
+        if key in vals and vals[key] not in allowed:
+            raise UsageError(f"{path}: [tool.profd] {key} must be one of {', '.join(allowed)}, got {vals[key]!r}")
+    for key in ("hints", "statistics"):
+        if key in vals and not isinstance(vals[key], bool):
+            raise UsageError(f"{path}: [tool.profd] {key} wants true or false, got {vals[key]!r}")
     if "rules" in vals:
         vals["rules"] = _thresholds(vals["rules"], path)
     return FileConfig(path, vals)

@@ -200,19 +200,29 @@ def camel_evidence(ev: dict) -> dict:
     return {_camel(k): rec(v) for k, v in ev.items()}
 
 
-def _camel_diags(diags: list) -> None:
-    for d in diags:
-        d["evidence"] = camel_evidence(d.get("evidence") or {})
+def camel_json(obj) -> bytes:
+    """A wire type as JSON with every ``evidence`` (of findings, of job reports) in camelCase."""
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "evidence" and isinstance(v, dict):
+                    x[k] = camel_evidence(v)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    doc = msgspec.to_builtins(obj)
+    walk(doc)
+    return msgspec.json.encode(doc)
 
 
 def json_doc(reports: Iterable[T.Report], jobs=()) -> bytes:
     """``{"reports": [Report...], "jobs": [JobReport...]}`` (schema: docs/schema.json)."""
     from ..protocol.schema import AnalyzeOutput
 
-    doc = msgspec.to_builtins(AnalyzeOutput(reports=list(reports), jobs=list(jobs)))
-    for r in doc["reports"] + doc["jobs"]:
-        _camel_diags(r.get("diagnostics") or [])
-    return msgspec.json.encode(doc)
+    return camel_json(AnalyzeOutput(reports=list(reports), jobs=list(jobs)))
 
 
 # ---- SARIF ---------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def _diff(ns, out: K.Output) -> int:
     d = diff_reports(old, new)
     came = [f.new for f in d.findings if f.change == "new" and f.new is not None]
     if ns.format == "json":
-        out.write(T.encode(d) + b"\n")
+        out.write(fmt.camel_json(d) + b"\n")
     elif ns.format == "sarif":
         out.json(fmt.sarif([T.Report(trace=new.trace, summary=new.summary, diagnostics=came,
                                      profd_version=new.profd_version)]))

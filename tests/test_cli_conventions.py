@@ -221,7 +221,8 @@ def _pty_run(args, env=None):
 def test_colour_and_progress_at_a_terminal_and_no_color(tmp_path):
     rc, out = _pty_run(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE, TUNED])
     assert rc == 0 and "\033[33mwarning\033[0m" in out  # auto: colour at a terminal
-    assert "profd [" in out and "traces" in out  # the progress line on stderr
+    # the progress line on stderr: traces done, bytes read of all, the current file
+    assert "0/2 traces, " in out and " of 1.0 MiB; tinygpt_naive.json.gz (598.8 KiB" in out
     rc, out = _pty_run(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE], {"NO_COLOR": "1"})
     assert "\033[33m" not in out and "warning[host-sync]" in out
     rc, out = _pty_run(["analyze", "--no-daemon", "--isolated", "-q", "--fail-on", "never", NAIVE])
@@ -324,6 +325,9 @@ def test_diff_gates_new_findings_and_prints_sarif():
     assert cli("diff", "--no-daemon", "--isolated", "--exit-zero", TUNED, NAIVE).returncode == 0
     same = cli("diff", "--no-daemon", "--isolated", "--format", "sarif", NAIVE, NAIVE)
     assert same.returncode == 0 and json.loads(same.stdout)["runs"][0]["results"] == []
+    js = json.loads(cli("diff", "--no-daemon", "--isolated", "--format", "json", TUNED, NAIVE).stdout)
+    came = [f["new"] for f in js["findings"] if f["change"] == "new"]
+    assert came and all("_" not in k for d in came for k in d["evidence"])  # camelCase there too
     text = cli("diff", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE, TUNED)
     assert text.returncode == 0 and "gone[host-sync]" in text.stdout
 

@@ -95,5 +95,11 @@ def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
         again = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
                                env=env, timeout=120)
         assert again.stderr == ""  # a running daemon is used without a word
+        # a comment added later: the daemon's report of the same trace is redone, not served stale
+        _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[zero-grad-not-none]")
+        later = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
+                               env=env, timeout=120)
+        lrep = json.loads(later.stdout)["reports"][0]
+        assert lrep["suppressed"] == {"host-sync": 1, "zero-grad-not-none": 1}
     finally:
         subprocess.run([PROFD, "stop", "--state", str(tmp_path / "state")], capture_output=True, timeout=30)

@@ -492,6 +492,18 @@ class Core:
                        commit=functools.partial(self._commit, key, path, sig, data_out, report))
 
     # ---- profd/analyze ----------------------------------------------------------------------
+    def sources_changed(self, key: str) -> bool:
+        """Whether a source file the report points at changed after it was made: its findings'
+        lines, columns and inline suppressions (``# profd: ignore[...]``) come from the sources."""
+        row = self.meta[key]
+        for src in row.sources:
+            try:
+                if os.stat(src).st_mtime > row.created:
+                    return True
+            except OSError:
+                continue
+        return False
+
     def roots(self) -> list[str]:
         if self.cfg.allow:
             return list(self.cfg.allow)
@@ -530,11 +542,12 @@ class Core:
         if sig is None or sha is None:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
         key = f"{sha}:{fp}"
-        if key in self.meta:
+        stale = key in self.meta and self.sources_changed(key)
+        if key in self.meta and not stale:
             data = self.store.get(key)
             return relabel(T.decode_report(data), p.path)
         data = await self._run(key, real, sig[0], ws, pm, dis)
-        if key not in self.meta:
+        if key not in self.meta or stale:
             report = relabel(T.decode_report(data), real)
             self._commit(key, real, sig, T.encode(report) if report.error else data, report)
         return relabel(T.decode_report(data), p.path)
