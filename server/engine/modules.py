@@ -458,11 +458,24 @@ def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps:
     return out
 
 
-def _work(nd: ModuleNode) -> tuple:
-    """What a node runs, coarsely: kernels per class per call. Peers with the same work should take
-    the same time; a different mix is different work (the first layer of a net skips its input
-    gradient, one GEMM fewer), not an anomaly."""
-    return tuple(sorted(nd.kernel_counts.items())), nd.calls
+def _work(nodes: list[ModuleNode], kids: list[list[int]], k: int) -> tuple:
+    """What a node does, for telling peers (same work, so the same time expected) from siblings
+    that merely share a class. A composite module: its calls and its submodules (name, class,
+    calls); a block with a ``downsample`` its peers lack is other work. A leaf: its calls and
+    kernels per class; the first Linear of a net skips its input gradient, one GEMM fewer, and
+    is not a slow peer. A composite's kernel mix is left out: a block run in fp32 adds cast kernels,
+    and that block is exactly the one to compare."""
+    nd = nodes[k]
+    if kids[k]:
+        return nd.calls, tuple(sorted((nodes[c].name, nodes[c].class_name, nodes[c].calls) for c in kids[k]))
+    return nd.calls, tuple(sorted(nd.kernel_counts.items()))
+
+
+def _kernel_difference(nodes: list[ModuleNode], k: int, group: list[int]) -> str:
+    """The top kernels of node k that none of its peers runs, as a clause of its outlier note."""
+    theirs = {kn.name for c in group if c != k for kn in nodes[c].top_kernels}
+    odd = [kn.name for kn in nodes[k].top_kernels if kn.name not in theirs]
+    return f"; runs {', '.join(kernels.short_name(n, 60) for n in odd[:2])}, which its peers do not" if odd else ""
 
 
 def _compare(nodes, kids, peers: list[int], what: str, floor: float, steps: int, found: list[int]) -> None:
@@ -470,7 +483,7 @@ def _compare(nodes, kids, peers: list[int], what: str, floor: float, steps: int,
     median, then compare their submodules, matched by name."""
     same: dict[tuple, list[int]] = {}
     for c in peers:
-        same.setdefault(_work(nodes[c]), []).append(c)
+        same.setdefault(_work(nodes, kids, c), []).append(c)
     for group in same.values():
         if len(group) < MIN_GROUP:
             continue
@@ -478,8 +491,9 @@ def _compare(nodes, kids, peers: list[int], what: str, floor: float, steps: int,
         med = statistics.median(vals)
         for c, v in zip(group, vals):
             if med > 0 and abs(v - med) >= floor and (v >= OUTLIER_RATIO * med or v * OUTLIER_RATIO <= med):
-                nodes[c].outlier = (f"GPU {v / med:.2f}x the median of the {len(group)} {what} with the "
-                                    f"same kernel mix ({_ms(v / steps)} vs {_ms(med / steps)} per step)")
+                nodes[c].outlier = (f"GPU {v / med:.2f}x the median of {len(group)} {what} doing the "
+                                    f"same work ({_ms(v / steps)} vs {_ms(med / steps)} per step)"
+                                    + _kernel_difference(nodes, c, group))
                 found.append(c)
         named: dict[str, list[int]] = {}
         for c in group:
