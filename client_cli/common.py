@@ -154,7 +154,7 @@ def engine_options(ns):
     from ..server.engine import Options
 
     return Options(workspace=ns.workspace, path_map=ns.path_map, disabled=set(ns.disabled),
-                   thresholds=dict(ns.thresholds or {}))
+                   thresholds=dict(ns.thresholds or {}), library_lines=bool(getattr(ns, "library_lines", False)))
 
 
 def no_daemon(ns) -> bool:
@@ -229,7 +229,7 @@ def analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list]
     ``summaries`` (when given) gets each trace's rank summary from the same read of the file."""
     progress = progress or (lambda path: None)
     opts = engine_options(ns)
-    if no_daemon(ns) or opts.thresholds:  # the daemon runs with its own thresholds
+    if no_daemon(ns) or opts.thresholds or opts.library_lines:  # the daemon runs with its own options
         return analyze_local(files, opts, progress, summaries)
     from . import daemon_client as dc
 

@@ -71,6 +71,9 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
                 lines.append(f"       | {' ' * (loc.column - 1)}{'^' * width}")
     if d.fix:
         lines.append(f"       = help: {d.fix}")
+    for rel in d.related:
+        if rel.library and rel.path:
+            lines.append(f"       = library: {_rel(rel.path)}:{rel.line} ({rel.module}.{rel.function})")
     if loc.precision == "function" and loc.line:
         lines.append(f"       = note: line of the enclosing function ({loc.function}); "
                      "the statement was not recoverable")

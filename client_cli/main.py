@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--workers", type=int, metavar="N", help="local processes for --cluster-less job summaries")
     a.add_argument("--modules", action=argparse.BooleanOptionalAction, default=False,
                    help="also print each trace's nn.Module tree (text output)")
+    a.add_argument("--library-lines", action="store_true",
+                   help="also put module costs and findings on library lines (a module's forward in "
+                        "transformers, torchvision, ...) when that source is installed here (in-process)")
     mo = cmd("modules", "the nn.Module tree of traces: GPU and CPU per module, hottest first")
     mo.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     mo.add_argument("--depth", type=int, default=4, metavar="N", help="levels of the tree to print")

@@ -71,6 +71,7 @@ class HotLine(Struct):
     kernel_classes: dict[str, float] = {}
     top_kernels: list[KernelStat] = []
     bytes_allocated: int = 0
+    library: bool = False  # a library's line (a module's forward), shown only when asked for
 
 
 class ModuleNode(Struct):
@@ -84,6 +85,7 @@ class ModuleNode(Struct):
     name: str  # the last part of ``path``
     class_name: str
     instance: str  # as the profiler named it: "GPT2Block_3"
+    role: str  # what it is to its parent, across instances: "GPT2Attention.c_attn" (Location.module)
     depth: int
     calls: int = 0
     cpu_total_us: float = 0.0
@@ -100,7 +102,8 @@ class ModuleNode(Struct):
     bytes_allocated: int = 0
     children: list[int] = []  # hottest first
     call_site: Optional[Location] = None  # the user line that calls it
-    source: Optional[Location] = None  # its forward's definition (``library`` when not user code)
+    source: Optional[Location] = None  # its forward's definition: ``path`` only when the file is
+    # here (``trace_path`` as the trace names it), ``library`` when it is not the user's code
     outlier: Optional[str] = None  # how it is out of line with its siblings, when it is
 
 

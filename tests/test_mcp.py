@@ -75,6 +75,11 @@ async def test_agent_session_over_stdio(tmp_path):
         assert len(gpu) == 3 and gpu == sorted(gpu, reverse=True)
         assert gpu[0] == max(h.gpu_us for h in engine.hot_lines)
 
+        mods, _ = await call(s, "module_tree", path=naive, workspace=SRC, depth=2)
+        assert mods["available"] and "blocks.0 [Block]" in mods["text"]
+        assert [n["path"] for n in mods["nodes"]][0] == "TinyGPT"
+        assert {n["path"] for n in mods["nodes"]} >= {f"TinyGPT.blocks.{k}" for k in range(4)}
+
         rule, _ = await call(s, "explain_rule", code="host-sync")
         assert rule["code"] == "host-sync" and rule["doc"] == rule_page("host-sync")
         assert rule["defaultSeverity"] == RULES["host-sync"].severity

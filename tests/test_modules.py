@@ -162,3 +162,25 @@ def test_cli_modules_subcommand_and_analyze_flag():
 
     (doc,) = json.loads(js.stdout)["modules"]
     assert doc["tree"]["available"] and any(n["path"] == "Sequential.0" for n in doc["tree"]["nodes"])
+
+
+def test_library_lines_are_off_by_default_and_on_the_installed_source_when_asked(tmp_path):
+    # the trace is real (conv_bias_bn); the library is a stand-in file at the path its frames name,
+    # since what matters is whether the file is here, not what it holds
+    lib = tmp_path / "site-packages"
+    conv = lib / "torch" / "nn" / "modules" / "conv.py"
+    conv.parent.mkdir(parents=True)
+    conv.write_text("\n" * 600)
+    off = analyze_file(trace("conv_bias_bn"), Options(workspace=[], library_roots=[str(lib)]))
+    assert not any(h.library for h in off.hot_lines)
+    convs = [nd for nd in off.modules.nodes if nd.class_name == "Conv2d"]
+    assert all(nd.source.path == str(conv) and nd.source.library for nd in convs)
+    assert all(nd.source.path is None for nd in off.modules.nodes if nd.class_name == "BatchNorm2d")  # not here
+    on = analyze_file(trace("conv_bias_bn"), Options(workspace=[], library_roots=[str(lib)], library_lines=True))
+    (h,) = [h for h in on.hot_lines if h.library]
+    assert (h.path, h.line) == (str(conv), convs[0].source.line)
+    assert abs(h.gpu_us - sum(nd.gpu_us for nd in convs)) < 0.01 and h.gpu_backward_us > 0
+    (d,) = [d for d in on.diagnostics if d.code == "conv-bias-before-bn"]
+    assert any(r.library and r.path == str(conv) and r.module == "Sequential.Conv2d" for r in d.related)
+    (d_off,) = [d for d in off.diagnostics if d.code == "conv-bias-before-bn"]
+    assert not any(r.library for r in d_off.related)

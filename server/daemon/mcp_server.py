@@ -28,6 +28,7 @@ from ...protocol.catalog import RULES
 from ..engine import Options, analyze_or_error
 from ..engine.diff import diff_reports
 from ..engine.job import analyze_job
+from ..engine.modules import tree_document
 from ..engine.rules.docs import rule_page
 from . import rpc
 
@@ -211,6 +212,15 @@ def build(cfg: Config) -> MCPServer:
         steps = len(rep.summary.steps) if rep.summary else 0
         return {"trace": rep.trace.path, "steps": steps, "total": len(lines), "nextCursor": nxt,
                 "lines": [T.to_builtins(h) for h in chunk]}
+
+    @mcp.tool()
+    async def module_tree(path: str, workspace: Optional[str] = None, depth: int = 4) -> dict[str, Any]:
+        """The nn.Module tree of a trace recorded with with_stack: per module (path such as
+        GPT2LMHeadModel.transformer.h.3.attn) calls, CPU time, GPU time forward and backward,
+        kernel classes, top kernels and memory, summed over the steps; repeated blocks compared
+        and the ones out of line with their peers named. `text` is the tree as profd prints it."""
+        rep = await report_of(path, workspace)
+        return {"trace": rep.trace.path, **tree_document(rep.modules, max(1, min(depth, 12)))}
 
     @mcp.tool()
     def explain_rule(code: str) -> dict[str, Any]:

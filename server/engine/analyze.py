@@ -74,6 +74,8 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
     diagnostics, suppressed = suppress.apply(diagnostics)
     diagnostics.sort(key=_diag_order)
     ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
+    if options.library_lines:  # off by default: the user's own lines first
+        ranked += modules.library_lines(tree, diagnostics)
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
                   modules=tree, profd_version=__version__, suppressed=suppressed)
 

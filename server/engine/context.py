@@ -30,6 +30,8 @@ class Options:
     # per rule code, thresholds a team set ([tool.profd.rules.CODE]); the names a rule reads are
     # the keys of its module's THRESHOLDS[code] (see Context.threshold)
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # also place hot lines and related locations on library lines (a module's forward) found here
+    library_lines: bool = False
 
     def sources(self) -> SourceMap:
         if self.source_map is None:

@@ -30,7 +30,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ...protocol.types import KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
+from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
 from .model import LAUNCH_CATS, TraceModel, _cat_mask, _nearest
 from .sourcemap import SourceMap, source_lines
@@ -135,7 +135,7 @@ def build_tree(ctx) -> ModuleTree:
         return ModuleTree(available=False, steps=steps, gpu_us=round(gpu_total, 3), note=_absent_note(m))
     n = len(idx)
     nodes = [ModuleNode(id=k, parent=idx.parent[k], path="", name="", class_name=idx.class_of(k),
-                        instance=idx.instance[k], depth=0) for k in range(n)]
+                        instance=idx.instance[k], role="", depth=0) for k in range(n)]
     cpu = m.cpu
     # forward CPU: a marker spans the call; self is what no child marker covers
     for k in range(n):
@@ -277,10 +277,11 @@ def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode], kids: list[list[int]],
             else:
                 same = by_class[nodes[c].class_name]
                 labels[c] = nodes[c].class_name if len(same) == 1 else f"{nodes[c].class_name}[{same.index(c)}]"
+    idx.labels = labels
     for k, nd in enumerate(nodes):  # parents first: ids grow downwards
         nd.name = labels[k]
         nd.path = labels[k] if nd.parent < 0 else f"{nodes[nd.parent].path}.{labels[k]}"
-    idx.labels = labels
+        nd.role = generic_name(idx, k)
 
 
 def _attr_labels(parent_class: str, child_classes: list[str], attrs) -> dict[int, str]:
@@ -433,9 +434,57 @@ def _source_location(ctx, idx: ModuleIndex, node: int) -> Optional[Location]:
     fr = forward_frame(idx, node)
     if fr is None:
         return None
-    local = _local(ctx, fr.path)
-    return Location(path=local or fr.path, line=fr.line, precision="function", function=fr.function,
+    return Location(path=_local(ctx, fr.path), line=fr.line, precision="function", function=fr.function,
                     trace_path=fr.path, library=not fr.user)
+
+
+def library_lines(tree: ModuleTree, diagnostics: list) -> list[HotLine]:
+    """Opt-in (``Options.library_lines``): the modules' costs on their library ``forward`` lines
+    when those files are here (one line per class: its instances summed), and each finding that
+    names a module gets that module's library line among its related locations."""
+    if not tree.available:
+        return []
+    lines: dict[tuple[str, int], HotLine] = {}
+    kernels_of: dict[tuple[str, int], dict[str, KernelStat]] = {}
+    by_role: dict[str, list[Location]] = {}
+    for nd in tree.nodes:
+        src = nd.source
+        if src is None or not src.library or not src.path:
+            continue
+        by_role.setdefault(nd.role, []).append(src)
+        key = (src.path, src.line)
+        h = lines.get(key)
+        if h is None:
+            h = lines[key] = HotLine(path=src.path, line=src.line, function=f"{nd.class_name}.{src.function}",
+                                     precision="function", trace_path=src.trace_path, library=True)
+        h.calls += nd.calls
+        h.cpu_self_us += nd.cpu_self_us
+        h.cpu_total_us += nd.cpu_total_us
+        h.cpu_backward_us += nd.cpu_backward_us
+        h.gpu_us += nd.gpu_us
+        h.gpu_forward_us += nd.gpu_forward_us
+        h.gpu_backward_us += nd.gpu_backward_us
+        h.launches += nd.launches
+        h.bytes_allocated += nd.bytes_allocated
+        h.kernel_classes = {c: h.kernel_classes.get(c, 0.0) + nd.kernel_classes.get(c, 0.0)
+                            for c in {*h.kernel_classes, *nd.kernel_classes}}
+        ks = kernels_of.setdefault(key, {})
+        for kn in nd.top_kernels:
+            have = ks.get(kn.name)
+            ks[kn.name] = kn if have is None else KernelStat(
+                name=kn.name, kernel_class=kn.kernel_class, count=have.count + kn.count,
+                total_us=have.total_us + kn.total_us)
+    for key, h in lines.items():
+        h.top_kernels = sorted(kernels_of[key].values(), key=lambda kn: -kn.total_us)[:5]
+        for f in ("cpu_self_us", "cpu_total_us", "cpu_backward_us", "gpu_us", "gpu_forward_us", "gpu_backward_us"):
+            setattr(h, f, round(getattr(h, f), 3))
+        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
+    for d in diagnostics:
+        role = d.location.module
+        for src in by_role.get(role, [])[:1] if role else []:
+            d.related.append(Location(path=src.path, line=src.line, precision="function", function=src.function,
+                                      trace_path=src.trace_path, module=role, library=True))
+    return sorted(lines.values(), key=lambda h: -h.gpu_us)
 
 
 # ---- repeated siblings ----------------------------------------------------------------------------
@@ -553,9 +602,20 @@ def describe(idx: ModuleIndex, weighted: Iterable[tuple[int, float]]) -> Optiona
     return Place(name, len(nodes[name]), weight[name] / total if total > 0 else 1.0)
 
 
-def module_tree(report) -> Optional[ModuleTree]:
-    """The module tree of a Report (for the MCP server and the CLI): None when it has none."""
-    return report.modules
+def tree_document(tree: Optional[ModuleTree], depth: int = 4) -> dict:
+    """The module tree for a machine reader (the MCP server): whether the trace has one (and why
+    not), the steps, the text ``render`` prints, and the nodes down to ``depth`` as wire dicts
+    (times summed over the steps, as in the Report), hottest first."""
+    from ...protocol.types import to_builtins
+
+    if tree is None or not tree.available:
+        return {"available": False, "note": tree.note if tree else "no module tree in this report",
+                "steps": tree.steps if tree else 0, "text": "\n".join(render(tree)), "nodes": [], "groups": []}
+    keep = [nd for nd in tree.nodes if nd.depth < depth]
+    keep.sort(key=lambda nd: (nd.depth, -nd.gpu_us))
+    return {"available": True, "note": tree.note, "steps": tree.steps, "gpuUs": tree.gpu_us,
+            "moduleGpuUs": tree.module_gpu_us, "text": "\n".join(render(tree, depth=depth)),
+            "nodes": [to_builtins(nd) for nd in keep], "groups": [to_builtins(g) for g in tree.groups]}
 
 
 def top_modules(tree: Optional[ModuleTree], path: str, line: int, limit: int = 5) -> list[ModuleNode]:
