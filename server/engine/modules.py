@@ -32,8 +32,7 @@ from typing import Iterable, Optional
 
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
-from .model import LAUNCH_CATS, TraceModel, _cat_mask, _nearest
-from .sourcemap import SourceMap, source_lines
+from .model import TraceModel, _cat_mask, _nearest
 
 PREFIX = "nn.Module: "
 _INSTANCE_RE = re.compile(r"^(.*)_(\d+)$")
@@ -61,11 +60,11 @@ class ModuleIndex:
         pyf = _cat_mask(cpu, "python_function") if cpu else b""
         frames = m.frames.mask() if cpu else b""
         # python events that are not parsed frames: built-ins and module markers
-        n = len(cpu)
-        cand = (int.from_bytes(pyf, "little") & ~int.from_bytes(frames, "little")).to_bytes(n, "little") \
-            if n else b""
+        size = len(cpu)
+        cand = (int.from_bytes(pyf, "little") & ~int.from_bytes(frames, "little")).to_bytes(size, "little") \
+            if size else b""
         events = [i for i in _positions(cand) if cpu[i].name.startswith(PREFIX)]
-        mask = bytearray(len(cpu))
+        mask = bytearray(size)
         for i in events:
             mask[i] = 1
         self.events = events
@@ -216,6 +215,7 @@ def build_tree(ctx) -> ModuleTree:
             st[2] += t
     for k, nd in enumerate(nodes):
         nd.gpu_us = nd.gpu_forward_us + nd.gpu_backward_us
+        nd.kernel_counts = counts[k]
         top = sorted(kstats[k].items(), key=lambda kv: -kv[1][2])[:TOP_KERNELS]
         nd.top_kernels = [KernelStat(name=kernels.short_name(name), kernel_class=c, count=cnt, total_us=round(t, 3))
                           for name, (c, cnt, t) in top]
@@ -230,8 +230,6 @@ def build_tree(ctx) -> ModuleTree:
         nd.call_site = ctx.location_of_key(key) if key is not None else None
         nd.source = _source_location(ctx, idx, k)
     module_gpu = sum(nodes[r].gpu_us for r in roots)
-    for k, nd in enumerate(nodes):
-        nd.kernel_counts = counts[k]
     groups = _groups(nodes, kids, module_gpu, steps)
     for nd in nodes:
         nd.children = sorted(kids[nd.id], key=lambda c: -nodes[c].gpu_us)
@@ -335,22 +333,29 @@ class _ClassSources:
 
 
 def forward_frame(idx: ModuleIndex, node: int):
-    """The parsed frame of the module's own code under its first marker (its ``forward``, past
-    ``_call_impl`` and hooks), None when the trace has none."""
+    """The parsed frame of the module's own ``forward`` under its first marker: past
+    ``_call_impl`` and through wrappers (transformers decorates its forwards:
+    ``generic.py(..): wrapper`` > ``modeling_gpt2.py(..): forward``), within a few levels; the first
+    frame below ``_call_impl`` when none is called ``forward``; None when the trace has none."""
     m = idx.m
-    stack = list(reversed(m.children(idx.first[node])))
-    depth = 0
-    while stack and depth < 64:
-        depth += 1
-        i = stack.pop()
-        fr = m.frames.get(i)
-        if fr is None:
-            continue
-        if fr.function in _CALL_IMPL and fr.path.replace("\\", "/").endswith("torch/nn/modules/module.py"):
-            stack.extend(reversed(m.children(i)))
-            continue
-        return fr
-    return None
+    level = [c for c in m.children(idx.first[node])]
+    first = None
+    for _ in range(4):
+        below = []
+        for i in level:
+            fr = m.frames.get(i)
+            if fr is None:
+                continue
+            if fr.function in _CALL_IMPL and fr.path.replace("\\", "/").endswith("torch/nn/modules/module.py"):
+                below.extend(m.children(i))
+                continue
+            if fr.function == "forward":
+                return fr
+            if first is None:
+                first = fr
+            below.extend(m.children(i))
+        level = below
+    return first
 
 
 def _local(ctx, path: str) -> Optional[str]:
