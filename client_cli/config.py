@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from ..protocol.catalog import RULES
+from ..protocol.catalog import RULES, UnknownCode, expand_code
 
 KEYS = {"workspace", "path-map", "select", "ignore", "extend-select", "fail-on", "format", "hints",
         "color", "statistics", "output-file", "rules"}
@@ -151,25 +151,17 @@ def _thresholds(t, path: str) -> dict[str, dict[str, float]]:
 
 # ---- selection -----------------------------------------------------------------------------------
 
-def _families() -> dict[str, set[str]]:
-    fam: dict[str, set[str]] = {}
-    for c, info in RULES.items():
-        fam.setdefault(info.family, set()).add(c)
-    return fam
-
-
 def check_code(code: str, where: str, families: bool = True) -> set[str]:
     """The rule codes ``code`` stands for; a UsageError naming the nearest code when it is none."""
-    if code in RULES:
-        return {code}
-    fam = _families()
-    if families and code == "ALL":
-        return set(RULES)
-    if families and code in fam:
-        return fam[code]
-    near = difflib.get_close_matches(code, list(RULES) + (list(fam) if families else []), n=1, cutoff=0.5)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise UsageError(f"{where}: unknown rule code {code!r}{hint} (`profd-client rule --all` lists them)")
+    try:
+        return expand_code(code, families)
+    except UnknownCode as e:
+        raise UsageError(f"{where}: {unknown_code_message(e)}")
+
+
+def unknown_code_message(e: UnknownCode) -> str:
+    hint = f"; did you mean {e.nearest!r}?" if e.nearest else ""
+    return f"unknown rule code {e.code!r}{hint} (`profd-client rule --all` lists them)"
 
 
 def split_codes(items: Iterable[str]) -> list[str]:

@@ -74,3 +74,35 @@ RULES: dict[str, RuleInfo] = {r.code: r for r in _RULES}
 
 def rule(code: str) -> RuleInfo:
     return RULES[code]
+
+
+class UnknownCode(ValueError):
+    """A selection names no rule: ``nearest`` is the closest real code or family, if any."""
+
+    def __init__(self, code: str, nearest: "str | None"):
+        super().__init__(code)
+        self.code, self.nearest = code, nearest
+
+
+def families() -> dict[str, set[str]]:
+    fam: dict[str, set[str]] = {}
+    for c, info in RULES.items():
+        fam.setdefault(info.family, set()).add(c)
+    return fam
+
+
+def expand_code(code: str, allow_families: bool = True) -> set[str]:
+    """The rule codes a selection item stands for: a code, a family (``kernels``) or ``ALL``.
+    Raises ``UnknownCode`` naming the nearest real one."""
+    if code in RULES:
+        return {code}
+    fam = families()
+    if allow_families and code == "ALL":
+        return set(RULES)
+    if allow_families and code in fam:
+        return fam[code]
+    import difflib
+
+    near = difflib.get_close_matches(code, list(RULES) + (list(fam) if allow_families else []), n=1, cutoff=0.5)
+    raise UnknownCode(code, near[0] if near else None)
+

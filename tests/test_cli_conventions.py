@@ -349,3 +349,38 @@ def test_rule_prints_the_page_and_unknown_codes_get_the_nearest():
     assert listed == list(RULES)
     js = json.loads(cli("rule", "launch-storm", "--format", "json").stdout)
     assert js["code"] == "launch-storm" and js["traces"] and "How to fix" in js["sections"]
+
+
+def _actions(p, name):
+    import argparse
+
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for n, sp in a.choices.items():
+                yield from _actions(sp, f"{name} {n}")
+        elif not isinstance(a, (argparse._HelpAction, argparse._VersionAction)):
+            yield name, a
+
+
+def test_every_option_of_both_commands_has_help_text():
+    from profd.client_cli.main import _parser as client_parser
+    from profd.server.daemon.cli import _parser as daemon_parser
+
+    bare = [f"{n} {a.option_strings or a.dest}" for p, name in ((client_parser(), "profd-client"),
+                                                                (daemon_parser(), "profd"))
+            for n, a in _actions(p, name) if not a.help]
+    assert bare == []
+    assert "PROFD_STATE" in subprocess.run([PROFD, "--help"], capture_output=True, text=True).stdout
+    run_help = cli("run", "--help").stdout
+    assert "Needs torch (pip install 'profd[workload]')." in run_help  # the description ends its sentence
+    assert "--no-stack" not in run_help  # one spelling: --with-stack / --no-with-stack
+
+
+def test_the_daemon_refuses_unknown_codes_and_bad_path_maps(tmp_path):
+    p = subprocess.run([PROFD, "start", "--disable", "host-synk", "--state", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "did you mean 'host-sync'?" in p.stderr
+    assert not (tmp_path / "daemon.json").exists()
+    p = subprocess.run([PROFD, "serve", "--stdio", "--path-map", "foo", "--state", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "--path-map wants REMOTE=LOCAL" in p.stderr

@@ -41,37 +41,44 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", metavar="DIR", help="folder to watch for new traces")
     p.add_argument("--workspace", action="append", default=[], metavar="DIR",
                    help="workspace root for mapping frame paths (repeatable)")
-    p.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL")
-    p.add_argument("--disable", action="append", default=[], metavar="CODE")
-    p.add_argument("--state", metavar="DIR", help="state dir (default: user cache dir / profd)")
+    p.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL",
+                   help="map a frame path prefix from the profiled machine onto a local folder (repeatable)")
+    p.add_argument("--disable", action="append", default=[], metavar="CODES",
+                   help="rules not to run (comma-separated codes or families; repeatable)")
+    p.add_argument("--state", metavar="DIR", help="state dir (default: $PROFD_STATE or user cache dir / profd)")
     p.add_argument("--allow", action="append", default=[], metavar="DIR",
                    help="profd/analyze may read only under these (default: watch + workspace)")
     p.add_argument("--workers", type=int, default=2, help="analysis processes (default 2)")
     p.add_argument("--settle", type=float, default=0.3, help=argparse.SUPPRESS)
     p.add_argument("--quiet", type=float, default=2.0, help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (default: WARNING)")
     p.add_argument("--idle-exit", type=float, default=0.0, metavar="S",
                    help="TCP: exit after S seconds without any client (0: never)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="profd", description="profd daemon")
+    p = argparse.ArgumentParser(
+        prog="profd", description="profd daemon: the findings over LSP (stdio or TCP), a watched folder, MCP",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment:\n  PROFD_STATE            the state folder (default: the user cache dir, profd)\n"
+               "  PROFD_MAX_TRACE_BYTES  largest trace, inflated, read before refusing it (default: 16 GiB)\n"
+               "  PROFD_DOCS_URL         base URL of the rule docs for links (default: the installed docs)")
     p.add_argument("--version", action="version", version=f"profd {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve LSP over stdio (default) or TCP")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--stdio", action="store_true")
-    g.add_argument("--tcp", metavar="HOST:PORT")
+    g.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (what an editor spawns; the default)")
+    g.add_argument("--tcp", metavar="HOST:PORT", help="listen on HOST:PORT (port 0: any free one) with a token in STATE/daemon.json")
     _common(s)
     st = sub.add_parser("start", help="start a background TCP daemon")
-    st.add_argument("--tcp", metavar="HOST:PORT", default="127.0.0.1:0")
+    st.add_argument("--tcp", metavar="HOST:PORT", default="127.0.0.1:0", help="where to listen (default: loopback, any free port)")
     st.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for it to listen")
     st.add_argument("--replace", action="store_true",
                     help="a daemon already runs with other settings: stop it and start this one")
     _common(st)
     for name in ("stop", "status"):
         x = sub.add_parser(name, help=f"{name} the background daemon")
-        x.add_argument("--state", metavar="DIR")
+        x.add_argument("--state", metavar="DIR", help="its state dir (default: $PROFD_STATE or user cache dir / profd)")
     m = sub.add_parser("mcp", help="serve the findings to coding agents over MCP (stdio)")
     m.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="the tools may read traces and sources only under these (repeatable; default: .)")
@@ -102,10 +109,25 @@ def _config(ns):
 
     return Config(watch=os.path.abspath(ns.watch) if ns.watch else None,
                   workspace=[os.path.abspath(w) for w in ns.workspace],
-                  path_map=pm(ns.path_map), disabled=set(ns.disable),
+                  path_map=pm(ns.path_map), disabled=disabled_codes(ns.disable),
                   state=os.path.abspath(ns.state or default_state()),
                   allow=[os.path.abspath(a) for a in ns.allow], workers=max(1, ns.workers),
                   settle=ns.settle, quiet=ns.quiet)
+
+
+def disabled_codes(items: list[str]) -> set[str]:
+    """``--disable a,b --disable kernels`` as rule codes; an unknown one exits 2 naming the nearest."""
+    from ...protocol.catalog import UnknownCode, expand_code
+
+    out: set[str] = set()
+    for code in (c.strip() for it in items for c in it.split(",") if c.strip()):
+        try:
+            out |= expand_code(code)
+        except UnknownCode as e:
+            near = f"; did you mean {e.nearest!r}?" if e.nearest else ""
+            print(f"profd: --disable: unknown rule code {e.code!r}{near}", file=sys.stderr)
+            raise SystemExit(2)
+    return out
 
 
 def _logging(level: str, state: Optional[str] = None) -> None:
@@ -259,6 +281,7 @@ def cmd_start(ns) -> int:
     if bad:
         print(bad, file=sys.stderr)
         return 2
+    disabled_codes(ns.disable)  # a bad code exits 2 here, not in the background daemon
     doc = running(state)
     want = (os.path.abspath(ns.watch) if ns.watch else None, sorted(os.path.abspath(w) for w in ns.workspace))
     if doc:
