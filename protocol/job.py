@@ -24,6 +24,8 @@ class RankStep(Struct):
     compute_us: float  # GPU busy in non-communication work launched by the step (union of streams)
     comm_us: float  # GPU time in collectives launched by the step (union of streams)
     exposed_comm_us: float  # the part of comm_us with no compute running anywhere on the GPU
+    data_us: float = 0.0  # time in the DataLoader's __next__ (``enumerate(DataLoader)#``) in the step
+    launches: int = 0  # GPU work launched by the step (kernels, copies, memsets)
 
 
 class Collective(Struct):
@@ -73,6 +75,8 @@ class RankRow(Struct):
     comm_us: float
     exposed_comm_us: float
     overlap_pct: Optional[float]  # share of comm_us that ran under compute
+    data_us: float = 0.0
+    launches: float = 0.0
     wait_us: Optional[float] = None  # collective time spent waiting for later peers (matched collectives)
     transfer_us: Optional[float] = None  # comm_us - wait_us: what the collectives cost on their own
     last_arrivals: int = 0  # matched collectives where this rank was the last to arrive

@@ -32,15 +32,16 @@ from .analyses import Analysis, analyse, covered, merge
 from .model import TraceModel
 
 BLOCKING_SYNCS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
+CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
+DATALOADER_MARK = "enumerate(DataLoader)#"
 HOT_LINES_PER_RANK = 50
 
 # rank-straggler thresholds (see ``straggler`` for why these values)
 LAST_SHARE = 0.75
 MIN_MATCHED = 6
-EXCESS_OF_STEP = 0.10
-GPU_RATIO = 1.2
-CPU_RATIO = 1.1
-WAIT_EXPLAINS = 0.5
+WAIT_SHARE = 0.10
+DIFF_RATIO = 1.05
+LAUNCH_RATIO = 1.2
 
 
 # ---- map: one trace -> RankSummary ---------------------------------------------------------------
@@ -125,47 +126,97 @@ def _step_of_launch(m: TraceModel) -> list[int]:
     return out
 
 
+def cpu_collectives(m: TraceModel) -> list[int]:
+    """CPU-side collectives (gloo, MPI, UCC: ``gloo:all_reduce`` ...), outermost ones, in time order.
+    Like an NCCL kernel, their span is wait plus transfer: the call returns when every peer has
+    contributed."""
+    out = []
+    for i in (i for pre in CPU_COLLECTIVE_PREFIXES for i in m.named(pre)):
+        if not any(
+                m.cpu[x].name.startswith(CPU_COLLECTIVE_PREFIXES) for x in m.ancestors(i)):
+            out.append(i)
+    return sorted(out, key=lambda i: m.cpu[i].ts)
+
+
 def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
     owner = _step_of_launch(m)
     n = len(m.steps)
+    index = {id(s): k for k, s in enumerate(m.steps)}
     comp: list[list] = [[] for _ in range(n)]
     comm: list[list] = [[] for _ in range(n)]
+    cpu_comm: list[list] = [[] for _ in range(n)]
+    launches = [0] * n
     for g, e in enumerate(m.gpu):
         k = owner[g]
         if k < 0:
             continue
+        launches[k] += 1
         (comm if a.gpu_class[g] == kernels.COMMUNICATION else comp)[k].append((e.ts, e.ts + e.dur))
+    for i in cpu_collectives(m):
+        st = m.step_at(m.cpu[i].ts)
+        if st is not None:
+            cpu_comm[index[id(st)]].append((m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur))
     sync = [0.0] * n
     for i, e in enumerate(m.cpu):
         if e.name in BLOCKING_SYNCS and m.thread[i] == m.main_thread:
             st = m.step_at(e.ts)
             if st is not None:
-                sync[m.steps.index(st)] += min(e.dur, st.end - e.ts)
+                sync[index[id(st)]] += min(e.dur, st.end - e.ts)
+    data = [0.0] * n
+    for i in m.named(DATALOADER_MARK):
+        e = m.cpu[i]
+        st = m.step_at(e.ts) if e.cat == "user_annotation" else None
+        if st is not None:
+            data[index[id(st)]] += min(e.dur, st.end - e.ts)
+    main = _main_ops(m)
     out = []
     for k, s in enumerate(m.steps):
         cm = merge(comm[k])
         comm_us = sum(b - x for x, b in cm)
         hidden = sum(covered(a.busy, x, b) for x, b in cm)  # compute anywhere on the GPU
+        cc = merge(cpu_comm[k])
+        if cc:  # CPU collectives: hidden while the main thread computes (DDP's reducer thread)
+            comm_us += sum(b - x for x, b in cc)
+            hidden += sum(covered(main, x, b) for x, b in cc)
         cp = merge(comp[k])
         out.append(RankStep(number=s.number, dur_us=_r(s.dur), cpu_own_us=_r(max(0.0, s.dur - sync[k])),
                             compute_us=_r(sum(b - x for x, b in cp)), comm_us=_r(comm_us),
-                            exposed_comm_us=_r(max(0.0, comm_us - hidden))))
+                            exposed_comm_us=_r(max(0.0, comm_us - hidden)), data_us=_r(data[k]),
+                            launches=launches[k]))
     return out
+
+
+def _main_ops(m: TraceModel) -> list[tuple[float, float]]:
+    """Merged spans of the main thread's ops that compute (not a collective or a wait on one)."""
+    spans = []
+    for i, e in enumerate(m.cpu):
+        if e.cat != "cpu_op" or m.thread[i] != m.main_thread or m.enclosing_op(i) >= 0:
+            continue
+        if e.name.startswith(CPU_COLLECTIVE_PREFIXES) or "wait" in e.name.lower():
+            continue
+        spans.append((e.ts, e.ts + e.dur))
+    return merge(spans)
 
 
 def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
     owner = _step_of_launch(m)
     seen: dict[tuple, int] = {}
     out = []
-    for g, e in enumerate(m.gpu):
-        if a.gpu_class[g] != kernels.COMMUNICATION or owner[g] < 0:
-            continue
-        number = m.steps[owner[g]].number
-        k = (number, e.name)
+
+    def add(number: int, name: str, dur: float):
+        short = kernels.short_name(name)
+        k = (number, short)
         o = seen.get(k, 0)
         seen[k] = o + 1
-        short = kernels.short_name(e.name)
-        out.append(Collective(key=f"{number}|{short}|{o}", name=short, dur_us=_r(e.dur)))
+        out.append(Collective(key=f"{number}|{short}|{o}", name=short, dur_us=_r(dur)))
+
+    for g, e in enumerate(m.gpu):
+        if a.gpu_class[g] == kernels.COMMUNICATION and owner[g] >= 0:
+            add(m.steps[owner[g]].number, e.name, e.dur)
+    for i in cpu_collectives(m):
+        st = m.step_at(m.cpu[i].ts)
+        if st is not None:
+            add(st.number, m.cpu[i].name, m.cpu[i].dur)
     return out
 
 
@@ -257,7 +308,7 @@ def _row(s: RankSummary) -> RankRow:
     exposed = sum(st.exposed_comm_us for st in s.steps)
     return RankRow(rank=s.rank, path=s.path, steps=len(s.steps), step_us=mean("dur_us"),
                    cpu_own_us=mean("cpu_own_us"), compute_us=mean("compute_us"), comm_us=mean("comm_us"),
-                   exposed_comm_us=mean("exposed_comm_us"),
+                   exposed_comm_us=mean("exposed_comm_us"), data_us=mean("data_us"), launches=mean("launches"),
                    overlap_pct=_r(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
                    verdict=s.verdict)
 
@@ -295,23 +346,24 @@ def _waits(rows: list[RankRow], coll: dict[str, list[tuple[int, float]]]) -> Non
 
 
 def straggler(job: JobReport) -> Optional[Diagnostic]:
-    """Evidence: per rank, the share of matched collectives it arrived last at; its compute (GPU busy
-    in non-communication work per step) and its CPU own time per step (step wall time minus
-    blocking syncs) against the median of the other ranks; the other ranks' collective wait per step.
+    """Evidence: per rank, the share of matched collectives it arrived last at; the other ranks'
+    collective wait per step (each collective's duration beyond the shortest rank's: NCCL kernels
+    and gloo calls spin until every peer arrives) against their step; and what differs on the late
+    rank against the median of the others: CPU own time per step (step wall time minus blocking
+    syncs), GPU compute, DataLoader time, launches.
 
-    Threshold: fires on the rank that arrives last most often when all of these hold:
-    (1) it is last at ≥ 75% of at least 6 matched collectives: with two ranks chance alone gives 50%
-    (the balanced DDP pair splits 23/28), a rank that really lags gates nearly every one (the FSDP
-    pair: 144 of 144); (2) its extra work, GPU compute ≥ 1.2x or CPU own time ≥ 1.1x the median of
-    the others, amounts to ≥ 10% of the others' step: a synchronous job runs at its slowest rank's
-    pace, so that excess is lost on every other rank each step, while step-to-step noise between
-    ranks stays below it (the balanced pair: 9%, with no consistent last rank); GPU compute needs the
-    larger ratio because a GPU with slack absorbs some extra kernels; (3) the others' collective wait
-    per step is at least half of that excess, so the waiting the others do is explained by it (if
-    they did not wait, the extra work was hidden and rebalancing would not speed the job up).
-    NCCL kernels spin while they wait, so absolute NCCL durations are never compared, only matched
-    collectives across ranks. The rank is compared on work, not step time alone: a rank that waits
-    in a blocking collective has as long a step as the one it waits for.
+    Threshold: fires on the rank that arrives last most often when (1) it is last at ≥ 75% of at
+    least 6 matched collectives: with two ranks chance alone gives 50% (the balanced DDP pair splits
+    23/28), a rank that really lags gates nearly every one (the FSDP pair: 144 of 144); (2) the others
+    wait ≥ 10% of their step in collectives for it: below that the lateness costs little; and (3)
+    something in its own work per step is larger than on the others (time ≥ 5% above their median,
+    launches ≥ 20%: a rank-dependent code path shows as many more, a few are noise): a
+    rank the others wait for is a straggler whatever the reason, and the message says how much wait
+    it causes and what differs (a rank that is last while doing less than the others, as in the
+    CPU-bound DDP pair, is a phase offset of the profiled window, not a slow rank). Absolute
+    collective durations are never compared, only matched collectives across ranks; a rank that
+    waits in a blocking collective has as long a step as the one it waits for, so step time alone
+    says nothing.
 
     Why it costs time: a synchronous job runs at its slowest rank's pace: every other rank waits in
     its collectives for the straggler each step.
@@ -335,37 +387,53 @@ def straggler(job: JobReport) -> Optional[Diagnostic]:
     others = [r for r in rows if r is not cand]
     med = statistics.median
     o_step = med(r.step_us for r in others)
-    o_comp = med(r.compute_us for r in others)
-    o_cpu = med(r.cpu_own_us for r in others)
     o_wait = med(r.wait_us for r in others)
-    d_gpu = cand.compute_us - o_comp
-    d_cpu = cand.cpu_own_us - o_cpu
-    gpu_hit = o_comp > 0 and cand.compute_us >= GPU_RATIO * o_comp
-    cpu_hit = o_cpu > 0 and cand.cpu_own_us >= CPU_RATIO * o_cpu
-    excess = max(d_gpu if gpu_hit else 0.0, d_cpu if cpu_hit else 0.0)
-    if share < LAST_SHARE or excess <= 0 or excess < EXCESS_OF_STEP * o_step or o_wait < WAIT_EXPLAINS * excess:
+    if share < LAST_SHARE or o_step <= 0 or o_wait < WAIT_SHARE * o_step:
         return None
-    side = "GPU compute" if excess == d_gpu and gpu_hit else "CPU"
+    axes = [("cpu", "CPU own time", "cpu_own_us"), ("gpu", "GPU compute", "compute_us"),
+            ("data", "DataLoader time", "data_us"), ("launches", "launches", "launches")]
+    diffs = []
+    for side, label, f in axes:
+        mine, theirs = getattr(cand, f), med(getattr(r, f) for r in others)
+        if mine > 0 and mine > theirs and mine >= (LAUNCH_RATIO if side == "launches" else DIFF_RATIO) * theirs:
+            # time axes rank by the µs they add; launches by what ~5 µs of CPU each costs
+            cost = (mine - theirs) * (5.0 if side == "launches" else 1.0)
+            diffs.append((cost, side, label, mine, theirs))
+    if not diffs:
+        return None
+    diffs.sort(reverse=True)
+    parts = [f"{label} {_count(mine) if side == 'launches' else _ms(mine)} vs {_count(theirs) if side == 'launches' else _ms(theirs)}"
+             + (f" ({mine / theirs:.2f}x)" if theirs > 0 else "")
+             for _, side, label, mine, theirs in diffs]
     msg = (f"rank {cand.rank} is the straggler: it arrives last at {cand.last_arrivals} of "
-           f"{job.collectives_matched} matched collectives; per step its {side} takes "
-           f"{_ms(cand.compute_us if side == 'GPU compute' else cand.cpu_own_us)} vs "
-           f"{_ms(o_comp if side == 'GPU compute' else o_cpu)} median on the other ranks "
-           f"(+{_ms(excess)}, {excess / o_step:.0%} of their {_ms(o_step)} step), and the other ranks "
-           f"wait {_ms(o_wait)} per step in collectives for it")
-    fix = ("CPU-side: find what rank {r} does more of on the CPU (data loading, logging, rank-0-only work, "
-           "a busier core) and move it off the step; fewer, larger collectives cut per-step dispatch"
-           if side == "CPU" else
-           "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
-           "kernels run longer (clocks, a shared GPU)").format(r=cand.rank)
+           f"{job.collectives_matched} matched collectives and the other ranks' collectives wait "
+           f"{_ms(o_wait)} per step for it (their step: {_ms(o_step)}); what differs on rank {cand.rank} "
+           f"per step: {', '.join(parts)}")
+    side = diffs[0][1]
+    fix = {"cpu": "find what rank {r} does more of on the CPU (logging, rank-0-only work, a busier core, a "
+                  "slower data path) and move it off the step; fewer, larger collectives cut per-step dispatch",
+           "gpu": "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
+                  "kernels run longer (clocks, a shared GPU)",
+           "data": "rank {r}'s input pipeline is slower: more DataLoader workers, pinned memory, or balance "
+                   "the data shards",
+           "launches": "rank {r} launches more GPU work per step: look for rank-dependent code paths or "
+                       "unfused per-parameter work"}[side].format(r=cand.rank)
     evidence = {"rank": cand.rank, "last_arrivals": cand.last_arrivals,
                 "collectives_matched": job.collectives_matched, "last_share": _r(share, 3),
-                "side": "gpu" if side == "GPU compute" else "cpu",
-                "compute_us": cand.compute_us, "others_compute_us": _r(o_comp),
-                "cpu_own_us": cand.cpu_own_us, "others_cpu_own_us": _r(o_cpu),
+                "side": side, "differs": [d[1] for d in diffs],
+                "compute_us": cand.compute_us, "others_compute_us": _r(med(r.compute_us for r in others)),
+                "cpu_own_us": cand.cpu_own_us, "others_cpu_own_us": _r(med(r.cpu_own_us for r in others)),
+                "data_us": cand.data_us, "others_data_us": _r(med(r.data_us for r in others)),
+                "launches": cand.launches, "others_launches": _r(med(r.launches for r in others)),
                 "step_us": cand.step_us, "others_step_us": _r(o_step),
-                "excess_us": _r(excess), "others_wait_us": _r(o_wait), "straggler_wait_us": cand.wait_us}
+                "others_wait_us": _r(o_wait), "others_wait_share": _r(o_wait / o_step, 3),
+                "straggler_wait_us": cand.wait_us}
     return Diagnostic(code="rank-straggler", severity=CATALOG["rank-straggler"].severity, message=msg,
                       location=Location(path=cand.path, precision="trace"), evidence=evidence, fix=fix)
+
+
+def _count(v: float) -> str:
+    return f"{v:.0f}"
 
 
 def comm_findings(job: JobReport) -> list[str]:

@@ -14,6 +14,7 @@ CUDA = 1
 CHILD_MIN_BYTES = 16 * 1024**2  # a call must allocate at least this through its children ...
 CHILD_PEAK_SHARE = 0.05  # ... and at least this share of the peak,
 CHILD_SELF_SHARE = 0.10  # while allocating at most this share itself.
+CHILD_ONE_HELPER = 0.9  # one helper holding this share makes the scope a wrapper around it
 CHILD_MAX_FINDINGS = 3
 
 
@@ -64,27 +65,60 @@ def memory_peak(ctx):
     )
 
 
+# record_function labels torch and its libraries put on their own work: not the user's scopes
+_TORCH_ANNOTATIONS = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#", "## ", "DistributedDataParallel",
+                      "Torch-Compiled Region", "CompiledFunction", "cudaGraph", "c10d::", "nccl:", "gloo:")
+
+
+def _is_scope(m, i: int) -> bool:
+    """A user-level scope: a frame of the user's own code, or a ``record_function`` region."""
+    e = m.cpu[i]
+    if e.cat == "python_function":
+        fr = m.frames.get(i)
+        return fr is not None and fr.user
+    return e.cat == "user_annotation" and not e.name.startswith(_TORCH_ANNOTATIONS)
+
+
+def _scope_name(m, i: int) -> str:
+    fr = m.frames.get(i)
+    if fr is not None:
+        return f"{fr.function}() in {fr.path.replace(chr(92), '/').rsplit('/', 1)[-1]}"
+    return f"record_function({m.cpu[i].name!r})"
+
+
 @rule("memory-child-pressure")
 def memory_child_pressure(ctx):
-    """Evidence: an op whose allocations with its children are large while its own are small,
-    with the chain of children down to the one that allocates most.
+    """Evidence: a user-level scope (a function of the user's code, or a ``record_function``
+    region) whose allocations in total are large while its own statements allocate little: the
+    memory comes from the helpers it calls. Its own = what the ops it calls directly allocate
+    (library code it calls included); the rest belongs to the user functions and regions nested
+    in it. With the chain down to the scope and op that allocate most.
 
-    Threshold: at least 16 MiB and 5% of the peak through children, at most 10% by the op
-    itself; the 3 largest. This is the table's "CPU Mem large, Self CPU Mem small": the pressure
-    comes from the call chain beneath, which is where to look.
+    Threshold: at least 16 MiB and 5% of the peak in one call, at most 10% of it by the scope's
+    own statements, and no single helper holding 90% of it (a region wrapping one call, as
+    ``record_function('forward')`` around ``model(x)``, says only that the call allocates); scopes
+    that fit in one step (``main()`` and the loop around the steps hold everything by
+    construction); the 3 largest.
+    This is the profiler table's "CPU Mem large, Self CPU Mem small" for a high-level function:
+    the pressure comes from the call chain beneath, which is where to look. A composite aten op
+    allocating through its implementation (``aten::conv2d`` through ``aten::cudnn_convolution``)
+    is true of every op and says nothing.
 
-    Why it costs time: large allocations in the call's children (temporaries, copies, casts) grow
-    the allocator's pool and may fragment it; the op itself allocates little, so the cause is below.
+    Why it costs time: large allocations in the helpers (temporaries, copies, casts) grow the
+    allocator's pool and may fragment it; the scope's own statements allocate little, so the cause
+    is in the code it calls.
 
     Example:
-        attn = q @ k.transpose(-2, -1)   # inside the call, a full [seq, seq] temporary per head
+        with record_function("features"):
+            a = upcast(x)                  # a helper: an fp32 copy of the batch
+            s = pairwise(a)                # a helper: a [B, N, N] similarity matrix
 
-    Fix: follow the chain to the child that allocates: in-place ops, fused kernels
-    (``F.scaled_dot_product_attention``), or avoiding dtype casts that copy.
+    Fix: follow the helpers to the one that allocates: in-place ops, fused kernels
+    (``F.scaled_dot_product_attention``), chunking, or avoiding dtype casts that copy.
 
     Ignore when: the temporaries are needed and the peak is far from the device limit.
 
-    Shown by: examples/tinygpt_naive.json.gz
+    Shown by: examples/recorded/memory_scope_helpers.json.gz
     """
     m = ctx.model
     rows = _device_rows(m)
@@ -92,46 +126,102 @@ def memory_child_pressure(ctx):
         return
     mem = m.memory
     peak = max(mem.total_allocated[k] for k in rows) or 1
-    self_b: dict[int, int] = {}
+    by_owner: dict[int, int] = {}
     owner, nbytes = mem.owner, mem.nbytes
     for k in rows:
         o, b = owner[k], nbytes[k]
         if o >= 0 and b > 0:
-            self_b[o] = self_b.get(o, 0) + b
-    total_b = _ancestor_sums(m, self_b)
+            by_owner[o] = by_owner.get(o, 0) + b
+    total_b = _ancestor_sums(m, by_owner)
+    scope_of: dict[int, int] = {}  # event -> its nearest scope (itself included), memoised
+
+    def scope(i: int) -> int:
+        path = []
+        while i >= 0 and i not in scope_of:
+            if _is_scope(m, i):
+                scope_of[i] = i
+                break
+            path.append(i)
+            i = m.parent[i]
+        s = scope_of.get(i, -1) if i >= 0 else -1
+        for j in path:
+            scope_of[j] = s
+        return s
+
+    own: dict[int, int] = {}
+    for o, b in by_owner.items():
+        sc = scope(o)
+        if sc >= 0:
+            own[sc] = own.get(sc, 0) + b
+    # scopes inside one step: the loop and main() around the steps hold everything by construction
+    scopes = [i for i in total_b if _is_scope(m, i) and _in_one_step(m, i)]
+    kids: dict[int, list[int]] = {}
+    for i in scopes:
+        p = m.parent[i]
+        up = scope(p) if p >= 0 else -1
+        if up >= 0:
+            kids.setdefault(up, []).append(i)
+
     cands = []
-    for i, tot in total_b.items():
-        e = m.cpu[i]
-        if e.cat != "cpu_op" or e.name.startswith(("Torch-Compiled Region", "TorchDynamo", "CompiledFunction")):
+    for i in scopes:
+        tot = total_b.get(i, 0)
+        if tot < CHILD_MIN_BYTES or tot < CHILD_PEAK_SHARE * peak or own.get(i, 0) > CHILD_SELF_SHARE * tot:
             continue
-        own = self_b.get(i, 0)
-        if tot >= CHILD_MIN_BYTES and tot >= CHILD_PEAK_SHARE * peak and own <= CHILD_SELF_SHARE * tot:
-            outer = m.enclosing_op(i)
-            if outer >= 0 and total_b.get(outer, 0) == tot and self_b.get(outer, 0) <= CHILD_SELF_SHARE * tot:
-                continue  # the outer op tells the same story
-            cands.append((tot, i))
-    by_name: dict = {}
-    for tot, i in sorted(cands, reverse=True):
-        by_name.setdefault((m.cpu[i].name, ctx.line_id(i)), []).append((tot, i))
-    shown = 0
-    for (name, _), items in by_name.items():
-        if shown >= CHILD_MAX_FINDINGS:
-            break
-        tot, i = items[0]
-        chain = _chain(m, i, total_b)
-        if len(chain) < 3:
-            continue  # op -> its one implementation (aten::matmul -> aten::mm): a wrapper, not a chain
-        shown += 1
+        helpers = _helpers(m, kids.get(i, ()), total_b)
+        if not helpers or helpers[0][1] >= CHILD_ONE_HELPER * tot:
+            continue  # a wrapper around one call: that call's own allocations are the story
+        cands.append((tot, i, helpers))
+    by_scope: dict = {}
+    for tot, i, helpers in sorted(cands, key=lambda c: -c[0]):
+        by_scope.setdefault((_scope_name(m, i), ctx.line_id(i)), []).append((tot, i, helpers))
+    for (name, _), items in list(by_scope.items())[:CHILD_MAX_FINDINGS]:
+        tot, i, helpers = items[0]
+        parts = [f"{h} {mib(b)} ({_top_op(m, j, total_b)})" for h, b, j in helpers[:3]]
         yield ctx.diag(
             "memory-child-pressure",
-            f"{name} allocates {mib(tot)} through its children but {mib(self_b.get(i, 0))} itself "
-            f"({plural(len(items), 'call')}); the memory comes from {' -> '.join(chain)}",
+            f"{name} allocates {mib(tot)} per call ({plural(len(items), 'call')}) but {mib(own.get(i, 0))} in its "
+            f"own statements; the memory comes from the code it calls: {', '.join(parts)}",
             ctx.location(i),
-            evidence={"op": name, "total_bytes": tot, "self_bytes": self_b.get(i, 0), "chain": chain,
+            evidence={"scope": name, "total_bytes": tot, "self_bytes": own.get(i, 0),
+                      "helpers": [{"scope": h, "bytes": b} for h, b, _ in helpers[:5]],
                       "calls": len(items), "peak_share": r3(tot / peak)},
-            fix="look at the child chain: a large intermediate (logits, attention scores, a float32 "
-                "upcast) is the target for chunking, fusion or checkpointing",
+            fix="look at the helpers: a large intermediate (logits, attention scores, a float32 "
+                "upcast) is the target for chunking, fusion, freeing earlier or checkpointing",
         )
+
+
+def _in_one_step(m, i: int) -> bool:
+    if not m.steps:
+        return True
+    st = m.step_at(m.cpu[i].ts)
+    return st is not None and m.cpu[i].ts + m.cpu[i].dur <= st.end + 1.0
+
+
+def _helpers(m, kids, total_b: dict) -> list[tuple[str, int, int]]:
+    """The scopes called directly by one scope, grouped by name (a helper called in a loop is one
+    helper): (name, bytes, its largest call), most bytes first."""
+    by: dict[str, list] = {}
+    for c in kids:
+        b = total_b.get(c, 0)
+        if b <= 0:
+            continue
+        h = by.setdefault(_scope_name(m, c), [0, c])
+        h[0] += b
+        if b > total_b.get(h[1], 0):
+            h[1] = c
+    return sorted(((n, b, c) for n, (b, c) in by.items()), key=lambda t: -t[1])
+
+
+def _top_op(m, i: int, total_b: dict) -> str:
+    """The outermost op under scope i that allocates most."""
+    best, most = "", 0
+    for j in m.subtree(i):
+        e = m.cpu[j]
+        if e.cat == "cpu_op" and m.enclosing_op(j) < 0 or (
+                e.cat == "cpu_op" and m.cpu[m.enclosing_op(j)].cat != "cpu_op"):
+            if total_b.get(j, 0) > most:
+                best, most = e.name, total_b[j]
+    return best or "?"
 
 
 def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
@@ -145,18 +235,6 @@ def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
         for a in m.ancestors(i):
             total[a] = total.get(a, 0) + b
     return total
-
-
-def _chain(m, i: int, total_b: dict) -> list[str]:
-    out = [m.cpu[i].name]
-    while True:
-        kids = [c for c in m.children(i) if total_b.get(c, 0) > 0]
-        if not kids:
-            return out
-        i = max(kids, key=lambda c: total_b[c])
-        out.append(m.cpu[i].name)
-        if len(out) > 8:
-            return out
 
 
 # ---- memory-growth ---------------------------------------------------------------------------
