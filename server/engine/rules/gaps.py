@@ -129,7 +129,9 @@ def gpu_contention(ctx):
 
     Threshold: at least 3 such kernels, 5% of the launches, each waiting 100 µs or more with our
     lane less than 10% busy meanwhile. A long delay while our own lane is busy is just a queue
-    (the CPU ahead of a busy GPU), not contention.
+    (the CPU ahead of a busy GPU), not contention. Each kernel's first launch in the trace is left
+    out: with lazy module loading (CUDA's default) it loads the kernel's module, and the first
+    launch after context creation sets the context up, which delays it with no one else around.
 
     Why it costs time: kernels were ready but started late while this process's GPU lane was idle:
     another process or stream held the GPU, so this job's steps stretch for reasons outside its code.
@@ -147,9 +149,13 @@ def gpu_contention(ctx):
     m, a = ctx.model, ctx.a
     own = merge(a.busy + a.comm)
     delays, late = [], []
+    seen: set = set()
     for g, e in enumerate(m.gpu):
         li = m.launcher[g]
         if li < 0:
+            continue
+        if e.name not in seen:
+            seen.add(e.name)  # a kernel's first launch loads its module (lazy loading): slow by itself
             continue
         call = m.cpu[li]
         d = e.ts - call.ts
