@@ -90,3 +90,69 @@ def test_compile_overhead_on_one_op_functions_only():
     (d,) = diags(report_of("seed_n64_bf16_compiled"), "compile-overhead")
     assert 1 <= d.evidence["kernels_per_call"] <= 2
     assert "compile-overhead" not in codes(report_of("seed_n64_bf16"))
+
+
+# ---- memory-child-pressure: a user-level scope whose helpers allocate ------------------------
+
+def test_child_pressure_on_a_region_whose_helpers_allocate():
+    # record_function("features") calls upcast() and pairwise(): 256 MiB a call, 384 KiB its own
+    (d,) = diags(rec("memory_scope_helpers"), "memory-child-pressure")
+    assert d.evidence["scope"] == "record_function('features')"
+    assert d.evidence["self_bytes"] < 0.01 * d.evidence["total_bytes"]
+    assert {h["scope"].split("(")[0] for h in d.evidence["helpers"]} == {"upcast", "pairwise"}
+    assert d.location.path.endswith("memory_scope.py") and d.location.line == 20  # the with statement
+    # the same work in the region's own statements: nothing to point at beneath it
+    assert "memory-peak" in codes(rec("memory_scope_inline"))
+    assert not diags(rec("memory_scope_inline"), "memory-child-pressure")
+
+
+# ---- profiler-artifact: a lead-in the program spends is not the profiler's ------------------
+
+def test_a_dataloader_lead_in_is_not_called_a_lane_offset():
+    # 46 ms of _SingleProcessDataLoaderIter.__next__ before the first kernel, as in every step
+    kinds = {d.evidence["kind"] for d in diags(rec("dataloader_w0"), "profiler-artifact")}
+    assert "lane-offset" not in kinds
+    assert diags(rec("dataloader_w0"), "dataloader-bound")
+    # a first step whose dispatch alone is slow still gets the explanation
+    lane = [d for d in diags(report_of("seed_n4096_bf16_active20"), "profiler-artifact")
+            if d.evidence["kind"] == "lane-offset"]
+    assert lane and lane[0].evidence["usual_lead_in_us"] < 0.5 * lane[0].evidence["offset_us"]
+
+
+# ---- gpu-contention ------------------------------------------------------------------------
+
+def test_contention_counts_no_first_launch():
+    from profd.server.engine import loader, model
+
+    (d,) = diags(rec("contention_contended"), "gpu-contention")
+    doc, _, _ = loader.load(os.path.join(REC, "contention_contended.json.gz"))
+    m = model.build(doc)
+    launched = [e.name for g, e in enumerate(m.gpu) if m.launcher[g] >= 0]
+    # each kernel's first launch (lazy module loading) is left out of the judgement
+    assert d.evidence["launches"] == len(launched) - len(set(launched))
+    assert not diags(rec("contention_alone"), "gpu-contention")
+
+
+# ---- rank-straggler ------------------------------------------------------------------------
+
+def _job(name):
+    from profd.server.engine import job
+    return job.reduce_job([job.summarize_rank(trace(f"{name}_rank{r}")) for r in (0, 1)])
+
+
+def test_straggler_says_how_much_wait_and_what_differs():
+    j = _job("ddp_straggler")  # rank 1: double batch and a 20 ms sleep a step
+    (d,) = j.diagnostics
+    assert d.evidence["rank"] == 1 and d.evidence["side"] == "cpu"
+    assert d.evidence["others_wait_share"] > 0.5
+    assert "cpu" in d.evidence["differs"] and "gpu" in d.evidence["differs"]  # 2x batch: more compute too
+    assert "wait" in d.message and "CPU own time" in d.message and "GPU compute" in d.message
+
+
+def test_a_rank_that_is_late_while_doing_less_is_no_straggler():
+    # the CPU-bound DDP pair: rank 1 arrives last at 23 of 27 and rank 0's NCCL kernels spin 6 ms a
+    # step, but rank 1 does less CPU and GPU work than rank 0: a phase offset of the window
+    j = _job("ddp_overlap")
+    r1 = next(r for r in j.ranks if r.rank == 1)
+    assert r1.last_arrivals >= 0.75 * j.collectives_matched
+    assert j.straggler is None and not j.diagnostics
