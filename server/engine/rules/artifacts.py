@@ -72,8 +72,7 @@ def profiler_artifact(ctx):
             )
     yield from _flush_sync(ctx)
     if verdict(m, a) == "overhead-bound":
-        on = [(n, f) for n, f in INFLATION if getattr(m, n)]
-        factor = max([f for _, f in on], default=BASE_INFLATION)
+        factor, on = cpu_inflation(m)
         names = ", ".join(n for n, _ in on) or "CPU+CUDA activities only"
         yield ctx.diag(
             "profiler-artifact",
@@ -87,6 +86,13 @@ def profiler_artifact(ctx):
             fix="confirm with an unprofiled timing (torch.cuda.Event or time.perf_counter around "
                 "synchronised steps) and profile again without with_stack/record_shapes/profile_memory",
         )
+
+
+def cpu_inflation(m) -> tuple[float, list]:
+    """How much slower the profiler's options made the CPU side at least (the MANIFEST's factors),
+    and the (option, factor) pairs that are on."""
+    on = [(n, f) for n, f in INFLATION if getattr(m, n)]
+    return max([f for _, f in on], default=BASE_INFLATION), on
 
 
 def _usual_lead_in(m) -> float:
