@@ -90,22 +90,39 @@ def test_cli_cluster_address(jobs, capsys):
 
 def test_cli_cluster_sends_absolute_paths_and_names_each_failed_task(jobs, tmp_path, monkeypatch, capsys):
     """Workers resolve a relative path against their own working directory: the CLI resolves paths
-    before sending them, and a task that fails is reported with its trace and reason (exit 2)."""
+    before sending them, and a task that fails is reported with its trace and reason (exit 2).
+    The worker is a real ``dask worker`` process started in another folder."""
     distributed = pytest.importorskip("distributed")
+    import subprocess
+    import sys
+    import time
+
     from profd.client_cli.main import main
 
     folder, paths = jobs["fsdp"]
     bad = tmp_path / "not_a_trace.json"
     bad.write_text('{"hello": "world"}')
+    elsewhere = tmp_path / "worker_cwd"
+    elsewhere.mkdir()
     monkeypatch.chdir(os.path.dirname(folder))
     rel = [os.path.relpath(p) for p in paths]
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None, scheduler_port=0) as lc:
-        rc = main(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", "--format", "json",
-                   "--cluster", lc.scheduler_address, *rel, str(bad)])
+    with distributed.LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None,
+                                  scheduler_port=0) as lc:
+        worker = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dask"), "worker",
+                                   lc.scheduler_address, "--nthreads", "1", "--no-dashboard"],
+                                  cwd=str(elsewhere), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with distributed.Client(lc.scheduler_address) as c:
+                c.wait_for_workers(1, timeout=60)
+            rc = main(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", "--format", "json",
+                       "--cluster", lc.scheduler_address, *rel, str(bad)])
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
     out, err = capsys.readouterr()
     assert rc == 2
     assert f"task for {bad} failed: " in err and "not a torch.profiler trace" in err
     doc = msgspec.json.decode(out)
     (j,) = doc["jobs"]
     assert j["straggler"] == 2 and all(os.path.isabs(r["path"]) for r in j["ranks"])
+    assert len(j["ranks"]) == 4  # every rank read by the worker, whose cwd holds none of them
