@@ -75,14 +75,31 @@ class ModuleIndex:
         self.first: list[int] = []  # each node's first marker event
         self.markers: list[list[int]] = []
         key: dict[tuple[int, str], int] = {}
+        fwd_of = m.fwd_of
+        first_of: dict[str, int] = {}  # instance -> its first node
         for i in events:
             pe = self.above[i]
-            pn = self.node_of_event[pe] if pe >= 0 else -1
             inst = cpu[i].name[len(PREFIX):]
+            if pe >= 0:
+                pn = self.node_of_event[pe]
+            else:
+                pn = -1
+                if fwd_of[i] >= 0:  # a forward rerun inside backward (activation checkpointing):
+                    # the same module object, at its place in the forward (the backward op that
+                    # reruns it belongs to an op inside it), else wherever it first ran
+                    p = self.node_at(fwd_of[i])
+                    while p >= 0 and self.instance[p] != inst:
+                        p = self.parent[p]
+                    p = p if p >= 0 else first_of.get(inst, -1)
+                    if p >= 0:
+                        self.node_of_event[i] = p
+                        self.markers[p].append(i)
+                        continue
             k = (pn, inst)
             n = key.get(k)
             if n is None:
                 n = key[k] = len(self.parent)
+                first_of.setdefault(inst, n)
                 self.parent.append(pn)
                 self.instance.append(inst)
                 self.first.append(i)
@@ -230,7 +247,7 @@ def build_tree(ctx) -> ModuleTree:
         nd.call_site = ctx.location_of_key(key) if key is not None else None
         nd.source = _source_location(ctx, idx, k)
     module_gpu = sum(nodes[r].gpu_us for r in roots)
-    groups = _groups(nodes, kids, module_gpu, steps)
+    groups = _groups(nodes, kids, module_gpu, steps, _Inputs(m, idx, kstats))
     for nd in nodes:
         nd.children = sorted(kids[nd.id], key=lambda c: -nodes[c].gpu_us)
         for f in ("cpu_total_us", "cpu_self_us", "cpu_backward_us", "gpu_us", "gpu_forward_us",
@@ -493,7 +510,7 @@ def library_lines(tree: ModuleTree, diagnostics: list) -> list[HotLine]:
 
 
 # ---- repeated siblings ----------------------------------------------------------------------------
-def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps: int) -> list[ModuleGroup]:
+def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps: int, inputs) -> list[ModuleGroup]:
     out = []
     floor = OUTLIER_FLOOR * total
     for p, children in enumerate(kids):
@@ -507,22 +524,47 @@ def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps:
             g = ModuleGroup(parent=p, class_name=cls, members=members,
                             gpu_median_us=round(statistics.median(vals), 3),
                             gpu_min_us=round(min(vals), 3), gpu_max_us=round(max(vals), 3))
-            _compare(nodes, kids, members, f"{cls} siblings", floor, steps, g.outliers)
+            _compare(nodes, kids, inputs, members, f"{cls} siblings", floor, steps, g.outliers)
             out.append(g)
     return out
 
 
-def _work(nodes: list[ModuleNode], kids: list[list[int]], k: int) -> tuple:
-    """What a node does, for telling peers (same work, so the same time expected) from siblings
-    that merely share a class. A composite module: its calls and its submodules (name, class,
-    calls); a block with a ``downsample`` its peers lack is other work. A leaf: its calls and
-    kernels per class; the first Linear of a net skips its input gradient, one GEMM fewer, and
-    is not a slow peer. A composite's kernel mix is left out: a block run in fp32 adds cast kernels,
-    and that block is exactly the one to compare."""
+def _work(nodes: list[ModuleNode], kids: list[list[int]], inputs, k: int) -> tuple:
+    """What a node does, to tell peers (the same work, so the same time expected) from siblings
+    that merely share a class: its calls; what its first call's ops took in (the set of their
+    input shapes, with ``record_shapes``; else the set of kernel names it ran): the stages of a
+    ResNet share a class and a structure but not their shapes; then a composite module's
+    submodules (name, class, calls; a block with a ``downsample`` its peers lack is other work),
+    a leaf's kernels per class (the first Linear of a net skips its input gradient, one GEMM
+    fewer, and is not a slow peer). A composite's kernel mix is left out: a block run in fp32
+    adds cast kernels, and that block is exactly the one to compare."""
     nd = nodes[k]
     if kids[k]:
-        return nd.calls, tuple(sorted((nodes[c].name, nodes[c].class_name, nodes[c].calls) for c in kids[k]))
-    return nd.calls, tuple(sorted(nd.kernel_counts.items()))
+        return nd.calls, inputs(k), tuple(sorted((nodes[c].name, nodes[c].class_name, nodes[c].calls) for c in kids[k]))
+    return nd.calls, inputs(k), tuple(sorted(nd.kernel_counts.items()))
+
+
+class _Inputs:
+    """Per node, the set of input shapes of the ops under its first call (``record_shapes``), else
+    the set of kernel names it ran; computed when asked (only repeated siblings are)."""
+
+    def __init__(self, m: TraceModel, idx: ModuleIndex, kstats: list[dict]):
+        self.m, self.idx, self.kstats = m, idx, kstats
+        self.shapes = m.record_shapes
+        self._memo: dict[int, frozenset] = {}
+
+    def __call__(self, k: int) -> frozenset:
+        hit = self._memo.get(k)
+        if hit is None:
+            hit = None
+            if self.shapes:
+                cpu = self.m.cpu
+                hit = frozenset(bytes(e.args.input_dims) for j in self.m.subtree(self.idx.first[k])
+                                for e in (cpu[j],) if e.cat == "cpu_op" and e.args is not None and e.args.input_dims)
+            if not hit:
+                hit = frozenset(self.kstats[k])
+            self._memo[k] = hit
+        return hit
 
 
 def _kernel_difference(nodes: list[ModuleNode], k: int, group: list[int]) -> str:
@@ -532,12 +574,12 @@ def _kernel_difference(nodes: list[ModuleNode], k: int, group: list[int]) -> str
     return f"; runs {', '.join(kernels.short_name(n, 60) for n in odd[:2])}, which its peers do not" if odd else ""
 
 
-def _compare(nodes, kids, peers: list[int], what: str, floor: float, steps: int, found: list[int]) -> None:
+def _compare(nodes, kids, inputs, peers: list[int], what: str, floor: float, steps: int, found: list[int]) -> None:
     """Flag the peers doing the same work (``_work``) whose GPU time is out of line with their
     median, then compare their submodules, matched by name."""
     same: dict[tuple, list[int]] = {}
     for c in peers:
-        same.setdefault(_work(nodes, kids, c), []).append(c)
+        same.setdefault(_work(nodes, kids, inputs, c), []).append(c)
     for group in same.values():
         if len(group) < MIN_GROUP:
             continue
@@ -555,7 +597,7 @@ def _compare(nodes, kids, peers: list[int], what: str, floor: float, steps: int,
                 named.setdefault(nodes[k].name, []).append(k)
         for name, sub in named.items():
             if len(sub) == len(group):
-                _compare(nodes, kids, sub, f"{name} of its peers", floor, steps, found)
+                _compare(nodes, kids, inputs, sub, f"{name} submodules of its peers", floor, steps, found)
 
 
 # ---- what the rules and the hovers use ----------------------------------------------------------
