@@ -184,3 +184,4 @@ def test_library_lines_are_off_by_default_and_on_the_installed_source_when_asked
     assert any(r.library and r.path == str(conv) and r.module == "Sequential.Conv2d" for r in d.related)
     (d_off,) = [d for d in off.diagnostics if d.code == "conv-bias-before-bn"]
     assert not any(r.library for r in d_off.related)
+
