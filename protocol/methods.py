@@ -20,6 +20,9 @@ REPORT_READY = "profd/reportReady"  # notification, ReportReady
 RUN_WORKLOAD = "profd/runWorkload"  # {workload, params} -> {trace, table, wallS, report}
 
 CMD_ANALYZE = "profd.analyze"      # workspace/executeCommand, arguments: [path]
+CMD_SHOW = "profd.show"            # arguments: [text]; shows it (window/showMessage), returns it
+CMD_ANNOTATE = "profd.annotate"    # arguments: [report key]; writes the annotated trace, opens it
+SETTINGS_SECTION = "profd"         # workspace/configuration section; keys as in [tool.profd]
 
 # JSON-RPC error codes used by the daemon (besides the standard -32700/-32600/-32601/-32602).
 ERR_UNAUTHORIZED = -32001    # TCP initialize without the right token
@@ -88,5 +91,6 @@ class RunWorkloadParams(Struct):
 
 
 __all__ = ["ANALYZE", "REPORTS", "REPORT", "STATUS", "REPORT_READY", "RUN_WORKLOAD", "CMD_ANALYZE",
+           "CMD_SHOW", "CMD_ANNOTATE", "SETTINGS_SECTION",
            "AnalyzeParams", "ReportsParams", "ReportEntry", "ReportsResult", "ReportParams",
            "StatusResult", "ReportReady", "RunWorkloadParams", "Report"]

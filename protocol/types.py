@@ -167,6 +167,7 @@ class TraceInfo(Struct):
     events: int = 0
     rank: Optional[int] = None
     world_size: Optional[int] = None
+    recorded_us: Optional[float] = None  # when it was recorded, µs since the epoch (if it says)
 
 
 class Report(Struct):

@@ -16,9 +16,10 @@ PY = sys.executable
 FAST = ["--settle", "0.2", "--quiet", "0.8"]  # debounce tuned for tests (defaults 0.3 / 2.0)
 
 
-def serve_cmd(watch, state, *extra, transport=("--stdio",)):
+def serve_cmd(watch, state, *extra, transport=("--stdio",), workspace=SRC):
+    ws = ["--workspace", workspace] if workspace else []
     return [PY, "-m", "profd.server.daemon.cli", "serve", *transport, "--watch", str(watch),
-            "--workspace", SRC, "--state", str(state), *FAST, *extra]
+            *ws, "--state", str(state), *FAST, *extra]
 
 
 class Daemon:

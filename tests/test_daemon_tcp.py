@@ -122,7 +122,7 @@ async def lsp_tcp_client(doc):
     client = make_test_lsp_client()
     await client.start_tcp(doc["host"], doc["port"])
     await client.initialize_session(L.InitializeParams(
-        capabilities=client_capabilities("neovim"), initialization_options={"token": doc["token"]}))
+        capabilities=client_capabilities("neovim@v0.9.1"), initialization_options={"token": doc["token"]}))
     return client
 
 

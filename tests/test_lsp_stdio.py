@@ -21,7 +21,7 @@ async def lsp(tmp_path):
     watch.mkdir()
     client = make_test_lsp_client()
     await client.start_io(*serve_cmd(watch, state))
-    caps = client_capabilities("visual-studio-code")
+    caps = client_capabilities("neovim@v0.9.1")  # pushes only (pulling clients: test_editor.py)
     await client.initialize_session(L.InitializeParams(capabilities=caps))
     client.watch = str(watch)
     yield client

@@ -3,13 +3,16 @@
 The engine runs in a process pool of our own (spawned workers; the event loop never parses a
 trace, so hovers and status answer at once while a large trace is read). Results are keyed by
 ``sha256(raw file bytes):options fingerprint`` (protocol.methods), stored in SQLite, and indexed in
-memory by the source files their findings point at: for each source file the newest report wins,
-older ones stay queryable through profd/reports and profd/report.
+memory by the source files their findings point at: for each source file the newest trace wins
+(by its own recording time, then by arrival; only reports made with the current options), older
+ones stay queryable through profd/reports and profd/report, and the one before it is what a
+before/after compares against.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import copy
 import functools
 import gc
 import hashlib
@@ -29,6 +32,7 @@ import msgspec
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
+from .placement import local_sources, placed_path, unmapped_hint
 from .store import Row, Store
 from .watcher import Intake, Outcome, Sig, Watcher, signature
 
@@ -155,26 +159,6 @@ def options_fp(workspace, path_map, disabled) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
-def sources_of(report: T.Report, trace_path: str) -> list[str]:
-    """Absolute files the report's findings and hot lines point at (+ the trace for trace-level)."""
-    out: dict[str, None] = {}
-    for d in report.diagnostics:
-        out[placed_path(d.location, trace_path)] = None
-    for h in report.hot_lines:
-        if os.path.isabs(h.path):
-            out[h.path] = None
-    if report.error:
-        out[trace_path] = None
-    return list(out)
-
-
-def placed_path(loc: T.Location, trace_path: str) -> str:
-    """The file a finding is shown on: its source line when mapped, else the trace itself."""
-    if loc.line and loc.path and os.path.isabs(loc.path):
-        return loc.path
-    return trace_path
-
-
 def relabel(report: T.Report, path: str) -> T.Report:
     """The report as if the trace were at ``path`` (same content seen under another name)."""
     old = report.trace.path
@@ -191,6 +175,7 @@ def relabel(report: T.Report, path: str) -> T.Report:
 class Core:
     def __init__(self, cfg: Config, transport: str = "stdio"):
         self.cfg = cfg
+        self.base = copy.deepcopy(cfg)  # as started; editor settings apply on top of it
         self.transport = transport
         self.sessions: set[Session] = set()
         self.meta: dict[str, Row] = {}
@@ -222,15 +207,49 @@ class Core:
         # Warm the workers (spawn + engine import) without waiting for them.
         for _ in range(self.cfg.workers):
             self._pool.submit(_warm)
+        self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
+                             quiet=self.cfg.quiet, workers=self.cfg.workers)
+        self.intake.start()
+        self._watch()
+        log.info("profd: %d reports loaded from %s", len(self.meta), self.store.path)
+
+    def _watch(self) -> None:
+        if self.watcher:
+            self.watcher.stop()
+            self.watcher = None
         if self.cfg.watch:
-            self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
-                                 quiet=self.cfg.quiet, workers=self.cfg.workers)
-            self.intake.start()
             self.watcher = Watcher(self.cfg.watch, self.loop, self.intake.notice,
                                    on_complete=functools.partial(self.intake.notice,
                                                                  complete=True))
             self.watcher.start()
-        log.info("profd: %d reports loaded from %s", len(self.meta), self.store.path)
+
+    def configure(self, *, workspace: Optional[list[str]] = None,
+                  path_map: Optional[list[tuple[str, str]]] = None,
+                  disabled: Optional[set[str]] = None, watch: Optional[str] = None) -> bool:
+        """New options from the editor (``None``: keep). Reports made under the old ones stay
+        stored (and come back if the options do); every watched trace is analysed again under
+        the new ones. True when anything changed."""
+        cfg = self.cfg
+        before = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch)
+        if workspace is not None:
+            cfg.workspace = [os.path.abspath(w) for w in workspace]
+        if path_map is not None:
+            cfg.path_map = [(r, os.path.abspath(l)) for r, l in path_map]
+        if disabled is not None:
+            cfg.disabled = set(disabled)
+        if watch is not None:
+            cfg.watch = os.path.abspath(watch)
+        if (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch) == before:
+            return False
+        self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
+        log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s",
+                 cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch)
+        if self.loop is not None:
+            if cfg.watch != before[3]:
+                self._watch()  # its start scans the folder
+            elif self.watcher:
+                self.watcher.scan(self.watcher.root)
+        return True
 
     async def stop(self) -> None:
         if self.watcher:
@@ -273,9 +292,20 @@ class Core:
             self._cache.popitem(last=False)
         return r
 
+    def keys_for(self, source: str) -> list[str]:
+        """Keys of the reports shown on ``source`` under the current options, oldest first."""
+        tail = ":" + self.fp
+        keys = [k for k in self.by_source.get(source, ()) if k.endswith(tail) and k in self.meta]
+        return sorted(keys, key=lambda k: self.meta[k].order())
+
     def newest_for(self, source: str) -> Optional[str]:
-        keys = self.by_source.get(source)
+        keys = self.keys_for(source)
         return keys[-1] if keys else None
+
+    def previous_for(self, source: str) -> Optional[str]:
+        """The report before the newest one on ``source`` (a trace of the same program)."""
+        keys = self.keys_for(source)
+        return keys[-2] if len(keys) > 1 else None
 
     def diagnostics_for(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
         key = self.newest_for(source)
@@ -284,12 +314,18 @@ class Core:
         r = self.report(key)
         if r is None:
             return key, []
-        trace_path = self.meta[key].path
+        row = self.meta[key]
+        trace_path = row.path
         if r.error:
             return key, [T.Diagnostic(code="bad-trace", severity="error", message=r.error,
                                       location=T.Location(path=trace_path))] \
                 if source == trace_path else []
-        return key, [d for d in r.diagnostics if placed_path(d.location, trace_path) == source]
+        here = [d for d in r.diagnostics if placed_path(d.location, trace_path, row.sources) == source]
+        if source == trace_path:
+            hint = unmapped_hint(r, trace_path, row.sources, self.cfg.workspace)
+            if hint is not None:
+                here.append(hint)
+        return key, here
 
     def hot_lines_for(self, source: str) -> tuple[Optional[str], list[T.HotLine]]:
         key = self.newest_for(source)
@@ -364,7 +400,7 @@ class Core:
         in flight has its size): the analysis starts at once and the file is hashed beside it,
         so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data), or None
         when the file went away or turned out to be a repeat after all."""
-        cfg, size = self.cfg, sig[0]
+        cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
         fut = self.loop.create_future()
         job = asyncio.ensure_future(self._analyse(fut, path, size, cfg.workspace, cfg.path_map,
                                                   cfg.disabled))
@@ -381,7 +417,7 @@ class Core:
                 self._unhashed.pop(size, None)
         if sha is None:
             return None  # gone: the analysis finishes unused
-        key = f"{sha}:{self.fp}"
+        key = f"{sha}:{fp}"
         if key in self.meta:  # committed meanwhile under another name
             self.store.link(path, key, sig[1] / 1e9, sig[0])
             return None
@@ -445,10 +481,11 @@ class Core:
                                            "(out of memory?)")), 0.0, 0.0, time.time()
 
     def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report) -> None:
-        sources = sources_of(report, path)
+        sources = local_sources(report, path)
         size, mtime_ns = sig[0], sig[1]
-        created = self.store.put(key, path, mtime_ns / 1e9, size, data, report.error, sources)
-        row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created)
+        rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
+        created = self.store.put(key, path, mtime_ns / 1e9, size, data, report.error, sources, rec)
+        row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created, rec)
         self._cache[key] = report
         self._index(row)
         if report.error:
@@ -465,7 +502,8 @@ class Core:
         known = self.store.known_file(path, sig[1] / 1e9, sig[0])
         if known and known.endswith(":" + self.fp) and known in self.meta:
             return None
-        size = sig[0]
+        size, cfg, fp = sig[0], self.cfg, self.fp
+        opts = (cfg.workspace, cfg.path_map, cfg.disabled)  # configure() replaces, never mutates
         if not self._may_repeat(size):
             got = await self._run_new(path, sig)
             if got is None:
@@ -477,12 +515,11 @@ class Core:
                 return None
             for t in list(self._unhashed.get(size, ())):  # a same-size file hashed beside its
                 await asyncio.wait([t])                   # analysis: let it register its key
-            key = f"{sha}:{self.fp}"
+            key = f"{sha}:{fp}"
             if key in self.meta:  # same content again (here or under another name): costs nothing
                 self.store.link(path, key, sig[1] / 1e9, sig[0])
                 return None
-            cfg = self.cfg
-            data = await self._run(key, path, size, cfg.workspace, cfg.path_map, cfg.disabled)
+            data = await self._run(key, path, size, *opts)
         report = relabel(T.decode_report(data), path)
         if report.error is None:
             data_out = data

@@ -1,8 +1,15 @@
 """The LSP front-end: one pygls LanguageServer per client connection, all over one ``Core``.
 
 Only translation between LSP and the core/engine lives here: findings -> Diagnostics on the files
-they point at (push and pull), hot lines -> hover / inlay hints / code lenses, and the custom
-``profd/`` methods. Handlers are coroutines on the loop; analysis runs in the core's executor.
+they point at (pushed to clients that do not pull; pulled with result ids, ``unchanged`` when the
+report is the same, and ``workspace/diagnostic/refresh`` when one lands), hot lines -> hover /
+inlay hints / code lenses per qualified function, the diff against the previous trace of the same
+program -> a hover section and lenses, findings -> code actions (quick fixes from ``quickfix``,
+suppress on this line, open in the annotated trace), editor settings (``workspace/configuration``,
+``didChangeConfiguration``, workspace folders) -> the core's options, and the custom ``profd/``
+methods. The lifecycle follows the spec: -32002 before ``initialize``, -32600 after ``shutdown``,
+``exit`` ends the session. Handlers are coroutines on the loop; analysis runs in the core's
+executor.
 """
 from __future__ import annotations
 
@@ -23,7 +30,11 @@ from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES
+from ...protocol.diff import LineDelta, ReportDiff
+from . import outline, quickfix
 from .core import Core, PathError
+from .placement import UNMAPPED
+from ..engine.diff import diff_reports
 from ..engine.modules import top_modules
 from ..engine.rules.util import plural, size, us
 from ..engine.sourcemap import source_lines
@@ -41,9 +52,33 @@ class RpcError(JsonRpcException):
 
 
 class ProfdProtocol(LanguageServerProtocol):
-    """``exit`` ends this session only (pygls would ``sys.exit`` the whole daemon)."""
+    """The lifecycle as the spec has it: a request before ``initialize`` gets -32002
+    (ServerNotInitialized), one after ``shutdown`` -32600 (InvalidRequest; pygls would never
+    answer it), notifications then are dropped, and ``exit`` ends this session only (pygls would
+    ``sys.exit`` the whole daemon)."""
 
     session: "LspSession"
+    initialize_seen = False
+
+    def handle_message(self, message):
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None)
+        is_request = method is not None and msg_id is not None
+        if method == L.EXIT:
+            return super().handle_message(message)
+        if self._shutdown:
+            if is_request:
+                self._send_response(msg_id, None, L.ResponseError(
+                    code=-32600, message=f"profd: {method} after shutdown: only exit is accepted"))
+            return None
+        if not self.initialize_seen and method is not None:
+            if method != L.INITIALIZE:
+                if is_request:
+                    self._send_response(msg_id, None, L.ResponseError(
+                        code=M.ERR_NOT_INITIALIZED, message=f"profd: {method} before initialize"))
+                return None
+            self.initialize_seen = True
+        return super().handle_message(message)
 
     @lsp_method(L.EXIT)
     def lsp_exit(self, *args):  # type: ignore[override]
@@ -66,7 +101,14 @@ def line_len(path: str, line0: int) -> int:
     return len(lines[line0]) if 0 <= line0 < len(lines) else 0
 
 
-def to_lsp_diag(d: T.Diagnostic, source: str, key: str) -> L.Diagnostic:
+def _line_range(path: str, line1: int) -> L.Range:
+    l0 = max(0, line1 - 1)
+    return L.Range(L.Position(l0, 0), L.Position(l0, line_len(path, l0)))
+
+
+def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnostic:
+    """A finding as an LSP Diagnostic on ``source``; ``sources``: the report's local files (a
+    related location elsewhere points at its file when that is here, else at the trace)."""
     loc = d.location
     on_line = bool(loc.line) and loc.path == source
     if on_line:
@@ -86,21 +128,24 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str) -> L.Diagnostic:
     if d.fix:
         msg += f"\nfix: {d.fix}"
     if not on_line and loc.path and loc.path != source:
-        msg += f"\n(at {loc.trace_path or loc.path})"
+        msg += f"\n(at {loc.trace_path or loc.path}" + (f":{loc.line})" if loc.line else ")")
     rule = RULES.get(d.code)
     related = []
     for r in d.related:
-        if r.path and r.line and os.path.isabs(r.path):
-            related.append(L.DiagnosticRelatedInformation(
-                location=L.Location(uri=from_fs_path(r.path),
-                                    range=L.Range(L.Position(r.line - 1, 0),
-                                                  L.Position(r.line - 1, line_len(r.path, r.line - 1)))),
-                message=r.function or "related"))
+        if not r.line:
+            continue
+        here = r.path in sources and r.path != source or r.path == source
+        target = r.path if here else source
+        where = f"{r.function or 'related'}" + ("" if here else f" at {r.trace_path or r.path}:{r.line}")
+        related.append(L.DiagnosticRelatedInformation(
+            location=L.Location(uri=from_fs_path(target),
+                                range=_line_range(target, r.line) if here else rng),
+            message=where))
     return L.Diagnostic(
         range=rng, message=msg, severity=SEVERITY.get(d.severity, L.DiagnosticSeverity.Information),
         code=d.code, source="profd",
         code_description=L.CodeDescription(href=rule.doc_url) if rule and rule.doc_url else None,
-        related_information=related or None, data={"key": key})
+        related_information=related or None, data={"key": key, "line": loc.line if on_line else None})
 
 
 def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnostic],
@@ -155,6 +200,33 @@ def _modules_hover(out: list[str], trace: str, findings, modules, steps: int) ->
     return "\n".join(out)
 
 
+def before_after_markdown(ld: LineDelta, old_trace: str) -> str:
+    """The hover section: this line against the previous trace of the same program."""
+    old, new = ld.old_cpu_us + ld.old_gpu_us, ld.new_cpu_us + ld.new_gpu_us
+    trend = {"faster": "faster", "slower": "slower", "same": "about the same",
+             "new": "new in this trace", "gone": "gone"}[ld.trend]
+    pct = f", {100 * ld.delta_us / old:+.0f}%" if old > 0 and ld.trend in ("faster", "slower") else ""
+    out = [f"**Before/after** (against `{os.path.basename(old_trace)}`): CPU+GPU per step "
+           f"{us(old)} → {us(new)} ({trend}{pct})"]
+    out.append(f"- CPU {us(ld.old_cpu_us)} → {us(ld.new_cpu_us)}, "
+               f"GPU {us(ld.old_gpu_us)} → {us(ld.new_gpu_us)}")
+    if ld.codes_gone:
+        out.append("- gone: " + ", ".join(f"`{c}`" for c in ld.codes_gone))
+    if ld.codes_new:
+        out.append("- new: " + ", ".join(f"`{c}`" for c in ld.codes_new))
+    return "\n".join(out)
+
+
+def delta_title(ld: LineDelta, old_trace: str) -> str:
+    bits = [f"profd: vs {os.path.basename(old_trace)}: {'+' if ld.delta_us >= 0 else '−'}"
+            f"{us(abs(ld.delta_us))}/step ({ld.trend})"]
+    if ld.codes_gone:
+        bits.append("gone: " + ", ".join(ld.codes_gone))
+    if ld.codes_new:
+        bits.append("new: " + ", ".join(ld.codes_new))
+    return " · ".join(bits)
+
+
 def _get(params: Any, name: str, default=None):
     if isinstance(params, dict):
         return params.get(name, default)
@@ -184,7 +256,108 @@ def _convert(params: Any, typ):
         raise RpcError(-32602, f"profd: invalid params: {e}")
 
 
+# ---- settings -----------------------------------------------------------------------------------
+SETTING_KEYS = ("workspace", "path-map", "select", "ignore", "watch")
+
+
+def parse_settings(raw: Any) -> tuple[dict, list[str]]:
+    """Editor settings (the ``profd`` section; keys as in ``[tool.profd]``) -> (values, problems).
+    A bad value is reported and left out, never applied half."""
+    raw = _plain(raw)
+    if isinstance(raw, dict) and isinstance(raw.get(M.SETTINGS_SECTION), dict):
+        raw = raw[M.SETTINGS_SECTION]  # didChangeConfiguration sends the whole settings object
+    if not isinstance(raw, dict):
+        return {}, []
+    out: dict = {}
+    bad: list[str] = []
+    for k, v in raw.items():
+        if k == "token":
+            continue
+        if k not in SETTING_KEYS:
+            bad.append(f"unknown setting {k!r} (known: {', '.join(SETTING_KEYS)})")
+            continue
+        if k == "watch":
+            if isinstance(v, str) and v:
+                out[k] = os.path.abspath(os.path.expanduser(v))
+            else:
+                bad.append("watch wants a folder")
+            continue
+        vals = [v] if isinstance(v, str) else v
+        if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
+            bad.append(f"{k} wants a list of strings")
+            continue
+        if k == "workspace":
+            out[k] = [os.path.abspath(os.path.expanduser(x)) for x in vals]
+        elif k == "path-map":
+            pairs = []
+            for x in vals:
+                if "=" not in x:
+                    bad.append(f"path-map wants REMOTE=LOCAL, got {x!r}")
+                    break
+                r, loc = x.split("=", 1)
+                pairs.append((r, os.path.abspath(os.path.expanduser(loc))))
+            else:
+                out[k] = pairs
+        else:
+            unknown = [c for c in vals if c != "ALL" and c not in RULES]
+            if unknown:
+                bad.append(f"{k}: unknown rule code(s) {', '.join(unknown)}")
+            else:
+                out[k] = vals
+    return out, bad
+
+
+def disabled_by(select: Optional[list[str]], ignore: Optional[list[str]]) -> set[str]:
+    chosen = set(RULES) if not select or "ALL" in select else set(select)
+    off = set(RULES) if ignore and "ALL" in ignore else set(ignore or ())
+    return (set(RULES) - chosen) | off
+
+
+_DIFFS: dict[tuple[str, str], ReportDiff] = {}  # (old key, new key): keys name content + options
+
+
+def _diff_cached(core: Core, old: str, new: str) -> Optional[ReportDiff]:
+    d = _DIFFS.get((old, new))
+    if d is None:
+        a, b = core.report(old), core.report(new)
+        if a is None or b is None or a.error or b.error:
+            return None
+        d = _DIFFS[(old, new)] = diff_reports(a, b)
+        if len(_DIFFS) > 32:
+            _DIFFS.pop(next(iter(_DIFFS)))
+    return d
+
+
+def line_deltas(core: Core, source: str) -> tuple[Optional[str], list[LineDelta]]:
+    """(previous trace path, its per-line deltas on ``source``) when a newer trace of the same
+    program replaced an older one on this file."""
+    old, new = core.previous_for(source), core.newest_for(source)
+    if old is None or new is None:
+        return None, []
+    d = _diff_cached(core, old, new)
+    if d is None:
+        return None, []
+    return core.meta[old].path, [ld for ld in d.lines if ld.path == source]
+
+
+def _annotate_job(trace: str, out: str, workspace, path_map, disabled) -> str:
+    """In an analysis process: write the annotated copy of ``trace`` to ``out``."""
+    from ..engine.annotate import annotate_file
+    from ..engine.context import Options
+
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    annotate_file(trace, out, Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
+                                      disabled=set(disabled)))
+    return out
+
+
 # ---- a session ----------------------------------------------------------------------------------
+def _cap(obj: Any, *path: str) -> Any:
+    for p in path:
+        obj = getattr(obj, p, None) if obj is not None else None
+    return obj
+
+
 class LspSession:
     def __init__(self, core: Core, token: Optional[str], peer: str = "stdio"):
         self.core = core
@@ -194,15 +367,27 @@ class LspSession:
         self.ready = False
         self.closed = False
         self.published: set[str] = set()
+        self.folders: list[str] = []
+        self.settings: dict = {}
+        self.init_settings: Any = None
         self.on_close = None
+        self._refresh: Optional[asyncio.TimerHandle] = None
         self.ls = build_server(self)
         self.ls.protocol.session = self
 
+    # ---- what the client can do -------------------------------------------------------------
+    @property
+    def caps(self):
+        return self.ls.protocol.client_capabilities
+
     @property
     def can_progress(self) -> bool:
-        caps = self.ls.protocol.client_capabilities
-        win = getattr(caps, "window", None) if caps else None
-        return bool(win and win.work_done_progress)
+        return bool(_cap(self.caps, "window", "work_done_progress"))
+
+    @property
+    def pulls(self) -> bool:
+        """The client asks for diagnostics (textDocument/diagnostic): pushing too shows them twice."""
+        return _cap(self.caps, "text_document", "diagnostic") is not None
 
     def close(self) -> None:
         if self.closed:
@@ -210,6 +395,8 @@ class LspSession:
         self.closed = True
         self.ready = False
         self.core.sessions.discard(self)
+        if self._refresh is not None:
+            self._refresh.cancel()
         try:
             w = self.ls.protocol.writer
             if w is not None:
@@ -219,10 +406,59 @@ class LspSession:
         if self.on_close:
             self.on_close()
 
+    # ---- settings ---------------------------------------------------------------------------
+    def tell(self, kind: L.MessageType, text: str) -> None:
+        if not self.closed:
+            self.ls.window_show_message(L.ShowMessageParams(type=kind, message=text))
+
+    async def load_settings(self) -> None:
+        """Ask the client for the ``profd`` section (when it can answer), then apply it."""
+        raw = self.init_settings
+        if _cap(self.caps, "workspace", "configuration"):
+            try:
+                got = await asyncio.wait_for(self.ls.workspace_configuration_async(
+                    L.ConfigurationParams(items=[L.ConfigurationItem(section=M.SETTINGS_SECTION)])), 10)
+                if got and got[0] is not None:
+                    raw = got[0]
+            except Exception as e:  # a client that cannot answer keeps initializationOptions
+                log.info("profd: workspace/configuration from %s failed: %s", self.peer, e)
+        self.apply_settings(raw)
+
+    def apply_settings(self, raw: Any) -> None:
+        vals, bad = parse_settings(raw)
+        for b in bad:
+            self.tell(L.MessageType.Warning, f"profd: setting ignored: {b}")
+        self.settings = vals
+        self.reconfigure()
+
+    def reconfigure(self) -> None:
+        """The core's options from the daemon's own (command line), the editor's folders and its
+        settings. A shared TCP daemon keeps its own options; it takes the folders only when it was
+        started without a workspace."""
+        core, base, st = self.core, self.core.base, self.settings
+        if core.transport != "stdio":
+            if st:
+                self.tell(L.MessageType.Info, "profd: this is a shared daemon: it keeps the options "
+                                              "it was started with (`profd start ...`)")
+            changed = bool(self.folders) and not base.workspace and \
+                core.configure(workspace=_union(core.cfg.workspace, self.folders))
+        else:
+            ws = _union(st.get("workspace", []), base.workspace, self.folders)
+            pm = list(st.get("path-map", [])) + [p for p in base.path_map]
+            dis = set(base.disabled) | disabled_by(st.get("select"), st.get("ignore"))
+            changed = core.configure(workspace=ws, path_map=pm, disabled=dis,
+                                     watch=st.get("watch", base.watch))
+        if changed:
+            for s in list(core.sessions):
+                s.republish()
+
     # ---- from the core ----------------------------------------------------------------------
     def publish(self, source: str) -> None:
+        if self.pulls:
+            return
         key, diags = self.core.diagnostics_for(source)
-        items = [to_lsp_diag(d, source, key) for d in diags]
+        row = self.core.meta.get(key) if key else None
+        items = [to_lsp_diag(d, source, key, row.sources if row else ()) for d in diags]
         uri = from_fs_path(source)
         if not items and uri not in self.published:
             return
@@ -230,11 +466,44 @@ class LspSession:
         self.ls.text_document_publish_diagnostics(
             L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
 
+    def republish(self) -> None:
+        """After the options changed: every file again (emptied where nothing is left)."""
+        if not self.ready:
+            return
+        for uri in list(self.published):
+            self.publish(_path_of(uri))
+        for source in list(self.core.by_source):
+            if from_fs_path(source) not in self.published:
+                self.publish(source)
+        self.schedule_refresh()
+
+    def schedule_refresh(self) -> None:
+        """Ask the client to pull again (diagnostics, lenses, hints): once per burst of reports."""
+        if self._refresh is not None or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._refresh = loop.call_later(0.05, self._send_refresh)
+
+    def _send_refresh(self) -> None:
+        self._refresh = None
+        if not self.ready:
+            return
+        ws = _cap(self.caps, "workspace")
+        for want, send in ((self.pulls and _cap(ws, "diagnostics", "refresh_support"),
+                            self.ls.workspace_diagnostic_refresh),
+                           (_cap(ws, "code_lens", "refresh_support"), self.ls.workspace_code_lens_refresh),
+                           (_cap(ws, "inlay_hint", "refresh_support"), self.ls.workspace_inlay_hint_refresh)):
+            if want:
+                fut = send(None)
+                if hasattr(fut, "add_done_callback"):
+                    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
     def report_ready(self, key: str, sources: list[str], report: T.Report) -> None:
         if not self.ready:
             return
         for s in sources:
             self.publish(s)
+        self.schedule_refresh()
         self.ls.protocol.notify(M.REPORT_READY, T.to_builtins(M.ReportReady(
             key=key, path=self.core.meta[key].path, error=report.error,
             diagnostics=len(report.diagnostics), sources=sources)))
@@ -252,6 +521,32 @@ class LspSession:
                 token, L.WorkDoneProgressBegin(title=title, cancellable=False)))
         elif token in wdp.tokens:
             wdp.end(token, L.WorkDoneProgressEnd(message="done"))
+
+
+def _union(*lists: list[str]) -> list[str]:
+    out: dict[str, None] = {}
+    for xs in lists:
+        for x in xs:
+            out[os.path.abspath(x)] = None
+    return list(out)
+
+
+def _folders(params: L.InitializeParams) -> list[str]:
+    """The editor's workspace: its folders, else rootUri, else rootPath."""
+    if params.workspace_folders:
+        return [p for p in (to_fs_path(f.uri) for f in params.workspace_folders) if p]
+    if params.root_uri:
+        p = to_fs_path(params.root_uri)
+        return [p] if p else []
+    return [params.root_path] if params.root_path else []
+
+
+def _action(uri: str, fx: quickfix.Fix, diag: L.Diagnostic) -> L.CodeAction:
+    return L.CodeAction(
+        title=fx.title, kind=L.CodeActionKind.QuickFix, diagnostics=[diag], is_preferred=fx.preferred or None,
+        edit=L.WorkspaceEdit(changes={uri: [
+            L.TextEdit(range=L.Range(L.Position(e.line, e.col), L.Position(e.end_line, e.end_col)),
+                       new_text=e.text) for e in fx.edits]}))
 
 
 def _path_of(uri: str) -> str:
@@ -276,31 +571,83 @@ WORKLOAD_TIMEOUT_S = 600.0
 def build_server(session: LspSession) -> LanguageServer:
     core = session.core
     ls = LanguageServer("profd", __version__, protocol_cls=ProfdProtocol,
-                        text_document_sync_kind=L.TextDocumentSyncKind.None_)
+                        text_document_sync_kind=L.TextDocumentSyncKind.Full)
+
+    @ls.feature(L.INITIALIZE)
+    def initialize(ls_: LanguageServer, params: L.InitializeParams):
+        session.folders = _folders(params)
+        opts = params.initialization_options
+        if isinstance(opts, dict):
+            session.init_settings = opts.get("settings", {k: v for k, v in opts.items() if k != "token"})
 
     @ls.feature(L.INITIALIZED)
-    def initialized(ls_: LanguageServer, params: L.InitializedParams):
+    async def initialized(ls_: LanguageServer, params: L.InitializedParams):
         session.ready = True
         core.sessions.add(session)
-        for source in list(core.by_source):
-            session.publish(source)
         ls_.window_log_message(L.LogMessageParams(
             type=L.MessageType.Info,
             message=f"profd {__version__}: {len(core.meta)} reports; watching {core.cfg.watch}"))
+        await session.load_settings()
+        for source in list(core.by_source):
+            session.publish(source)
+        session.schedule_refresh()
+
+    @ls.feature(L.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls_: LanguageServer, params: L.DidChangeConfigurationParams):
+        vals, _ = parse_settings(params.settings)
+        if vals or not _cap(session.caps, "workspace", "configuration"):
+            session.apply_settings(params.settings)
+        else:  # the notification carries nothing usable (often null): ask for the section
+            await session.load_settings()
+
+    @ls.feature(L.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_folders(ls_: LanguageServer, params: L.DidChangeWorkspaceFoldersParams):
+        gone = {to_fs_path(f.uri) for f in params.event.removed}
+        session.folders = [f for f in session.folders if f not in gone] + \
+            [p for p in (to_fs_path(f.uri) for f in params.event.added) if p]
+        session.reconfigure()
 
     @ls.feature(L.SHUTDOWN)
     def shutdown(ls_: LanguageServer, *args):
         session.ready = False
         core.sessions.discard(session)
 
+    def diagnostic_report(source: str, previous: Optional[str]):
+        """(result id, LSP diagnostics or None when ``previous`` is still current) of a file: the
+        result id names the report shown on it (content + options), so unchanged is exact."""
+        key, diags = core.diagnostics_for(source)
+        result_id = key or "none"
+        if previous == result_id:
+            return result_id, None
+        row = core.meta.get(key) if key else None
+        return result_id, [to_lsp_diag(d, source, key, row.sources if row else ()) for d in diags]
+
     @ls.feature(L.TEXT_DOCUMENT_DIAGNOSTIC,
-                L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=False,
+                L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True,
                                     identifier="profd"))
     def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
-        source = _lookup(core, params.text_document.uri)
-        key, diags = core.diagnostics_for(source)
-        return L.RelatedFullDocumentDiagnosticReport(
-            items=[to_lsp_diag(d, source, key) for d in diags], result_id=key)
+        result_id, items = diagnostic_report(_lookup(core, params.text_document.uri),
+                                             params.previous_result_id)
+        if items is None:
+            return L.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+        return L.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
+
+    @ls.feature(L.WORKSPACE_DIAGNOSTIC)
+    def workspace_diagnostics(ls_: LanguageServer, params: L.WorkspaceDiagnosticParams):
+        """Every file profd has findings on, the trace files too (which an editor rarely opens:
+        trace-level findings and the unmapped-source hint live there)."""
+        prev = {p.uri: p.value for p in params.previous_result_ids or ()}
+        out = []
+        for source in list(core.by_source):
+            uri = from_fs_path(source)
+            result_id, items = diagnostic_report(source, prev.get(uri))
+            if items is None:
+                out.append(L.WorkspaceUnchangedDocumentDiagnosticReport(
+                    uri=uri, version=None, result_id=result_id))
+            elif items or uri in prev:
+                out.append(L.WorkspaceFullDocumentDiagnosticReport(
+                    uri=uri, version=None, items=items, result_id=result_id))
+        return L.WorkspaceDiagnosticReport(items=out)
 
     @ls.feature(L.TEXT_DOCUMENT_HOVER)
     def hover(ls_: LanguageServer, params: L.HoverParams):
@@ -310,15 +657,20 @@ def build_server(session: LspSession) -> LanguageServer:
         h = next((x for x in hots if x.line == line), None)
         tree = getattr(core.report(key), "modules", None) if key else None
         mods = top_modules(tree, source, line)
-        if h is None and not mods:
+        old_trace, deltas = line_deltas(core, source)
+        ld = next((d for d in deltas if d.line == line), None)
+        if h is None and not mods and ld is None:
             return None
         _, diags = core.diagnostics_for(source)
         here = [d for d in diags if d.location.line == line and d.location.path == source]
-        text = hover_markdown(h, core.meta[key].path, here, mods, _steps(core, key),
-                              f"{os.path.basename(source)}:{line}")
-        return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value=text),
-                       range=L.Range(L.Position(line - 1, 0),
-                                     L.Position(line - 1, line_len(source, line - 1))))
+        parts = []
+        if h is not None or mods:
+            parts.append(hover_markdown(h, core.meta[key].path, here, mods, _steps(core, key),
+                                        f"{os.path.basename(source)}:{line}"))
+        if ld is not None:
+            parts.append(before_after_markdown(ld, old_trace))
+        return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value="\n\n".join(parts)),
+                       range=_line_range(source, line))
 
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
     def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
@@ -342,30 +694,104 @@ def build_server(session: LspSession) -> LanguageServer:
     def code_lens(ls_: LanguageServer, params: L.CodeLensParams):
         source = _lookup(core, params.text_document.uri)
         key, hots = core.hot_lines_for(source)
-        if not hots:
-            return []
-        funcs: dict[str, list[T.HotLine]] = {}
+        funcs: dict[str, tuple[int, list[T.HotLine]]] = {}
         for h in hots:
-            funcs.setdefault(h.function, []).append(h)
-        lines = source_lines(source)
+            f = outline.function_at(source, h.line)
+            name, l0 = (f.qualname, f.def_line - 1) if f else (h.function, h.line - 1)
+            funcs.setdefault(name, (l0, []))[1].append(h)
         out = []
-        for fn, hs in funcs.items():
+        for name, (l0, hs) in funcs.items():
             gpu = sum(h.gpu_us for h in hs)
             cpu = max(h.cpu_total_us for h in hs)
             launches = sum(h.launches for h in hs)
             if gpu <= 0 and cpu <= 0:
                 continue
-            short = fn.rsplit(".", 1)[-1]
-            l0 = next((i for i, t in enumerate(lines)
-                       if t.lstrip().startswith((f"def {short}(", f"async def {short}("))),
-                      min(h.line for h in hs) - 1)
             n = _steps(core, key)
-            title = (f"profd: per step GPU {us(gpu / n)} · CPU {us(cpu / n)} · {plural(launches / n, 'launch')} "
-                     f"({plural(len(hs), 'hot line')})")
+            title = (f"profd: {name}: per step GPU {us(gpu / n)} · CPU {us(cpu / n)} · "
+                     f"{plural(launches / n, 'launch')} ({plural(len(hs), 'hot line')})")
+            lines = [f"profd: {name} in {os.path.basename(source)}, per step "
+                     f"(trace {os.path.basename(core.meta[key].path)}):"]
+            src_lines = source_lines(source)
+            for h in sorted(hs, key=lambda h: -(h.gpu_us + h.cpu_total_us))[:8]:
+                text = src_lines[h.line - 1].strip() if h.line <= len(src_lines) else ""
+                lines.append(f"  line {h.line}: GPU {us(h.gpu_us / n)}, CPU {us(h.cpu_total_us / n)}, "
+                             f"{plural(h.launches / n, 'launch')}  {text[:60]}")
             out.append(L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
-                                  command=L.Command(title=title, command=M.CMD_ANALYZE,
-                                                    arguments=[core.meta[key].path])))
+                                  command=L.Command(title=title, command=M.CMD_SHOW,
+                                                    arguments=["\n".join(lines)])))
+        old_trace, deltas = line_deltas(core, source)
+        for ld in deltas:
+            if ld.trend == "same" and not ld.codes_gone and not ld.codes_new:
+                continue
+            l0 = ld.line - 1
+            out.append(L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
+                                  command=L.Command(title=delta_title(ld, old_trace), command=M.CMD_SHOW,
+                                                    arguments=[before_after_markdown(ld, old_trace)])))
         return out
+
+    @ls.feature(L.TEXT_DOCUMENT_CODE_ACTION,
+                L.CodeActionOptions(code_action_kinds=[L.CodeActionKind.QuickFix]))
+    def code_action(ls_: LanguageServer, params: L.CodeActionParams):
+        uri = params.text_document.uri
+        source = _lookup(core, uri)
+        key, diags = core.diagnostics_for(source)
+        if key is None:
+            return []
+        row = core.meta[key]
+        lo, hi = params.range.start.line + 1, params.range.end.line + 1
+        doc = ls_.workspace.text_documents.get(uri)
+        text = doc.source if doc is not None else "\n".join(source_lines(source)) + "\n"
+        out: list[L.CodeAction] = []
+        near: list[L.Diagnostic] = []
+        for d in diags:
+            line = d.location.line if d.location.path == source else None
+            if line is None or not lo <= line <= hi or d.code == UNMAPPED:
+                continue
+            ld = to_lsp_diag(d, source, key, row.sources)
+            near.append(ld)
+            for fx in quickfix.fixes(text, d.code, line):
+                out.append(_action(uri, fx, ld))
+            sup = quickfix.suppress(text, d.code, line)
+            if sup is not None:
+                out.append(_action(uri, sup, ld))
+        if out or any(d.location.path == source for d in diags):
+            out.append(L.CodeAction(title=f"Open the annotated trace ({os.path.basename(row.path)})",
+                                    kind=L.CodeActionKind.Empty, diagnostics=near or None,
+                                    command=L.Command(title="profd: open the annotated trace",
+                                                      command=M.CMD_ANNOTATE, arguments=[key])))
+        return out
+
+    @ls.command(M.CMD_SHOW)
+    def cmd_show(ls_: LanguageServer, *args):
+        if len(args) == 1 and isinstance(args[0], list):
+            args = tuple(args[0])
+        text = "\n".join(str(a) for a in args)
+        session.tell(L.MessageType.Info, text)
+        return text
+
+    @ls.command(M.CMD_ANNOTATE)
+    async def cmd_annotate(ls_: LanguageServer, *args):
+        if len(args) == 1 and isinstance(args[0], list):
+            args = tuple(args[0])
+        key = args[0] if args else None
+        if not isinstance(key, str) or key not in core.meta:
+            raise RpcError(-32602, "profd.annotate wants [report key]")
+        row, cfg = core.meta[key], core.cfg
+        name = os.path.basename(row.path).split(".json")[0]
+        out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
+        if not os.path.exists(out):
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    core._pool, _annotate_job, row.path, out, cfg.workspace,
+                    [list(p) for p in cfg.path_map], sorted(cfg.disabled))
+            except Exception as e:
+                raise RpcError(-32603, f"profd: annotating {row.path} failed: {e}")
+        uri = from_fs_path(out)
+        if _cap(session.caps, "window", "show_document", "support"):
+            ls_.window_show_document(L.ShowDocumentParams(uri=uri, external=True))
+        session.tell(L.MessageType.Info, f"profd: annotated trace written to {out} "
+                                         "(open it in https://ui.perfetto.dev or chrome://tracing)")
+        return {"path": out, "uri": uri}
 
     async def _analyze(path: Any, extra: Any = None):
         params = _convert({"path": path, **(extra or {})}, M.AnalyzeParams)

@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS reports (
     report BLOB NOT NULL,
     error TEXT,
     sources TEXT NOT NULL DEFAULT '[]',
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    recorded REAL
 );
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY,
@@ -45,6 +46,12 @@ class Row(NamedTuple):
     error: Optional[str]
     sources: list[str]
     created: float
+    recorded: Optional[float] = None  # when the trace was recorded (epoch s), if it says
+
+    def order(self) -> tuple[float, float]:
+        """Newer traces sort later: by their own recording time (else the file's mtime), then
+        by arrival."""
+        return (self.recorded if self.recorded is not None else self.mtime, self.created)
 
 
 def _private_file(path: str) -> None:
@@ -68,6 +75,9 @@ class Store:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     c.execute(stmt)
+            cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
+            if "recorded" not in cols:  # a store from before recording times were kept
+                c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
         for suffix in ("-wal", "-shm"):  # created by the first write; owner-only too
             if os.path.exists(path + suffix):
                 os.chmod(path + suffix, 0o600)
@@ -97,13 +107,13 @@ class Store:
 
     # ---- writes -----------------------------------------------------------------------------
     def put(self, key: str, path: str, mtime: float, size: int, report: bytes,
-            error: Optional[str], sources: list[str]) -> float:
+            error: Optional[str], sources: list[str], recorded: Optional[float] = None) -> float:
         """Store a report and point its trace path at it, in one transaction. Returns created."""
         now = time.time()
         with self._tx() as c:
             c.execute("INSERT OR REPLACE INTO reports(key, path, mtime, size, report, error, sources,"
-                      " created) VALUES (?,?,?,?,?,?,?,?)",
-                      (key, path, mtime, size, report, error, json.dumps(sources), now))
+                      " created, recorded) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (key, path, mtime, size, report, error, json.dumps(sources), now, recorded))
             c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen) VALUES (?,?,?,?,?)",
                       (path, key, mtime, size, now))
         return now
@@ -123,7 +133,7 @@ class Store:
         return bytes(r[0][0]) if r else None
 
     def row(self, key: str) -> Optional[Row]:
-        r = self._q("SELECT key, path, mtime, size, error, sources, created FROM reports WHERE key=?",
+        r = self._q("SELECT key, path, mtime, size, error, sources, created, recorded FROM reports WHERE key=?",
                     (key,))
         return _row(r[0]) if r else None
 
@@ -138,7 +148,7 @@ class Store:
 
     def rows(self) -> Iterator[Row]:
         """Every report's metadata, oldest first."""
-        for r in self._q("SELECT key, path, mtime, size, error, sources, created FROM reports "
+        for r in self._q("SELECT key, path, mtime, size, error, sources, created, recorded FROM reports "
                          "ORDER BY created, rowid"):
             yield _row(r)
 
@@ -151,4 +161,4 @@ class Store:
 
 
 def _row(r: tuple) -> Row:
-    return Row(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "[]"), r[6])
+    return Row(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "[]"), r[6], r[7])

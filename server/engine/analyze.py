@@ -99,7 +99,7 @@ def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
         cuda_runtime=str(doc.cuda_runtime_version) if doc.cuda_runtime_version is not None else None,
         cupti=str(doc.cupti_version) if doc.cupti_version is not None else None,
         with_stack=m.with_stack, record_shapes=m.record_shapes, profile_memory=m.profile_memory,
-        events=doc.n_events,
+        events=doc.n_events, recorded_us=m.wall_start_us,
         rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
     )
 

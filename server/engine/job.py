@@ -97,12 +97,9 @@ def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None)
 
 
 def _start_us(m: TraceModel) -> float:
-    """Wall-clock start: kineto's event clock plus ``baseTimeNanoseconds`` (its offset to the epoch)."""
-    try:
-        base = float(m.doc.baseTimeNanoseconds or 0) / 1000.0
-    except (TypeError, ValueError):
-        base = 0.0
-    return _r(base + m.t0)
+    """Wall-clock start (µs since the epoch; the event clock alone without an offset)."""
+    w = m.wall_start_us
+    return w if w is not None else _r(m.t0)
 
 
 def _group_key(dist: dict) -> str:

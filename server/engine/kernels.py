@@ -237,26 +237,50 @@ def gemm_fallback(name: str, elem_bytes: int) -> str | None:
     return None
 
 
-def short_name(name: str, limit: int = 80) -> str:
-    """A readable kernel name: templates cut, ``void`` dropped; a generic launcher shows the kernel
-    it wraps (``cutlass_80_simt_sgemm_256x128_8x4_nn_align1``, not ``cutlass::Kernel2<…>``)."""
-    base, targs = parse_name(name)
-    if _WRAPPERS.search(base) and targs:
-        inner = targs.split(",")[0].strip()
-        return inner if len(inner) <= limit else inner[: limit - 1] + "…"
-    n = name[5:] if name.startswith("void ") else name
-    depth, out = 0, []
-    for ch in n:
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+# Words that say nothing about what a kernel computes: C++ scalar types, namespaces and ATen's
+# generic launch wrappers, whose template arguments (the functor, the op) carry its identity.
+_GENERIC = frozenset("""void bool char signed unsigned short int long float double const type std array
+    lambda operator c10 at native detail cuda BFloat16 Half Float8_e4m3fn Float8_e5m2 complex
+    gpu_kernel_impl gpu_kernel_impl_nocast gpu_index_kernel func_wrapper_t ReduceOp OpaqueType
+    TensorListMetadata FusedOptimizerTensorListMetadata BUnaryFunctor AUnaryFunctor binary_internal
+    TensorIteratorBase TensorIterator Scalar ArrayRef AccumulateType enable_if true false ul u""".split())
+
+
+def _collapse(s: str) -> str:
+    out, depth = [], 0
+    for ch in s:
         if ch == "<":
             depth += 1
             if depth == 1:
                 out.append("<…>")
-            continue
-        if ch == ">":
-            depth = max(0, depth - 1)
-            continue
-        if depth == 0:
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
             out.append(ch)
-    s = "".join(out)
-    s = re.sub(r"\(.*\)$", "", s) or n
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    return "".join(out)
+
+
+def short_name(name: str, limit: int = 80) -> str:
+    """A readable kernel name that keeps what tells kernels apart: ``void``, anonymous namespaces
+    and the argument list dropped; a generic launcher shows the kernel it wraps
+    (``cutlass_80_simt_sgemm_256x128_8x4_nn_align1``, not ``cutlass::Kernel2<…>``); other
+    templates show the first argument that names what the kernel computes (ATen's launchers carry
+    the op there: ``vectorized_elementwise_kernel<GeluCUDAKernelImpl…>``, not four identical
+    ``at::native::…``), else short template arguments as they are. An over-long name keeps its
+    head and its tail."""
+    base, targs = parse_name(name)
+    if _WRAPPERS.search(base) and targs:
+        s = targs.split(",")[0].strip()
+    elif targs:
+        tokens = [t for t in _IDENT.findall(targs) if t not in _GENERIC and not t.isdigit()]
+        what = next((t for t in tokens if t[0].islower() or "Functor" in t or "Epilogue" in t
+                     or "functor" in t), tokens[0] if tokens else None)
+        flat = _collapse(targs).replace(" ", "")
+        s = f"{base}<{what}…>" if what else (f"{base}<{flat}>" if len(flat) <= 32 else f"{base}<…>")
+    else:
+        s = base or name
+    if len(s) <= limit:
+        return s
+    head = (limit - 1) * 2 // 3
+    return s[:head] + "…" + s[-(limit - 1 - head):]

@@ -136,6 +136,16 @@ class TraceModel:
 
     # ---- metadata -------------------------------------------------------------------------
     @property
+    def wall_start_us(self) -> Optional[float]:
+        """When the trace was recorded (µs since the epoch): kineto's event clock plus
+        ``baseTimeNanoseconds`` (its offset to the epoch); None when the trace has no offset."""
+        try:
+            base = float(self.doc.baseTimeNanoseconds) / 1000.0
+        except (TypeError, ValueError):
+            return None
+        return round(base + self.t0, 3) if base == base and abs(base) != float("inf") else None
+
+    @property
     def with_stack(self) -> bool:
         return flag(self.doc.with_stack) or bool(self.frames)
 
