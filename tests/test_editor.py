@@ -14,6 +14,7 @@ import asyncio
 import gzip
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -382,6 +383,29 @@ async def test_quick_fixes_edit_the_buffer_to_code_that_compiles(tmp_path):
         for a in acts:
             if getattr(a, "edit", None) and "Ignore" not in a.title:
                 compile(apply_edit(model, a.edit, MODEL_SRC), MODEL_SRC, "exec")
+    finally:
+        await stop(client)
+
+
+async def test_suppress_action_then_save_drops_the_finding(tmp_path):
+    """The action writes the comment the engine reads (engine/suppress.py); saving re-reads."""
+    ws = tmp_path / "src"
+    shutil.copytree(SRC, ws)
+    train = str(ws / "train_tinygpt.py")
+    client = await start(tmp_path, PUSH, workspace=str(ws))
+    try:
+        drop(client.watch, "tinygpt_naive")
+        diags = await await_for(lambda: client.diagnostics.get(uri(train)), 30, "diagnostics")
+        assert any(d.code == "zero-grad-not-none" and d.range.start.line == 67 for d in diags)
+        text = open(train).read()
+        acts = await code_actions(client, train, 67)
+        sup = next(a for a in acts if a.title.startswith("Ignore zero-grad-not-none"))
+        with open(train, "w") as f:
+            f.write(apply_edit(text, sup.edit, train))
+        client.text_document_did_save(L.DidSaveTextDocumentParams(text_document=doc_id(train)))
+        await await_for(lambda: not any(d.code == "zero-grad-not-none"
+                                        for d in client.diagnostics.get(uri(train), [])), 30, "suppressed")
+        assert any(d.code == "host-sync" for d in client.diagnostics[uri(train)])  # the others stay
     finally:
         await stop(client)
 

@@ -607,6 +607,23 @@ def build_server(session: LspSession) -> LanguageServer:
             [p for p in (to_fs_path(f.uri) for f in params.event.added) if p]
         session.reconfigure()
 
+    @ls.feature(L.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls_: LanguageServer, params: L.DidOpenTextDocumentParams):
+        """Push a file's findings again when it is opened: some clients (eglot) drop diagnostics
+        for files that were not open when they arrived."""
+        session.publish(_lookup(core, params.text_document.uri))
+
+    @ls.feature(L.TEXT_DOCUMENT_DID_SAVE)
+    async def did_save(ls_: LanguageServer, params: L.DidSaveTextDocumentParams):
+        """A saved source (a quick fix, a ``# profd: ignore[...]``) re-reads the report on it."""
+        key = core.newest_for(_lookup(core, params.text_document.uri))
+        if key is None or not core.sources_changed(key):
+            return
+        try:
+            await core.analyze(M.AnalyzeParams(path=core.meta[key].path))
+        except PathError as e:
+            log.info("profd: not re-analysing after a save: %s", e)
+
     @ls.feature(L.SHUTDOWN)
     def shutdown(ls_: LanguageServer, *args):
         session.ready = False

@@ -14,7 +14,8 @@ the result still compiles. Positions are 0-based lines and character offsets in 
 - ``unfused-attention``: ``F.scaled_dot_product_attention(q, k, v, attn_mask=..., scale=...)``
   in place of scores -> mask -> softmax -> ``@ v``, with the same mask and scale.
 - every finding: ``# profd: ignore[code]`` at the end of its line (the inline suppression the
-  engine honours; an existing ``# profd: ignore[a]`` becomes ``# profd: ignore[a,code]``).
+  engine honours, ``engine/suppress.py``; an existing ``# profd: ignore[a]`` becomes
+  ``# profd: ignore[a, code]``).
 """
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ import ast
 import re
 from typing import Callable, NamedTuple, Optional
 
+from ..engine.suppress import ALL, codes_on
+
 OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD",
               "Adadelta"}
 FUSED_OK = {"Adam", "AdamW", "SGD", "Adagrad"}  # torch.optim classes with a fused implementation
 CONVS = {"Conv1d", "Conv2d", "Conv3d", "LazyConv1d", "LazyConv2d", "LazyConv3d"}
 NORMS = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
          "LazyBatchNorm2d", "LazyBatchNorm3d"}
-SUPPRESS = re.compile(r"#\s*profd:\s*ignore\[([^\]]*)\]")
+SUPPRESS = re.compile(r"#\s*profd:\s*ignore\[([^\]]*)\]", re.IGNORECASE)  # where to add a code
 
 
 class Edit(NamedTuple):
@@ -354,12 +357,13 @@ def suppress(text: str, code: str, line1: int) -> Optional[Fix]:
     if not 0 < line1 <= len(lines):
         return None
     s = lines[line1 - 1]
+    already = codes_on(s)  # the engine's own reading of the comment
+    if code in already or ALL in already:
+        return None
     m = SUPPRESS.search(s)
     if m:
         codes = [c.strip() for c in m.group(1).split(",") if c.strip()]
-        if code in codes:
-            return None
-        new = f"# profd: ignore[{','.join(codes + [code])}]"
+        new = f"# profd: ignore[{', '.join(codes + [code])}]"
         return Fix(f"Ignore {code} on this line", [Edit(line1 - 1, m.start(), line1 - 1, m.end(), new)])
     end = len(s.rstrip())
     return Fix(f"Ignore {code} on this line (# profd: ignore[{code}])",
