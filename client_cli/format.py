@@ -120,12 +120,7 @@ def _summary_line(r: T.Report, show_hints: bool = False) -> str:
     busy = f"GPU busy {s.gpu_busy_pct:.1f}% of the active window" if s.gpu_busy_pct is not None else "no GPU events"
     steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if n > 8 else "")
     spark = sparkline([st.gpu_busy_us / st.dur_us if st.dur_us else 0 for st in s.steps])
-    counts = {}
-    for d in r.diagnostics:
-        if d.severity != "hint" or show_hints:
-            counts[d.severity] = counts.get(d.severity, 0) + 1
-    found = ", ".join(plural(counts[k], k if k != "information" else "note")
-                      for k in ("error", "warning", "information", "hint") if k in counts) or "no findings"
+    found = severity_counts(d.severity for d in r.diagnostics if d.severity != "hint" or show_hints)
     sup = sum((r.suppressed or {}).values())
     found += f" ({sup} suppressed inline)" if sup else ""
     timing = (f"per step CPU total {us(s.cpu_total_us / per)} vs CUDA total {us(s.cuda_total_us / per)}"
@@ -147,6 +142,15 @@ def _bound(steps: list[T.Step]) -> str:
     work = sum(st.gpu_work_us for st in gpu) / len(gpu)
     ahead = f", while the CPU queues it in {cpu / 1000:.2f} ms" if cpu < work else ""
     return f"; GPU-bound: its work takes {work / 1000:.2f} ms/step{ahead}"
+
+
+def severity_counts(severities: Iterable[str]) -> str:
+    """``11 warnings, 6 information, 1 hint`` (most severe first), or ``no findings``."""
+    counts: dict[str, int] = {}
+    for s in severities:
+        counts[s] = counts.get(s, 0) + 1
+    return ", ".join(plural(counts[k], k, "information" if k == "information" else None)
+                     for k in ("error", "warning", "information", "hint") if k in counts) or "no findings"
 
 
 def sparkline(fractions: list[float]) -> str:
@@ -423,11 +427,7 @@ def reports_text(rows: list[dict]) -> str:
             what = r.get("error") or "not loaded"
         else:
             verdict = (rep.get("summary") or {}).get("verdict", "no summary")
-            counts: dict[str, int] = {}
-            for d in rep.get("diagnostics", []):
-                counts[d["severity"]] = counts.get(d["severity"], 0) + 1
-            found = ", ".join(plural(counts[k], k if k != "information" else "note")
-                              for k in ("error", "warning", "information", "hint") if k in counts)
-            what = f"{verdict}; {found or 'no findings'}; {plural(len(r.get('sources', [])), 'source file')}"
+            found = severity_counts(d["severity"] for d in rep.get("diagnostics", []))
+            what = f"{verdict}; {found}; {plural(len(r.get('sources', [])), 'source file')}"
         out.append(f"{mark} {r['key'][:12]}  {_rel(r['path'])}  {what}")
     return "\n".join(out) + "\n"

@@ -347,6 +347,11 @@ def test_rule_prints_the_page_and_unknown_codes_get_the_nearest():
 
     listed = [l.split()[0] for l in cli("rule", "--all").stdout.splitlines()]
     assert listed == list(RULES)
+    from profd.server.engine.rules import thresholds
+
+    page = cli("rule", "launch-storm").stdout  # the thresholds a team may set, with their defaults
+    for name, default in thresholds()["launch-storm"].items():
+        assert f"  {name} = {default:g}  (default)" in page
     js = json.loads(cli("rule", "launch-storm", "--format", "json").stdout)
     assert js["code"] == "launch-storm" and js["traces"] and "How to fix" in js["sections"]
 

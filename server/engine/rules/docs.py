@@ -64,9 +64,19 @@ class RuleDoc:
                 continue
             out += [f"{h}# {head}", ""]
             out += (["```python", body, "```"] if head == "Example" else [body]) + [""]
+        knobs = self.settable()
+        if knobs:
+            out += [f"{h}# Settable thresholds", "", f"Under `[tool.profd.rules.{self.code}]` in `pyproject.toml`:", ""]
+            out += [f"- `{k} = {v:g}` (the default)" for k, v in knobs.items()] + [""]
         out += [f"Suppress one finding with `# profd: ignore[{self.code}]` on its line; turn the rule off "
                 f"with `--ignore {self.code}` or `ignore = [\"{self.code}\"]` under `[tool.profd]`.", ""]
         return "\n".join(out).rstrip() + "\n"
+
+    def settable(self) -> dict[str, float]:
+        """The thresholds a team may set for this rule, with their defaults."""
+        from . import thresholds
+
+        return dict(thresholds().get(self.code, {}))
 
     def text(self) -> str:
         """The page at a terminal (``profd-client rule CODE``)."""
@@ -75,6 +85,10 @@ class RuleDoc:
             body = self.sections.get(head)
             if body:
                 out += [head, _indent(body, 6 if head == "Example" else 2), ""]
+        knobs = self.settable()
+        if knobs:
+            out += [f"Settable thresholds ([tool.profd.rules.{self.code}] in pyproject.toml)",
+                    *(f"  {k} = {v:g}  (default)" for k, v in knobs.items()), ""]
         out += [f"Suppress one finding: `# profd: ignore[{self.code}]` on its line. Turn it off: "
                 f"--ignore {self.code}.", f"Docs: {RULES[self.code].doc_url}"]
         return "\n".join(out) + "\n"
@@ -82,6 +96,7 @@ class RuleDoc:
     def as_dict(self) -> dict:
         return {"code": self.code, "title": self.title, "severity": self.severity, "family": self.family,
                 "what": self.what, "sections": dict(self.sections), "traces": self.traces,
+                "thresholds": self.settable(),
                 "docUrl": RULES[self.code].doc_url}
 
 
