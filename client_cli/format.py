@@ -69,6 +69,9 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
             if loc.column > 1 or end:
                 width = max(1, (end or len(src.rstrip()) + 1) - loc.column)
                 lines.append(f"       | {' ' * (loc.column - 1)}{'^' * width}")
+    if d.impact_us_per_step is not None:
+        lines.append(f"       = impact: a fix gives back ~{us(d.impact_us_per_step)} per step "
+                     f"({d.impact_pct:.1f}% of the step)")
     if d.fix:
         lines.append(f"       = help: {d.fix}")
     for rel in d.related:
@@ -293,7 +296,9 @@ def sarif(reports: Iterable[T.Report], jobs=()) -> dict:
                 "message": {"text": d.message + (f" Fix: {d.fix}" if d.fix else "")},
                 "locations": [{"physicalLocation": phys}],
                 "partialFingerprints": {"profdFinding/v1": _fingerprint(d, root, seen)},
-                "properties": {"evidence": camel_evidence(d.evidence), "precision": loc.precision, **props}}
+                "properties": {"evidence": camel_evidence(d.evidence), "precision": loc.precision,
+                               **({"impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct}
+                                  if d.impact_us_per_step is not None else {}), **props}}
 
     for r in reports:
         if r.error:

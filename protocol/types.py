@@ -43,6 +43,10 @@ class Diagnostic(Struct):
     evidence: dict[str, Any] = {}
     fix: Optional[str] = None
     related: list[Location] = []
+    # What a fix gives back (engine/impact.py): µs per step and its share of the step (%); None
+    # for a finding with no time cost (memory, summaries, the profiler's own time).
+    impact_us_per_step: Optional[float] = None
+    impact_pct: Optional[float] = None
 
 
 class KernelStat(Struct):

@@ -61,7 +61,7 @@ def test_it_installs_in_a_fresh_venv_without_a_compiler(wheel, tmp_path):
         == f"profd {__version__}"
     a = subprocess.run([str(client), "analyze", "--isolated", trace("tinygpt_naive")], capture_output=True,
                        text=True, env=env, cwd=str(tmp_path), timeout=120)
-    assert a.returncode == 1 and "warning[host-sync]" in a.stdout, a.stderr
+    assert a.returncode == 1 and "[host-sync]" in a.stdout, a.stderr
     page = subprocess.run([str(client), "rule", "host-sync"], capture_output=True, text=True, env=env)
     link = next(l for l in page.stdout.splitlines() if l.startswith("Docs: "))[len("Docs: file://"):]
     docs = urllib.parse.unquote(link.split("#")[0])

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
-from . import kernels, loader, modules, suppress
+from . import impact, kernels, loader, modules, suppress
 from .analyses import Analysis, analyse, verdict
 from .context import Context, Options
 from .loader import _scan, column, scanned
@@ -71,20 +71,14 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
             diagnostics.extend(check(ctx))
         except Exception:  # one broken rule must not take the report down
             log.exception("rule %s failed on %s", code, info.path)
+    impact.assign(ctx, diagnostics)
     diagnostics, suppressed = suppress.apply(diagnostics)
-    diagnostics.sort(key=_diag_order)
+    diagnostics.sort(key=impact.order)
     ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
     if options.library_lines:  # off by default: the user's own lines first
         ranked += modules.library_lines(tree, diagnostics)
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
                   modules=tree, profd_version=__version__, suppressed=suppressed)
-
-
-_SEV = {"error": 0, "warning": 1, "information": 2, "hint": 3}
-
-
-def _diag_order(d: Diagnostic):
-    return (_SEV.get(d.severity, 9), d.location.path or "", d.location.line or 0, d.code)
 
 
 def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:

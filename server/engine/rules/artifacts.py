@@ -1,16 +1,10 @@
 """Time that belongs to the profiler, not the program: ``profiler-artifact``."""
 from __future__ import annotations
 
-from ..analyses import covered, verdict
+from ..analyses import INFLATION, covered, profiler_inflation, verdict
 from . import rule
 from .util import median, pct, plural, r3, us
 
-# Measured on H200 (MANIFEST): a tuned TinyGPT step takes 11.9-12.9 ms unprofiled and, under the
-# profiler, 19-26 ms (CPU+CUDA activities), 23-29 ms (+record_shapes), 24-34 ms (+with_stack),
-# 30-31 ms (+profile_memory). The factors below are the low ends of those ratios, so the
-# message says "at least".
-INFLATION = [("record_shapes", 1.9), ("with_stack", 2.0), ("profile_memory", 2.4)]
-BASE_INFLATION = 1.5
 LANE_OFFSET_MIN_US = 100.0
 
 
@@ -89,10 +83,9 @@ def profiler_artifact(ctx):
 
 
 def cpu_inflation(m) -> tuple[float, list]:
-    """How much slower the profiler's options made the CPU side at least (the MANIFEST's factors),
-    and the (option, factor) pairs that are on."""
-    on = [(n, f) for n, f in INFLATION if getattr(m, n)]
-    return max([f for _, f in on], default=BASE_INFLATION), on
+    """How much slower the profiler's options made the CPU side at least (the MANIFEST's factors,
+    ``analyses.INFLATION``), and the (option, factor) pairs that are on."""
+    return profiler_inflation(m), [(n, f) for n, f in INFLATION if getattr(m, n)]
 
 
 def _usual_lead_in(m) -> float:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ....protocol.catalog import RULES
+from ..impact import ERROR_SHARE, WARNING_SHARE
 from . import load_all
 
 SECTIONS = {  # docstring label -> heading on the page
@@ -155,7 +156,20 @@ def render() -> str:
            "how to fix it, when to ignore it, its evidence and threshold (and why that value), and a shipped",
            "trace that shows it. `profd-client rule CODE` prints the same page. Codes are stable; the LSP",
            "`codeDescription` and SARIF `helpUri` link here.", "",
-           "| code | severity | family | fires when |", "|---|---|---|---|"]
+           "## Impact and severity", "",
+           "Every finding with a time cost carries its impact (`impactUsPerStep`, `impactPct`): the time",
+           "per step a fix would give back and its share of the step, from the rule's evidence and the",
+           "step's CPU and GPU time (a saving counts only where it shortens the longer of the two; the",
+           "CPU side is the unprofiled estimate). Findings are sorted by it, and it sets the severity:",
+           "",
+           "| a fix gives back | severity |", "|---|---|",
+           f"| {100 * ERROR_SHARE:.0f}% of the step or more | error |",
+           f"| {100 * WARNING_SHARE:.0f}% to {100 * ERROR_SHARE:.0f}% | warning |",
+           f"| less than {100 * WARNING_SHARE:.0f}% | information |", "",
+           "A finding with no time cost (memory, the verdict and its summaries, the profiler's own time)",
+           "keeps the default severity below, so `--fail-on error` fails on the problems that cost a",
+           "tenth of the step or more. `server/engine/impact.py` says how each rule's saving is counted.", "",
+           "| code | default severity | family | fires when |", "|---|---|---|---|"]
     for code, info in RULES.items():
         out.append(f"| [`{code}`](#{code}) | {info.severity} | {info.family} | {info.title} |")
     out.append("")

@@ -2,12 +2,10 @@
 from user code by reading a GPU value on the host)."""
 from __future__ import annotations
 
-from ..analyses import covered
+from ..analyses import SYNC_CALLS, covered  # SYNC_CALLS: other families import it from here
 from . import rule
 from .util import pct, plural, r3, us
 
-SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}
 # aten ops that read a device value on the host, and what the user wrote to cause them.
 HOST_READ_OPS = {
     "aten::item": ".item() / float(t) / int(t)",

@@ -1,0 +1,91 @@
+"""Impact on every finding (issue 15): what a fix gives back per step, findings sorted by it, and
+severity from it (engine/impact.py), on the shipped real traces."""
+import glob
+import os
+
+import pytest
+
+from profd.protocol.catalog import RULES
+from profd.server.engine import Options, loader
+from profd.server.engine.analyses import analyse
+from profd.server.engine.context import Context
+from profd.server.engine.impact import SAVES, given_back, order, severity_for
+from profd.server.engine.model import build
+
+from conftest import EXAMPLES, SRC, report_of
+
+REC = os.path.join(EXAMPLES, "recorded")
+WORKSPACE = (SRC, os.path.join(REC, "src"), os.path.join(os.path.dirname(EXAMPLES), "server", "workloads"))
+
+
+def rep(name):
+    return report_of(name, workspace=WORKSPACE)
+
+
+def one(name, code):
+    (d,) = [d for d in rep(name).diagnostics if d.code == code]
+    return d
+
+
+def _shipped():
+    return sorted(os.path.basename(p).split(".")[0] for p in
+                  glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+
+
+@pytest.mark.parametrize("name", _shipped())
+def test_every_finding_with_a_time_cost_has_its_impact_and_the_severity_it_earns(name):
+    ds = rep(name).diagnostics
+    for d in ds:
+        if d.code in SAVES:
+            assert d.impact_us_per_step is not None and d.impact_us_per_step >= 0, d
+            assert 0 <= d.impact_pct <= 100.0
+            assert d.severity == severity_for(d.impact_pct / 100), d
+        else:
+            assert d.impact_us_per_step is None and d.impact_pct is None
+    assert ds == sorted(ds, key=order)  # biggest impact first, then the findings with no time cost
+    with_impact = [d.impact_us_per_step for d in ds if d.impact_us_per_step is not None]
+    assert with_impact == sorted(with_impact, reverse=True)
+
+
+def test_the_biggest_problem_is_an_error_and_comes_first():
+    """tinygpt_naive's single-tensor AdamW: 20 ms of CPU a step in a CPU-bound step."""
+    ds = rep("tinygpt_naive").diagnostics
+    assert (ds[0].code, ds[0].severity) == ("optimizer-foreach-off", "error")
+    assert ds[0].impact_pct >= 10
+
+
+def test_a_gpu_saving_counts_only_where_the_gpu_bounds_the_step():
+    # fp32 GEMMs holding a GPU-bound step (8192² fp32): TF32 gives back most of it
+    big = one("matmul-bias_n8192_float32_eager", "fp32-matmul")
+    assert big.severity == "error" and big.impact_pct > 50
+    # fp32 GEMMs in a step the DataLoader bounds: faster GEMMs give back nothing
+    small = one("dataloader_w0", "fp32-matmul")
+    assert small.severity == "information" and small.impact_us_per_step == 0
+
+
+def test_a_sync_that_drains_a_busy_gpu_gives_back_nothing():
+    busy = one("sync_wait_busy", "sync-wait")  # 2.76 ms blocked per step, the GPU 97% busy meanwhile
+    idle = one("sync_wait_idle", "sync-wait")  # 103 µs blocked per step on an idle GPU
+    assert busy.evidence["blocked_us_per_step"] > 20 * idle.evidence["blocked_us_per_step"]
+    assert busy.impact_us_per_step < 0.1 * busy.evidence["blocked_us_per_step"]
+    assert busy.severity == "information"
+    assert idle.impact_us_per_step == pytest.approx(idle.evidence["blocked_us_per_step"], rel=0.01)
+    assert idle.severity in ("warning", "error")
+
+
+def test_findings_without_a_time_cost_keep_the_catalog_severity():
+    for code in ("memory-peak", "memory-growth"):
+        d = one("memory_growth_grow", code)
+        assert d.impact_us_per_step is None and d.severity == RULES[code].severity
+
+
+def test_given_back_is_bounded_by_the_step():
+    doc, _, _ = loader.load(os.path.join(REC, "sync_wait_none.json.gz"))
+    m = build(doc)
+    ctx = Context(m, analyse(m), "t", Options())
+    assert given_back(ctx, 0.0, 0.0)[0] == 0.0
+    saved, step = given_back(ctx, 1e9, 1e9)
+    assert saved == pytest.approx(step)  # removing everything gives back the whole step, no more
+    # GPU-bound steps (the CPU only queues the GEMMs): CPU savings give back nothing
+    assert given_back(ctx, 500.0, 0.0)[0] == 0.0
+    assert given_back(ctx, 0.0, 500.0)[0] == pytest.approx(500.0)
