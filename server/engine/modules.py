@@ -625,8 +625,9 @@ class Place:
     share: float  # of the work's weight, 0..1
 
     def __str__(self) -> str:
-        parts = ([f"{self.instances} instances"] if self.instances > 1 else []) + [f"{100 * self.share:.0f}%"]
-        return f"`{self.name}` ({', '.join(parts)})"
+        parts = ([f"{self.instances} instances"] if self.instances > 1 else []) + \
+            ([f"{100 * self.share:.0f}%"] if self.share < 0.995 else [])
+        return f"`{self.name}`" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def describe(idx: ModuleIndex, weighted: Iterable[tuple[int, float]]) -> Optional[Place]:

@@ -154,17 +154,19 @@ def unfused_attention(ctx):
         size = (f"the {'x'.join(map(str, sc['shape']))} scores ({mib(sc['bytes'])}) written to memory and "
                 f"read back by every op between them" if sc else "the scores materialised between them "
                 "(no record_shapes: their size is unknown)")
+        where = ctx.modules_where([(x["qk"], 1.0) for x in cs])  # a library model's attention module
         yield ctx.diag(
             "unfused-attention",
-            f"attention written out: {m.cpu[c['qk']].name} -> {m.cpu[c['softmax']].name} -> "
-            f"{m.cpu[c['pv']].name} ({len(cs) / n:.0f} per step), {size}; the chain's GPU time is "
+            f"attention written out" + (f" in {where}" if where else "") + f": {m.cpu[c['qk']].name} -> "
+            f"{m.cpu[c['softmax']].name} -> {m.cpu[c['pv']].name} ({len(cs) / n:.0f} per step), {size}; "
+            f"the chain's GPU time is "
             f"{us((gemm + other) / n)} per step, {us(other / n)} of it outside its GEMMs "
             f"({pct(100 * share)} of the step), which a fused kernel does not spend",
             ctx.location(c["qk"]),
             evidence={"chains_per_step": r3(len(cs) / n), "gemm_us_per_step": r3(gemm / n),
                       "other_us_per_step": r3(other / n), "step_share": r3(share),
                       "scores_shape": sc["shape"] if sc else None, "scores_bytes": sc["bytes"] if sc else None,
-                      "ops": [m.cpu[j].name for j in c["ops"]]},
+                      "ops": [m.cpu[j].name for j in c["ops"]], "module": where.name if where else None},
             fix="call torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...) "
                 "(Hugging Face: attn_implementation='sdpa'): one fused kernel, no scores in memory",
             related=[ctx.location(c["softmax"]), ctx.location(c["pv"])],
