@@ -185,3 +185,80 @@ def test_library_lines_are_off_by_default_and_on_the_installed_source_when_asked
     (d_off,) = [d for d in off.diagnostics if d.code == "conv-bias-before-bn"]
     assert not any(r.library for r in d_off.related)
 
+
+# ---- Hugging Face and torchvision models (examples/corpus: recorded on an H200, library code) ----
+CORPUS = os.path.join(ROOT, "examples", "corpus")
+
+
+def corpus_report(name: str):
+    key = ("corpus", name)
+    from conftest import _cache
+
+    if key not in _cache:
+        _cache[key] = analyze_file(os.path.join(CORPUS, "traces", name + ".json.gz"),
+                                   Options(workspace=[os.path.join(CORPUS, "src")], library_roots=[]))
+    return _cache[key]
+
+
+def check_sums(tree) -> None:
+    for nd in tree.nodes:
+        kids = sum(tree.nodes[c].gpu_us for c in nd.children)
+        assert abs(nd.gpu_us - nd.gpu_self_us - kids) < 0.01 * (1 + len(nd.children))
+        assert abs(nd.gpu_us - nd.gpu_forward_us - nd.gpu_backward_us) < 0.01
+
+
+def test_hf_gpt2_training_tree_names_every_block_forward_and_backward():
+    r = corpus_report("gpt2_train_modules")  # GPT2LMHeadModel, 4 layers, bf16 autocast, AdamW
+    tree = r.modules
+    check_sums(tree)
+    by = nodes_by_path(tree)
+    root = tree.nodes[tree.roots[0]]
+    assert root.path == "GPT2LMHeadModel" and by["GPT2LMHeadModel.GPT2Model"].parent == root.id
+    # transformers is not installed here: named by class and position, every block there
+    blocks = [by[f"GPT2LMHeadModel.GPT2Model.GPT2Block[{k}]"] for k in range(4)]
+    for b in blocks:
+        assert b.calls == tree.steps and b.gpu_forward_us > 0 and b.gpu_backward_us > b.gpu_forward_us
+        assert {tree.nodes[c].class_name for c in b.children} >= {"GPT2Attention", "GPT2MLP", "LayerNorm"}
+    fwd, bwd = independent_module_gpu(os.path.join(CORPUS, "traces", "gpt2_train_modules.json.gz"),
+                                      "GPT2LMHeadModel")
+    assert abs(root.gpu_forward_us - fwd) < 0.01 and abs(root.gpu_backward_us - bwd) < 0.01
+    (g,) = [g for g in tree.groups if g.class_name == "GPT2Block"]
+    assert g.members == [b.id for b in blocks] and not g.outliers  # the same layer four times
+    # the line that calls the library model holds all of it; its hover lists the blocks
+    site = root.call_site
+    assert "model(" in open(site.path).read().splitlines()[site.line - 1]
+    (h,) = [h for h in r.hot_lines if h.path == site.path and h.line == site.line]
+    assert h.gpu_us >= root.gpu_us - 0.01
+    top = top_modules(tree, site.path, site.line, limit=8)
+    assert top[0] is root and by["GPT2LMHeadModel.GPT2Model"] in top
+
+
+def test_hf_gpt2_inference_has_no_backward():
+    tree = corpus_report("gpt2_infer_modules").modules
+    check_sums(tree)
+    blocks = [nd for nd in tree.nodes if nd.class_name == "GPT2Block"]
+    assert len(blocks) == 4 and all(b.gpu_forward_us > 0 for b in blocks)
+    assert all(nd.gpu_backward_us == 0 and nd.cpu_backward_us == 0 for nd in tree.nodes)
+
+
+def test_torchvision_resnet_stages_are_not_peers_and_every_block_is_named():
+    tree = corpus_report("resnet18_train").modules
+    check_sums(tree)
+    by = nodes_by_path(tree)
+    stages = [by[f"ResNet.Sequential[{k}]"] for k in range(4)]
+    for s in stages:
+        assert [tree.nodes[c].class_name for c in s.children] == ["BasicBlock"] * 2
+        assert s.gpu_forward_us > 0 and s.gpu_backward_us > 0
+    # the four stages share a class and a structure but not their shapes: no stage, block or
+    # submodule is out of line with the others
+    assert all(not g.outliers for g in tree.groups) and not any(nd.outlier for nd in tree.nodes)
+    root = tree.nodes[tree.roots[0]]
+    fwd, bwd = independent_module_gpu(os.path.join(CORPUS, "traces", "resnet18_train.json.gz"), "ResNet")
+    assert abs(root.gpu_forward_us - fwd) < 0.01 and abs(root.gpu_backward_us - bwd) < 0.01
+
+
+def test_activation_checkpointing_reruns_count_as_calls_of_the_module():
+    tree = corpus_report("act_checkpoint").modules  # torch.utils.checkpoint around each block
+    assert len(tree.roots) == 1  # the reruns inside backward are no separate trees
+    blocks = [tree.nodes[c] for c in tree.nodes[tree.roots[0]].children if tree.nodes[c].class_name == "Sequential"]
+    assert len(blocks) == 8 and all(b.calls == 2 * tree.steps for b in blocks)  # forward + rerun
