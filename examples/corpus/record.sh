@@ -69,6 +69,7 @@ rec timm_resnet50        60 timm_train.py --model resnet50
 rec serve_decode_batch   60 serve_batching.py
 rec gpt2_train_scaler    60 gpt2_train.py --mode scaler
 rec cold_start           40 cold_start.py
+rec hf_gpt2_compiled     120 hf_compile.py
 rec gemm_fp32             40 gemm_precision.py --kind fp32
 rec gemm_tf32             40 gemm_precision.py --kind tf32
 rec gemm_fp8              40 gemm_precision.py --kind fp8
