@@ -20,7 +20,7 @@ class RankStep(Struct):
 
     number: int
     dur_us: float  # ProfilerStep wall time on the CPU
-    cpu_own_us: float  # dur minus blocking synchronisations on the step's thread
+    cpu_own_us: float  # dur minus blocking synchronisations and CPU-collective waits on the step's thread
     compute_us: float  # GPU busy in non-communication work launched by the step (union of streams)
     comm_us: float  # GPU time in collectives launched by the step (union of streams)
     exposed_comm_us: float  # the part of comm_us with no compute running anywhere on the GPU

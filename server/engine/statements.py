@@ -196,7 +196,11 @@ def _function_sites(tree: Optional[ast.AST], line: int, lines: tuple[str, ...] =
         return [], False
     func, is_def = _function_at(tree, line)
     col = _SiteCollector(_profiler_names(func), lines)
-    for stmt in getattr(func, "body", []):
+    body = getattr(func, "body", [])
+    if isinstance(func, ast.Lambda):  # one expression, on the lambda's line
+        col.stmt_line = func.lineno
+        body = [body]
+    for stmt in body:
         col.visit(stmt)
     sites = col.sites
     if sites and not is_def:
@@ -225,11 +229,13 @@ def _is_profile_call(node) -> bool:
 
 
 def _function_at(tree: ast.AST, line: int):
-    """(function node, is_def_line): the def starting at ``line``, else the innermost def containing it."""
+    """(function node, is_def_line): the def (or lambda) starting at ``line``, else the innermost def
+    containing it. A lambda is a function of its own: its frame ``file(LINE): <lambda>`` names its
+    line, not the def around it."""
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
             if first <= line <= (node.end_lineno or node.lineno) and line in (node.lineno, first):
                 return node, True
             if node.lineno <= line <= (node.end_lineno or node.lineno):

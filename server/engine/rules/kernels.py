@@ -357,7 +357,8 @@ def launch_storm(ctx):
     kernel's median duration below the median launch call's. Counting per innermost Python call
     keeps a model of 48 layers out (each layer's forward launches its kernel once); requiring
     kernels shorter than their launch keeps loops over large work, which keep the GPU fed, out.
-    Backward launches come from the autograd engine, not a Python loop, and are not counted.
+    Backward launches come from the autograd engine, not a Python loop, and are not counted;
+    neither are the kernels of a CUDA graph replay, which one ``cudaGraphLaunch`` call launches.
 
     Why it costs time: each launch costs several microseconds of CPU time while the kernel runs for
     less; a Python loop of tiny kernels keeps the GPU waiting on the CPU.
@@ -392,7 +393,8 @@ def launch_storm(ctx):
     for k, groups in per.items():
         storm: dict = {}
         for (name, _, _), runs in groups.items():
-            if len(runs) >= least:
+            # launch calls, not kernels: one cudaGraphLaunch replays a whole graph of kernels
+            if len({li for _, _, li in runs}) >= least:
                 storm.setdefault(name, []).extend(runs)
         storm = {n: r for n, r in storm.items()
                  if median(x[0] for x in r) < median(x[1] for x in r)}
