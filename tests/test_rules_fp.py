@@ -156,3 +156,143 @@ def test_a_rank_that_is_late_while_doing_less_is_no_straggler():
     r1 = next(r for r in j.ranks if r.rank == 1)
     assert r1.last_arrivals >= 0.75 * j.collectives_matched
     assert j.straggler is None and not j.diagnostics
+
+
+# ---- on the corpus (examples/corpus/traces, recorded on an H200: examples/corpus/README.md) ----
+
+CORPUS = os.path.join(ROOT, "examples", "corpus")
+
+
+def corpus(name):
+    key = ("corpus", name)
+    if key not in _cache:
+        _cache[key] = analyze_file(os.path.join(CORPUS, "traces", name + ".json.gz"),
+                                   Options(workspace=[os.path.join(CORPUS, "src")]))
+    return _cache[key]
+
+
+def corpus_job(name):
+    from profd.server.engine import job
+
+    key = ("job", name)
+    if key not in _cache:
+        _cache[key] = job.reduce_job([job.summarize_rank(os.path.join(CORPUS, "traces", f"{name}_rank{r}.json.gz"))
+                                      for r in (0, 1)])
+    return _cache[key]
+
+
+def test_misaligned_dims_as_the_kernel_sees_them():
+    # decode GEMMs [1, 1, 768] x [768, N]: M = 1 is a matrix-vector product, not a misaligned GEMM
+    assert not diags(corpus("gpt2_generate"), "misaligned-dims")
+    assert not diags(corpus("serve_decode_batch"), "misaligned-dims")
+    # a linear on [16, 559, 1024]: its leading dims fold to M = 8944, a multiple of 8 (nvjet kernels)
+    assert not diags(corpus("linear_m8944_aligned"), "misaligned-dims")
+    assert not diags(corpus("timm_vit_small"), "misaligned-dims")  # M = 32 * 197 = 6304
+    # the twin with K 1023 and N 4095: a cutlass align1 fallback
+    (d,) = diags(corpus("linear_m8944_odd"), "misaligned-dims")
+    assert (d.evidence["m"], d.evidence["k"], d.evidence["n"]) == (8944, 1023, 4095)
+    assert d.evidence["misaligned"] == [1023, 4095] and "align1" in d.evidence["fallback"]
+
+
+def test_fp32_matmul_silent_on_fp8_and_tf32_tensor_cores():
+    assert diags(corpus("gemm_fp32"), "fp32-matmul")
+    assert not diags(corpus("gemm_tf32"), "fp32-matmul")
+    assert not diags(corpus("gemm_fp8"), "fp32-matmul")  # torch._scaled_mm on float8_e4m3fn
+
+
+def test_fp32_matmul_in_a_lambda_lands_on_the_lambda():
+    # gemm = lambda: x @ w (line 25), called at line 29 of main(): the lambda's frame names line 25
+    (d,) = diags(corpus("gemm_fp32"), "fp32-matmul")
+    assert d.location.path.endswith("gemm_precision.py") and d.location.line == 25
+
+
+def test_jitter_is_one_kernel_on_one_problem():
+    from profd.server.engine import loader, model
+    from profd.server.engine.rules.util import quantile
+
+    # V100, no shapes, no stack (a peer project's trace): volta_sgemm_32x128_tt runs 15 times a step
+    # on problems of ~400 µs and ~48 µs; across them p50 49 µs, p90 419 µs; each steady on its own
+    path = os.path.join(ROOT, "examples", "peer", "hta", "df_index_resolver", "df_index_resolver.json.gz")
+    doc, _, _ = loader.load(path)
+    m = model.build(doc)
+    ds = [e.dur for e in m.gpu if e.name == "volta_sgemm_32x128_tt"]
+    assert quantile(ds, 0.9) > 5 * quantile(ds, 0.5)
+    assert not diags(analyze_file(path), "kernel-jitter")
+    # ResNet-18's batch norm over layers of different sizes (record_shapes): no jitter either
+    assert not diags(corpus("resnet18_train"), "kernel-jitter")
+    # a GEMM sharing its SMs with a side stream, the same problem every time: jitter
+    assert diags(rec("jitter_side"), "kernel-jitter")
+
+
+def test_compile_overhead_not_on_a_model_whose_problem_is_graph_breaks():
+    r = corpus("compiled_break")
+    assert "compile-graph-break" in codes(r)
+    assert "compile-overhead" not in codes(r)
+    assert "compile-overhead" not in codes(corpus("compiled_none"))  # a multi-op model compiled whole
+
+
+def test_optimizer_foreach_off_not_on_cpu_parameters():
+    assert not diags(corpus("cpu_train"), "optimizer-foreach-off")  # CPU-only: torch's own choice
+    (d,) = diags(corpus("optim_single"), "optimizer-foreach-off")   # foreach=False on CUDA
+    assert not diags(corpus("optim_foreach"), "optimizer-foreach-off")
+
+
+def test_pageable_memcpy_not_for_a_librarys_few_bytes():
+    # generate() copies a few bytes from pageable memory 6 times: nothing a user could pin
+    assert not diags(corpus("gpt2_generate"), "pageable-memcpy")
+    (d,) = diags(corpus("copies_pageable_nb"), "pageable-memcpy")  # 16 MB non_blocking from pageable
+    assert d.evidence["bytes_per_step"] >= 16e6
+    assert not diags(corpus("copies_pinned_nb"), "pageable-memcpy")
+
+
+def test_child_pressure_not_on_composite_aten_ops():
+    # ResNet-18 with profile_memory: aten::conv2d allocates through aten::cudnn_convolution, as
+    # every composite op does; no user function or region allocates through helpers
+    r = corpus("resnet18_train")
+    assert "memory-peak" in codes(r)
+    assert not diags(r, "memory-child-pressure")
+
+
+def test_launch_storm_counts_launch_calls_not_graph_replays():
+    assert not diags(corpus("graphs_replay"), "launch-storm")  # one cudaGraphLaunch a step
+    assert diags(report_of("tinygpt_naive"), "launch-storm")
+
+
+def test_gloo_collectives_count_and_the_straggler_is_found():
+    j = corpus_job("gloo_straggler")  # rank 1 sleeps 40 ms a step: rank 0 waits in gloo:all_reduce
+    assert j.collectives_matched >= 6
+    assert all(r.comm_us > 0.3 * r.step_us for r in j.ranks)
+    (d,) = j.diagnostics
+    assert d.evidence["rank"] == 1 and d.evidence["side"] == "cpu"
+    assert d.evidence["others_wait_share"] > 0.5
+    # the balanced twin: rank 1 is last too, but rank 0 waits 21% of its step, within what balanced
+    # jobs show from phase jitter
+    b = corpus_job("gloo_balanced")
+    assert b.collectives_matched >= 6 and b.straggler is None and not b.diagnostics
+
+
+def _delayed(tmp_path, name: str, which, by_us: float = 300.0) -> str:
+    """A recorded real trace with the GPU events whose per-kernel ordinal satisfies ``which`` started
+    ``by_us`` later (their launches unchanged)."""
+    with gzip.open(os.path.join(REC, name + ".json.gz")) as f:
+        d = json.load(f)
+    seen: dict = {}
+    for e in sorted((e for e in d["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                    key=lambda e: e["ts"]):
+        k = seen[e["name"]] = seen.get(e["name"], -1) + 1
+        if which(k):
+            e["ts"] += by_us
+    p = tmp_path / f"{name}_delayed.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def test_contention_is_not_the_first_launch_of_each_kernel(tmp_path):
+    """Synthetic from real: on the H200 no recording showed first-launch delays (a cold-start run,
+    examples/recorded/cold_start, loads modules inside the launch call), so the real trace of one
+    process alone gets each kernel's first launch started 300 µs late on an idle lane, as lazy
+    module loading does on other stacks: silent. The same delay on later launches is what another
+    process holding the GPU looks like: fires."""
+    assert not diags(analyze_file(_delayed(tmp_path, "contention_alone", lambda k: k == 0)), "gpu-contention")
+    assert diags(analyze_file(_delayed(tmp_path, "contention_alone", lambda k: k in (5, 9))), "gpu-contention")
+    assert not diags(rec("cold_start"), "gpu-contention")

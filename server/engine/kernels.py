@@ -46,7 +46,8 @@ _FAMILIES = [
     (COMMUNICATION, re.compile(r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
                                r"all_?to_?all|sendrecv", re.I)),
     (ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|(^|_|::)mha_", re.I)),
-    (CONV, re.compile(r"conv|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::", re.I)),
+    (CONV, re.compile(r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::",
+                      re.I)),
     # "(?<!fb)": fbgemm_gpu is Meta's embedding/sparse library, not a GEMM
     (GEMM, re.compile(r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|splitKreduce|wgmma|triton_tem|"
                       r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)", re.I)),
@@ -140,8 +141,15 @@ def classify_name(name: str, cat: str = "kernel") -> str:
     return cls
 
 
+# Inductor's generated kernels say what they are in their prefix: pointwise, reduction, persistent
+# reduction, template (a GEMM or convolution); the fused op names after it are not the class.
+_TRITON = {"poi": ELEMENTWISE, "red": REDUCTION, "per": REDUCTION, "tem": GEMM}
+
+
 def _classify(name: str) -> str:
     base, targs = parse_name(name)
+    if base.startswith("triton_") and base[7:10] in _TRITON:
+        return _TRITON[base[7:10]]
     if _WRAPPERS.search(base) and targs:
         inner = _family(targs.split(",")[0])
         if inner != OTHER:
