@@ -104,3 +104,47 @@ def test_held_by_groups_kernels_by_family():
     assert sum(f["total_us"] for f in fams) == pytest.approx(r.summary.cuda_total_us, abs=0.01)
     assert all(a["total_us"] >= b["total_us"] for a, b in zip(fams, fams[1:]))
     assert d.message.count("gemm") == 1
+
+
+CORPUS = os.path.join(EXAMPLES, "corpus")
+
+
+def corpus_model(name):
+    doc, _, _ = loader.load(os.path.join(CORPUS, "traces", name + ".json.gz"))
+    return build(doc)
+
+
+def test_a_lambda_keeps_its_own_line():
+    """gemm_precision.py runs `gemm = lambda: x @ w` (line 25) inside main (def line 9): the
+    lambda's frame is named by its own first line, which is where the GEMM is."""
+    r = analyze_file(os.path.join(CORPUS, "traces", "gemm_fp32.json.gz"),
+                     Options(workspace=[os.path.join(CORPUS, "src")]))
+    (d,) = [d for d in r.diagnostics if d.code == "fp32-matmul"]
+    assert d.location.line == 25
+
+
+def test_cpu_far_ahead_steps_are_gpu_bound():
+    """cpu_ahead.py queues 24 8192³ bf16 GEMMs a step and never waits: ProfilerStep ranges of
+    ~1.7 ms, GPU work of ~38 ms a step."""
+    from profd.server.engine.analyses import analyse
+
+    m = corpus_model("cpu_ahead")
+    for g in analyse(m).step_gpu:
+        assert g.bound == "gpu" and g.work_us > 10 * g.cpu_us and g.step_us >= g.work_us
+
+
+def test_held_by_families_on_resnet():
+    """ResNet-18: batch norm's kernels are the largest by exact name, but the 26 conv variants
+    together hold the GPU longest."""
+    from profd.server.engine.analyses import analyse
+    from profd.server.engine.rules.bound import kernel_families
+
+    m = corpus_model("resnet18_train")
+    a = analyse(m)
+    per: dict = {}
+    for e in m.gpu:
+        per[e.name] = per.get(e.name, 0.0) + e.dur
+    largest = max(per, key=per.get)
+    assert "bn_" in largest  # by name, batch norm first
+    fams = kernel_families(m, a)
+    assert fams[0][0] == "conv" and fams[0][1]["kernels"] > 10

@@ -83,3 +83,45 @@ def test_unfused_attention_in_tinygpt():
 @pytest.mark.parametrize("name", ["misaligned_odd", "sync_wait_busy", "mlp_eager_b1_w256_d6_float32"])
 def test_unfused_attention_silent_on_plain_gemms(name):
     assert not diags(name, "unfused-attention")
+
+
+# ---- the same codes on the corpus's recordings (examples/corpus/, other programs) ------------
+
+CORPUS = os.path.join(EXAMPLES, "corpus")
+_corpus: dict = {}
+
+
+def corpus(name, code):
+    from profd.server.engine import Options, analyze_file
+
+    if name not in _corpus:
+        _corpus[name] = analyze_file(os.path.join(CORPUS, "traces", name + ".json.gz"),
+                                     Options(workspace=[os.path.join(CORPUS, "src")]))
+    return [d for d in _corpus[name].diagnostics if d.code == code]
+
+
+@pytest.mark.parametrize("name,line", [("compiled_break", 22), ("compiled_sync", 24)])
+def test_corpus_graph_breaks_at_print_and_item(name, line):
+    (d,) = corpus(name, "compile-graph-break")
+    assert d.location.path.endswith("compiled.py") and d.location.line == line
+
+
+def test_corpus_host_sync_in_a_compiled_forward_is_on_its_line():
+    (d,) = corpus("compiled_sync", "host-sync")  # x.mean().item() inside the compiled forward
+    assert (d.location.line, d.location.precision) == (24, "statement")
+
+
+def test_corpus_whole_graph_and_memory_and_attention_twins_are_silent():
+    assert not corpus("compiled_none", "compile-graph-break")
+    for name in ("memgrowth_item", "eval_grad", "eval_nograd", "resnet18_train", "grad_accum"):
+        assert not corpus(name, "memory-growth"), name
+    for name in ("attention_sdpa", "gpt2_train_modules", "timm_vit_small"):
+        assert not corpus(name, "unfused-attention"), name
+
+
+def test_corpus_memory_growth_and_unfused_attention_fire_on_their_lines():
+    (g,) = corpus("memgrowth_tensor", "memory-growth")
+    assert g.location.path.endswith("memory_growth.py") and g.location.line == 27
+    (u,) = corpus("attention_manual", "unfused-attention")
+    assert u.location.path.endswith("attention.py") and u.location.line == 23
+    assert u.evidence["scores_shape"] == [8, 12, 512, 512]

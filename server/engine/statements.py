@@ -304,7 +304,9 @@ class StatementResolver:
             if is_def:
                 hit = fr.line
             elif isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                hit = func.lineno
+                # the enclosing def of a resumed frame is its own function; a lambda or a
+                # comprehension inside one is named by its own first line: keep that
+                hit = func.lineno if func.name == fr.function else fr.line
             else:
                 hit = _resume_floor(func, fr.line)
             self._site_cache[key] = hit
