@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from ..protocol.catalog import RULES, UnknownCode, expand_code
+from ..protocol.catalog import UnknownCode, expand_code
 
 KEYS = {"workspace", "path-map", "select", "ignore", "extend-select", "fail-on", "format", "hints",
         "color", "statistics", "output-file", "rules"}

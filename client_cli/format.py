@@ -11,7 +11,7 @@ import msgspec
 from ..protocol import types as T
 from ..protocol.catalog import RULES, docs_url
 from ..server.engine.modules import render as render_modules
-from ..server.engine.rules.util import plural, size, us
+from ..server.engine.rules.util import plural, us
 from ..server.engine.sourcemap import source_line
 
 _COLOR = {"error": "\033[31m", "warning": "\033[33m", "information": "\033[36m", "hint": "\033[2m"}

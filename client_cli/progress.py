@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Optional
 
-from .format import size
+from ..server.engine.rules.util import size
 
 
 class Progress:
