@@ -36,14 +36,14 @@ def run(ns, out: K.Output) -> int:
     from ..server.engine import analyze_or_error
     from ..server.workloads import HERE
 
-    out = os.path.abspath(ns.out or "profd-runs")
+    out_dir = os.path.abspath(ns.out or "profd-runs")  # `out` is where the findings print
     progress = (lambda msg, pct: None) if ns.quiet else (
         lambda msg, pct: print(f"profd: {msg}" + (f" ({pct:.0f}%)" if pct is not None else ""),
                                file=sys.stderr, flush=True))
     try:
         spec, sizes = R.spec_from_args(ns)
         if len(sizes) > 1:
-            sweep = R.run_sweep(spec, sizes, out, ns.timeout, progress, ns.python, analyze=False)
+            sweep = R.run_sweep(spec, sizes, out_dir, ns.timeout, progress, ns.python, analyze=False)
             traces = []
             for x in sweep.runs:
                 if isinstance(x, R.RunResult):
@@ -52,7 +52,7 @@ def run(ns, out: K.Output) -> int:
                 else:
                     print(f"profd: {x}", file=sys.stderr)
         else:
-            res = R.run_workload(spec, out, ns.timeout, progress, ns.python)
+            res = R.run_workload(spec, out_dir, ns.timeout, progress, ns.python)
             R.write_sidecar_meta(res)
             traces = [(res.trace_path, res.meta)]
     except R.WorkloadError as e:
