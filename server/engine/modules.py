@@ -703,7 +703,8 @@ def render(tree: Optional[ModuleTree], depth: int = 4, min_share: float = 0.005)
         text = (f"{'  ' * indent}{nd.name}" + (f" ×{calls:g}" if calls != 1 else "")
                 + (f" [{nd.class_name}]" if nd.class_name not in nd.name else "")
                 + f"  {_ms(nd.gpu_us / st)} ({100.0 * nd.gpu_us / total:.0f}%) = {_ms(nd.gpu_forward_us / st)}"
-                f" + {_ms(nd.gpu_backward_us / st)}; CPU {_ms(nd.cpu_total_us / st)}" + (f"; {kc}" if kc else ""))
+                f" + {_ms(nd.gpu_backward_us / st)}; CPU {_ms(nd.cpu_total_us / st)}" + (f"; {kc}" if kc else "")
+                + (f"; allocates {_mib(nd.bytes_allocated / st)}" if nd.bytes_allocated else ""))
         if nd.outlier:
             text += f"  <- out of line: {nd.outlier}"
         out.append(text)
@@ -747,6 +748,12 @@ def render(tree: Optional[ModuleTree], depth: int = 4, min_share: float = 0.005)
 
 def _has_outlier(nodes: list[ModuleNode], k: int) -> bool:
     return any(nodes[c].outlier or _has_outlier(nodes, c) for c in nodes[k].children)
+
+
+def _mib(n: float) -> str:
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
 def _ms(us: float) -> str:
