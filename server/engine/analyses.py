@@ -87,6 +87,8 @@ class Analysis:
     step_busy: list[float] = field(default_factory=list)
     comm: list[tuple[float, float]] = field(default_factory=list)
     comm_us: float = 0.0
+    cpu_comm: list[int] = field(default_factory=list)  # CPU-side collectives (gloo ...), cpu indices
+    cpu_comm_us: float = 0.0  # their union inside the window
     step_gpu: list["StepGpu"] = field(default_factory=list)
 
     @property
@@ -120,6 +122,8 @@ def analyse(m: TraceModel) -> Analysis:
                  gpu_class=gpu_class, launches=sum(1 for i in set(m.launcher) if i >= 0))
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
+    a.cpu_comm = cpu_collectives(m)
+    a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
     a.step_busy = [covered(busy, s.ts, s.end) for s in m.steps]
     a.step_gpu = step_gpu(m)
     return a
@@ -176,6 +180,20 @@ def step_gpu(m: TraceModel) -> list[StepGpu]:
         out.append(StepGpu(cpu_us=s.dur, work_us=sum(b - a for a, b in merged),
                            span_us=merged[-1][1] - merged[0][0] if merged else 0.0, wait_us=w))
     return out
+
+
+CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
+
+
+def cpu_collectives(m: TraceModel) -> list[int]:
+    """CPU-side collectives (gloo, MPI, UCC: ``gloo:all_reduce`` ...), outermost ones, in time order.
+    Like an NCCL kernel, their span is wait plus transfer: the call returns when every peer has
+    contributed."""
+    out = []
+    for i in (i for pre in CPU_COLLECTIVE_PREFIXES for i in m.named(pre)):
+        if not any(m.cpu[x].name.startswith(CPU_COLLECTIVE_PREFIXES) for x in m.ancestors(i)):
+            out.append(i)
+    return sorted(out, key=lambda i: m.cpu[i].ts)
 
 
 def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float, float]:

@@ -28,11 +28,10 @@ from ...protocol.catalog import RULES as CATALOG
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
 from ...protocol.types import Diagnostic, Location, Report
 from . import kernels, loader
-from .analyses import Analysis, analyse, covered, merge
+from .analyses import CPU_COLLECTIVE_PREFIXES, Analysis, analyse, covered, merge
 from .model import TraceModel
 
 BLOCKING_SYNCS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
-CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
 DATALOADER_MARK = "enumerate(DataLoader)#"
 HOT_LINES_PER_RANK = 50
 
@@ -123,18 +122,6 @@ def _step_of_launch(m: TraceModel) -> list[int]:
     return out
 
 
-def cpu_collectives(m: TraceModel) -> list[int]:
-    """CPU-side collectives (gloo, MPI, UCC: ``gloo:all_reduce`` ...), outermost ones, in time order.
-    Like an NCCL kernel, their span is wait plus transfer: the call returns when every peer has
-    contributed."""
-    out = []
-    for i in (i for pre in CPU_COLLECTIVE_PREFIXES for i in m.named(pre)):
-        if not any(
-                m.cpu[x].name.startswith(CPU_COLLECTIVE_PREFIXES) for x in m.ancestors(i)):
-            out.append(i)
-    return sorted(out, key=lambda i: m.cpu[i].ts)
-
-
 def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
     owner = _step_of_launch(m)
     n = len(m.steps)
@@ -149,7 +136,7 @@ def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
             continue
         launches[k] += 1
         (comm if a.gpu_class[g] == kernels.COMMUNICATION else comp)[k].append((e.ts, e.ts + e.dur))
-    for i in cpu_collectives(m):
+    for i in a.cpu_comm:
         st = m.step_at(m.cpu[i].ts)
         if st is not None:
             cpu_comm[index[id(st)]].append((m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur))
@@ -214,7 +201,7 @@ def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
     for g, e in enumerate(m.gpu):
         if a.gpu_class[g] == kernels.COMMUNICATION and owner[g] >= 0:
             add(m.steps[owner[g]].number, e.name, e.dur)
-    for i in cpu_collectives(m):
+    for i in a.cpu_comm:
         st = m.step_at(m.cpu[i].ts)
         if st is not None:
             add(st.number, m.cpu[i].name, m.cpu[i].dur)

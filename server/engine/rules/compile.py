@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from .. import kernels as K
-from ..analyses import covered
+from ..analyses import covered, profiler_inflation
 from ..context import LineKey
 from ..statements import RESUME_RE
 from . import rule
-from .artifacts import cpu_inflation
 from .util import median, plural, r3, us
 
 REGION = "Torch-Compiled Region"
@@ -91,7 +90,7 @@ def compile_overhead(ctx):
     # a steady call, not the first one (guards built, caches cold: cold-start-step's finding), and
     # the wrapper as it would cost without the profiler, which inflates CPU time at least this much
     wrapper, gpu = median(wrappers), median(gpus)
-    factor, _ = cpu_inflation(m)
+    factor = profiler_inflation(m)
     if kernels == 0 or kernels / n > SMALL_REGION_KERNELS or wrapper / factor <= gpu:
         return
     yield ctx.diag(
