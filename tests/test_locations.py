@@ -148,3 +148,21 @@ def test_held_by_families_on_resnet():
     assert "bn_" in largest  # by name, batch norm first
     fams = kernel_families(m, a)
     assert fams[0][0] == "conv" and fams[0][1]["kernels"] > 10
+
+
+@pytest.mark.parametrize("name,unprofiled_us", [("gemm_fp8", 109.1), ("graphs_replay", 62.4)])
+def test_verdict_takes_the_profilers_cpu_slowdown_out(name, unprofiled_us):
+    """Both run at their GPU work's pace unprofiled (the recording's own timing, in its meta), but
+    the profiled CPU ranges are longer than the GPU work and the busy share is 'balanced': with the
+    profiler's slowdown taken out of the CPU side, the GPU bounds most steps."""
+    from profd.server.engine.analyses import analyse, verdict
+
+    m = corpus_model(name)
+    a = analyse(m)
+    assert 30 <= a.busy_pct < 80  # the busy share alone would say balanced
+    work = [g.work_us for g in a.step_gpu][1:]
+    assert all(abs(w - unprofiled_us) < 0.2 * unprofiled_us for w in work)  # GPU work = the real step
+    assert verdict(m, a) == "compute-bound"
+    # and a launch-bound twin stays overhead-bound (graphs_eager: 487 µs unprofiled, 54 µs of GPU work)
+    m2 = corpus_model("graphs_eager")
+    assert verdict(m2, analyse(m2)) == "overhead-bound"

@@ -87,11 +87,10 @@ def given_back(ctx, cpu_us: float, gpu_us: float, wait: bool = False) -> tuple[f
     go away; both means over the steps."""
     f = profiler_inflation(ctx.model)
     saved_cpu = cpu_us if wait else cpu_us / f
-    steps = [(g.cpu_us, g.wait_us, g.work_us) for g in ctx.a.step_gpu] or \
-        [(ctx.a.window_us, 0.0, ctx.a.busy_us)]
+    steps = [(g.unprofiled_cpu_us(f), g.work_us) for g in ctx.a.step_gpu] or \
+        [(ctx.a.window_us / f, ctx.a.busy_us)]
     saved = total = 0.0
-    for rng, waited, work in steps:
-        cpu = waited + max(0.0, rng - waited) / f
+    for cpu, work in steps:
         wall = max(cpu, work)
         saved += max(0.0, wall - max(cpu - saved_cpu, work - gpu_us, 0.0))
         total += wall
