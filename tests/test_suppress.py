@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -103,3 +104,46 @@ def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
         assert lrep["suppressed"] == {"host-sync": 1, "zero-grad-not-none": 1}
     finally:
         subprocess.run([PROFD, "stop", "--state", str(tmp_path / "state")], capture_output=True, timeout=30)
+
+
+def test_a_comment_added_later_clears_the_editor_diagnostic_at_the_next_pull(src, tmp_path):
+    """The daemon's LSP diagnostics for a source honour a suppression written after the report was
+    made: the next pull (an editor re-pulls on save) leaves the finding out."""
+    import asyncio
+
+    from profd.server.daemon.rpc import DaemonClient
+
+    watch, state = tmp_path / "watch", tmp_path / "state"
+    watch.mkdir()
+    env = dict(os.environ)
+    env.pop("PROFD_NO_DAEMON", None)
+    p = subprocess.run([PROFD, "start", "--watch", str(watch), "--workspace", src, "--state", str(state)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((state / "daemon.json").read_text())
+    source = os.path.join(src, "train_tinygpt.py")
+
+    async def pull():
+        c = DaemonClient()
+        await c.connect(doc["host"], doc["port"], doc["token"])
+        try:
+            res = await c.request("textDocument/diagnostic", {"textDocument": {"uri": "file://" + source}},
+                                  timeout=30)
+            return {d["code"] for d in res["items"]}
+        finally:
+            await c.close()
+
+    try:
+        shutil.copy(NAIVE, watch / "naive.json.gz")
+        codes = set()
+        for _ in range(300):
+            codes = asyncio.run(pull())
+            if "host-sync" in codes:
+                break
+            time.sleep(0.1)
+        assert "host-sync" in codes and "zero-grad-not-none" in codes
+        _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+        after = asyncio.run(pull())
+        assert "host-sync" not in after and "zero-grad-not-none" in after
+    finally:
+        subprocess.run([PROFD, "stop", "--state", str(state)], capture_output=True, timeout=30)

@@ -321,6 +321,11 @@ class Core:
                                       location=T.Location(path=trace_path))] \
                 if source == trace_path else []
         here = [d for d in r.diagnostics if placed_path(d.location, trace_path, row.sources) == source]
+        # The engine dropped what the source's comments suppressed when the report was made; a
+        # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same module).
+        from ..engine import suppress
+
+        here = suppress.apply(here)[0]
         if source == trace_path:
             hint = unmapped_hint(r, trace_path, row.sources, self.cfg.workspace)
             if hint is not None:

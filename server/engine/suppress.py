@@ -9,7 +9,8 @@ A finding on a statement that spans several lines is suppressed by a comment on 
 bare ``# noqa`` is other linters' and suppresses nothing here. The report keeps how many findings
 each code lost (``Report.suppressed``) so ``--statistics`` can say so. This runs in the engine's
 report assembly (``analyze.analyze_model``), so the CLI, the daemon and every other caller see
-the same findings.
+the same findings; the daemon runs it again on the diagnostics it serves for a source, so that a
+comment written after the report was made takes effect at the next publish or pull.
 """
 from __future__ import annotations
 
