@@ -33,6 +33,7 @@ class Location(Struct):
     library: bool = False  # a line of library code (transformers, torchvision), not the user's
     end_line: Optional[int] = None  # the range of that call (exclusive end column), when known
     end_column: Optional[int] = None
+    note: Optional[str] = None  # for a related location: how it relates to the finding
 
 
 class Diagnostic(Struct):

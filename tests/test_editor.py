@@ -46,7 +46,7 @@ def doc_id(path):
     return L.TextDocumentIdentifier(uri=uri(path))
 
 
-async def start(tmp_path, caps, *, workspace=SRC, root=None, settings=None, state="state"):
+async def start(tmp_path, caps, *, workspace=SRC, root=None, settings=None, state="state", extra=()):
     watch = tmp_path / "watch"
     watch.mkdir(exist_ok=True)
     client = make_test_lsp_client()
@@ -62,7 +62,7 @@ async def start(tmp_path, caps, *, workspace=SRC, root=None, settings=None, stat
 
     if settings is not None:
         client.set_configuration(settings, section="profd")
-    await client.start_io(*serve_cmd(watch, tmp_path / state, workspace=workspace))
+    await client.start_io(*serve_cmd(watch, tmp_path / state, *extra, workspace=workspace))
     params = L.InitializeParams(capabilities=capabilities(caps))
     if root:
         params.root_uri = uri(root)
@@ -158,6 +158,35 @@ async def test_newest_recorded_trace_wins_over_the_last_analysed_and_shows_befor
         assert field(await rpc(again, "profd/status"), "analyses") == 0
     finally:
         await stop(again)
+
+
+# ---- relatedInformation -------------------------------------------------------------------------
+async def test_related_information_links_backward_waits_and_graph_breaks(tmp_path):
+    rec_src = os.path.join(os.path.dirname(trace("sync_wait_busy")), "src")
+    client = await start(tmp_path, PUSH, extra=("--workspace", rec_src))
+    try:
+        for name in ("tinygpt_naive", "sync_wait_busy", "graph_break_break"):
+            drop(client.watch, name)
+
+        def related(path, code):
+            for d in client.diagnostics.get(uri(path), []):
+                if d.code == code and d.related_information:
+                    return [(r.location.uri, r.location.range.start.line, r.message) for r in d.related_information]
+            return None
+
+        # a forward line's GEMMs <-> the line whose backward pass runs their backward kernels
+        rel = await await_for(lambda: related(MODEL_SRC, "fp32-matmul"), 60, "fp32-matmul related")
+        assert (uri(TRAIN_SRC), 64) in [(u, ln) for u, ln, m in rel if "backward runs from here" in m]
+        # a wait <-> the GPU work it waited for, where it was launched
+        sync_src = os.path.join(rec_src, "sync_wait.py")
+        rel = await await_for(lambda: related(sync_src, "sync-wait"), 60, "sync-wait related")
+        assert any(u == uri(sync_src) and "the GPU work it waited for" in m for u, ln, m in rel)
+        # a graph break <-> the compiled region it splits
+        gb_src = os.path.join(rec_src, "graph_break.py")
+        rel = await await_for(lambda: related(gb_src, "compile-graph-break"), 60, "graph-break related")
+        assert any("the compiled region this break splits" in m for u, ln, m in rel)
+    finally:
+        await stop(client)
 
 
 # ---- unmapped frames; settings ------------------------------------------------------------------

@@ -60,7 +60,7 @@ def test_memory_growth_silent_when_each_step_frees_its_tensors(name):
 def test_unfused_attention_on_hand_written_attention():
     (d,) = diags("attention_naive", "unfused-attention")
     assert d.location.path.endswith("attention.py") and d.location.line == 30  # q @ k^T
-    assert [r.line for r in d.related] == [32, 33]  # softmax, att @ v
+    assert [r.line for r in d.related if "backward" not in r.note] == [32, 33]  # softmax, att @ v
     ev = d.evidence
     assert ev["scores_shape"] == [8, 16, 1024, 1024] and ev["scores_bytes"] == 8 * 16 * 1024 * 1024 * 2
     assert ev["other_us_per_step"] > ev["gemm_us_per_step"]  # passes over the scores dominate

@@ -136,7 +136,7 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnos
             continue
         here = r.path in sources and r.path != source or r.path == source
         target = r.path if here else source
-        where = f"{r.function or 'related'}" + ("" if here else f" at {r.trace_path or r.path}:{r.line}")
+        where = (r.note or r.function or "related") + ("" if here else f" (at {r.trace_path or r.path}:{r.line})")
         related.append(L.DiagnosticRelatedInformation(
             location=L.Location(uri=from_fs_path(target),
                                 range=_line_range(target, r.line) if here else rng),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 from typing import Optional
 
 from ... import __version__
@@ -18,6 +19,7 @@ from .context import Context, Options
 from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
+from .rules.util import us
 
 log = logging.getLogger("profd.engine")
 
@@ -73,12 +75,48 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
             log.exception("rule %s failed on %s", code, info.path)
     impact.assign(ctx, diagnostics)
     diagnostics, suppressed = suppress.apply(diagnostics)
+    _relate_backward(ctx, diagnostics)
     diagnostics.sort(key=impact.order)
     ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
     if options.library_lines:  # off by default: the user's own lines first
         ranked += modules.library_lines(tree, diagnostics)
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
                   modules=tree, profd_version=__version__, suppressed=suppressed)
+
+
+_BACKWARD = re.compile(r"(^|/)torch/(_tensor|autograd/__init__)\.py$")
+
+
+def _relate_backward(ctx: Context, diagnostics: list[Diagnostic]) -> None:
+    """Forward line <-> backward time: a finding on a line whose backward kernels ran (charged to
+    it through the fwdbwd flows) points at the line that ran the backward pass
+    (``loss.backward()``), and a finding on that line points at the forward lines whose backward
+    cost most."""
+    m = ctx.model
+    i = m.frames.first(lambda fr: fr.function == "backward" and bool(_BACKWARD.search(fr.path)))
+    site = ctx.location(i) if i >= 0 else None
+    if site is None or not site.line:
+        return
+    hot = ctx.hot or {}
+    fwd = sorted((h for h in hot.values() if h.gpu_backward_us > 0 and
+                  (h.trace_path, h.line) != (site.trace_path, site.line)),
+                 key=lambda h: -h.gpu_backward_us)
+    if not fwd:
+        return
+    n = max(1, ctx.n_steps)
+    for d in diagnostics:
+        loc = d.location
+        if not loc.line:
+            continue
+        h = hot.get((loc.trace_path, loc.line))
+        if (loc.trace_path, loc.line) == (site.trace_path, site.line):
+            for f in fwd[:3]:
+                rel = ctx.location_of_hot(f)
+                rel.note = f"backward of this forward line: {us(f.gpu_backward_us / n)} GPU per step"
+                d.related.append(rel)
+        elif h is not None and h.gpu_backward_us > 0:
+            d.related.append(ctx.related(i, f"this line's backward runs from here: "
+                                            f"{us(h.gpu_backward_us / n)} GPU per step"))
 
 
 def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:

@@ -134,6 +134,12 @@ class Context:
         its instances and share; prints as ``GPT2Attention.c_attn`` (12 instances, 40%)."""
         return describe(self.modules(), weighted)
 
+    def related(self, i: int, note: str) -> Location:
+        """Event i's line as a related location of a finding, saying how it relates."""
+        loc = self.location(i)
+        loc.note = note
+        return loc
+
     def location_of_key(self, key: LineKey) -> Location:
         local = self.sources.resolve(key.trace_path)
         st = key.site if local else None

@@ -371,6 +371,12 @@ class FrameIndex:
             raise KeyError(i)
         return fr
 
+    def first(self, pred) -> int:
+        """The first cpu index whose frame satisfies ``pred`` (tested once per distinct frame),
+        else -1."""
+        hits = [k for k, fr in enumerate(self._table) if pred(fr)]
+        return min((self._ids.index(k) for k in hits), default=-1)
+
     def __contains__(self, i) -> bool:
         try:
             return i >= 0 and self._ids[i] >= 0

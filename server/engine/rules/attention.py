@@ -169,5 +169,6 @@ def unfused_attention(ctx):
                       "ops": [m.cpu[j].name for j in c["ops"]], "module": where.name if where else None},
             fix="call torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...) "
                 "(Hugging Face: attn_implementation='sdpa'): one fused kernel, no scores in memory",
-            related=[ctx.location(c["softmax"]), ctx.location(c["pv"])],
+            related=[ctx.related(c["softmax"], "the softmax over these scores"),
+                     ctx.related(c["pv"], "the probabilities times V")],
         )

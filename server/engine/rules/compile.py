@@ -277,6 +277,8 @@ def compile_graph_break(ctx):
                       "gap_us_per_step": r3(gap), "gpu_idle_us_per_step": r3(idle),
                       "eager_ops": {nm: r3(t) for nm, t in top}, "regions": sorted({m.cpu[b["region"]].name for b in bs}),
                       "impact_basis": "gpu_idle_us_per_step"},
+            related=[ctx.related(bs[0]["outer"], f"the compiled region this break splits "
+                                                 f"({m.cpu[bs[0]['outer']].name}), entered here")],
             fix="make the code at the break traceable (keep tensors out of Python conditions: torch.where / "
                 "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
                 "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",

@@ -239,7 +239,8 @@ def fp32_matmul(ctx):
         fix="enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True or "
             "torch.set_float32_matmul_precision('high')) or run the model under "
             "torch.autocast('cuda', dtype=torch.bfloat16)",
-        related=[ctx.location(v[1]) for k, v in lines.items() if v[1] != li and v[1] >= 0][:5],
+        related=[ctx.related(v[1], f"fp32 GEMMs here too: {us(v[0] / ctx.n_steps)} per step")
+                 for k, v in sorted(lines.items(), key=lambda kv: -kv[1][0]) if v[1] != li and v[1] >= 0][:5],
     )
 
 

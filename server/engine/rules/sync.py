@@ -2,6 +2,9 @@
 from user code by reading a GPU value on the host)."""
 from __future__ import annotations
 
+import bisect
+
+from .. import kernels as K
 from ..analyses import SYNC_CALLS, covered  # SYNC_CALLS: other families import it from here
 from . import rule
 from .util import pct, plural, r3, us
@@ -191,6 +194,12 @@ def sync_wait(ctx):
         else:
             kind, what = "idle", "while the GPU sat idle"
         name = m.cpu[idx[0]].name
+        waited = _waited_on(m, idx[0])
+        related = []
+        if waited >= 0 and m.launcher[waited] >= 0:
+            what_g = "the collective it waited on" if kind == "collective" else "the GPU work it waited for"
+            related.append(ctx.related(m.launcher[waited], f"{what_g}: {K.short_name(m.gpu[waited].name, 60)}, "
+                                                           "launched here"))
         yield ctx.diag(
             "sync-wait",
             f"{name} blocks the CPU {us(blocked)} per step ({pct(100 * blocked / step_us)} of the step), "
@@ -202,4 +211,21 @@ def sync_wait(ctx):
                  "shards, host-side work) and see rank-straggler in the job report" if kind == "collective" else
                  "synchronise only where a result is needed (timing, logging every N steps); use events "
                  "(torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU"),
+            related=related,
         )
+
+
+def _waited_on(m, i: int) -> int:
+    """The GPU event a sync at cpu event i waited for: the last one to finish inside its wait."""
+    e = m.cpu[i]
+    lo, hi = e.ts, e.ts + e.dur
+    best, best_end = -1, lo
+    g = bisect.bisect_right(m.gpu, hi, key=lambda x: x.ts) - 1
+    for _ in range(4096):  # a sync waits on recent work: never walk the whole GPU lane
+        if g < 0:
+            break
+        end = m.gpu[g].ts + m.gpu[g].dur
+        if best_end <= end <= hi + 1.0:
+            best, best_end = g, end
+        g -= 1
+    return best
