@@ -68,7 +68,8 @@ def _module_of(m, i: int) -> int:
 
 def _problems(ctx, gs: list[int]) -> dict:
     """One kernel configuration's runs split by the problem each one solved: the launching op's
-    input shapes when ``record_shapes`` is on; else the module instance that ran it (``with_stack``);
+    input shapes when the trace has them (``record_shapes``); else the module instance that ran it
+    (``with_stack``);
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
@@ -78,7 +79,7 @@ def _problems(ctx, gs: list[int]) -> dict:
         li = m.launcher[g]
         op = m.enclosing_op(li) if li >= 0 else -1
         args = m.cpu[op].args if op >= 0 else None
-        if m.record_shapes and args is not None and args.input_dims:
+        if args is not None and args.input_dims:  # record_shapes (older traces say so only here)
             key = ("shapes", bytes(args.input_dims))
         else:
             mod = _module_of(m, li) if li >= 0 else -1
