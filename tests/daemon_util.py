@@ -135,3 +135,30 @@ def drop(dst_dir, name: str, as_name: str | None = None) -> str:
 
 def uri(path: str) -> str:
     return "file://" + path
+
+
+async def connect(doc, token="__doc__"):
+    """A DaemonClient on the TCP daemon of ``doc`` (its daemon.json), with its token or ``token``."""
+    from profd.client_cli.daemon_client import DaemonClient
+    c = DaemonClient()
+    await c.connect(doc["host"], doc["port"], doc["token"] if token == "__doc__" else token)
+    return c
+
+
+async def call(doc, method, params=None, timeout=20):
+    c = await connect(doc)
+    try:
+        return await c.request(method, params or {}, timeout=timeout)
+    finally:
+        await c.close()
+
+
+async def lsp_tcp_client(doc):
+    """pytest-lsp's client over TCP, as Neovim 0.9 (push diagnostics), initialized with the token."""
+    from lsprotocol import types as L
+    from pytest_lsp import client_capabilities, make_test_lsp_client
+    client = make_test_lsp_client()
+    await client.start_tcp(doc["host"], doc["port"])
+    await client.initialize_session(L.InitializeParams(
+        capabilities=client_capabilities("neovim@v0.9.1"), initialization_options={"token": doc["token"]}))
+    return client

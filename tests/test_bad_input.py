@@ -171,11 +171,29 @@ def test_gzip_of_garbage(tmp_path):
 
 # ---- size caps ---------------------------------------------------------------------------------
 def test_gzip_bomb(tmp_path, monkeypatch):
-    """200 MB of zeros in a ~200 KB gzip; the cap is lowered so the test stays small and fast."""
+    """200 MB of blanks inside the events in a ~200 KB gzip; the cap is lowered so the test stays
+    small and fast."""
     monkeypatch.setattr(loader, "MAX_INFLATED_BYTES", 8 * 1024 * 1024)
-    bomb = gzip.compress(b"\0" * (200 * 1024 * 1024), compresslevel=9)
+    bomb = gzip.compress(b'{"traceEvents":[' + b" " * (200 * 1024 * 1024), compresslevel=9)
     assert len(bomb) < 1024 * 1024
     bad(write(tmp_path, bomb, "bomb.json.gz"), "inflates past")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_what_byte_0_says_is_said_before_inflating(tmp_path, monkeypatch, native):
+    """Issue 17.3: 200 MB of NULs (gzip) are refused for their first byte, on both paths, without
+    inflating the rest: the cap (lowered to 8 MB) is never reached. The same for a header that
+    does not open the events within the first 64 MB (lowered to 4 MB here)."""
+    monkeypatch.setattr(loader, "MAX_INFLATED_BYTES", 8 * 1024 * 1024)
+    monkeypatch.setattr(loader, "HEAD_LIMIT", 4 * 1024 * 1024)
+    if not native:
+        monkeypatch.setattr(loader, "_scan", None)
+    nuls = gzip.compress(b"\0" * (200 * 1024 * 1024), compresslevel=9)
+    bad(write(tmp_path, nuls, "nuls.json.gz"), "not JSON")
+    head = gzip.compress(b'{"x":"' + b"a" * (200 * 1024 * 1024) + b'","traceEvents":[]}', 9)
+    bad(write(tmp_path, head, "head.json.gz"), "no 'traceEvents' array in the first 4 MB")
+    blank = gzip.compress(b" " * (200 * 1024 * 1024) + b"[]", 9)
+    bad(write(tmp_path, blank, "blank.json.gz"), "only whitespace in the first 4 MB")
 
 
 def test_real_trace_over_cap(tmp_path, monkeypatch):

@@ -9,13 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from lsprotocol import types as L
-from pytest_lsp import client_capabilities, make_test_lsp_client
 
 from conftest import SRC, trace
-from daemon_util import Daemon, await_for, drop, uri, wait_for
+from daemon_util import Daemon, await_for, call, connect, drop, lsp_tcp_client, uri, wait_for
 
-from profd.client_cli.daemon_client import DaemonClient, RpcError
+from profd.client_cli.daemon_client import RpcError
 from profd.protocol import methods as M
 
 SEED_SRC = os.path.join(SRC, "seed_matmul.py")
@@ -30,20 +28,6 @@ def daemon(tmp_path):
     d.start()
     yield d
     d.stop()
-
-
-async def connect(doc, token="__doc__"):
-    c = DaemonClient()
-    await c.connect(doc["host"], doc["port"], doc["token"] if token == "__doc__" else token)
-    return c
-
-
-async def call(doc, method, params=None):
-    c = await connect(doc)
-    try:
-        return await c.request(method, params or {}, timeout=20)
-    finally:
-        await c.close()
 
 
 def mode(path):
@@ -116,14 +100,6 @@ async def test_malformed_json_rpc_and_unknown_method_get_errors(daemon):
     s.sendall(b"Content-Length: 1000\r\n\r\n{\"jsonrpc\"")
     s.close()
     assert (await call(doc, M.STATUS))["pid"] == doc["pid"]
-
-
-async def lsp_tcp_client(doc):
-    client = make_test_lsp_client()
-    await client.start_tcp(doc["host"], doc["port"])
-    await client.initialize_session(L.InitializeParams(
-        capabilities=client_capabilities("neovim@v0.9.1"), initialization_options={"token": doc["token"]}))
-    return client
 
 
 async def test_two_clients_at_once_both_get_diagnostics(daemon):

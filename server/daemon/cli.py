@@ -49,6 +49,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow", action="append", default=[], metavar="DIR",
                    help="profd/analyze may read only under these (default: watch + workspace)")
     p.add_argument("--workers", type=int, default=2, help="analysis processes (default 2)")
+    p.add_argument("--analysis-timeout", type=float, default=300.0, metavar="S",
+                   help="end an analysis after S seconds with an error report (default 300)")
+    p.add_argument("--analysis-mb", type=int, default=0, metavar="MB",
+                   help="end an analysis holding more than MB of memory with an error report "
+                        "(default: half the machine's memory shared by the workers, >= 1024)")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="log here, rotated at 10 MB (3 kept), instead of stderr")
+    p.add_argument("--auth-timeout", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--settle", type=float, default=0.3, help=argparse.SUPPRESS)
     p.add_argument("--quiet", type=float, default=2.0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (default: WARNING)")
@@ -112,7 +120,8 @@ def _config(ns):
                   path_map=pm(ns.path_map), disabled=disabled_codes(ns.disable),
                   state=os.path.abspath(ns.state or default_state()),
                   allow=[os.path.abspath(a) for a in ns.allow], workers=max(1, ns.workers),
-                  settle=ns.settle, quiet=ns.quiet)
+                  settle=ns.settle, quiet=ns.quiet, analysis_timeout=ns.analysis_timeout,
+                  analysis_mb=ns.analysis_mb)
 
 
 def disabled_codes(items: list[str]) -> set[str]:
@@ -130,10 +139,57 @@ def disabled_codes(items: list[str]) -> set[str]:
     return out
 
 
-def _logging(level: str, state: Optional[str] = None) -> None:
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class RateLimit(logging.Filter):
+    """At most ``burst`` warnings (and errors) per message template (logger + format string) every ``window``
+    seconds; the rest are counted and summed up in one line when the window turns. Repeats lose
+    their tracebacks after the first. A flood of bad clients or files cannot fill the disk."""
+
+    def __init__(self, burst: int = 10, window: float = 60.0):
+        super().__init__()
+        self.burst, self.window = burst, window
+        self.seen: dict[tuple, list] = {}  # template -> [window start, count]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:  # INFO is asked for; floods come as warnings
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        w = self.seen.get(key)
+        if w is None or now - w[0] > self.window:
+            dropped = w[1] - self.burst if w and w[1] > self.burst else 0
+            if len(self.seen) > 1000:
+                self.seen.clear()
+            self.seen[key] = w = [now, 0]
+            if dropped:
+                record.msg = f"{record.msg} [{dropped} more like this in the last " \
+                             f"{self.window:.0f} s not logged]"
+        w[1] += 1
+        if w[1] > 1:
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return w[1] <= self.burst
+
+
+def _logging(level: str, log_file: Optional[str] = None) -> None:
+    if log_file:
+        from logging.handlers import RotatingFileHandler
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.close(fd)
+        handler: logging.Handler = RotatingFileHandler(log_file, maxBytes=10 << 20,
+                                                       backupCount=3)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RateLimit())
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.WARNING), handlers=[handler])
     logging.getLogger("pygls").setLevel(logging.CRITICAL)  # pygls logs every message at INFO
+
+
+def _loop_errors(loop, context: dict) -> None:
+    """asyncio's own errors (accept() out of file descriptors, ...) as one line each, through
+    the rate-limited log, instead of a traceback per event."""
+    exc = context.get("exception")
+    logging.getLogger("profd.loop").error("profd: %s%s", context.get("message", "event loop error"),
+                                          f": {exc!r}" if exc else "")
 
 
 def write_private_json(path: str, doc: dict) -> None:
@@ -169,34 +225,41 @@ def cmd_serve(ns) -> int:
     if bad:
         print(bad, file=sys.stderr)
         return 2
-    _logging(ns.log_level)
+    _logging(ns.log_level, ns.log_file)
     import faulthandler
+    faulthandler.enable()  # SIGSEGV/SIGBUS/...: the stacks on stderr, not a silent death
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     cfg = _config(ns)
     if ns.tcp:
-        return asyncio.run(_serve_tcp(cfg, ns.tcp, ns.idle_exit))
+        return asyncio.run(_serve_tcp(cfg, ns.tcp, ns.idle_exit, ns.auth_timeout))
     from .core import Core
     from .transport import run_stdio
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but LSP may reach the real stdout
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(_loop_errors)
+        await run_stdio(Core(cfg, "stdio"), stdin, stdout)
+
     try:
-        asyncio.run(run_stdio(Core(cfg, "stdio"), stdin, stdout))
+        asyncio.run(main())
     except KeyboardInterrupt:
         pass
     return 0
 
 
-async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0) -> int:
+async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0,
+                     auth_timeout: float = 10.0) -> int:
     from .core import Core
     from .transport import TcpServer
 
+    asyncio.get_running_loop().set_exception_handler(_loop_errors)
     host, _, port = hostport.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     core = Core(cfg, "tcp")
     await core.start()
     token = secrets.token_urlsafe(32)
-    srv = TcpServer(core, host, int(port or 0), token)
+    srv = TcpServer(core, host, int(port or 0), token, auth_timeout)
     h, p = await srv.start()
     path = os.path.join(cfg.state, DAEMON_FILE)
     write_private_json(path, {"host": h, "port": p, "pid": os.getpid(), "token": token,
@@ -245,12 +308,15 @@ def running(state: str) -> Optional[dict]:
 
 def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dict:
     """Start ``profd serve --tcp`` in the background; return its daemon.json once it listens."""
-    os.makedirs(state, mode=0o700, exist_ok=True)
-    log_path = os.path.join(state, "daemon.log")
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    from .store import private_dir
+
+    private_dir(state)
+    log_path = os.path.join(state, "daemon.log")  # rotated by the daemon
+    err_path = os.path.join(state, "daemon.err")  # what bypasses logging (a crash's stacks)
+    fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     proc = subprocess.Popen([sys.executable, "-m", "profd.server.daemon.cli", "serve", *argv_opts,
-                             "--state", state], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                            start_new_session=True, close_fds=True)
+                             "--state", state, "--log-file", log_path], stdin=subprocess.DEVNULL,
+                            stdout=fd, stderr=fd, start_new_session=True, close_fds=True)
     os.close(fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -309,7 +375,8 @@ def cmd_start(ns) -> int:
     for a in ns.allow:
         opts += ["--allow", os.path.abspath(a)]
     opts += ["--workers", str(ns.workers), "--log-level", ns.log_level,
-             "--idle-exit", str(ns.idle_exit)]
+             "--idle-exit", str(ns.idle_exit), "--analysis-timeout", str(ns.analysis_timeout),
+             "--analysis-mb", str(ns.analysis_mb)]
     doc = start_daemon(opts, state, ns.timeout)
     print(f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']}, {_watching(doc.get('watch'))} "
           f"(state {state})")
@@ -326,15 +393,49 @@ def cmd_stop(ns) -> int:
     if not doc:
         print("profd: no daemon running")
         return 0
-    os.kill(doc["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and pid_alive(doc["pid"]):
-        time.sleep(0.05)
-    if pid_alive(doc["pid"]):
-        print(f"profd: pid {doc['pid']} did not stop", file=sys.stderr)
-        return 1
-    print(f"profd: stopped pid {doc['pid']}")
+    pid = doc["pid"]
+    os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, 10):
+        # Stuck (a blocked loop, a worker that ignores us): end it and its analysis processes.
+        # `profd start` made it a session leader, so its group is its own.
+        try:
+            group = os.getpgid(pid)
+        except ProcessLookupError:
+            group = None
+        try:
+            if group == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not _wait_gone(pid, 5):
+            print(f"profd: pid {pid} did not stop", file=sys.stderr)
+            return 1
+        print(f"profd: pid {pid} did not stop within 10 s; killed it")
+        path = os.path.join(state, DAEMON_FILE)
+        if (read_daemon(state) or {}).get("pid") == pid:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return 0
+    print(f"profd: stopped pid {pid}")
     return 0
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:  # reap it if it is our child (the tests start it so); else just look
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
 
 
 def cmd_status(ns) -> int:

@@ -20,6 +20,7 @@ import json
 import logging
 import multiprocessing
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -32,9 +33,10 @@ import msgspec
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
+from ..engine.sourcemap import source_lines
 from .placement import local_sources, placed_path, unmapped_hint
-from .store import Row, Store
-from .watcher import Intake, Outcome, Sig, Watcher, signature
+from .store import Row, Store, private_dir
+from .watcher import Intake, Outcome, Sig, Watcher, inside, signature
 
 log = logging.getLogger("profd.core")
 
@@ -51,6 +53,8 @@ class Config:
     settle: float = 0.3  # s a file's size/mtime must hold still before it is read
     quiet: float = 2.0  # s a file that did not parse must stay unchanged before it is an error
     progress_min_bytes: int = 8 << 20  # $/progress for traces at least this big
+    analysis_timeout: float = 300.0  # s one analysis may run before its process is ended
+    analysis_mb: int = 0  # MB one analysis may hold (0: default_memory_budget)
 
 
 class Session(Protocol):
@@ -127,9 +131,147 @@ def _worker_init(quiet_stderr: bool) -> None:
         pass
 
 
-def _warm() -> int:
-    """Submitted once per worker at start: the pool spawns its processes on demand."""
-    return os.getpid()
+def _worker_main(conn, quiet_stderr: bool) -> None:
+    """An analysis process: jobs from the pipe, one at a time, until the daemon says stop."""
+    _worker_init(quiet_stderr)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            fn, args = job
+            out = ("ok", fn(*args))
+        except BaseException as e:  # analyze_or_error catches trace errors; this is a bug
+            out = ("error", f"{type(e).__name__}: {e}")
+        try:
+            conn.send(out)
+        except (OSError, ValueError):
+            return
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_memory_budget(workers: int) -> int:
+    """Bytes one analysis may hold: half the machine's memory shared by the workers, at least 1 GiB
+    (the engine's peak is about the trace's inflated size)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        total = 8 << 30
+    return max(1 << 30, total // 2 // max(1, workers))
+
+
+class Budget(Exception):
+    """An analysis ended by the daemon: over its time or memory budget, or its process died."""
+
+
+class Worker:
+    """One spawned analysis process and the pipe to it; one job at a time. Waiting for a result
+    (in a thread, never on the loop) also watches the job's wall time and the process's RSS and
+    kills the process the moment either is over budget: that job alone ends, with a clear error."""
+
+    def __init__(self, ctx, quiet_stderr: bool):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, quiet_stderr), daemon=True,
+                                name="profd-analysis")
+        self.proc.start()
+        child.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.exitcode is None
+
+    def run(self, job: tuple, time_s: float, mem_bytes: int):
+        """The result of ``job`` ((fn, args)); Budget when it was ended."""
+        t0 = time.monotonic()
+        try:
+            self.conn.send(job)
+            while not self.conn.poll(0.05):
+                if not self.proc.is_alive():
+                    self.kill()
+                    raise Budget("the analysis process died (out of memory?)")
+                took = time.monotonic() - t0
+                if took > time_s:
+                    self.kill()
+                    raise Budget(f"analysis stopped after {took:.0f} s, over the {time_s:.0f} s "
+                                 "budget per analysis (profd serve --analysis-timeout)")
+                rss = _rss_bytes(self.proc.pid)
+                if rss > mem_bytes:
+                    self.kill()
+                    raise Budget(f"analysis stopped at {rss >> 20} MB, over the "
+                                 f"{mem_bytes >> 20} MB memory budget per analysis "
+                                 "(profd serve --analysis-mb)")
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            self.kill()
+            raise Budget("the analysis process died (out of memory?)") from None
+        if kind != "ok":
+            raise Budget(f"the analysis failed: {value}")
+        return value
+
+    def kill(self) -> None:
+        if self.proc.exitcode is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        self.proc.join(5)
+        self.conn.close()
+
+
+class Workers:
+    """A fixed number of analysis processes. A worker ended by its budget is replaced; the others
+    and their jobs go on (a ProcessPoolExecutor breaks every job when one process dies)."""
+
+    def __init__(self, n: int, quiet_stderr: bool, time_s: float, mem_bytes: int):
+        self.ctx = multiprocessing.get_context("spawn")
+        self.quiet = quiet_stderr
+        self.time_s, self.mem_bytes = time_s, mem_bytes
+        self.all: list[Worker] = []
+        self.idle: asyncio.Queue = asyncio.Queue()
+        self.threads = cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="profd-wait")
+        self.closed = False
+        for _ in range(n):
+            self._add()
+
+    def _add(self) -> None:
+        w = Worker(self.ctx, self.quiet)
+        self.all.append(w)
+        self.idle.put_nowait(w)
+
+    async def run(self, fn, *args):
+        """``fn(*args)`` (a module-level function) in a worker, within the budgets."""
+        job = (fn, args)
+        w = await self.idle.get()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.threads, w.run, job, self.time_s, self.mem_bytes)
+        finally:
+            if w.alive and not self.closed:
+                self.idle.put_nowait(w)
+            else:
+                self.all.remove(w)
+                if not self.closed:
+                    self._add()
+
+    def close(self) -> None:
+        """Every process ends now, jobs in flight included (their waits raise Budget)."""
+        self.closed = True
+        for w in list(self.all):
+            if w.proc.exitcode is None:
+                w.proc.kill()
+        for w in list(self.all):
+            w.proc.join(5)
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
 
 def sha_file(path: str) -> str:
@@ -159,17 +301,54 @@ def options_fp(workspace, path_map, disabled) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
+def line_sources(report: T.Report) -> list[str]:
+    """The local files whose lines the report's findings and hot lines are shown on."""
+    out = [loc.path for d in report.diagnostics for loc in [d.location, *d.related] if loc.line]
+    return out + [h.path for h in report.hot_lines]
+
+
 def relabel(report: T.Report, path: str) -> T.Report:
     """The report as if the trace were at ``path`` (same content seen under another name)."""
     old = report.trace.path
     if old == path:
         return report
     report.trace.path = path
+    if report.error:
+        report.error = report.error.replace(old, path)
     for d in report.diagnostics:
         for loc in [d.location, *d.related]:
             if loc.path == old:
                 loc.path = path
     return report
+
+
+class SourceLines:
+    """Reads the source files findings point at into the engine's cache (``sourcemap.
+    source_lines``, keyed by mtime), on one thread of its own: the LSP handlers then find them
+    there and the loop reads no file. Only regular files are read (a frame naming a FIFO or
+    /dev/zero cannot stall anything)."""
+
+    def __init__(self):
+        self._reader = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-src")
+
+    async def warm(self, paths, timeout: float = 2.0) -> None:
+        """Read (or re-stat) ``paths`` off the loop, waiting at most ``timeout`` s."""
+        paths = [p for p in dict.fromkeys(paths) if p and os.path.isabs(p)]
+        if not paths:
+            return
+        fut = asyncio.get_running_loop().run_in_executor(self._reader, self._read, paths)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            log.warning("profd: reading %d source file(s) took over %.0f s", len(paths), timeout)
+
+    @staticmethod
+    def _read(paths: list[str]) -> None:
+        for p in paths:
+            source_lines(p)
+
+
+SOURCES = SourceLines()
 
 
 class Core:
@@ -189,24 +368,30 @@ class Core:
         self.started = time.time()
         self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
         self._cache: OrderedDict[str, T.Report] = OrderedDict()
+        # Reports made with one request's own options (profd/analyze {workspace, disabled, ...}):
+        # kept for that client's repeats, never indexed, so no other client sees them.
+        self._aside: OrderedDict[str, bytes] = OrderedDict()
+        # Writes the store refused (disk full, read-only): served from memory, retried.
+        self._unsaved: OrderedDict[tuple, tuple] = OrderedDict()
+        self._retry: Optional[asyncio.TimerHandle] = None
+        self.store_retry_s = 5.0
         self.store: Optional[Store] = None
         self.watcher: Optional[Watcher] = None
         self.intake: Optional[Intake] = None
-        self._pool: Optional[cf.ProcessPoolExecutor] = None
+        self._pool: Optional[Workers] = None
         self._io = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="profd-io")
         self.loop: Optional[asyncio.AbstractEventLoop] = None
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        os.makedirs(self.cfg.state, mode=0o700, exist_ok=True)
+        private_dir(self.cfg.state)
         self.store = Store(os.path.join(self.cfg.state, "profd.sqlite3"))
-        for row in self.store.rows():
-            self._index(row)
-        self._new_pool()
-        # Warm the workers (spawn + engine import) without waiting for them.
-        for _ in range(self.cfg.workers):
-            self._pool.submit(_warm)
+        self._load_index()
+        # The workers spawn and import the engine now, not on the first trace.
+        mem = (self.cfg.analysis_mb << 20) or default_memory_budget(self.cfg.workers)
+        self._pool = Workers(self.cfg.workers, self.transport == "stdio",
+                             self.cfg.analysis_timeout, mem)
         self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
                              quiet=self.cfg.quiet, workers=self.cfg.workers)
         self.intake.start()
@@ -252,41 +437,144 @@ class Core:
         return True
 
     async def stop(self) -> None:
+        if self._retry:
+            self._retry.cancel()
         if self.watcher:
             self.watcher.stop()
         if self.intake:
             await self.intake.stop()
         if self._pool:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.close()
         self._io.shutdown(wait=False)
         if self.store:
             self.store.close()
 
-    def _new_pool(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._pool = cf.ProcessPoolExecutor(max_workers=self.cfg.workers, mp_context=ctx,
-                                            initializer=_worker_init,
-                                            initargs=(self.transport == "stdio",))
-
     # ---- the index --------------------------------------------------------------------------
-    def _index(self, row: Row) -> None:
+    def _load_index(self) -> None:
+        try:
+            rows, files = list(self.store.rows()), self.store.files()
+        except sqlite3.DatabaseError as e:
+            self.store.reset(e)
+            rows, files = [], []
+        for row in rows:
+            self._index(row)
+        for path, key in files:  # oldest first: the newest link wins, as it did
+            if key in self.meta:
+                self._index(self.meta[key], path)
+
+    # ---- the store healing --------------------------------------------------------------------
+    def _write(self, op: tuple) -> Optional[float]:
+        """Run one store write (``("put", ...)`` or ``("link", ...)``); one the store refuses is
+        kept and retried every few seconds (disk full, read-only file), and a corrupt store is
+        moved aside and rebuilt from the watched files. The index in memory has the result
+        either way."""
+        kind = (op[0], op[2] if op[0] == "put" else op[1])  # put: its path; link: its path
+        self._unsaved.pop(kind, None)
+        try:
+            return getattr(self.store, op[0])(*op[1:])
+        except sqlite3.OperationalError as e:
+            if not self._unsaved:
+                log.error("profd: cannot write the results store %s (%s); keeping reports in "
+                          "memory and retrying every %.0f s", self.store.path, e,
+                          self.store_retry_s)
+            self._unsaved[kind] = op
+            if self._retry is None and self.loop is not None:
+                self._retry = self.loop.call_later(self.store_retry_s, self._retry_writes)
+        except sqlite3.DatabaseError as e:
+            self._rebuild(e)
+        return None
+
+    def _retry_writes(self) -> None:
+        self._retry = None
+        for op in list(self._unsaved.values()):
+            self._write(op)
+            if self._retry is not None:  # still refused: the rest waits too
+                return
+        log.warning("profd: the results store is writable again; all reports saved")
+
+    def _rebuild(self, why: BaseException) -> None:
+        """The store is corrupt: move it aside, start empty, and analyse the watched files again."""
+        self.store.reset(why)
+        self.meta.clear()
+        self.by_source.clear()
+        self.trace_key.clear()
+        self._cache.clear()
+        self._unsaved.clear()
+        if self.watcher:
+            self.watcher.scan(self.watcher.root)
+
+    def _undecodable(self, key: str, why: BaseException) -> None:
+        """A stored report that does not decode: forget it and analyse its trace(s) again."""
+        log.error("profd: the stored report %s does not decode (%s); analysing its trace again",
+                  key[:16], why)
+        paths = {p for p, k in self.trace_key.items() if k == key}
+        try:
+            self.store.drop(key)
+        except sqlite3.DatabaseError as e:
+            self._rebuild(e)
+            return
+        self.meta.pop(key, None)
+        for keys in self.by_source.values():
+            if key in keys:
+                keys.remove(key)
+        for p in paths:
+            del self.trace_key[p]
+            if self.intake:
+                self.intake.notice(p)
+
+    def _index(self, row: Row, path: Optional[str] = None) -> None:
+        """``row`` is the newest report for its sources and for the trace at ``path`` (default:
+        the path it was analysed under; another one when the same content came back there or
+        arrived under another name)."""
         self.meta[row.key] = row
-        for s in row.sources:
+        path = path or row.path
+        for s in self._sources_at(row.key, path):
             keys = self.by_source.setdefault(s, [])
             if row.key in keys:
                 keys.remove(row.key)
             keys.append(row.key)
-        self.trace_key[row.path] = row.key
+        self.trace_key[path] = row.key
+
+    def _link(self, path: str, key: str, sig: Sig) -> None:
+        """The file at ``path`` now holds the content of the stored report ``key``."""
+        self._write(("link", path, key, sig[1] / 1e9, sig[0]))
+        self._index(self.meta[key], path)
+        for s in list(self.sessions):
+            try:
+                s.report_ready(key, self._sources_at(key, path), self.report_at(key, path))
+            except Exception:
+                log.exception("profd: notifying a session failed")
+
+    def _sources_at(self, key: str, path: str) -> list[str]:
+        """The report's sources with the trace at ``path`` (the same content under its name)."""
+        row = self.meta[key]
+        return [path if s == row.path else s for s in row.sources]
+
+    def report_at(self, key: str, path: str) -> Optional[T.Report]:
+        """The report of ``key`` as the trace at ``path`` has it (a relabelled copy for a second
+        name; the cached object itself for the first)."""
+        r = self.report(key)
+        if r is None or path == r.trace.path:
+            return r
+        return relabel(T.decode_report(T.encode(r)), path)
 
     def report(self, key: str) -> Optional[T.Report]:
         r = self._cache.get(key)
         if r is not None:
             self._cache.move_to_end(key)
             return r
-        data = self.store.get(key)
-        if data is None:
+        unsaved = self._unsaved.get(("put", self.meta[key].path)) if key in self.meta else None
+        try:
+            data = unsaved[5] if unsaved and unsaved[1] == key else self.store.get(key)
+            if data is None:
+                return None
+            r = T.decode_report(data)
+        except sqlite3.DatabaseError as e:
+            self._rebuild(e)
             return None
-        r = T.decode_report(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self._undecodable(key, e)
+            return None
         self._cache[key] = r
         if len(self._cache) > 64:
             self._cache.popitem(last=False)
@@ -308,26 +596,28 @@ class Core:
         return keys[-2] if len(keys) > 1 else None
 
     def diagnostics_for(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
-        key = self.newest_for(source)
-        if key is None:
-            return None, []
-        r = self.report(key)
+        """For a trace file: its current content's trace-level findings (or its error); for a
+        source file: the findings on it of the newest report that touches it."""
+        cur = self.trace_key.get(source)
+        if cur and not cur.endswith(":" + self.fp):  # made under options no longer in force
+            cur = None
+        key = cur or self.newest_for(source)
+        r = self.report_at(key, source) if cur else self.report(key) if key else None
         if r is None:
             return key, []
-        row = self.meta[key]
-        trace_path = row.path
         if r.error:
             return key, [T.Diagnostic(code="bad-trace", severity="error", message=r.error,
-                                      location=T.Location(path=trace_path))] \
-                if source == trace_path else []
-        here = [d for d in r.diagnostics if placed_path(d.location, trace_path, row.sources) == source]
+                                      location=T.Location(path=source))] if cur else []
+        trace_path = r.trace.path
+        sources = self._sources_at(key, trace_path)
+        here = [d for d in r.diagnostics if placed_path(d.location, trace_path, sources) == source]
         # The engine dropped what the source's comments suppressed when the report was made; a
         # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same module).
         from ..engine import suppress
 
         here = suppress.apply(here)[0]
-        if source == trace_path:
-            hint = unmapped_hint(r, trace_path, row.sources, self.cfg.workspace)
+        if cur:
+            hint = unmapped_hint(r, trace_path, sources, self.cfg.workspace)
             if hint is not None:
                 here.append(hint)
         return key, here
@@ -342,7 +632,8 @@ class Core:
     def entries(self, path: Optional[str] = None) -> list[M.ReportEntry]:
         out = []
         for row in self.meta.values():
-            if path and row.path != path and path not in row.sources:
+            if path and row.path != path and path not in row.sources and \
+                    self.trace_key.get(path) != row.key:
                 continue
             out.append(M.ReportEntry(key=row.key, path=row.path, mtime=row.mtime, size=row.size,
                                      created=row.created, error=row.error, sources=row.sources,
@@ -424,7 +715,7 @@ class Core:
             return None  # gone: the analysis finishes unused
         key = f"{sha}:{fp}"
         if key in self.meta:  # committed meanwhile under another name
-            self.store.link(path, key, sig[1] / 1e9, sig[0])
+            self._link(path, key, sig)
             return None
         mine = key not in self.inflight
         if mine:  # a repeat arriving now joins this run
@@ -452,6 +743,9 @@ class Core:
         t0 = time.time()
         try:
             data, wall, cpu, start = await self._submit(path, workspace, path_map, disabled)
+            # The lines its findings sit on, read now (off the loop): while this analysis is still
+            # in flight, so a repeat of its content joins it instead of starting another.
+            await SOURCES.warm(line_sources(T.decode_report(data)))
             self.analyses += 1
             t1 = time.time()
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
@@ -475,21 +769,27 @@ class Core:
     async def _submit(self, path, workspace, path_map, disabled) -> tuple[bytes, float, float,
                                                                           float]:
         try:
-            return await self.loop.run_in_executor(
-                self._pool, _analyze_job, path, list(workspace), [list(p) for p in path_map],
-                sorted(disabled))
-        except cf.process.BrokenProcessPool:
-            log.error("profd: an analysis process died on %s; restarting the pool", path)
-            self._new_pool()
+            return await self._pool.run(_analyze_job, path, list(workspace),
+                                        [list(p) for p in path_map], sorted(disabled))
+        except Budget as e:
+            log.error("profd: %s: %s", path, e)
             return T.encode(T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
-                                     error=f"profd: bad trace {path}: the analysis process died "
-                                           "(out of memory?)")), 0.0, 0.0, time.time()
+                                     error=f"profd: bad trace {path}: {e}")), 0.0, 0.0, time.time()
+
+    async def run_in_worker(self, fn, *args):
+        """Other work on a trace (annotating it) in an analysis process, under the same budgets;
+        Budget when it was ended."""
+        return await self._pool.run(fn, *args)
 
     def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report) -> None:
+        if key in self.meta and self.meta[key].path != path:  # committed meanwhile under
+            self._link(path, key, sig)                           # another name: the same content
+            return
         sources = local_sources(report, path)
         size, mtime_ns = sig[0], sig[1]
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
-        created = self.store.put(key, path, mtime_ns / 1e9, size, data, report.error, sources, rec)
+        created = self._write(("put", key, path, mtime_ns / 1e9, size, data, report.error,
+                               sources, rec)) or time.time()
         row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created, rec)
         self._cache[key] = report
         self._index(row)
@@ -504,6 +804,8 @@ class Core:
                 log.exception("profd: notifying a session failed")
 
     async def _handle_watched(self, path: str, sig: Sig) -> Optional[Outcome]:
+        if not inside(path, self.cfg.watch):  # became a symlink out of the folder meanwhile
+            return None
         known = self.store.known_file(path, sig[1] / 1e9, sig[0])
         if known and known.endswith(":" + self.fp) and known in self.meta:
             return None
@@ -522,7 +824,7 @@ class Core:
                 await asyncio.wait([t])                   # analysis: let it register its key
             key = f"{sha}:{fp}"
             if key in self.meta:  # same content again (here or under another name): costs nothing
-                self.store.link(path, key, sig[1] / 1e9, sig[0])
+                self._link(path, key, sig)
                 return None
             data = await self._run(key, path, size, *opts)
         report = relabel(T.decode_report(data), path)
@@ -585,8 +887,15 @@ class Core:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
         key = f"{sha}:{fp}"
         stale = key in self.meta and self.sources_changed(key)
-        if key in self.meta and not stale:
-            data = self.store.get(key)
+        if key in self.meta and not stale and self.report(key) is not None:
+            return self.report_at(key, p.path)
+        if fp != self.fp:  # this request's own options: its result is this client's alone
+            data = self._aside.get(key)
+            if data is None:
+                data = await self._run(key, real, sig[0], ws, pm, dis)
+                self._aside[key] = data
+                while len(self._aside) > 32:
+                    self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
         data = await self._run(key, real, sig[0], ws, pm, dis)
         if key not in self.meta or stale:

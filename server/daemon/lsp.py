@@ -32,7 +32,7 @@ from ...protocol import types as T
 from ...protocol.catalog import RULES
 from ...protocol.diff import LineDelta, ReportDiff
 from . import outline, quickfix
-from .core import Core, PathError
+from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
 from ..engine.modules import top_modules
@@ -588,6 +588,7 @@ def build_server(session: LspSession) -> LanguageServer:
             type=L.MessageType.Info,
             message=f"profd {__version__}: {len(core.meta)} reports; watching {core.cfg.watch}"))
         await session.load_settings()
+        await SOURCES.warm(list(core.by_source))
         for source in list(core.by_source):
             session.publish(source)
         session.schedule_refresh()
@@ -642,9 +643,10 @@ def build_server(session: LspSession) -> LanguageServer:
     @ls.feature(L.TEXT_DOCUMENT_DIAGNOSTIC,
                 L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True,
                                     identifier="profd"))
-    def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
-        result_id, items = diagnostic_report(_lookup(core, params.text_document.uri),
-                                             params.previous_result_id)
+    async def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
+        source = _lookup(core, params.text_document.uri)
+        await SOURCES.warm([source])
+        result_id, items = diagnostic_report(source, params.previous_result_id)
         if items is None:
             return L.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         return L.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
@@ -667,8 +669,9 @@ def build_server(session: LspSession) -> LanguageServer:
         return L.WorkspaceDiagnosticReport(items=out)
 
     @ls.feature(L.TEXT_DOCUMENT_HOVER)
-    def hover(ls_: LanguageServer, params: L.HoverParams):
+    async def hover(ls_: LanguageServer, params: L.HoverParams):
         source = _lookup(core, params.text_document.uri)
+        await SOURCES.warm([source])
         line = params.position.line + 1
         key, hots = core.hot_lines_for(source)
         h = next((x for x in hots if x.line == line), None)
@@ -690,8 +693,9 @@ def build_server(session: LspSession) -> LanguageServer:
                        range=_line_range(source, line))
 
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
-    def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
+    async def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
         source = _lookup(core, params.text_document.uri)
+        await SOURCES.warm([source])
         key, hots = core.hot_lines_for(source)
         n = _steps(core, key)
         lo, hi = params.range.start.line, params.range.end.line
@@ -708,8 +712,9 @@ def build_server(session: LspSession) -> LanguageServer:
         return out
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_LENS, L.CodeLensOptions(resolve_provider=False))
-    def code_lens(ls_: LanguageServer, params: L.CodeLensParams):
+    async def code_lens(ls_: LanguageServer, params: L.CodeLensParams):
         source = _lookup(core, params.text_document.uri)
+        await SOURCES.warm([source])
         key, hots = core.hot_lines_for(source)
         funcs: dict[str, tuple[int, list[T.HotLine]]] = {}
         for h in hots:
@@ -798,9 +803,8 @@ def build_server(session: LspSession) -> LanguageServer:
         out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
         if not os.path.exists(out):
             try:
-                await asyncio.get_running_loop().run_in_executor(
-                    core._pool, _annotate_job, row.path, out, cfg.workspace,
-                    [list(p) for p in cfg.path_map], sorted(cfg.disabled))
+                await core.run_in_worker(_annotate_job, row.path, out, cfg.workspace,
+                                         [list(p) for p in cfg.path_map], sorted(cfg.disabled))
             except Exception as e:
                 raise RpcError(-32603, f"profd: annotating {row.path} failed: {e}")
         uri = from_fs_path(out)
@@ -845,7 +849,8 @@ def build_server(session: LspSession) -> LanguageServer:
         key = p.key or (core.trace_key.get(p.path) if p.path else None)
         if p.path and key is None:
             key = core.trace_key.get(os.path.realpath(p.path))
-        r = core.report(key) if key and key in core.meta else None
+        r = (core.report_at(key, p.path) if p.path else core.report(key)) \
+            if key and key in core.meta else None
         return T.to_builtins(r) if r is not None else None
 
     @ls.feature(M.STATUS)

@@ -5,15 +5,23 @@ encoded Report and the absolute source files its findings point at (so a restart
 per-source index without decoding a single report). ``files``: trace path -> key of its newest
 content, with the size/mtime it had, so a restart skips hashing files it already knows.
 Thread-safe (one connection, one lock); every call is short.
+
+The database is the daemon's alone (``locking_mode=EXCLUSIVE``): the WAL index then lives in the
+process's heap instead of a memory-mapped ``-shm`` file, which raises SIGBUS when the file cannot
+be written or extended. A file that is not a database, or fails SQLite's quick check, is moved
+aside (``profd.sqlite3.bad-<time>``) and a fresh one is made: the watched files rebuild it.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 from typing import Iterator, NamedTuple, Optional
+
+log = logging.getLogger("profd.store")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS reports (
@@ -61,26 +69,73 @@ def _private_file(path: str) -> None:
     os.chmod(path, 0o600)
 
 
+def private_dir(path: str) -> None:
+    """Create ``path`` if missing and make it the owner's alone (an existing one too)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        if os.stat(path).st_uid == os.getuid():
+            os.chmod(path, 0o700)
+    except OSError as e:
+        log.warning("profd: cannot make %s owner-only: %s", path, e)
+
+
 class Store:
     def __init__(self, path: str):
         self.path = path
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        _private_file(path)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        with self._tx() as c:
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
-            cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
-            if "recorded" not in cols:  # a store from before recording times were kept
-                c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
+        self.moved_aside: Optional[str] = None  # where a bad database went, if one did
+        private_dir(os.path.dirname(os.path.abspath(path)))
+        self._lock = threading.RLock()
+        try:
+            self._open()
+        except (sqlite3.DatabaseError, OSError) as e:
+            self._move_aside(e)
+            self._open()
+
+    def _open(self) -> None:
+        _private_file(self.path)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                   timeout=10)
+        try:
+            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before WAL: no -shm mapping
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            check = self._db.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                raise sqlite3.DatabaseError("; ".join(str(r[0]) for r in check[:3]))
+            with self._tx() as c:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
+                if "recorded" not in cols:  # a store from before recording times were kept
+                    c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
+        except BaseException:
+            self._db.close()
+            raise
         for suffix in ("-wal", "-shm"):  # created by the first write; owner-only too
-            if os.path.exists(path + suffix):
-                os.chmod(path + suffix, 0o600)
+            if os.path.exists(self.path + suffix):
+                os.chmod(self.path + suffix, 0o600)
+
+    def _move_aside(self, why: BaseException) -> None:
+        aside = f"{self.path}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.replace(self.path + suffix, aside + suffix)
+            except FileNotFoundError:
+                pass
+        self.moved_aside = aside
+        log.error("profd: the results store %s is unusable (%s); moved it to %s and starting an "
+                  "empty one (the watched files are analysed again)", self.path, why, aside)
+
+    def reset(self, why: BaseException) -> None:
+        """The store failed while in use (corrupt pages): move it aside and start an empty one."""
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._move_aside(why)
+            self._open()
 
     class _Tx:
         def __init__(self, store: "Store"):
@@ -142,9 +197,19 @@ class Store:
         r = self._q("SELECT key FROM files WHERE path=? AND mtime=? AND size=?", (path, mtime, size))
         return r[0][0] if r else None
 
+    def drop(self, key: str) -> None:
+        """Forget a report (it could not be decoded) and the files that pointed at it."""
+        with self._tx() as c:
+            c.execute("DELETE FROM reports WHERE key=?", (key,))
+            c.execute("DELETE FROM files WHERE key=?", (key,))
+
     def file_key(self, path: str) -> Optional[str]:
         r = self._q("SELECT key FROM files WHERE path=?", (path,))
         return r[0][0] if r else None
+
+    def files(self) -> list[tuple[str, str]]:
+        """(trace path, key of its content) as last seen, oldest first."""
+        return self._q("SELECT path, key FROM files ORDER BY seen, rowid")
 
     def rows(self) -> Iterator[Row]:
         """Every report's metadata, oldest first."""

@@ -6,7 +6,12 @@ shared ``Core``. The read loop (instead of pygls's ``run_async``) answers what p
 a body that is not JSON gets -32700, a message that is not a JSON-RPC request -32600, a request
 before ``initialize`` -32002, and over TCP an ``initialize`` without the daemon's token is refused
 (-32001, logged) and the connection closed. Bodies are capped so no client can make us buffer
-gigabytes.
+gigabytes; header lines and header blocks too (answered -32600, one log line, no traceback).
+
+Strangers are kept out cheaply: a TCP connection has ``auth_timeout`` s to send ``initialize``
+with the token, at most ``MAX_UNAUTHED`` connections may be waiting to (the oldest is dropped for
+a new one, so idle sockets never lock out the owner), and at most ``max_conns`` in all, well
+under the process's file limit (no EMFILE storms in the accept loop).
 """
 from __future__ import annotations
 
@@ -29,7 +34,20 @@ from .lsp import LspSession
 log = logging.getLogger("profd.transport")
 
 MAX_BODY = 64 << 20
+MAX_HEADER = 8 << 10  # bytes of headers before a body (LSP sends two short lines)
+MAX_UNAUTHED = 32
+AUTH_TIMEOUT = 10.0
 _CL = re.compile(rb"^Content-Length:\s*(\d+)\s*$", re.I)
+
+
+class _BadHeader(Exception):
+    pass
+
+
+def token_ok(given: Any, token: str) -> bool:
+    """Constant-time comparison of what the client sent with the token, for any string."""
+    return isinstance(given, str) and hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), token.encode())
 
 
 def _frame(obj: Any) -> bytes:
@@ -41,8 +59,10 @@ def _error(msg_id: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
 
 
-async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str) -> None:
-    """Run one client's session until it disconnects or sends ``exit``."""
+async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str,
+                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None) -> None:
+    """Run one client's session until it disconnects, sends ``exit``, or (TCP) has not sent the
+    token within ``auth_timeout`` s; ``on_auth()`` once it has."""
     session = LspSession(core, token, peer)
     proto = session.ls.protocol
     proto.set_writer(writer)
@@ -56,10 +76,17 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
 
     async def read_message() -> Optional[bytes]:
         length = None
+        seen = 0
         while True:
-            line = await reader.readline()
+            try:
+                line = await reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # one line past the stream's limit
+                raise _BadHeader("a header line is too long") from None
             if not line:
                 return None
+            seen += len(line)
+            if seen > MAX_HEADER:
+                raise _BadHeader(f"more than {MAX_HEADER} bytes of headers")
             if line in (b"\r\n", b"\n"):
                 if length is None:
                     continue  # stray blank line
@@ -72,18 +99,30 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
             return None
         return await reader.readexactly(length)
 
+    loop = asyncio.get_running_loop()
+    auth_deadline = loop.time() + auth_timeout
     try:
         while not done.is_set():
             rd = asyncio.ensure_future(read_message())
             stop = asyncio.ensure_future(done.wait())
-            await asyncio.wait({rd, stop}, return_when=asyncio.FIRST_COMPLETED)
+            wait = None if session.authed else max(0.0, auth_deadline - loop.time())
+            await asyncio.wait({rd, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if not rd.done():
                 rd.cancel()
+                stop.cancel()
+                if not session.authed and not done.is_set():
+                    log.warning("profd: closed %s: no initialize with the token within %.0f s",
+                                peer, auth_timeout)
                 break
             stop.cancel()
             try:
                 body = rd.result()
             except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            except _BadHeader as e:
+                log.warning("profd: closed %s: %s", peer, e)
+                send_raw(_error(None, -32600, f"profd: {e}"))
+                await _drain(writer)
                 break
             if body is None:
                 break
@@ -105,8 +144,10 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                     opts = (raw.get("params") or {}).get("initializationOptions") \
                         if isinstance(raw.get("params"), dict) else None
                     given = opts.get("token") if isinstance(opts, dict) else None
-                    if isinstance(given, str) and hmac.compare_digest(given, token):
+                    if token_ok(given, token):
                         session.authed = True
+                        if on_auth:
+                            on_auth()
                     else:
                         log.warning("profd: refused %s: initialize without the daemon token", peer)
                         send_raw(_error(raw.get("id"), M.ERR_UNAUTHORIZED,
@@ -202,11 +243,33 @@ async def run_stdio(core: Core, stdin, stdout) -> None:
         await core.stop()
 
 
+def _file_limit() -> int:
+    """The soft limit on open files, raised to the hard one where allowed."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                soft = want
+            except (ValueError, OSError):
+                pass
+        return soft if soft != resource.RLIM_INFINITY else 65536
+    except (ImportError, OSError, ValueError):
+        return 1024
+
+
 class TcpServer:
-    def __init__(self, core: Core, host: str, port: int, token: str):
+    def __init__(self, core: Core, host: str, port: int, token: str,
+                 auth_timeout: float = AUTH_TIMEOUT):
         self.core, self.host, self.port, self.token = core, host, port, token
+        self.auth_timeout = auth_timeout
         self.server: Optional[asyncio.base_events.Server] = None
         self.tasks: set[asyncio.Task] = set()
+        self.unauthed: dict[asyncio.Task, asyncio.StreamWriter] = {}  # oldest first
+        # Half the file limit for clients: the rest is the store, the watcher, the workers.
+        self.max_conns = max(16, min(1024, _file_limit() // 2))
 
     async def start(self) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._conn, self.host, self.port)
@@ -216,13 +279,32 @@ class TcpServer:
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "%s:%s" % writer.get_extra_info("peername")[:2]
         task = asyncio.current_task()
+        if len(self.tasks) >= self.max_conns:
+            log.warning("profd: refused %s: %d connections open", peer, len(self.tasks))
+            writer.close()
+            return
+        while len(self.unauthed) >= MAX_UNAUTHED:  # the oldest stranger makes room
+            old, w = next(iter(self.unauthed.items()))
+            del self.unauthed[old]
+            w.close()
+            old.cancel()
         self.tasks.add(task)
+        self.unauthed[task] = writer
         try:
-            await serve_session(self.core, reader, writer, token=self.token, peer=peer)
+            await serve_session(self.core, reader, writer, token=self.token, peer=peer,
+                                auth_timeout=self.auth_timeout,
+                                on_auth=lambda: self.unauthed.pop(task, None))
+        except asyncio.CancelledError:
+            if task in self.tasks:  # evicted: not the server closing
+                log.warning("profd: dropped %s: too many connections waiting to authenticate",
+                            peer)
+            else:
+                raise
         except Exception:
             log.exception("profd: session %s failed", peer)
         finally:
             self.tasks.discard(task)
+            self.unauthed.pop(task, None)
             try:
                 writer.close()
             except Exception:
@@ -231,6 +313,7 @@ class TcpServer:
     async def close(self) -> None:
         if self.server:
             self.server.close()
-        for t in list(self.tasks):
+        tasks, self.tasks = list(self.tasks), set()
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -6,10 +6,13 @@ on the server's event loop. A path goes through:
   pending (size/mtime/inode re-stat every ``settle`` s until two stats agree; a file renamed
   into the folder is complete at that instant and skips the wait: the writer's rename is its
   "done", and a file still written after it is caught by the re-stat after the read below)
-  -> queue (bounded; when full, the path stays pending and is retried)
+  -> queue (bounded, newest first; when full, the path stays pending and is retried)
   -> a worker calls ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
-  -> ok: ``commit()``; failed to parse: wait ``quiet`` s; still unchanged -> ``commit()`` the one
-     error report; changed meanwhile -> back to pending (the writer was still writing).
+  -> ok: ``commit()``; failed to parse: wait ``quiet`` s (holding no worker); still unchanged ->
+     ``commit()`` the one error report; changed meanwhile -> back to pending (still written).
+
+Only regular files whose real path lies inside the watched folder are taken: a symlink that
+leads out of it (to the daemon's own database, to /dev/zero) is never read.
 
 A file deleted at any point drops out; one replaced while being read is seen as changed and goes
 round again. The watched folder removed and recreated is re-armed (the parent folder is watched
@@ -67,7 +70,8 @@ class Intake:
         self.handle = handle
         self.settle = settle
         self.quiet = quiet
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize)
+        # Newest first: a trace dropped during a flood is the one its user waits for.
+        self.queue: asyncio.Queue = asyncio.LifoQueue(maxsize)
         self.pending: dict[str, Optional[Sig]] = {}
         self.busy: set[str] = set()  # queued or being handled
         self.dirty: set[str] = set()  # an event came while busy
@@ -148,15 +152,21 @@ class Intake:
             out.commit()
             self._release(path)
             return
-        # Did not parse. Still being written? Wait until it has been quiet for a while.
-        await asyncio.sleep(self.quiet)
+        # Did not parse. Still being written? It must stay unchanged for ``quiet`` s; the wait
+        # holds no worker, so a folder of bad files does not hold up the good ones.
+        self.loop.call_later(self.quiet, self._quiet_over, path, sig, out)
+
+    def _quiet_over(self, path: str, sig: Sig, out: Outcome) -> None:
         now = signature(path)
         if now is None:
             self._release(path)
         elif now != sig:
             self._release(path, again=True)
         else:
-            out.commit()  # the one error report for this content
+            try:
+                out.commit()  # the one error report for this content
+            except Exception:
+                log.exception("profd: recording the error report of %s failed", path)
             self._release(path)
 
     def _release(self, path: str, again: bool = False) -> None:
@@ -193,6 +203,12 @@ class _Events(FileSystemEventHandler):
                     self.w.loop.call_soon_threadsafe(self.w.on_path, p)
 
 
+def inside(path: str, root: str) -> bool:
+    """Whether ``path``, symlinks resolved, lies under the folder ``root`` (itself resolved)."""
+    real, r = os.path.realpath(path), os.path.realpath(root)
+    return real.startswith(r.rstrip(os.sep) + os.sep)
+
+
 class Watcher:
     """watchdog on ``root`` (recursive) and its parent (to see ``root`` come back)."""
 
@@ -201,8 +217,8 @@ class Watcher:
                  on_complete: Optional[Callable[[str], None]] = None):
         self.root = os.path.abspath(root)
         self.loop = loop
-        self.on_path = on_path
-        self.on_complete = on_complete  # a file renamed into the folder (default: on_path)
+        self.on_path = self._inside(on_path)
+        self.on_complete = self._inside(on_complete) if on_complete else None  # renamed here
         self.check_every = check_every
         self.observer = Observer()
         self._handler = _Events(self)
@@ -211,6 +227,14 @@ class Watcher:
         self._ino: Optional[int] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         self.rearmed = 0
+
+    def _inside(self, fn: Callable[[str], None]) -> Callable[[str], None]:
+        def offer(path: str) -> None:
+            if inside(path, self.root):
+                fn(path)
+            elif os.path.islink(path):
+                log.warning("profd: ignoring %s: a symlink out of the watched folder", path)
+        return offer
 
     def start(self) -> None:
         self.observer.daemon = True

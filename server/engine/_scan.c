@@ -20,7 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 1024
+/* Nesting, counted from the document's top (the object = 1, traceEvents = 2, an event = 3, its
+ * args = 4). No real trace nests past ~8; deeper files are declined, so msgspec alone decides
+ * them (its limit follows the interpreter's recursion limit: one decision whichever path runs). */
+#define MAX_DEPTH 64
+#define EVENT_DEPTH 3
+#include <math.h>
 
 /* ------------------------------------------------------------------ intern table */
 typedef struct {
@@ -358,6 +363,20 @@ static inline void skip_ws(Cur *c) {
 #define HAS_LESS(w, b) (((w) - ONES * (uint64_t)(b)) & ~(w) & HIGHS) /* some byte < b (b <= 128) */
 static unsigned char STR_STOP[256]; /* the bytes that end a plain run in a string: '"', '\\', controls */
 
+/* The value of four hex digits at h (the end of a \\u escape), or -1: incomplete / invalid. */
+static int hex4(Cur *c, const char *h) {
+    if (c->end - h < 4) { c->incomplete = 1; return -1; }
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        char ch = h[k];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 :
+                ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0) FAIL(c, "bad \\u escape");
+        v = v * 16 + d;
+    }
+    return v;
+}
+
 /* A string token at c->p (on the opening quote): content span and whether it has escapes. */
 static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
     NEED(c, 1);
@@ -391,13 +410,22 @@ static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
             }
             char x = hit[1];
             if (x == 'u') {
-                if (hit + 6 > c->end) {
-                    c->incomplete = 1;
-                    return -1;
-                }
-                for (int k = 2; k < 6; k++)
-                    if (!strchr("0123456789abcdefABCDEF", hit[k]) || !hit[k]) FAIL(c, "bad \\u escape");
+                int cp = hex4(c, hit + 2);
+                if (cp < 0) return -1;
                 q = hit + 6;
+                /* Surrogates only in pairs (msgspec refuses a lone one, even in a value it skips). */
+                if (cp >= 0xDC00 && cp <= 0xDFFF) FAIL(c, "lone surrogate");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (c->end - q < 2 || q[0] != '\\' || q[1] != 'u') {
+                        if (c->end - q < 2) c->incomplete = 1;
+                        else FAIL(c, "lone surrogate");
+                        return -1;
+                    }
+                    int lo = hex4(c, q + 2);
+                    if (lo < 0) return -1;
+                    if (lo < 0xDC00 || lo > 0xDFFF) FAIL(c, "lone surrogate");
+                    q += 6;
+                }
             } else if (x && strchr("\"\\/bfnrt", x)) {
                 q = hit + 2;
             } else {
@@ -497,7 +525,7 @@ static int skip_value(Cur *c, int depth);
 
 static int skip_container(Cur *c, char open, int depth) {
     char close = open == '{' ? '}' : ']';
-    if (depth > MAX_DEPTH) FAIL(c, "nested too deeply");
+    if (depth > MAX_DEPTH) FAIL(c, "unsupported: nested deeper than the scanner follows");
     c->p++;
     skip_ws(c);
     NEED(c, 1);
@@ -629,7 +657,7 @@ static int check_id(Cur *c) {
 
 static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
     const char *start = c->p;
-    if (skip_value(c, 1) < 0) return -1;
+    if (skip_value(c, EVENT_DEPTH + 2) < 0) return -1;
     PyObject *v = table_get(&sc->table, 'r', start, c->p - start, make_bytes);
     if (!v) FAIL(c, "raw");
     *out = v;
@@ -642,6 +670,7 @@ static int read_double(Cur *c, double *out) {
     if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: ts/dur not a number");
     if (scan_number(c, &s, &n, &is_int) < 0) return -1;
     *out = parse_double(s, n);
+    if (!isfinite(*out)) FAIL(c, "unsupported: number out of range"); /* msgspec names it */
     return 0;
 }
 
@@ -706,7 +735,7 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
     }
     if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id") || KEY("stream") || KEY("device"))
         return check_id(c);
-    return skip_value(c, 2);
+    return skip_value(c, EVENT_DEPTH + 2);
 }
 
 static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
@@ -733,7 +762,7 @@ static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n)
         e->flags |= F_ARGS;
         return each_member(sc, c, e, args_member);
     }
-    return skip_value(c, 1);
+    return skip_value(c, EVENT_DEPTH + 1);
 }
 
 /* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
@@ -798,7 +827,6 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
     if (pos < 0 || pos > view.len) { c.err = "bad position"; goto fail; }
     const char *yielded = c.p;
     while (sc->state != 3) {
-        const char *mark = c.p;
         if (c.p - yielded > (1 << 20)) {
             /* Let the reader thread take the GIL for its next read/inflate/hash (which release it
              * again at once): without this it waits for the whole block and the two serialise. */
@@ -807,7 +835,7 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
             yielded = c.p;
         }
         skip_ws(&c);
-        if (c.p >= c.end) { c.p = mark; c.incomplete = 1; break; }
+        if (c.p >= c.end) { c.incomplete = 1; break; } /* the whitespace is consumed: linear */
         if (sc->state == 2) { /* after an element: ',' or ']' */
             if (*c.p == ',') { c.p++; sc->state = 1; continue; }
             if (*c.p == ']') { c.p++; sc->state = 3; break; }

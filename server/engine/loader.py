@@ -189,26 +189,41 @@ def _open(path: str):
             os.close(fd)
 
 
-def read_bytes(path: str) -> bytes:
-    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap."""
+def read_bytes(path: str) -> bytearray:
+    """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap. What the
+    first bytes decide (``events_start``) is decided before the rest is read or inflated."""
+    out = bytearray()
     with _open(path) as f:
+        blocks = json_blocks(path, f)
+        read_head(path, blocks, out)
+        for block in blocks:
+            out += block
+    return out
+
+
+def _raw_blocks(path: str, f):
+    while True:
         try:
-            data = f.read() or b""
+            b = f.read(BLOCK_BYTES)
         except OSError as e:
             raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if data[:2] == b"\x1f\x8b":
-        data = _gunzip(path, data)
-    elif len(data) > MAX_INFLATED_BYTES:  # it grew while we read it
-        raise TraceError(path, f"file is larger than the {MAX_INFLATED_BYTES}-byte limit; refusing")
-    return data
+        if not b:
+            return
+        yield b
 
 
-def _gunzip(path: str, data: bytes) -> bytearray:
-    out = bytearray()
-    for chunk in _inflate(path, [data]):
-        out += chunk
-        _check_size(path, len(out), gz=True)
-    return out
+def json_blocks(path: str, f):
+    """The JSON bytes of the open file ``f``, BLOCK_BYTES at a time: gzip (by magic, not by
+    name) inflated as it goes, the size cap checked on the way."""
+    raw = _raw_blocks(path, f)
+    first = next(raw, b"")
+    gz = first[:2] == b"\x1f\x8b"
+    size = 0
+    chunks = itertools.chain([first], raw)
+    for out in _inflate(path, chunks) if gz else filter(None, chunks):
+        size += len(out)
+        _check_size(path, size, gz)
+        yield out
 
 
 def _inflate(path: str, raw_chunks):
@@ -250,7 +265,7 @@ def decode(path: str, data: bytes) -> TraceDoc:
         raise TraceError(path, "empty file")
     first = bytes(data[lead:lead + 1])
     if first not in (b"{", b"["):
-        raise TraceError(path, "not JSON (does not start with '{' or '[')")
+        raise TraceError(path, NOT_JSON)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -322,13 +337,7 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
     blocks = _Blocks(path)
     try:
         buf = bytearray()
-        for block in blocks:
-            buf += block
-            start, form = _array_start(buf)
-            if start >= 0 or len(buf) > HEAD_LIMIT:
-                break
-        else:
-            start, form = _array_start(buf)
+        start, form = read_head(path, blocks, buf)
         if start < 0:
             raise _Declined()
         head = _decode_part(bytes(buf[:start]) + b"]}") if form == "object" else None
@@ -337,17 +346,24 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
         pos = start
         while True:
             try:
-                evs, pos, done = scanner.scan(buf, pos, blocks.eof)
+                evs, end, done = scanner.scan(buf, pos, blocks.eof)
             except ValueError:
                 raise _Declined() from None
             events += evs
             if done:
+                pos = end
                 break
-            del buf[:pos]  # O(1) at the front of a bytearray
+            # An event longer than the whole buffer would be rescanned from its start with every
+            # block (quadratic in its length): read until the buffer has doubled before the next try.
+            want = 2 * (len(buf) - end) if end == pos else 0
+            del buf[:end]  # O(1) at the front of a bytearray
             pos = 0
-            block = blocks.next_block()
-            if block:
-                buf += block
+            while True:
+                block = blocks.next_block()
+                if block:
+                    buf += block
+                if not block or len(buf) >= want:
+                    break
         tail = bytearray(buf[pos:])
         del buf
         for block in blocks:
@@ -368,13 +384,43 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
     return doc, sha, size
 
 
-def _array_start(buf) -> tuple[int, str]:
-    """(offset just past the '[' that opens the events, "object" | "array"), or (-1, "")."""
-    lead = _LEADING_WS.match(buf).end()
-    if lead < len(buf) and buf[lead:lead + 1] == b"[":
-        return lead + 1, "array"
-    m = _EVENTS_KEY.search(buf)
-    return (m.end(), "object") if m else (-1, "")
+def read_head(path: str, blocks, buf: bytearray) -> tuple[int, str]:
+    """Append ``blocks`` to ``buf`` until ``events_start`` can tell (asked each time the buffer
+    has doubled, so a long header costs linear time); its answer, or (-1, "") at the end."""
+    check = BLOCK_BYTES
+    for block in blocks:
+        buf += block
+        if len(buf) >= check:
+            start, form = events_start(path, buf)
+            if start >= 0:
+                return start, form
+            check = min(2 * len(buf), HEAD_LIMIT)
+    return events_start(path, buf)
+
+
+NOT_JSON = "not JSON (does not start with '{' or '[')"
+
+
+def events_start(path: str, buf) -> tuple[int, str]:
+    """(offset just past the '[' that opens the events, "object" | "array"), or (-1, "") while
+    the bytes so far cannot tell. Both decoders ask this as the bytes arrive, so what the first
+    bytes decide is decided there, before gigabytes are read or inflated: the first non-blank
+    byte must open an object or an array, and the events must open within HEAD_LIMIT bytes."""
+    lead = _LEADING_WS.match(buf, 0, HEAD_LIMIT).end()
+    if lead < min(len(buf), HEAD_LIMIT):
+        first = buf[lead:lead + 1]
+        if first == b"[":
+            return lead + 1, "array"
+        if first != b"{":
+            raise TraceError(path, NOT_JSON)
+        m = _EVENTS_KEY.search(buf, lead, HEAD_LIMIT)
+        if m:
+            return m.end(), "object"
+    if len(buf) >= HEAD_LIMIT:
+        what = "only whitespace" if lead >= HEAD_LIMIT else "no 'traceEvents' array"
+        raise TraceError(path, f"not a torch.profiler trace: {what} in the first "
+                               f"{HEAD_LIMIT >> 20} MB")
+    return -1, ""
 
 
 def _decode_part(data: bytes) -> TraceDoc:
@@ -432,12 +478,8 @@ class _Blocks:
     def _produce(self):
         sha = hashlib.sha256()
         size = 0
-        first = self.f.read(BLOCK_BYTES) or b""
-        raw = itertools.chain([first], iter(lambda: self.f.read(BLOCK_BYTES) or b"", b""))
-        gz = first[:2] == b"\x1f\x8b"
-        for out in _inflate(self.path, raw) if gz else filter(None, raw):
+        for out in json_blocks(self.path, self.f):
             size += len(out)
-            _check_size(self.path, size, gz)
             sha.update(out)
             yield out
         self._result = (sha.hexdigest(), size)

@@ -9,6 +9,7 @@ trace's path is kept and the location says so (``mapped=False``).
 from __future__ import annotations
 
 import os
+import stat
 from functools import lru_cache
 from typing import Iterable, Optional
 
@@ -131,20 +132,36 @@ class LibrarySources:
         return found
 
 
+MAX_SOURCE_BYTES = 16 << 20  # a larger "source file" is not one (a trace can name any path)
+
+
 @lru_cache(maxsize=256)
 def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
+    """Only a regular file, opened without blocking (a FIFO or device named by a frame would
+    otherwise hang the reader, and /dev/zero never ends), and only its first MAX_SOURCE_BYTES."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return tuple(f.read().splitlines())
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return ()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ()
+        chunks, size = [], 0
+        while size < MAX_SOURCE_BYTES and (b := os.read(fd, min(1 << 20, MAX_SOURCE_BYTES - size))):
+            chunks.append(b)
+            size += len(b)
+        return tuple(b"".join(chunks).decode("utf-8", errors="replace").splitlines())
     except OSError:
         return ()
+    finally:
+        os.close(fd)
 
 
 def source_lines(path: str) -> tuple[str, ...]:
-    """The file's lines (cached by mtime); empty when unreadable."""
+    """The file's lines (cached by mtime); empty when unreadable or not a regular file."""
     try:
         return _read_lines(path, os.stat(path).st_mtime)
-    except OSError:
+    except (OSError, ValueError):
         return ()
 
 

@@ -1,0 +1,706 @@
+"""Issue 17: a daemon that no input can stop. Each item reproduced on the real daemon (``profd
+serve`` over TCP, and over stdio where the transport matters), plus the engine-level checks that
+decide it (one decision per input on both decoder paths, bounded work).
+
+Inputs are real shipped traces, edited where the attack needs it (a frame naming a FIFO, an
+overflowing number); the bombs are synthetic by nature (nothing a profiler writes) and say so.
+"""
+import asyncio
+import gzip
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from lsprotocol import types as L
+from pytest_lsp import client_capabilities, make_test_lsp_client
+
+from conftest import SRC
+from daemon_util import (PY, Daemon, await_for, call, connect, drop, lsp_tcp_client, serve_cmd,
+                         trace_bytes, uri, variant, wait_for)
+
+from profd.client_cli.daemon_client import RpcError
+from profd.protocol import methods as M
+from profd.server.engine import loader
+
+SEED_SRC = os.path.join(SRC, "seed_matmul.py")
+CLIENT = os.path.join(os.path.dirname(sys.executable), "profd-client")
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def seed_doc() -> dict:
+    return json.loads(gzip.decompress(trace_bytes("seed_n64_bf16")))
+
+
+def put(folder, name: str, data: bytes) -> str:
+    """Write ``data`` as ``folder/name`` atomically (a dot-file renamed into place)."""
+    dst = os.path.join(str(folder), name)
+    tmp = os.path.join(str(folder), f".{name}.part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dst)
+    return dst
+
+
+def gz_repeat(head: bytes, filler: bytes, times: int, tail: bytes = b"") -> bytes:
+    """Synthetic bomb: gzip members ``head``, ``filler`` x ``times`` (one member, repeated), ``tail``:
+    a few KB on disk that inflate to ``len(filler) * times`` bytes, built without inflating."""
+    member = gzip.compress(filler, 9)
+    return gzip.compress(head, 9) + member * times + (gzip.compress(tail, 9) if tail else b"")
+
+
+MB16 = 16 << 20
+
+
+async def wait_status(doc, pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        st = await call(doc, M.STATUS)
+        if pred(st):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {st}")
+        await asyncio.sleep(0.05)
+
+
+async def report_of(doc, path):
+    return await call(doc, M.REPORT, {"path": path})
+
+
+@pytest.fixture
+def folders(tmp_path):
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    return watch, tmp_path / "state"
+
+
+@pytest.fixture
+def daemon(folders):
+    d = Daemon(*folders)
+    d.start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+async def stdio(folders):
+    watch, state = folders
+    client = make_test_lsp_client()
+    await client.start_io(*serve_cmd(watch, state))
+    await client.initialize_session(L.InitializeParams(
+        capabilities=client_capabilities("neovim@v0.9.1")))
+    client.watch = str(watch)
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+async def stdio_status(client):
+    return await asyncio.wait_for(client.protocol.send_request_async(M.STATUS, {}), 10)
+
+
+def field(obj, name):
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+# ---- 1. a frame naming a FIFO or /dev/zero --------------------------------------------------------
+def trace_naming(path: str) -> bytes:
+    """The real seed trace with its user frames pointing at ``path`` (edited: the attack)."""
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16")).replace(b'"seed_matmul.py(',
+                                                              f'"{path}('.encode())
+    return gzip.compress(raw)
+
+
+async def test_fifo_and_dev_zero_as_source_over_tcp(daemon, tmp_path):
+    fifo = str(tmp_path / "fifo.py")
+    os.mkfifo(fifo)
+    traces = [put(daemon.watch, "fifo.json.gz", trace_naming(fifo)),
+              put(daemon.watch, "zero.json.gz", trace_naming("/dev/zero"))]
+    await wait_status(daemon.doc, lambda st: st["reports"] == 2, "two reports")
+    for _ in range(2):  # it used to recur on every reconnect: initialized publishes everything
+        c = await lsp_tcp_client(daemon.doc)
+        for t in traces:  # not files here: the findings land on the trace, with the frame named
+            diags = await await_for(lambda: c.diagnostics.get(uri(t)), 10, "diagnostics")
+            assert any(fifo in d.message or "/dev/zero" in d.message for d in diags)
+        for src in (fifo, "/dev/zero"):  # an editor asking about them is answered at once
+            hover = await asyncio.wait_for(c.text_document_hover_async(L.HoverParams(
+                text_document=L.TextDocumentIdentifier(uri=uri(src)),
+                position=L.Position(20, 0))), 10)
+            assert hover is None or hover.contents
+            lens = await asyncio.wait_for(c.text_document_code_lens_async(L.CodeLensParams(
+                text_document=L.TextDocumentIdentifier(uri=uri(src)))), 10)
+            assert lens is not None
+        await c.shutdown_session()
+        await c.stop()
+    assert (await call(daemon.doc, M.STATUS))["reports"] == 2
+
+
+async def test_fifo_as_source_over_stdio(stdio, tmp_path):
+    fifo = str(tmp_path / "fifo.py")
+    os.mkfifo(fifo)
+    t = put(stdio.watch, "fifo.json.gz", trace_naming(fifo))
+    diags = await await_for(lambda: stdio.diagnostics.get(uri(t)), 20, "diagnostics")
+    assert any(fifo in d.message for d in diags)
+    hover = await asyncio.wait_for(stdio.text_document_hover_async(L.HoverParams(
+        text_document=L.TextDocumentIdentifier(uri=uri(fifo)), position=L.Position(20, 0))), 10)
+    assert hover is None or hover.contents
+    assert field(await stdio_status(stdio), "reports") == 1
+
+
+def test_engine_never_reads_a_fifo_as_source(tmp_path):
+    from profd.server.engine.sourcemap import source_lines
+    fifo = str(tmp_path / "src.py")
+    os.mkfifo(fifo)
+    assert source_lines(fifo) == () and source_lines("/dev/zero") == ()
+
+
+# ---- 2. linear time, per-analysis budgets, a stop that stops ------------------------------------
+def _offered(monkeypatch, path) -> tuple[int, int]:
+    """(bytes handed to the scanner over all its calls, inflated size) for loading ``path``."""
+    orig = loader._scan.Scanner
+    seen = [0]
+
+    class Counting:
+        def __init__(self, *a):
+            self.s = orig(*a)
+
+        def scan(self, buf, pos, final):
+            seen[0] += len(buf) - pos
+            return self.s.scan(buf, pos, final)
+
+        @property
+        def total(self):
+            return self.s.total
+
+    monkeypatch.setattr(loader._scan, "Scanner", Counting)
+    _, _, size = loader.load(path)
+    return seen[0], size
+
+
+EV = b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
+
+
+@pytest.mark.parametrize("shape", ["blanks between events", "blanks inside an event", "long name"])
+def test_scanner_work_is_linear(tmp_path, monkeypatch, shape):
+    """Synthetic: 48 MB of one token. The scanner is offered each byte a bounded number of times
+    (it was offered the whole pending event again with every 2 MB block: quadratic)."""
+    if loader._scan is None:
+        pytest.skip("scanner not built")
+    n = 48 << 20
+    body = {"blanks between events": EV + b"," + b" " * n + EV,
+            "blanks inside an event": EV + b',{"ph":"X",' + b" " * n + b'"name":"b"}',
+            "long name": EV + b',{"ph":"X","name":"' + b"x" * n + b'"}'}[shape]
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents":[' + body + b"]}")
+    offered, size = _offered(monkeypatch, str(p))
+    assert offered <= 4 * size, (offered, size)
+    doc, _, _ = loader.load(str(p))
+    assert len(doc.traceEvents) == (1 if shape == "blanks between events" else 0) + 1
+
+
+@pytest.fixture
+def budget_daemon(folders):
+    d = Daemon(*folders, "--analysis-mb", "400", "--analysis-timeout", "5")
+    d.start()
+    yield d
+    d.stop()
+
+
+async def test_budgets_end_the_analysis_with_an_error_report_once(budget_daemon):
+    """Synthetic bombs (a few MB of gzip each): a 2 GB name behind an escaped key (the scanner
+    declines it, so the whole-buffer decoder inflates it all: memory) and 8 GB of blanks inside
+    the events (time). Each ends with an error report naming its budget, the other worker goes
+    on, a good trace after them is analysed, and a restart does not queue them again."""
+    d = budget_daemon
+    name = put(d.watch, "name.json.gz", gz_repeat(b'{"traceEvents":[{"n\\u0061me":"',
+                                                  b"x" * MB16, 128, b'"}]}'))
+    blank = put(d.watch, "blank.json.gz", gz_repeat(b'{"traceEvents":[', b" " * MB16, 512, b"]}"))
+    await wait_status(d.doc, lambda st: st["reports"] == 2, "the bombs' reports", timeout=60)
+    r = await report_of(d.doc, name)
+    assert "memory budget" in r["error"] and "--analysis-mb" in r["error"], r["error"]
+    r = await report_of(d.doc, blank)
+    assert "budget per analysis" in r["error"] and "--analysis-timeout" in r["error"], r["error"]
+    good = drop(d.watch, "seed_n64_bf16")
+    await wait_status(d.doc, lambda st: st["reports"] == 3, "the good trace")
+    assert (await report_of(d.doc, good))["error"] is None
+    d.stop()
+    d.start()
+    await asyncio.sleep(1.5)  # what a restart would re-queue has been queued by now
+    st = await call(d.doc, M.STATUS)
+    assert st["analyses"] == 0 and st["reports"] == 3 and st["running"] == 0
+
+
+def _children(pid: int) -> set:
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.add(int(p))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_stop_stops_the_daemon_and_its_busy_workers(folders):
+    watch, state = folders
+    env = dict(os.environ, PROFD_STATE=str(state))
+    subprocess.run([PY, "-m", "profd.server.daemon.cli", "start", "--watch", str(watch),
+                    "--state", str(state), "--analysis-timeout", "600"], check=True, env=env,
+                   capture_output=True, timeout=60)
+    doc = json.load(open(os.path.join(state, "daemon.json")))
+    try:
+        # Synthetic: 64 GB of blanks in ~70 KB of gzip, both workers on it for minutes.
+        bomb = gz_repeat(b'{"traceEvents":[', b" " * MB16, 4096, b"]}")
+        put(watch, "b1.json.gz", bomb)
+        put(watch, "b2.json.gz", bomb + gzip.compress(b" "))
+        workers = wait_for(lambda: _children(doc["pid"]) if len(_children(doc["pid"])) >= 2 else
+                           None, 30, "the daemon's workers")
+        st = asyncio.run(call(doc, M.STATUS))
+        wait_for(lambda: asyncio.run(call(doc, M.STATUS))["running"] == 2, 30, "both running")
+        out = subprocess.run([PY, "-m", "profd.server.daemon.cli", "stop", "--state", str(state)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "stopped" in out.stdout, out
+        assert not _alive(doc["pid"])
+        with open(os.path.join(state, "daemon.log")) as f:  # the daemon's own, rotated, log
+            assert "listening on" in f.read()
+        wait_for(lambda: not any(_alive(w) for w in workers), 5, "the workers gone")
+        assert st["pid"] == doc["pid"]
+    finally:
+        for p in [doc["pid"], *_children(doc["pid"])]:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+
+
+# ---- 3. what byte 0 says is said before inflating -------------------------------------------------
+async def test_nul_bomb_is_refused_for_its_first_byte(budget_daemon):
+    """Synthetic: 2 GB of NULs in 2 MB of gzip, under a 400 MB budget: refused as not JSON (the
+    fallback inflated all of it, 2.1 GB, to say so), the header bomb likewise."""
+    d = budget_daemon
+    nuls = put(d.watch, "nuls.json.gz", gz_repeat(b"\0", b"\0" * MB16, 128))
+    head = put(d.watch, "head.json.gz", gz_repeat(b'{"x":"', b"a" * MB16, 128,
+                                                  b'","traceEvents":[]}'))
+    await wait_status(d.doc, lambda st: st["reports"] == 2, "two error reports")
+    assert "not JSON" in (await report_of(d.doc, nuls))["error"]
+    assert "no 'traceEvents' array in the first 64 MB" in (await report_of(d.doc, head))["error"]
+
+
+# ---- 4. one decision per input --------------------------------------------------------------------
+def hostile(kind: str) -> bytes:
+    """The real seed trace with one value made hostile (edited)."""
+    raw = before = gzip.decompress(trace_bytes("seed_n64_bf16")).decode()
+    if kind == "lone surrogate":
+        raw = raw.replace('"name": "aten::mm"', '"name": "aten::mm\\ud800"', 1)
+    elif kind == "overflow":
+        raw = raw.replace('"dur": ', '"dur": 1e309, "x": ', 1)
+    else:
+        raw = raw.replace('"args": {', '"args": {"deep": ' + "[" * 1024 + "]" * 1024 + ", ", 1)
+    assert raw != before
+    return raw.encode()
+
+
+KINDS = ["lone surrogate", "overflow", "deep"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_native_and_python_decide_alike(tmp_path, monkeypatch, kind):
+    p = str(tmp_path / "t.json")
+    with open(p, "wb") as f:
+        f.write(hostile(kind))
+    errors = []
+    for native in (True, False):
+        with monkeypatch.context() as mp:
+            if not native:
+                mp.setattr(loader, "_scan", None)
+            with pytest.raises(loader.TraceError) as e:
+                loader.load(p)
+            errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert {"lone surrogate": "surrogate", "overflow": "out of range",
+            "deep": "nested too deeply"}[kind] in errors[0]
+
+
+async def test_hostile_values_get_error_reports_over_tcp(daemon):
+    paths = {k: put(daemon.watch, f"{k.replace(' ', '_')}.json", hostile(k)) for k in KINDS}
+    await wait_status(daemon.doc, lambda st: st["reports"] == 3, "three reports")
+    for k, p in paths.items():
+        r = await report_of(daemon.doc, p)
+        assert r["error"] and r["error"].startswith(f"profd: bad trace {p}: "), (k, r["error"])
+        got = await call(daemon.doc, M.ANALYZE, {"path": p})  # a Report, never -32603
+        assert got["error"] == r["error"]
+    out = subprocess.run([CLIENT, "analyze", "--no-daemon", *paths.values()], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "Error:" not in out.stderr
+    assert out.stderr.count("profd: bad trace") + out.stdout.count("profd: bad trace") >= 3
+
+
+# ---- 5. dedup keeps the index in memory right ---------------------------------------------------
+async def test_same_content_second_name_and_a_b_a(daemon):
+    doc = daemon.doc
+    a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
+    sha = {k: hashlib.sha256(gzip.decompress(v)).hexdigest() for k, v in (("a", a), ("b", b))}
+    first = put(daemon.watch, "first.json.gz", a)
+    await wait_status(doc, lambda st: st["reports"] == 1, "first report")
+    second = put(daemon.watch, "second.json.gz", a)
+    r = await await_for_async(lambda: report_of(doc, second), "second name's report")
+    assert r["trace"]["path"] == second and r["trace"]["sha256"] == sha["a"]
+    listed = await call(doc, M.REPORTS, {"path": second})
+    assert len(listed["reports"]) == 1 and listed["reports"][0]["newest"]
+    x = put(daemon.watch, "x.json.gz", a)
+    for content, want in ((b, "b"), (a, "a")):
+        time.sleep(0.02)  # a new mtime
+        put(daemon.watch, "x.json.gz", content)
+        await await_for_async(lambda: _sha_is(doc, x, sha[want]), f"x serving {want}")
+    st = await call(doc, M.STATUS)
+    assert st["analyses"] == 2  # a and b, once each
+    assert (await report_of(doc, first))["trace"]["path"] == first
+
+
+async def _sha_is(doc, path, sha):
+    r = await report_of(doc, path)
+    return r if r and r["trace"]["sha256"] == sha else None
+
+
+async def await_for_async(coro_fn, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = await coro_fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# ---- 6. one client's options are its own ----------------------------------------------------------
+async def test_per_request_options_do_not_change_what_others_see(daemon):
+    path = drop(daemon.watch, "seed_n64_bf16")
+    viewer = await lsp_tcp_client(daemon.doc)
+    try:
+        await await_for(lambda: viewer.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
+        full = await report_of(daemon.doc, path)
+        codes = sorted({d["code"] for d in full["diagnostics"]})
+        assert "overhead-bound" in codes
+        mine = await call(daemon.doc, M.ANALYZE, {"path": path, "disabled": codes})
+        assert mine["diagnostics"] == []
+        mine = await call(daemon.doc, M.ANALYZE, {"path": path, "workspace": [os.getcwd()]})
+        assert mine["trace"]["path"] == path
+        pulled = await viewer.text_document_diagnostic_async(L.DocumentDiagnosticParams(
+            text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
+        assert "overhead-bound" in {x.code for x in pulled.items}
+        assert sorted({d["code"] for d in (await report_of(daemon.doc, path))["diagnostics"]}) \
+            == codes
+        assert "overhead-bound" in {d.code for d in viewer.diagnostics[uri(SEED_SRC)]}
+        listed = await call(daemon.doc, M.REPORTS, {"path": path})
+        assert len(listed["reports"]) == 1  # the per-request results are not listed for others
+    finally:
+        await viewer.shutdown_session()
+        await viewer.stop()
+
+
+# ---- 7. strangers: timeouts, caps, odd headers and tokens ----------------------------------------
+@pytest.fixture
+def strict_daemon(folders):
+    d = Daemon(*folders, "--auth-timeout", "1")
+    d.start()
+    yield d
+    d.stop()
+
+
+def _recv_all(s, timeout=10.0):
+    """What the daemon sent until it closed the connection; None if it did not close it."""
+    s.settimeout(timeout)
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        return None
+    return out
+
+
+async def test_strangers_time_out_are_capped_and_get_clean_errors(strict_daemon):
+    d = strict_daemon
+    doc = d.doc
+    idle = [socket.create_connection((doc["host"], doc["port"])) for _ in range(80)]
+    try:
+        # the owner gets in past 80 idle strangers (the oldest are dropped for newcomers)
+        assert (await call(doc, M.STATUS))["pid"] == doc["pid"]
+        # and the strangers are closed once their second to authenticate is over
+        assert _recv_all(idle[-1], 10) == b""
+    finally:
+        for s in idle:
+            s.close()
+    # an over-long header line: -32600, one line in the log, no traceback
+    s = socket.create_connection((doc["host"], doc["port"]))
+    s.sendall(b"X-Junk: " + b"x" * 70_000 + b"\r\n")
+    answer = _recv_all(s)
+    s.close()
+    assert b'"code":-32600' in answer.replace(b" ", b"") and b"too long" in answer
+    # a token that is not ASCII: refused like any wrong token (it used to drop the connection)
+    with pytest.raises(RpcError) as e:
+        await connect(doc, "tökén-✓" * 4)
+    assert e.value.code == M.ERR_UNAUTHORIZED
+    # a flood of refusals: rate-limited in the log
+    for _ in range(60):
+        with pytest.raises(RpcError):
+            await connect(doc, "wrong")
+    assert (await call(doc, M.STATUS))["pid"] == doc["pid"]
+    log = d.log_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert "header line is too long" in log
+    assert 5 <= log.count("refused 127.0.0.1") <= 12, log.count("refused 127.0.0.1")
+    assert "closed 127.0.0.1" in log and "no initialize with the token" in log
+
+
+def test_over_long_header_on_stdio_is_answered(folders):
+    watch, state = folders
+    p = subprocess.Popen(serve_cmd(watch, state), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    out, err = p.communicate(b"X-Junk: " + b"x" * 100_000 + b"\r\n", timeout=60)
+    assert b'"code":-32600' in out.replace(b" ", b""), out[:500]
+    assert b"Traceback" not in err, err[-2000:]
+
+
+# ---- 8. bad files do not hold up good ones --------------------------------------------------------
+async def test_bad_files_do_not_starve_a_good_one(folders):
+    """40 unparseable files, each waiting --quiet 6 s before its error report, then a real trace:
+    it is reported before any of them (each used to hold an intake worker for its wait)."""
+    d = Daemon(*folders, "--quiet", "6")
+    d.start()
+    try:
+        c = await connect(d.doc)
+        for i in range(40):
+            put(d.watch, f"bad{i:02d}.json", b'{"traceEvents":[{"ph":"X",' + b" " * i)
+        good = drop(d.watch, "seed_n64_bf16")
+        await await_for_async(lambda: _ready(c, good), "the good report", timeout=30)
+        ready = [n["params"] for n in c.notifications if n.get("method") == M.REPORT_READY]
+        assert ready[0]["path"] == good and ready[0]["error"] is None, ready[:3]
+        await c.close()
+    finally:
+        d.stop()
+
+
+async def _ready(c, path):
+    await asyncio.sleep(0.05)
+    return any(n.get("method") == M.REPORT_READY and n["params"]["path"] == path
+               for n in c.notifications)
+
+
+# ---- 9. a store that heals ------------------------------------------------------------------------
+def test_garbage_or_truncated_store_is_moved_aside_and_rebuilt(folders):
+    watch, state = folders
+    drop(watch, "seed_n64_bf16")
+    drop(watch, "seed_n4096_bf16")
+    os.makedirs(state)
+    db = os.path.join(state, "profd.sqlite3")
+    with open(db, "wb") as f:
+        f.write(os.urandom(20_000))
+    d = Daemon(watch, state)
+    d.start()
+    try:
+        wait_for(lambda: asyncio.run(call(d.doc, M.STATUS))["reports"] == 2, 30, "rebuilt")
+        assert any(n.startswith("profd.sqlite3.bad-") for n in os.listdir(state))
+        assert "moved it to" in d.log_text()
+    finally:
+        d.stop()
+    with open(db, "r+b") as f:  # a good store, truncated
+        f.truncate(os.path.getsize(db) // 2)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.unlink(db + suffix)
+    d.start()
+    try:
+        wait_for(lambda: asyncio.run(call(d.doc, M.STATUS))["reports"] == 2, 30, "rebuilt again")
+    finally:
+        d.stop()
+
+
+async def test_reports_that_do_not_decode_are_analysed_again(folders):
+    watch, state = folders
+    path = drop(watch, "seed_n64_bf16")
+    d = Daemon(watch, state)
+    d.start()
+    await wait_status(d.doc, lambda st: st["reports"] == 1, "a report")
+    d.stop()
+    con = sqlite3.connect(os.path.join(state, "profd.sqlite3"))
+    con.execute("UPDATE reports SET report = randomblob(300)")
+    con.commit()
+    con.close()
+    d.start()
+    try:
+        viewer = await lsp_tcp_client(d.doc)  # initialized publishes: the garbage is found
+        await await_for(lambda: viewer.diagnostics.get(uri(SEED_SRC)), 30, "re-analysed")
+        r = await report_of(d.doc, path)
+        assert r["error"] is None and r["diagnostics"]
+        assert (await call(d.doc, M.STATUS))["analyses"] == 1
+        await viewer.shutdown_session()
+        await viewer.stop()
+        assert "does not decode" in d.log_text()
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+async def core(folders):
+    from profd.server.daemon.core import Config, Core
+    watch, state = folders
+    c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=2,
+                    settle=0.1, quiet=0.5))
+    c.store_retry_s = 0.3
+    await c.start()
+    c.watch = str(watch)
+    yield c
+    await c.stop()
+
+
+async def test_disk_full_keeps_reports_and_saves_them_when_space_returns(core):
+    """SQLite's page cap stands in for a full disk (the same SQLITE_FULL error on every write)."""
+    pages = core.store._db.execute("PRAGMA page_count").fetchone()[0]
+    core.store._db.execute(f"PRAGMA max_page_count={pages}")
+    paths = [put(core.watch, f"t{i:02d}.json.gz", variant("seed_n64_bf16", i)) for i in range(30)]
+    await await_for(lambda: len(core.meta) == 30, 60, "30 reports in memory")
+    assert all(core.report(core.trace_key[p]) is not None for p in paths)
+    assert core.store.count() < 30 and core._unsaved
+    core.store._db.execute("PRAGMA max_page_count=1073741823")  # space again
+    await await_for(lambda: core.store.count() == 30 and not core._unsaved, 10, "all saved")
+
+
+async def test_read_only_store_keeps_serving(core):
+    core.store._db.close()
+    core.store._db = sqlite3.connect(f"file:{core.store.path}?mode=ro", uri=True,
+                                     check_same_thread=False, isolation_level=None)
+    path = drop(core.watch, "seed_n64_bf16")
+    await await_for(lambda: path in core.trace_key, 30, "a report in memory")
+    _, diags = core.diagnostics_for(SEED_SRC)
+    assert any(x.code == "overhead-bound" for x in diags) and core._unsaved
+
+
+# ---- 10. symlinks, state dir, logs ----------------------------------------------------------------
+async def test_symlinks_out_of_the_folder_are_not_followed(folders, tmp_path):
+    watch, state = folders
+    os.makedirs(state, mode=0o755)
+    os.chmod(state, 0o755)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil_copy = trace_bytes("seed_n64_bf16")
+    (outside / "t.json.gz").write_bytes(shutil_copy)
+    d = Daemon(watch, state)
+    d.start()
+    try:
+        assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+        os.symlink(os.path.join(state, "profd.sqlite3"), os.path.join(watch, "db.json"))
+        os.symlink(outside / "t.json.gz", os.path.join(watch, "out.json.gz"))
+        real = drop(watch, "seed_n4096_bf16")
+        await wait_status(d.doc, lambda st: st["reports"] == 1, "the real file's report")
+        await asyncio.sleep(1.0)  # the symlinks' events have been seen by now
+        listed = await call(d.doc, M.REPORTS, {})
+        assert [r["path"] for r in listed["reports"]] == [real]
+        assert "a symlink out of the watched folder" in d.log_text()
+    finally:
+        d.stop()
+
+
+def test_rate_limit_sums_up_what_it_dropped():
+    import logging
+    from profd.server.daemon.cli import RateLimit
+    f = RateLimit(burst=3, window=0.2)
+    recs = [logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
+            for _ in range(10)]
+    assert [f.filter(r) for r in recs] == [True] * 3 + [False] * 7
+    time.sleep(0.25)
+    r = logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
+    assert f.filter(r) and "7 more like this" in r.getMessage()
+
+
+# ---- the flood of the issue's "Done when" ---------------------------------------------------------
+FLOOD = int(os.environ.get("PROFD_FLOOD_FILES", "1000"))
+
+
+async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
+    """1,000 files in under 10 s: 25% invalid, duplicates under new names, renames, A->B->A on
+    one name; then a good trace. Every path ends with the report of its current content, each
+    content is analysed once, and the good trace dropped last is analysed before the backlog."""
+    watch, state = folders
+    d = Daemon(watch, state, "--quiet", "0.5")
+    d.start()
+    c = await connect(d.doc)
+    try:
+        contents: dict[str, bytes] = {}  # path -> bytes now there
+        t0 = time.monotonic()
+        uniques = [variant("seed_n64_bf16", i) for i in range(FLOOD // 4)]
+        n = 0
+        for i in range(FLOOD):
+            kind = i % 8
+            if kind in (0, 1):  # invalid: a truncated event, distinct each time
+                data = b'{"traceEvents":[{"ph":"X","name":"' + str(i).encode()
+            elif kind in (2, 3, 4):  # unique content
+                data = uniques[n % len(uniques)]
+                n += 1
+            elif kind == 5:  # a duplicate of earlier content under a new name
+                data = uniques[(i * 7) % max(1, min(n, len(uniques)))]
+            else:
+                data = uniques[(i * 3) % max(1, min(n, len(uniques)))]
+            p = put(watch, f"f{i:04d}.json" + (".gz" if data[:2] == b"\x1f\x8b" else ""), data)
+            contents[p] = data
+            if kind == 6:  # renamed after being written
+                q = os.path.join(str(watch), f"r{i:04d}.json.gz")
+                os.rename(p, q)
+                contents[q] = contents.pop(p)
+            if kind == 7 and i % 32 == 7:  # A -> B -> A on one name
+                for x in (uniques[(i + 1) % max(1, min(n, len(uniques)))], data):
+                    put(watch, os.path.basename(p), x)
+            if i % 50 == 0:
+                await asyncio.sleep(0)
+        written = time.monotonic() - t0
+        good = drop(watch, "seed_n4096_bf16")
+        contents[good] = trace_bytes("seed_n4096_bf16")
+        t_good = time.monotonic()
+        await await_for_async(lambda: _ready(c, good), "the good trace", timeout=120)
+        latency = time.monotonic() - t_good
+        st_then = await c.request(M.STATUS, {})
+        distinct = {hashlib.sha256(v).hexdigest() for v in contents.values()}
+
+        async def settled():
+            st = await c.request(M.STATUS, {})
+            return st if st["queued"] == 0 and st["running"] == 0 and \
+                st["analyses"] >= len(distinct) else None
+        st = await await_for_async(settled, "the flood analysed", timeout=300)
+        await asyncio.sleep(1.0)
+        st = await c.request(M.STATUS, {})
+        assert st["analyses"] == len(distinct), (st["analyses"], len(distinct))
+        for p, data in contents.items():
+            r = await c.request(M.REPORT, {"path": p})
+            assert r is not None, p
+            raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            if r["error"] is None:
+                assert r["trace"]["sha256"] == hashlib.sha256(raw).hexdigest(), p
+            else:
+                assert raw.startswith(b'{"traceEvents":[{"ph":"X","name":"'), p
+        assert st_then["queued"] + st_then["running"] > 0 or st_then["analyses"] < len(distinct), \
+            "the good trace was not reported ahead of the backlog"
+        print(f"\nflood: {len(contents)} paths written in {written:.2f} s, {len(distinct)} "
+              f"contents, good trace reported {latency:.2f} s after its drop "
+              f"(backlog then: {st_then['queued']} queued), all analysed once")
+    finally:
+        await c.close()
+        d.stop()
