@@ -337,6 +337,23 @@ def test_native_and_python_decide_alike(tmp_path, monkeypatch, kind):
             "deep": "nested too deeply"}[kind] in errors[0]
 
 
+def test_a_second_trace_events_key_decides_alike(tmp_path, monkeypatch):
+    """Found by the campaign: the header repeated after the events (the real seed trace with a
+    range duplicated, so "traceEvents" comes twice). msgspec keeps the last array; the streamed
+    path took the first. Now it declines and both give the last one."""
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16"))
+    i = raw.index(b'"traceEvents"')
+    doc = raw[:-1] + b', "traceEvents": [' + EV + b"]}"
+    assert raw[i:].count(b'"traceEvents"') == 1
+    p = str(tmp_path / "t.json")
+    with open(p, "wb") as f:
+        f.write(doc)
+    native = loader.load(p)[0]
+    monkeypatch.setattr(loader, "_scan", None)
+    python = loader.load(p)[0]
+    assert [e.name for e in native.traceEvents] == [e.name for e in python.traceEvents] == ["a"]
+
+
 async def test_hostile_values_get_error_reports_over_tcp(daemon):
     paths = {k: put(daemon.watch, f"{k.replace(' ', '_')}.json", hostile(k)) for k in KINDS}
     await wait_status(daemon.doc, lambda st: st["reports"] == 3, "three reports")

@@ -374,6 +374,8 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
     finally:
         blocks.close()
     if form == "object":
+        if _EVENTS_KEY.search(tail):  # a second "traceEvents" (msgspec keeps the last one)
+            raise _Declined()
         trail = _decode_part(b'{"traceEvents":[]' + bytes(tail))
         doc = _merge(head, trail, events)
     else:
