@@ -485,6 +485,31 @@ def test_attention_and_model_fixes_run_and_compute_the_same():
     assert torch.allclose(la, lb, atol=1e-5)
 
 
+async def test_attention_quick_fix_through_the_editor_runs_and_computes_the_same(tmp_path, monkeypatch):
+    rec_src = os.path.join(os.path.dirname(trace("attention_naive")), "src")
+    src = os.path.join(rec_src, "attention.py")
+    client = await start(tmp_path, PUSH, workspace=rec_src)
+    try:
+        drop(client.watch, "attention_naive")
+        diags = await await_for(lambda: client.diagnostics.get(uri(src)), 60, "diagnostics")
+        line0 = next(d.range.start.line for d in diags if d.code == "unfused-attention")
+        acts = await code_actions(client, src, line0)
+        fix = next(a for a in acts if "scaled_dot_product_attention" in a.title)
+        text = open(src).read()
+        fixed = apply_edit(text, fix.edit, src)
+    finally:
+        await stop(client)
+    assert "F.scaled_dot_product_attention(q, k, v" in fixed and "softmax(att" not in fixed
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(rec_src)  # its profiler helper
+    old, new = _load(text, "attention_old"), _load(fixed, "attention_new")
+    torch.manual_seed(0)
+    a, b = old.Attention(64, 4, 32, naive=True), new.Attention(64, 4, 32, naive=True)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 32, 64)
+    assert torch.allclose(a(x), b(x), atol=1e-5)
+
+
 def test_conv_fix_runs(monkeypatch):
     torch = pytest.importorskip("torch")
     src_dir = os.path.join(os.path.dirname(trace("conv_bias_bn")), "src")

@@ -285,13 +285,14 @@ def _attention(src: _Src, line1: int) -> list[Fix]:
         if not (isinstance(mm, ast.BinOp) and isinstance(mm.op, ast.MatMult) and _is_transpose_last2(mm.right)):
             continue
         q, k = src.segment(mm.left), src.segment(mm.right.func.value)
-        mask, soft, rest = None, None, body[i + 1:]
+        mask, soft, rest, chain = None, None, body[i + 1:], [first]
         for st in rest:
             uses = {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}
             if scores not in uses:
                 continue
             if st.targets[0].id != scores:
                 break
+            chain.append(st)
             for c in ast.walk(st.value):
                 if isinstance(c, ast.Call) and _name(c) == "masked_fill" and c.args:
                     m = c.args[0]
@@ -315,9 +316,8 @@ def _attention(src: _Src, line1: int) -> list[Fix]:
             args = [q, k, v] + ([f"attn_mask={mask}"] if mask else []) + ([f"scale={scale}"] if scale else [])
             fn = "F.scaled_dot_product_attention" if _has_F(src) else "torch.nn.functional.scaled_dot_product_attention"
             edits = [Edit(*src.span(hit), f"{fn}({', '.join(args)})")]
-            for dead in (first, soft):
-                l0, l1 = dead.lineno - 1, dead.end_lineno
-                edits.append(Edit(l0, 0, l1, 0, ""))
+            for dead in chain:  # scores, mask, softmax: one fused call does them all
+                edits.append(Edit(dead.lineno - 1, 0, dead.end_lineno, 0, ""))
             return [Fix("Use F.scaled_dot_product_attention (fused attention kernel)", edits, True)]
     return []
 
