@@ -192,6 +192,13 @@ def test_misaligned_dims_as_the_kernel_sees_them():
     (d,) = diags(corpus("linear_m8944_odd"), "misaligned-dims")
     assert (d.evidence["m"], d.evidence["k"], d.evidence["n"]) == (8944, 1023, 4095)
     assert d.evidence["misaligned"] == [1023, 4095] and "align1" in d.evidence["fallback"]
+    # the kernel named is the fallback itself, not the first GEMM-class kernel of the op (a 10-wide
+    # head whose op also runs cuBLAS's splitKreduce)
+    from profd.server.engine import kernels as K
+
+    for name in ("linear_m8944_odd", "cold_start"):
+        for d in diags(corpus(name), "misaligned-dims"):
+            assert K.gemm_fallback(d.evidence["kernel"], 2), d.evidence["kernel"]
 
 
 def test_fp32_matmul_silent_on_fp8_and_tf32_tensor_cores():

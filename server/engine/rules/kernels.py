@@ -321,13 +321,14 @@ def misaligned_dims(ctx):
         if not bad:
             continue
         gemms = [g for g in m.gpu_under(i) if a.gpu_class[g] == K.GEMM]
-        why = next((r for r in (K.gemm_fallback(m.gpu[g].name, 2) for g in gemms) if r), None)
-        if why is None:
+        fell = next(((g, r) for g, r in ((g, K.gemm_fallback(m.gpu[g].name, 2)) for g in gemms) if r), None)
+        if fell is None:
             continue
+        fallback, why = fell
         gpu_us = sum(m.gpu[g].dur for g in gemms)
         k = ctx.line_id(i)
         f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "mkn": mkn, "bad": set(), "why": why,
-                                 "kernel": m.gpu[gemms[0]].name})
+                                 "kernel": m.gpu[fallback].name})
         f["gpu_us"] += gpu_us
         f["bad"].update(bad)
     for k, f in found.items():
