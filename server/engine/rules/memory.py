@@ -323,7 +323,7 @@ def memory_growth(ctx):
     left = f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps" \
         if total_mem and total_mem > peak else ""
     op = m.cpu[top_o].name if top_o >= 0 else "an untracked allocation"
-    no_backward = not any(m.is_backward(i) for i in range(len(m.cpu)))
+    no_backward = m.fwd_of.count(-1) == len(m.fwd_of)  # no event links back to a forward op
     why = (" No backward runs in these steps: the forward keeps its autograd graph, held by a "
            "tensor that outlives the step." if no_backward else "")
     yield ctx.diag(
