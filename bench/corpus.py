@@ -38,7 +38,8 @@ EXPECTATIONS = os.path.join(ROOT, "examples", "corpus", "expectations.toml")
 BASELINE = os.path.join(ROOT, "examples", "corpus", "baseline.json")
 
 _TRACE_KEYS = {"id", "file", "files", "workspace", "vendor", "format", "recorded", "verdict",
-               "expect", "absent", "notes", "path_map"}
+               "expect", "absent", "notes", "path_map", "gpu_busy"}
+_BUSY_KEYS = {"pct", "within", "source"}
 _REQUIRED_TRACE = {"id", "workspace", "vendor", "format", "recorded"}
 _ENTRY_KEYS = {"id", "code", "file", "line", "rank", "why"}
 VENDORS = {"nvidia", "amd", "other"}
@@ -57,6 +58,8 @@ class Entry:
     file: Optional[str] = None
     line: Optional[int] = None
     rank: Optional[int] = None
+    pct: Optional[float] = None  # gpu-busy entries: the reference GPU busy % ...
+    within: Optional[float] = None  # ... and how many points profd may differ from it
 
 
 @dataclass
@@ -138,6 +141,15 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
         if "verdict" in t:
             entries.append(Entry(id=f"{tid}/verdict", kind="verdict", code=t["verdict"],
                                  why="the summary verdict"))
+        if "gpu_busy" in t:
+            b = t["gpu_busy"]
+            ok = isinstance(b, dict) and not set(b) - _BUSY_KEYS and \
+                all(isinstance(b.get(k), (int, float)) for k in ("pct", "within")) and \
+                isinstance(b.get("source"), str) and b["source"]
+            if not ok:
+                raise CorpusError(f"{where}: gpu_busy takes pct and within (numbers) and source (a string)")
+            entries.append(Entry(id=f"{tid}/gpu-busy", kind="busy", code=f"{b['pct']}±{b['within']}",
+                                 why=b["source"], pct=float(b["pct"]), within=float(b["within"])))
         for kind in ("expect", "absent"):
             for e in t.get(kind, []):
                 ew = f"{where}: {kind} {e.get('id', '?')}"
@@ -165,8 +177,8 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
 
 # --------------------------------------------------------------------------- running
 
-def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list[str]]:
-    """Run the engine on one corpus trace: every finding, and every report's verdict."""
+def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list]:
+    """Run the engine on one corpus trace: every finding, and every report's summary."""
     from profd.server.engine import Options, analyze_file
     from profd.server.engine.job import analyze_job
 
@@ -177,12 +189,12 @@ def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list[str
         reports, jobs = [analyze_file(paths[0], opts)], []
     else:
         reports, jobs = analyze_job(paths, opts)
-    out, verdicts = [], []
+    out, summaries = [], []
     for k, rep in enumerate(reports):
         if rep.error:
             raise CorpusError(f"{trace.id}: {rep.trace.path}: {rep.error}")
         rank = rep.trace.rank if rep.trace.rank is not None else (k if len(reports) > 1 else None)
-        verdicts.append(rep.summary.verdict if rep.summary else "")
+        summaries.append(rep.summary)
         out.extend(_finding(d, rank) for d in rep.diagnostics)
     for job in jobs:
         for d in job.diagnostics:
@@ -190,7 +202,7 @@ def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list[str
             if rank is None and d.code == "rank-straggler":
                 rank = job.straggler
             out.append(_finding(d, rank))
-    return out, verdicts
+    return out, summaries
 
 
 def _finding(d, rank) -> Finding:
@@ -221,10 +233,16 @@ def _matches(e: Entry, f: Finding, with_line: bool) -> bool:
     return True
 
 
-def judge(trace: Trace, found: list[Finding], verdicts: list[str]) -> tuple[list[Outcome], list[Finding]]:
+def judge(trace: Trace, found: list[Finding], summaries: list) -> tuple[list[Outcome], list[Finding]]:
     """Each entry's outcome, and the findings no entry of the trace speaks about."""
     outcomes, judged = [], set()
+    verdicts = [s.verdict if s else "" for s in summaries]
     for e in trace.entries:
+        if e.kind == "busy":
+            busy = [s.gpu_busy_pct if s else None for s in summaries]
+            ok = bool(busy) and all(b is not None and abs(b - e.pct) <= e.within for b in busy)
+            outcomes.append(Outcome(e, ok, seen=",".join("none" if b is None else f"{b:.1f}" for b in busy)))
+            continue
         if e.kind == "verdict":
             ok = bool(verdicts) and all(v == e.code for v in verdicts)
             outcomes.append(Outcome(e, ok, seen=",".join(sorted(set(verdicts)))))
@@ -262,12 +280,12 @@ def score(traces: list[Trace], root: str = ROOT) -> list[TraceResult]:
     for t in traces:
         t0 = time.perf_counter()
         try:
-            found, verdicts = findings_of(t, root)
+            found, summaries = findings_of(t, root)
         except CorpusError as e:
             results.append(TraceResult(t, [Outcome(x, False, False if x.line else None) for x in t.entries],
                                        [], time.perf_counter() - t0, error=str(e)))
             continue
-        outcomes, unjudged = judge(t, found, verdicts)
+        outcomes, unjudged = judge(t, found, summaries)
         results.append(TraceResult(t, outcomes, unjudged, time.perf_counter() - t0))
     return results
 
@@ -318,15 +336,17 @@ def _ratio(a: int, b: int) -> str:
 
 def table(results: list[TraceResult]) -> str:
     rules: dict[str, list[int]] = {}  # code -> [expects, held, absents, violated, lines, located]
-    groups: dict[str, list[int]] = {}  # group -> [traces, expects, held, absents, violated, lines, located, verdicts, verdicts held]
+    groups: dict[str, list[int]] = {}  # group -> [traces, expects, held, absents, violated, lines, located,
+    #                                    verdicts, verdicts held, gpu-busy entries, gpu-busy held]
     for r in results:
-        g = groups.setdefault(r.trace.group, [0] * 9)
+        g = groups.setdefault(r.trace.group, [0] * 11)
         g[0] += 1
         for o in r.outcomes:
             e = o.entry
-            if e.kind == "verdict":
-                g[7] += 1
-                g[8] += o.held
+            if e.kind in ("verdict", "busy"):
+                k = 7 if e.kind == "verdict" else 9
+                g[k] += 1
+                g[k + 1] += o.held
                 continue
             row = rules.setdefault(e.code, [0] * 6)
             if e.kind == "expect":
@@ -350,17 +370,17 @@ def table(results: list[TraceResult]) -> str:
                  f"{ln:>5} {lo:>7} {_ratio(lo, ln):>7}")
     lines.append("")
     lines.append(f"{'vendor/format':<{w}} {'traces':>6} {'expect':>6} {'held':>5} {'recall':>6} "
-                 f"{'absent':>6} {'FP':>4} {'precision':>9} {'loc acc':>7} {'verdict':>7}")
+                 f"{'absent':>6} {'FP':>4} {'precision':>9} {'loc acc':>7} {'verdict':>7} {'GPU busy':>8}")
     for name in sorted(groups):
-        n, e, h, a, v, ln, lo, vd, vh = groups[name]
+        n, e, h, a, v, ln, lo, vd, vh, bd, bh = groups[name]
         lines.append(f"{name:<{w}} {n:>6} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} "
-                     f"{_ratio(h, h + v):>9} {_ratio(lo, ln):>7} {f'{vh}/{vd}':>7}")
+                     f"{_ratio(h, h + v):>9} {_ratio(lo, ln):>7} {f'{vh}/{vd}':>7} {f'{bh}/{bd}':>8}")
     n_all = sum(len(r.outcomes) for r in results)
     n_ok = sum(o.held for r in results for o in r.outcomes)
     ln_all = sum(1 for r in results for o in r.outcomes if o.located is not None)
     ln_ok = sum(1 for r in results for o in r.outcomes if o.located)
     lines.append("")
-    lines.append(f"{n_ok} of {n_all} entries held (expect, absent, verdict); {ln_ok} of {ln_all} "
+    lines.append(f"{n_ok} of {n_all} entries held (expect, absent, verdict, GPU busy); {ln_ok} of {ln_all} "
                  f"statement-level locations; {len(results)} traces")
     return "\n".join(lines)
 
@@ -377,7 +397,7 @@ def per_trace(results: list[TraceResult], unjudged: bool = True) -> str:
         for o in bad:
             e = o.entry
             if not o.held:
-                tag = {"expect": "MISS", "absent": "FALSE+", "verdict": "VERDICT"}[e.kind]
+                tag = {"expect": "MISS", "absent": "FALSE+", "verdict": "VERDICT", "busy": "GPU BUSY"}[e.kind]
             else:
                 tag = "MISPLACED"
             seen = f"  [saw {o.seen}]" if o.seen else ""

@@ -97,17 +97,19 @@ def modules_text(reports: Iterable[T.Report], depth: int = 4) -> str:
 
 
 def trace_notes(r: T.Report) -> list[str]:
-    """What the reader should know about the trace itself: empty, or recorded without the flags
-    some findings need (with what each would bring)."""
+    """What the reader should know about the trace itself: what profd read but could not use (the
+    summary's notes), and the flags it was recorded without that some findings need (with what
+    each would bring)."""
     t = r.trace
     if r.error:
         return []
     if not t.events:
         return []
+    notes = list(r.summary.notes) if r.summary else []
     missing = [f"{flag}=True ({why})" for flag, why in _FLAGS if not getattr(t, flag)]
-    if not missing:
-        return []
-    return ["re-profile with " + ", ".join(missing)]
+    if missing:
+        notes.append("re-profile with " + ", ".join(missing))
+    return notes
 
 
 def _summary_line(r: T.Report, show_hints: bool = False) -> str:

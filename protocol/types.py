@@ -156,6 +156,7 @@ class Summary(Struct):
     kernel_classes: dict[str, float] = {}  # class -> GPU µs
     launches: int = 0
     kernels: int = 0
+    notes: list[str] = []  # what profd read but could not use, said once (unanalysed devices, unmapped paths)
 
 
 class TraceInfo(Struct):

@@ -253,7 +253,9 @@ def _first(d, cat):
 
 
 @pytest.mark.parametrize("cat,field,value,where", [
-    ("cpu_op", "ts", "12.5", "ts"),
+    ("cpu_op", "ts", "soon", "ts"),  # a string that is not a number ("12.5" is read as 12.5)
+    ("cpu_op", "ts", "nan", "ts"),
+    ("kernel", "dur", "inf", "dur"),
     ("kernel", "dur", None, "dur"),
     ("cpu_op", "args", "not an object", "args"),
     ("cpu_op", "args", [1, 2], "args"),

@@ -1,7 +1,8 @@
 """Fuzzing the loader and the engine (issue 7): any exception other than TraceError is a bug.
 
 Two generators, both seeded by a small real trace (examples/seed_n1024_bf16_nostack, with the
-frames of seed_n64_bf16 mixed in so the stack paths are exercised):
+frames of seed_n64_bf16 mixed in so the stack paths are exercised, and events of the peer ROCm and
+2021-era traces in examples/peer so their formats are too):
 - structured: the real events with random fields replaced by values of the right and wrong types,
   plus generated events (every phase/category the model reads), written as JSON;
 - bytes: the real trace's bytes mutated (flips, cuts, splices, insertions), sometimes gzipped.
@@ -45,8 +46,20 @@ def _base() -> dict:
     d = orjson.loads(gzip.decompress(open(trace("seed_n1024_bf16_nostack"), "rb").read()))
     stack = orjson.loads(gzip.decompress(open(trace("seed_n64_bf16"), "rb").read()))
     frames = [e for e in stack["traceEvents"] if e.get("cat") == "python_function"][:40]
-    d["traceEvents"] = d["traceEvents"] + frames
+    # and other producers' events: ROCm's (HIP calls, string numbers) and the 2021 profiler's
+    # (Operator/Runtime/Kernel/Memcpy/Memset, "tid": "stream 7", [memory] with only Bytes)
+    amd = orjson.loads(gzip.decompress(open(PEER_AMD, "rb").read()))["traceEvents"]
+    d["traceEvents"] = d["traceEvents"] + frames + [e for e in amd if e.get("ph") == "X"][:40] + PEER_2021
     return d
+
+
+PEER = os.path.join(os.path.dirname(__file__), "..", "examples", "peer")
+PEER_AMD = os.path.join(PEER, "hta", "amd_trace", "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+# The first ProfilerStep of a 2021 tb_plugin sample: its ops, runtime calls, GPU work and
+# allocator samples (the whole file is 35 MB; these few hundred events carry every shape it has).
+PEER_2021 = [e for e in orjson.loads(gzip.decompress(open(os.path.join(
+    PEER, "kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz"),
+    "rb").read()))["traceEvents"][:400]]
 
 
 BASE = _base()
@@ -121,12 +134,19 @@ names = st.one_of(
                      "ampere_sgemm_128x64_nn", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT",
                      "void at::native::vectorized_elementwise_kernel<4>(...)", "Memcpy DtoH (Device -> Pageable)",
                      "Activity Buffer Request", "autograd::engine::evaluate_function: MmBackward0",
-                     "CompiledFunction", "Torch-Compiled Region: 0/0", "ncclKernel_AllReduce", "",
+                     "CompiledFunction", "Torch-Compiled Region: 0/0", "ncclKernel_AllReduce",
+                     "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyWithStream", "hipDeviceSynchronize",
+                     "Cijk_Ailk_Bljk_SB_MT64x16x32_MI16x16x1", "Memset (Device)", "Memcpy HtoD (Pageable -> Device)",
+                     "CudnnConvolutionBackward", "",
                      # lone surrogates (issue 17.4): json writes them as \ud800 escapes
                      "x\ud800", "\udc00", "\ud83d\ude00", "a\udfff\U0001f600"]),
     st.text(max_size=30),
 )
-ids = st.one_of(st.none(), st.integers(-5, 50), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5))
+ids = st.one_of(st.none(), st.integers(-5, 50), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5),
+                st.sampled_from(["stream 7", "25738", "0x0", "007", "-1"]))
+# numbers as roctracer writes some of them: a string holding a number (or not quite one)
+numeric_strings = st.one_of(numbers.map(lambda v: json.dumps(v)),
+                            st.sampled_from(["256", "-0", "1e3", "2.5", "007", " 1", "nan", "inf", "1e400", "", "0x10"]))
 anything = st.recursive(
     st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=10)),
     lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
@@ -146,7 +166,7 @@ def arg_value(key: str, typed: bool):
     if key in ID_ARG_KEYS:
         right = ids
     elif key in NUM_ARG_KEYS:
-        right = st.one_of(st.none(), numbers)
+        right = st.one_of(st.none(), numbers, numeric_strings)
     elif key in RAW_ARG_KEYS:  # kept raw: any JSON is accepted, decoded later by the rules
         right = st.one_of(dims, st.lists(st.sampled_from(["float", "c10::BFloat16", "int", ""]), max_size=4),
                           anything)
@@ -160,8 +180,10 @@ def value_for(key: str, typed: bool = False):
         "ph": st.sampled_from(["X", "i", "I", "s", "f", "t", "M", "B", "E", "C", ""]),
         "cat": st.sampled_from(["cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
                                 "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "fwdbwd",
-                                "cpu_instant_event", "Trace", ""]),
-        "name": names, "pid": ids, "tid": ids, "ts": numbers, "dur": numbers, "id": ids,
+                                "cpu_instant_event", "Trace", "Operator", "Runtime", "Kernel", "Memcpy", "Memset",
+                                "cuda_sync", "mtia_runtime", "mtia_ccp_events", "overhead", ""]),
+        "name": names, "pid": ids, "tid": ids, "id": ids,
+        "ts": st.one_of(numbers, numbers, numeric_strings), "dur": st.one_of(numbers, numbers, numeric_strings),
         "bp": st.sampled_from(["e", "s", ""]),
         "args": st.sampled_from(ARG_KEYS).flatmap(
             lambda k: st.dictionaries(st.just(k), arg_value(k, typed), min_size=1)) if typed else

@@ -110,6 +110,22 @@ def test_jobs_are_grouped_apart(summaries):
     assert names == [("balanced_rank0", "balanced_rank1"), ("fsdp_rank0", "fsdp_rank1")]
 
 
+def test_the_same_rank_passed_twice_is_said(summaries):
+    """Issue 16: a rank passed twice was dropped silently (two one-rank jobs, both left out)."""
+    s0, s1 = summaries["balanced_rank0"], summaries["balanced_rank1"]
+    copy = msgspec.structs.replace(s0, path="/elsewhere/copy_of_rank0.json")  # the same bytes
+    (g,) = job.group_jobs([s0, copy, s1])
+    assert [s.rank for s in g] == [0, 1]
+    assert g.notes == [f"rank 0 passed twice: /elsewhere/copy_of_rank0.json is the same trace as {s0.path}; read once"]
+    j = job.reduce_job(g)
+    assert j.notes[0] == g.notes[0] and [r.rank for r in j.ranks] == [0, 1]
+    (alone,) = job.group_jobs([s0, copy])  # only the twin: still a job, which says so
+    assert len(alone) == 1 and alone.notes and job.reduce_job(alone).missing_ranks == [1]
+    other = msgspec.structs.replace(s0, path="/elsewhere/rank0_rerun.json", sha256="0" * 64)
+    jobs = job.group_jobs([s0, s1, other])  # a different trace of rank 0: two runs, said in both
+    assert len(jobs) == 2 and all("rank 0 appears in two different traces" in j.notes[0] for j in jobs)
+
+
 def test_cli_prints_per_rank_reports_and_the_job_report(capsys, monkeypatch):
     from profd.client_cli.main import main
 

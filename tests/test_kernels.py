@@ -94,7 +94,9 @@ def test_classes_explain_the_gpu_time_of_every_shipped_trace(path):
         return
     a = analyse(m)
     total = sum(e.dur for e in m.gpu) or 1.0
-    other = sum(e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER)
+    # torch.cuda._sleep's spin kernel (HTA's cuda_event_sync test trace) computes nothing by design:
+    # "other" is its true class, so it is left out of the budget
+    other = sum(e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER and "spin_kernel" not in e.name)
     assert other <= 0.05 * total, sorted({K.short_name(e.name) for g, e in enumerate(m.gpu)
                                           if a.gpu_class[g] == K.OTHER})
     for g, e in enumerate(m.gpu):

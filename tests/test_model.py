@@ -80,6 +80,39 @@ def test_source_map_exact_prefix_suffix_and_ambiguity(tmp_path):
     assert sm.resolve("nothing.py") is None
 
 
+def test_source_map_never_takes_a_file_that_only_shares_the_name(tmp_path):
+    """Issue 16: flashinfer/fused_moe/core.py(1633) landed on the workspace's own 540-line core.py,
+    moca/.../pipeline/model.py on a model.py elsewhere."""
+    (tmp_path / "server").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "core.py").write_text("x = 1\n" * 540)
+    (tmp_path / "server" / "core.py").write_text("x = 1\n" * 2000)
+    (tmp_path / "other" / "model.py").write_text("x = 1\n" * 100)
+    (tmp_path / "train.py").write_text("x = 1\n" * 100)
+    sm = SourceMap([str(tmp_path)])
+    assert sm.resolve("flashinfer/fused_moe/core.py") is None  # its directories are not the workspace's
+    assert sm.resolve("/x/moca/exp/pipeline/model.py") is None  # pipeline/ is not other/
+    assert sm.resolve("/home/x/exp/train.py") == str(tmp_path / "train.py")  # another machine's checkout
+    assert sm.resolve("/home/x/exp/train.py", 100) == str(tmp_path / "train.py")
+    assert sm.resolve("/home/x/exp/train.py", 101) is None  # a line past the end: not that file
+    assert sm.resolve(str(tmp_path / "core.py"), 1633) is None  # even the exact path
+    assert sm.resolve("core.py", 540) == str(tmp_path / "core.py")  # a bare name: unique at the root
+
+
+def test_unmapped_sources_get_one_path_map_note(tmp_path):
+    """A real trace with stacks, its sources absent from the workspace: the findings stay on the
+    trace's paths and one note says which --path-map would map them; mapped, no note."""
+    from profd.server import engine
+
+    bare = engine.analyze_file(trace("tinygpt_naive"), engine.Options(workspace=[str(tmp_path)]))
+    assert bare.diagnostics and all(not d.location.path.startswith(str(tmp_path)) for d in bare.diagnostics)
+    (note,) = bare.summary.notes
+    assert note.startswith(f"no source file of this trace is in the workspace ({tmp_path})")
+    assert "train_tinygpt.py" in note and "--workspace DIR" in note
+    mapped = engine.analyze_file(trace("tinygpt_naive"), engine.Options(workspace=[SRC]))
+    assert mapped.summary.notes == []
+
+
 def test_workspace_sources_map_trace_frames():
     sm = SourceMap([SRC])
     assert sm.resolve("train_tinygpt.py") == os.path.join(SRC, "train_tinygpt.py")

@@ -128,6 +128,7 @@ enum {
     F_EXT = 1 << 0, F_CORR = 1 << 1, F_SEQ = 1 << 2, F_FWD = 1 << 3, F_ID = 1 << 4,
     F_DEVTYPE = 1 << 5, F_MEMB = 1 << 6, F_TALLOC = 1 << 7, F_TRES = 1 << 8, F_NBYTES = 1 << 9,
     F_ARGS = 1 << 10, F_ADDR = 1 << 11,
+    F_DEVICE = 1 << 12, F_STREAM = 1 << 13, /* args.device / args.stream not null */
 };
 
 /* Four layouts sharing one initial sequence, all this module's Event (the others are subtypes):
@@ -610,16 +611,56 @@ static int read_str(Scanner *sc, Cur *c, PyObject **out) {
     return 0;
 }
 
-/* An int value into *out; 1 when null (absent). Strings and floats are "unsupported". */
-static int read_i64(Cur *c, int64_t *out) {
+/* Whether s[0:n] is exactly one JSON number (roctracer writes numbers as strings: "bytes": "256"). */
+static int json_number(const char *s, Py_ssize_t n, int *is_int) {
+    Py_ssize_t i = 0;
+    *is_int = 1;
+    if (i < n && s[i] == '-') i++;
+    if (i >= n) return 0;
+    if (s[i] == '0') i++;
+    else if (s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    else return 0;
+    if (i < n && s[i] == '.') {
+        Py_ssize_t d = ++i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == d) return 0;
+        *is_int = 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        Py_ssize_t d = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == d) return 0;
+        *is_int = 0;
+    }
+    return i == n;
+}
+
+/* A number written as a string, as the typed decode (strict=False) reads it into a number field:
+ * its span, or "unsupported" (escapes, anything but one JSON number: msgspec then decides). */
+static int scan_numeric_string(Cur *c, const char **s, Py_ssize_t *n, int *is_int) {
+    int esc;
+    if (scan_string(c, s, n, &esc) < 0) return -1;
+    if (esc || !json_number(*s, *n, is_int)) FAIL(c, "unsupported: string in a number field");
+    return 0;
+}
+
+/* An int value into *out; 1 when null (absent). Floats are "unsupported", and so are strings
+ * unless ``numeric_str`` (a number field, not an id: the typed decode keeps a string id a str). */
+static int read_i64(Cur *c, int64_t *out, int numeric_str) {
     NEED(c, 1);
     if (*c->p == 'n') {
         if (skip_literal(c, "null", 4) < 0) return -1;
         return 1;
     }
     const char *s; Py_ssize_t n; int is_int;
-    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: non-integer id");
-    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    if (*c->p == '"' && numeric_str) {
+        if (scan_numeric_string(c, &s, &n, &is_int) < 0) return -1;
+    } else {
+        if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: non-integer id");
+        if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    }
     if (!is_int || parse_int64(s, n, out) < 0) FAIL(c, "unsupported: non-int64 number");
     return 0;
 }
@@ -664,11 +705,16 @@ static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
     return 0;
 }
 
+/* A time (ts, dur): a number, or a number written as a string; finite (loader.Time). */
 static int read_double(Cur *c, double *out) {
     NEED(c, 1);
     const char *s; Py_ssize_t n; int is_int;
-    if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: ts/dur not a number");
-    if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    if (*c->p == '"') {
+        if (scan_numeric_string(c, &s, &n, &is_int) < 0) return -1;
+    } else {
+        if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: ts/dur not a number");
+        if (scan_number(c, &s, &n, &is_int) < 0) return -1;
+    }
     *out = parse_double(s, n);
     if (!isfinite(*out)) FAIL(c, "unsupported: number out of range"); /* msgspec names it */
     return 0;
@@ -677,7 +723,8 @@ static int read_double(Cur *c, double *out) {
 #define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, n) == 0)
 
 static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
-    int r = read_i64(c, slot);
+    /* the allocator and copy sizes are numbers (int | float); the others are ids (int | str) */
+    int r = read_i64(c, slot, flag & (F_MEMB | F_TALLOC | F_TRES | F_NBYTES));
     if (r < 0) return -1;
     if (r == 0) e->flags |= flag;
     else e->flags &= ~flag;
@@ -733,8 +780,14 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
         *slot = NULL;
         return skip_literal(c, "null", 4);
     }
-    if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id") || KEY("stream") || KEY("device"))
+    if (KEY("stream") || KEY("device")) { /* what a GPU lane's events carry (model._classify) */
+        uint32_t flag = KEY("stream") ? F_STREAM : F_DEVICE;
+        NEED(c, 1);
+        if (*c->p == 'n') { e->flags &= ~flag; return skip_literal(c, "null", 4); }
+        e->flags |= flag;
         return check_id(c);
+    }
+    if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id")) return check_id(c);
     return skip_value(c, EVENT_DEPTH + 2);
 }
 
@@ -777,8 +830,8 @@ static int contains(PyObject *set, PyObject *v) {
     return v && PySet_Contains(set, v) == 1;
 }
 
+/* Each set None keeps every event of its phases; other phases are never kept. */
 static int keep(Scanner *sc, Ev *e) {
-    if (sc->x_cats == Py_None) return 1;
     PyObject *ph = e->ph;
     if (!ph || PyUnicode_GET_LENGTH(ph) != 1) return 0;
     switch (PyUnicode_READ_CHAR(ph, 0)) {
@@ -931,7 +984,7 @@ static PyTypeObject ScannerType = {
  * The model's per-thread passes over events of this type, where a Python loop costs ~1 us an event.
  */
 static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
-    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user;
+    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user, *S_Memcpy, *S_Memset;
 
 static inline int same(PyObject *a, PyObject *b) {
     if (a == b) return 1;
@@ -1067,23 +1120,82 @@ static int check_events(PyObject *list) {
     return 0;
 }
 
-static PyObject *thread_key(Ev *e) { return PyTuple_Pack(2, e->pid, e->tid); }
+/* An id written as a digit string (1 to 18 ASCII digits) as the number: model._id. New reference. */
+static PyObject *id_value(PyObject *v) {
+    if (PyUnicode_Check(v) && PyUnicode_IS_ASCII(v)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+        const char *s = (const char *)PyUnicode_DATA(v);
+        int digits = n > 0 && n <= 18;
+        for (Py_ssize_t k = 0; digits && k < n; k++) digits = s[k] >= '0' && s[k] <= '9';
+        if (digits) return PyLong_FromString(s, NULL, 10);
+    }
+    Py_INCREF(v);
+    return v;
+}
 
-/* classify(events, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations, memory_samples,
- * flows_s, flows_f, thread_names): the model's first pass (see model.build's Python version). */
+/* (pid, tid), as model.thread_key. */
+static PyObject *thread_key(Ev *e) {
+    PyObject *p = id_value(e->pid), *t = p ? id_value(e->tid) : NULL;
+    PyObject *key = t ? PyTuple_Pack(2, p, t) : NULL;
+    Py_XDECREF(p);
+    Py_XDECREF(t);
+    return key;
+}
+
+/* model.gpu_role: the GPU category of an event of an unknown category that carries a device, a
+ * stream and a correlation id (borrowed), else NULL. */
+static PyObject *S_gpu_memcpy, *S_gpu_memset, *S_kernel;
+static PyObject *gpu_role(Ev *e) {
+    const uint32_t CARRY = F_ARGS | F_DEVICE | F_STREAM | F_CORR;
+    if ((e->flags & CARRY) != CARRY) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(e->name);
+    if (PyUnicode_Tailmatch(e->name, S_Memcpy, 0, n, -1) == 1) return S_gpu_memcpy;
+    if (PyUnicode_Tailmatch(e->name, S_Memset, 0, n, -1) == 1) return S_gpu_memset;
+    return S_kernel;
+}
+
+/* classify(events, roles, label_cats, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations,
+ * memory_samples, flows_s, flows_f, thread_names, unread): the model's first pass (model._classify,
+ * the same in Python); events get the category of their role. */
 static PyObject *classify(PyObject *mod, PyObject *args) {
-    PyObject *events, *cpu_cats, *gpu_cats;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &events, &cpu_cats, &gpu_cats)) return NULL;
+    PyObject *events, *roles, *label_cats, *cpu_cats, *gpu_cats;
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyList_Type, &events, &PyDict_Type, &roles, &label_cats, &cpu_cats,
+                          &gpu_cats))
+        return NULL;
     if (check_events(events) < 0) return NULL;
     PyObject *by_thread = PyDict_New(), *gpu = PyList_New(0), *ann = PyList_New(0), *mem = PyList_New(0),
-             *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New();
+             *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New(), *unread = PyDict_New();
     PyObject *last_pid = NULL, *last_tid = NULL, *last_list = NULL;
-    if (!by_thread || !gpu || !ann || !mem || !fs || !ff || !names) goto fail;
+    if (!by_thread || !gpu || !ann || !mem || !fs || !ff || !names || !unread) goto fail;
     Py_ssize_t n = PyList_GET_SIZE(events);
     for (Py_ssize_t j = 0; j < n; j++) {
         Ev *e = (Ev *)PyList_GET_ITEM(events, j);
         PyObject *ph = e->ph;
         if (same(ph, S_X)) {
+            PyObject *role = PyDict_GetItemWithError(roles, e->cat); /* borrowed */
+            if (!role && PyErr_Occurred()) goto fail;
+            if (role && role != Py_None && same(role, S_cpu_op) && PyUnicode_FindChar(e->name, '#', 0,
+                    PyUnicode_GET_LENGTH(e->name), 1) >= 0) {
+                int lc = PySet_Contains(label_cats, e->cat);
+                if (lc < 0) goto fail;
+                if (lc) role = S_user_annotation;
+            }
+            if (!role) {
+                role = gpu_role(e);
+                if (!role) {
+                    PyObject *old = PyDict_GetItemWithError(unread, e->cat);
+                    if (!old && PyErr_Occurred()) goto fail;
+                    PyObject *cnt = PyLong_FromSsize_t(old ? PyLong_AsSsize_t(old) + 1 : 1);
+                    if (!cnt || PyDict_SetItem(unread, e->cat, cnt) < 0) { Py_XDECREF(cnt); goto fail; }
+                    Py_DECREF(cnt);
+                    continue;
+                }
+            }
+            if (role == Py_None) continue;
+            if (role != e->cat) {
+                Py_INCREF(role);
+                Py_SETREF(e->cat, role);
+            }
             int r = PySet_Contains(gpu_cats, e->cat);
             if (r < 0) goto fail;
             if (r) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
@@ -1124,10 +1236,10 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
             Py_DECREF(key);
         }
     }
-    return Py_BuildValue("(NNNNNNN)", by_thread, gpu, ann, mem, fs, ff, names);
+    return Py_BuildValue("(NNNNNNNN)", by_thread, gpu, ann, mem, fs, ff, names, unread);
 fail:
     Py_XDECREF(by_thread); Py_XDECREF(gpu); Py_XDECREF(ann); Py_XDECREF(mem);
-    Py_XDECREF(fs); Py_XDECREF(ff); Py_XDECREF(names);
+    Py_XDECREF(fs); Py_XDECREF(ff); Py_XDECREF(names); Py_XDECREF(unread);
     return NULL;
 }
 
@@ -1772,9 +1884,11 @@ PyMODINIT_FUNC PyInit__scan(void) {
     EvFullType.tp_base = EvOpType.tp_base = EvMemType.tp_base = &EvType;
     if (!(S_ProfilerStep = PyUnicode_InternFromString("ProfilerStep#"))) return NULL;
     PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
-                           &S_python_function, &S_user_annotation, &S_cpu_op, &S_user};
+                           &S_python_function, &S_user_annotation, &S_cpu_op, &S_user, &S_Memcpy, &S_Memset,
+                           &S_gpu_memcpy, &S_gpu_memset, &S_kernel};
     const char *texts[] = {"X", "i", "I", "s", "f", "M", "fwdbwd", "gpu_user_annotation", "[memory]", "thread_name",
-                           "python_function", "user_annotation", "cpu_op", "user"};
+                           "python_function", "user_annotation", "cpu_op", "user", "Memcpy", "Memset",
+                           "gpu_memcpy", "gpu_memset", "kernel"};
     for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)
         if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return NULL;
     if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&EvOpType) < 0 ||

@@ -78,8 +78,8 @@ def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[
 @dataclass
 class Analysis:
     window: tuple[float, float]
-    busy: list[tuple[float, float]]  # merged GPU busy intervals (all streams)
-    busy_us: float
+    busy: list[tuple[float, float]]  # merged GPU busy intervals (all streams; kernels, copies, memsets)
+    busy_us: float  # of the window, the time the GPU ran kernels other than collectives
     cpu_total_us: float
     cuda_total_us: float
     gpu_class: list[str]
@@ -111,20 +111,25 @@ class Analysis:
 def analyse(m: TraceModel) -> Analysis:
     gpu_class = _classes(m)
     # Collectives spin while they wait for a peer: their time is not the GPU computing, so the
-    # busy share that decides the verdict leaves them out (they are reported on their own).
+    # busy share that decides the verdict leaves them out (they are reported on their own). So do
+    # DMA copies and memsets, which run on the copy engines while the SMs wait (HTA's compute share
+    # counts kernels alone too); ``busy`` keeps them, for the rules that ask whether the GPU had
+    # work queued at a moment.
     busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
                   if gpu_class[g] != kernels.COMMUNICATION])
     comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
                   if gpu_class[g] == kernels.COMMUNICATION])
+    compute = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
+                     if e.cat == "kernel" and gpu_class[g] != kernels.COMMUNICATION])
     lo, hi = active_window(m, busy or comm)
-    a = Analysis(window=(lo, hi), busy=busy, busy_us=covered(busy, lo, hi),
+    a = Analysis(window=(lo, hi), busy=busy, busy_us=covered(compute, lo, hi),
                  cpu_total_us=_cpu_total(m), cuda_total_us=sum(e.dur for e in m.gpu),
                  gpu_class=gpu_class, launches=sum(1 for i in set(m.launcher) if i >= 0))
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
     a.cpu_comm = cpu_collectives(m)
     a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
-    a.step_busy = [covered(busy, s.ts, s.end) for s in m.steps]
+    a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
     a.step_gpu = step_gpu(m)
     return a
 
@@ -292,8 +297,7 @@ def verdict(m: TraceModel, a: Analysis) -> str:
 
 
 # Calls that block the CPU until the GPU (a stream, an event) catches up.
-SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                        "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+SYNC_CALLS = kernels.apis(kernels.SYNC)  # CUDA runtime, driver and HIP
 
 # How much the profiler slows the CPU side. Measured on H200 (MANIFEST): a tuned TinyGPT step takes
 # 11.9-12.9 ms unprofiled and, under the profiler, 19-26 ms (CPU+CUDA activities), 23-29 ms

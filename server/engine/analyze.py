@@ -157,7 +157,20 @@ def _summary(ctx: Context) -> Summary:
                    gpu_busy_pct=round(a.busy_pct, 2) if a.busy_pct is not None and m.gpu else None,
                    window_us=round(a.window_us, 3), steps=steps,
                    kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
-                   launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"))
+                   launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
+                   notes=_unread_notes(m) + ctx.unmapped_notes())
+
+
+def _unread_notes(m: TraceModel) -> list[str]:
+    """What the trace holds that no analysis reads: complete events of categories profd does not
+    know and that do not carry what GPU work carries (another accelerator's lanes, such as MTIA's,
+    CUPTI's range-profiler replays), said instead of a silent cpu-only."""
+    if not m.unread:
+        return []
+    parts = ", ".join(f"{n} {cat}" for cat, n in sorted(m.unread.items(), key=lambda kv: (-kv[1], kv[0])))
+    dev = f" (device: {m.device.name})" if m.device is not None and m.device.name else ""
+    return [f"not analysed: {parts} event(s){dev}; profd reads CPU ops, CUDA/HIP runtime calls and "
+            f"CUDA/ROCm GPU kernels, copies and memsets: the verdict and findings leave these out"]
 
 
 def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:

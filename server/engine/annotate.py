@@ -144,7 +144,7 @@ def _trace_level_ts(m: TraceModel, d: Diagnostic, default: float) -> float:
     """A trace-level finding's time: the step its evidence names, else the active window's start."""
     ev = d.evidence or {}
     if ev.get("kind") == "flush-sync":
-        syncs = [e for e in m.cpu if e.name == "cudaDeviceSynchronize"]
+        syncs = [e for e in m.cpu if e.name in kernels.DEVICE_SYNCS]
         if syncs:
             return max(syncs, key=lambda e: e.ts).ts
     if ev.get("kind") == "lane-offset" and m.steps:

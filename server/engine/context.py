@@ -3,6 +3,7 @@ finding on a user's line. The rules import this module, never ``analyze``, which
 """
 from __future__ import annotations
 
+import os
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -65,6 +66,7 @@ class Context:
         self.statements = StatementResolver(model, self.sources)
         self._keys: dict[int, LineKey] = {}
         self._ck = None  # per event, the key its line is cached under (see line_key)
+        self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
 
     @property
@@ -141,12 +143,30 @@ class Context:
         return loc
 
     def location_of_key(self, key: LineKey) -> Location:
-        local = self.sources.resolve(key.trace_path)
+        local = self.sources.resolve(key.trace_path, key.line)
+        self._mapped[key.trace_path] = self._mapped.get(key.trace_path, False) or local is not None
         st = key.site if local else None
         span = {} if st is None or st.column is None else {
             "column": st.column, "end_line": st.end_line, "end_column": st.end_column}
         return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
                         function=key.function, trace_path=key.trace_path, **span)
+
+    def unmapped_notes(self) -> list[str]:
+        """When none of the source files the findings and hot lines name is in the workspace: one
+        note saying so and which ``--path-map`` (or ``--workspace``) would map them."""
+        roots = self.sources.roots
+        if not roots or not self._mapped or any(self._mapped.values()):
+            return []
+        paths = sorted(self._mapped)
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        where = ", ".join(roots)
+        absolute = [p for p in paths if os.path.isabs(p)]
+        if absolute:
+            prefix = os.path.commonpath([os.path.dirname(p) for p in absolute])
+            return [f"no source file of this trace is in the workspace ({where}): {shown}; pass "
+                    f"--path-map {prefix}=DIR, DIR being where {prefix} is here"]
+        return [f"no source file of this trace is in the workspace ({where}): {shown}, relative to where "
+                f"the program ran; pass --workspace DIR (that folder here) or --path-map REMOTE=DIR"]
 
     def location_of_hot(self, h: HotLine) -> Location:
         return Location(path=h.path, line=h.line, precision=h.precision, function=h.function,

@@ -28,10 +28,9 @@ from ...protocol.catalog import RULES as CATALOG
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
 from ...protocol.types import Diagnostic, Location, Report
 from . import kernels, loader
-from .analyses import CPU_COLLECTIVE_PREFIXES, Analysis, analyse, covered, merge
+from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, analyse, covered, merge
 from .model import TraceModel
 
-BLOCKING_SYNCS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"})
 DATALOADER_MARK = "enumerate(DataLoader)#"
 HOT_LINES_PER_RANK = 50
 
@@ -142,7 +141,7 @@ def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
             cpu_comm[index[id(st)]].append((m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur))
     sync = [0.0] * n
     for i, e in enumerate(m.cpu):
-        if e.name in BLOCKING_SYNCS and m.thread[i] == m.main_thread:
+        if e.name in SYNC_CALLS and m.thread[i] == m.main_thread:
             st = m.step_at(e.ts)
             if st is not None:
                 sync[index[id(st)]] += min(e.dur, st.end - e.ts)
@@ -213,31 +212,57 @@ def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
 JOB_GAP_US = 10e6
 
 
-def group_jobs(summaries: Iterable[RankSummary]) -> list[list[RankSummary]]:
+class JobGroup(list):
+    """The rank summaries of one job, and what grouping them noticed (``reduce_job`` keeps it)."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.notes: list[str] = []
+
+
+def group_jobs(summaries: Iterable[RankSummary]) -> list[JobGroup]:
     """Summaries of distributed traces grouped by job; single-process traces are left out.
 
     Traces of one job share world size, backend and the default group's ranks. Two jobs of the same
     shape (the balanced and the FSDP pair here) are told apart by time: the ranks of one job enter
     their profiled steps together (collectives hold them within a step of each other), so a start
     more than 10 s after the previous trace's, or a rank seen twice, begins another job. 10 s
-    leaves room for clocks of different hosts.
+    leaves room for clocks of different hosts. A rank passed twice is said, never dropped silently:
+    the same trace twice (same content) is read once; two different traces of one rank are two
+    runs of the job.
     """
     groups: dict[str, list[RankSummary]] = {}
     for s in summaries:
         if s.error or s.rank is None or not s.world_size or s.world_size < 2:
             continue
         groups.setdefault(s.group, []).append(s)
-    jobs = []
+    jobs: list[JobGroup] = []
     for g in groups.values():
-        cur: list[RankSummary] = []
+        cur = JobGroup()
         for s in sorted(g, key=lambda s: s.start_us):
-            if cur and (s.start_us - cur[-1].start_us > JOB_GAP_US or any(c.rank == s.rank for c in cur)):
+            twin = next((c for c in cur if c.rank == s.rank), None)
+            if twin is not None and twin.sha256 and twin.sha256 == s.sha256:
+                cur.notes.append(f"rank {s.rank} passed twice: {s.path} is the same trace as {twin.path}; read once")
+                continue
+            if cur and (s.start_us - cur[-1].start_us > JOB_GAP_US or twin is not None):
+                if twin is not None:
+                    note = (f"rank {s.rank} appears in two different traces ({twin.path}, {s.path}): "
+                            f"taken as two runs of the job")
+                    cur.notes.append(note)
                 jobs.append(cur)
-                cur = []
+                cur = JobGroup()
+                if twin is not None:
+                    cur.notes.append(note)
             cur.append(s)
         if cur:
             jobs.append(cur)
-    return [sorted(j, key=lambda s: s.rank) for j in jobs if len(j) >= 2]
+    out = []
+    for j in jobs:
+        if len(j) >= 2 or j.notes:
+            ordered = JobGroup(sorted(j, key=lambda s: s.rank))
+            ordered.notes = j.notes
+            out.append(ordered)
+    return out
 
 
 # ---- reduce: summaries -> JobReport ----------------------------------------------------------------
@@ -247,7 +272,7 @@ def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
     rows: list[RankRow] = []
     coll: dict[str, list[tuple[int, float]]] = defaultdict(list)  # key -> [(row index, dur)]
     lines: dict[tuple, LineCost] = {}
-    notes: list[str] = []
+    notes: list[str] = list(getattr(summaries, "notes", ()))  # a JobGroup's
     world = backend = None
     group = ""
     for s in summaries:

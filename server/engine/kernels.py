@@ -19,6 +19,12 @@ the launch pattern: on Hopper/CUDA 13 library GEMMs come through ``cuLaunchKerne
 ``cudaLaunchKernelExC``; on Ampere-era stacks a GEMM launch was preceded by
 ``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` (the seed's signal).
 
+ROCm's families sit beside CUDA's: RCCL keeps NCCL's kernel names, Tensile's GEMMs are
+``Cijk_Ailk_Bljk_...`` (rocBLAS/hipBLASLt, launched by ``hipExtModuleLaunchKernel`` while ATen's own
+kernels go through ``hipLaunchKernel``), MIOpen's convolutions ``igemm_{fwd,bwd,wrw}_*``, its
+reductions ``hipcub::``/``rocprim::``. The runtime and driver calls, CUDA and HIP alike (Kineto
+files both under ``cuda_runtime``), have their roles in ``API_ROLES`` (launch, copy, memset, sync).
+
 ``gemm_math`` says how a GEMM kernel multiplies (tensor cores in TF32/16-bit/8-bit/4-bit, fp32 FFMA
 on CUDA cores, matrix-vector), from the operand types its name declares: the accumulator type
 (``..._Fp32`` in ``bmm_MxE4m3_MxE2m1..._Fp32``) is not the math.
@@ -46,12 +52,13 @@ _FAMILIES = [
     (COMMUNICATION, re.compile(r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
                                r"all_?to_?all|sendrecv", re.I)),
     (ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|(^|_|::)mha_", re.I)),
-    (CONV, re.compile(r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::",
-                      re.I)),
+    (CONV, re.compile(r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::|"
+                      r"igemm_(fwd|bwd|wrw)|miopen.*(fwd|bwd|wrw)", re.I)),
     # "(?<!fb)": fbgemm_gpu is Meta's embedding/sparse library, not a GEMM
-    (GEMM, re.compile(r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|splitKreduce|wgmma|triton_tem|"
+    (GEMM, re.compile(r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|tensile|rocblas|hipblaslt|splitKreduce|"
+                      r"wgmma|triton_tem|"
                       r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)", re.I)),
-    (REDUCTION, re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|radix_?sort|argm(ax|in)|"
+    (REDUCTION, re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|rocprim::|radix_?sort|argm(ax|in)|"
                            r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
                            r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool", re.I)),
     (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
@@ -79,8 +86,42 @@ _OP_FAMILIES = [
                       r"embedding|fill_|zero_|zeros|ones|full)", re.I)),
 ]
 
-# Launch APIs that, on the stacks measured, launch library GEMMs rather than ATen elementwise code.
-GEMM_LAUNCH_APIS = frozenset({"cuLaunchKernelEx", "cudaLaunchKernelExC"})
+LAUNCH, COPY_API, MEMSET_API, SYNC = "launch", "copy", "memset", "sync"
+API_ROLES = {
+    **dict.fromkeys(("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
+                     "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch",
+                     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
+                     "hipLaunchCooperativeKernel", "hipGraphLaunch"), LAUNCH),
+    **dict.fromkeys(("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyPeer",
+                     "cudaMemcpyPeerAsync", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cuMemcpy",
+                     "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+                     "hipMemcpy", "hipMemcpyAsync", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy2DAsync",
+                     "hipMemcpyPeer", "hipMemcpyPeerAsync", "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD",
+                     "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync", "hipMemcpyToSymbol",
+                     "hipMemcpyFromSymbol"), COPY_API),
+    **dict.fromkeys(("cudaMemset", "cudaMemsetAsync", "cuMemsetD8", "cuMemsetD32", "cuMemsetD8Async",
+                     "cuMemsetD32Async", "hipMemset", "hipMemsetAsync", "hipMemsetD8", "hipMemsetD32",
+                     "hipMemsetD8Async", "hipMemsetD32Async"), MEMSET_API),
+    **dict.fromkeys(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+                     "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
+                     "hipEventSynchronize"), SYNC),
+}
+
+
+def apis(role: str) -> frozenset:
+    """The runtime/driver call names of one role, CUDA and HIP."""
+    return frozenset(n for n, r in API_ROLES.items() if r == role)
+
+
+# Copies that return only once the copy is done: on ROCm ``.item()`` is one hipMemcpyWithStream,
+# no separate sync call (on CUDA a cudaMemcpyAsync and a cudaStreamSynchronize).
+BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "hipMemcpy", "hipMemcpyWithStream",
+                             "hipMemcpy2D", "hipMemcpyDtoH"})
+# Calls that wait for the whole device (the profiler's closing flush is one).
+DEVICE_SYNCS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize"})
+# Launch APIs that, on the stacks measured, launch library GEMMs rather than ATen elementwise code
+# (ROCm: hipBLASLt/rocBLAS code objects through hipExtModuleLaunchKernel, ATen through hipLaunchKernel).
+GEMM_LAUNCH_APIS = frozenset({"cuLaunchKernelEx", "cudaLaunchKernelExC", "hipExtModuleLaunchKernel"})
 OCCUPANCY_QUERY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 
 

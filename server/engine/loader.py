@@ -23,7 +23,7 @@ import stat
 import sys
 import threading
 import zlib
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import msgspec
 
@@ -59,6 +59,12 @@ class TraceError(Exception):
         self.what = what
 
 
+# A time in µs, or a byte count: finite, so a "nan" or "inf" written as a string (strict=False reads numeric strings)
+# is refused as the JSON literals NaN and Infinity are; absurd finite values are the analyses' care.
+Time = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+Count = Union[int, Time, None]
+
+
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
     external_id: Id = msgspec.field(default=None, name="External id")
     correlation: Id = None
@@ -68,13 +74,13 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     fwd_tid: Id = msgspec.field(default=None, name="Fwd thread id")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
-    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")
-    total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
+    mem_bytes: Count = msgspec.field(default=None, name="Bytes")
+    total_allocated: Count = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Count = msgspec.field(default=None, name="Total Reserved")
     addr: Id = msgspec.field(default=None, name="Addr")  # the allocator block an alloc/free names
     device_type: Id = msgspec.field(default=None, name="Device Type")
     device_id: Id = msgspec.field(default=None, name="Device Id")
-    nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")
+    nbytes: Count = msgspec.field(default=None, name="bytes")
     stream: Id = None
     device: Id = None
     grid: msgspec.Raw = msgspec.Raw(b"")
@@ -83,14 +89,16 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     call_from: Optional[str] = msgspec.field(default=None, name="CallFrom")
 
 
+
+
 class Event(msgspec.Struct, gc=False, omit_defaults=True):
     ph: str = ""
     name: str = ""
     cat: str = ""
     pid: Id = 0
     tid: Id = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: Time = 0.0
+    dur: Time = 0.0
     id: Id = None
     bp: Optional[str] = None
     args: Optional[Args] = None
@@ -137,11 +145,12 @@ class TraceDoc(msgspec.Struct, gc=False):
 
 # The events the model reads; the streaming decoder does not materialise the others (flow arrows
 # between CPU and GPU, instants other than allocator samples, metadata other than thread names),
-# about a fifth of a Kineto trace.
+# about a fifth of a Kineto trace. Every complete (X) event is kept: the model recognises GPU work
+# by what it carries as well as by category (model.ROLES), and names what it does not analyse.
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 KEEP = (
-    CPU_CATS | GPU_CATS | {"gpu_user_annotation"},  # ph X: these categories
+    None,  # ph X: all
     frozenset({"fwdbwd"}),  # ph s/f: forward->backward flows
     frozenset({"[memory]"}),  # ph i/I: allocator samples
     frozenset({"thread_name"}),  # ph M
@@ -149,8 +158,11 @@ KEEP = (
 
 
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
-_doc_decoder = msgspec.json.Decoder(TraceDoc)
-_list_decoder = msgspec.json.Decoder(list[Event])
+# strict=False: a number written as a string ("bytes": "256", as roctracer writes them) is read as
+# the number where the field is one (an id field, int | str, keeps the string); the scanner reads
+# the same strings the same way or declines.
+_doc_decoder = msgspec.json.Decoder(TraceDoc, strict=False)
+_list_decoder = msgspec.json.Decoder(list[Event], strict=False)
 
 
 def _open(path: str):
@@ -318,6 +330,9 @@ def _load_whole(path: str) -> tuple[TraceDoc, str, int]:
     data = read_bytes(path)
     sha, size = sha256_of(data), len(data)
     doc = decode(path, data)
+    if doc.traceEvents and not any(e.ph for e in doc.traceEvents):  # stops at a trace's first event
+        raise TraceError(path, f"not a trace: {len(doc.traceEvents)} JSON object(s), none with a 'ph' "
+                               f"(a Chrome trace's events have 'ph' and 'ts')")
     detach_raw(doc)
     return doc, sha, size
 
@@ -373,6 +388,8 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
         sha, size = blocks.result()
     finally:
         blocks.close()
+    if not events and scanner.total:
+        raise _Declined()  # nothing the model reads: msgspec tells a foreign file from a trace of other events
     if form == "object":
         if _EVENTS_KEY.search(tail):  # a second "traceEvents" (msgspec keeps the last one)
             raise _Declined()

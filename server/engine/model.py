@@ -29,6 +29,27 @@ NEST_SLACK_US = 0.01
 
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
+# What each producer's category means, as the category the model reads. Kineto writes the same
+# names for CUDA and ROCm; the 2021-era profiler wrote "Operator", "Runtime", "Kernel", "Memcpy" and
+# "Memset". None: the profiler's own spans and markers (its run, its buffer requests, Kineto's sync
+# markers on the GPU lane), read by no analysis and not GPU work.
+ROLES = {
+    "cpu_op": "cpu_op", "Operator": "cpu_op",
+    "user_annotation": "user_annotation",
+    "python_function": "python_function",
+    "cuda_runtime": "cuda_runtime", "Runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "kernel": "kernel", "Kernel": "kernel",
+    "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset", "Memset": "gpu_memset",
+    "gpu_user_annotation": "gpu_user_annotation",
+    "Trace": None, "overhead": None, "cuda_sync": None,
+}
+# Categories that hold record_function labels among the ops: there a name with '#'
+# (``ProfilerStep#3``, ``Optimizer.step#SGD.step``, ``enumerate(DataLoader)#...``) is a label, as the
+# later profiler files it under user_annotation; ops (``aten::mm``, ``AddmmBackward``) never have one.
+LABELS_AMONG_OPS = frozenset({"Operator"})
+
 _ts = attrgetter("ts")
 _dur = attrgetter("dur")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -133,6 +154,7 @@ class TraceModel:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     main_thread: Optional[tuple] = None
     t0: float = 0.0
+    unread: dict[str, int] = field(default_factory=dict)  # complete events of categories not read: count
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -290,12 +312,12 @@ def build(doc: TraceDoc) -> TraceModel:
     fast = scanned(events)
     if fast:
         try:
-            by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names = \
-                _scan.classify(events, CPU_CATS, GPU_CATS)
+            by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = \
+                _scan.classify(events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS)
         except TypeError:  # not all of one decoder's events
             fast = False
     if not fast:
-        by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names = _classify(events)
+        by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = _classify(events)
 
     cpu: list[Event] = []
     parent = array("i")
@@ -324,7 +346,8 @@ def build(doc: TraceDoc) -> TraceModel:
     t0 = first_ts if first_ts is not None else (gpu[0].ts if gpu else 0.0)
     m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
-                   gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0)
+                   gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0,
+                   unread=unread)
     m._kids = _children(parent)
     m._by_name = by_name
     m.child_dur = child_dur
@@ -414,8 +437,32 @@ class FrameIndex:
         return fi
 
 
+def thread_key(pid, tid) -> tuple:
+    """A thread's key: ids written as digit strings (the 2021 profiler's ``"tid": "25738"`` on ops,
+    25738 on its allocator samples) are the same thread as the number."""
+    return (_id(pid), _id(tid))
+
+
+def _id(v):
+    if isinstance(v, str) and 0 < len(v) <= 18 and v.isdigit() and v.isascii():
+        return int(v)
+    return v
+
+
+def gpu_role(e) -> Optional[str]:
+    """The GPU category of a complete event of an unknown category that carries what a GPU lane's
+    events carry (a device, a stream and a correlation id to its launch), else None."""
+    a = e.args
+    if a is None or a.device is None or a.stream is None or a.correlation is None:
+        return None
+    name = e.name
+    return "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+
+
 def _classify(events):
-    """The model's first pass (``_scan.classify`` does the same for the scanner's events)."""
+    """The model's first pass (``_scan.classify`` does the same for the scanner's events): each
+    event by its category's role (``ROLES``; an unknown category by what its events carry), CPU
+    events by thread. Events get the category of their role."""
     by_thread: dict[tuple, list[Event]] = {}
     gpu: list[Event] = []
     gpu_ann: list[Event] = []
@@ -423,15 +470,28 @@ def _classify(events):
     flows_s: dict = {}
     flows_f: dict = {}
     thread_names: dict[tuple, str] = {}
+    unread: dict[str, int] = {}
     for e in events:
         ph = e.ph
         if ph == "X":
             cat = e.cat
-            if cat in GPU_CATS:
+            if cat in ROLES:
+                role = ROLES[cat]
+                if role == "cpu_op" and cat in LABELS_AMONG_OPS and "#" in e.name:
+                    role = "user_annotation"
+            else:
+                role = gpu_role(e)
+                if role is None:
+                    unread[cat] = unread.get(cat, 0) + 1
+            if role is None:
+                continue
+            if role != cat:
+                e.cat = role
+            if role in GPU_CATS:
                 gpu.append(e)
-            elif cat in CPU_CATS:
-                by_thread.setdefault((e.pid, e.tid), []).append(e)
-            elif cat == "gpu_user_annotation":
+            elif role in CPU_CATS:
+                by_thread.setdefault(thread_key(e.pid, e.tid), []).append(e)
+            elif role == "gpu_user_annotation":
                 gpu_ann.append(e)
         elif ph == "i" or ph == "I":
             if e.name == "[memory]" and e.args is not None:
@@ -440,8 +500,8 @@ def _classify(events):
             if e.cat == "fwdbwd":
                 (flows_s if ph == "s" else flows_f)[e.id] = e
         elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
-            thread_names[(e.pid, e.tid)] = e.args.name
-    return by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names
+            thread_names[thread_key(e.pid, e.tid)] = e.args.name
+    return by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread
 
 
 def _frames(cpu, parent):
@@ -665,7 +725,8 @@ def _flow_ends(pairs: list, tindex: ThreadIndex):
     if pairs and scanned([pairs[0][0]]) and scanned([pairs[0][1]]):
         return zip(*(column("i", _scan.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts,
                                               tindex.base, 1e-3, "cpu_op")[0]) for side in (0, 1)))
-    return ((tindex.innermost((s.pid, s.tid), s.ts, "cpu_op"), tindex.innermost((f.pid, f.tid), f.ts, "cpu_op"))
+    return ((tindex.innermost(thread_key(s.pid, s.tid), s.ts, "cpu_op"),
+             tindex.innermost(thread_key(f.pid, f.tid), f.ts, "cpu_op"))
             for s, f in pairs)
 
 
@@ -724,6 +785,7 @@ class MemoryTable:
         self.owner = array("i")
         self.thread_id = array("i")
         self.threads: list[tuple] = []
+        self.totals_summed = False  # total_allocated summed from the samples' Bytes (see _sum_totals)
 
     def append(self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id, addr=0) -> None:
         self.ts.append(ts)
@@ -750,14 +812,37 @@ def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
     if scanned(mem_raw):
         try:
-            return _memory_fast(mem_raw, tindex)
+            return _sum_totals(_memory_fast(mem_raw, tindex))
         except TypeError:
             pass
+    return _sum_totals(_memory_slow(mem_raw, tindex))
+
+
+def _sum_totals(mem: MemoryTable) -> MemoryTable:
+    """The 2021-era profiler wrote only ``Bytes`` (+alloc/-free) per sample, no ``Total Allocated``:
+    then each device's total is the running sum of its samples, raised by the least amount that
+    keeps it from going negative (memory allocated before the profiler started and freed during it),
+    so a peak read from it is a lower bound."""
+    if not mem.nbytes or any(mem.total_allocated) or not any(mem.nbytes):
+        return mem
+    running: dict[int, int] = {}
+    low: dict[int, int] = {}
+    for k, (d, b) in enumerate(zip(mem.device_type, mem.nbytes)):
+        r = running[d] = _int64(running.get(d, 0) + b)
+        mem.total_allocated[k] = r
+        low[d] = min(low.get(d, 0), r)
+    for k, d in enumerate(mem.device_type):
+        mem.total_allocated[k] = _int64(mem.total_allocated[k] - low[d])
+    mem.totals_summed = True
+    return mem
+
+
+def _memory_slow(mem_raw, tindex: ThreadIndex) -> MemoryTable:
     out = MemoryTable()
     ids: dict[tuple, int] = {}
     for e in sorted(mem_raw, key=_ts):
         a = e.args
-        key = (e.pid, e.tid)
+        key = thread_key(e.pid, e.tid)
         tid = ids.get(key)
         if tid is None:
             tid = ids[key] = len(out.threads)

@@ -5,6 +5,12 @@ stripped, or absolute on another machine (``/home/x/exp/model.py``). In order: t
 (when it exists here), the configured prefix mappings (``REMOTE=LOCAL``), a path relative to a
 workspace root, then a unique suffix match under the workspace roots. When nothing matches the
 trace's path is kept and the location says so (``mapped=False``).
+
+A suffix match must be the same file, not one that shares its name: when the frame has
+directories, the match shares a directory with it too, or is the candidate's whole path below its
+root (``/home/x/exp/train.py`` is the workspace's ``train.py``; ``flashinfer/fused_moe/core.py``
+is not the workspace's ``core.py``, nor ``moca/pipeline/model.py`` an ``other/model.py``). And a
+file shorter than the frame's line is never the frame's file, whichever way it was found.
 """
 from __future__ import annotations
 
@@ -23,15 +29,17 @@ class SourceMap:
         self.roots = [os.path.abspath(r) for r in roots]
         # longest remote prefix first, so /a/b wins over /a
         self.path_map = sorted(((r, l) for r, l in path_map), key=lambda p: -len(p[0]))
-        self._by_name: Optional[dict[str, list[str]]] = None
+        self._by_name: Optional[dict[str, list[tuple[str, int]]]] = None
         self._cache: dict[str, Optional[str]] = {}
 
-    def resolve(self, trace_path: str) -> Optional[str]:
-        """A local file for ``trace_path``, or None."""
+    def resolve(self, trace_path: str, line: int = 0) -> Optional[str]:
+        """A local file for ``trace_path`` that has ``line``, or None."""
         if trace_path in self._cache:
-            return self._cache[trace_path]
-        found = self._resolve(trace_path)
-        self._cache[trace_path] = found
+            found = self._cache[trace_path]
+        else:
+            found = self._cache[trace_path] = self._resolve(trace_path)
+        if found is not None and line > len(source_lines(found)):
+            return None
         return found
 
     def _resolve(self, p: str) -> Optional[str]:
@@ -63,29 +71,35 @@ class SourceMap:
         cands = self._index().get(parts[-1], [])
         if not cands:
             return None
+        absolute = p.startswith("/") or os.path.isabs(p)
         # the longest shared tail of path components decides; a tie means ambiguous
         best, best_len, tie = None, 0, False
-        for c in cands:
+        for c, below in cands:
             cparts = c.split(os.sep)
             k = 0
             while k < len(parts) and k < len(cparts) and parts[-1 - k] == cparts[-1 - k]:
                 k += 1
+            # the frame's directories must agree: all of them (a relative frame), or at least one,
+            # or (an absolute frame, from another machine) all of the candidate's below its root
+            if not (k == len(parts) or k >= 2 or (absolute and k == below)):
+                continue
             if k > best_len:
                 best, best_len, tie = c, k, False
             elif k == best_len:
                 tie = True
         return None if tie else best
 
-    def _index(self) -> dict[str, list[str]]:
+    def _index(self) -> dict[str, list[tuple[str, int]]]:
         if self._by_name is None:
-            idx: dict[str, list[str]] = {}
+            idx: dict[str, list[tuple[str, int]]] = {}
             n = 0
             for root in self.roots:
                 for dirpath, dirnames, filenames in os.walk(root):
                     dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
+                    below = 1 + (0 if dirpath == root else os.path.relpath(dirpath, root).count(os.sep) + 1)
                     for f in filenames:
-                        if f.endswith(".py"):
-                            idx.setdefault(f, []).append(os.path.join(dirpath, f))
+                        if f.endswith(".py"):  # (path, its components below the root)
+                            idx.setdefault(f, []).append((os.path.join(dirpath, f), below))
                             n += 1
                     if n > _MAX_FILES:
                         break

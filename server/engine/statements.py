@@ -368,7 +368,7 @@ class StatementResolver:
     def _align(self, frame: int) -> dict[int, Site]:
         m = self.model
         fr = m.frames[frame]
-        local = self.sources.resolve(fr.path)
+        local = self.sources.resolve(fr.path, fr.line)
         if local is None:
             return {}
         sites, is_def = self._sites(local, fr.line)

@@ -28,7 +28,8 @@ def _device_rows(m) -> array:
 @rule("memory-peak")
 def memory_peak(ctx):
     """Evidence: the largest ``Total Allocated`` among the ``[memory]`` events (GPU first, else
-    CPU), the allocation that reached it and its line.
+    CPU), the allocation that reached it and its line. Traces whose samples carry only ``Bytes``
+    (the 2021-era profiler) get the running sum of the allocations, a lower bound, and say so.
 
     Threshold: none; information whenever the trace was recorded with ``profile_memory``.
 
@@ -52,12 +53,14 @@ def memory_peak(ctx):
     peak = m.memory[max(rows, key=m.memory.total_allocated.__getitem__)]
     total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
     share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
+    summed = m.memory.totals_summed
     yield ctx.diag(
         "memory-peak",
-        f"peak allocated memory {mib(peak.total_allocated)}{share}, reached by an allocation of "
+        f"peak allocated memory {'at least ' if summed else ''}{mib(peak.total_allocated)}{share}"
+        f"{' (summed from the allocations: the trace records no totals)' if summed else ''}, reached by an allocation of "
         f"{mib(peak.nbytes)}" + (f" in {ctx.model.cpu[peak.owner].name}" if peak.owner >= 0 else ""),
         ctx.location(peak.owner) if peak.owner >= 0 else ctx.trace_location(),
-        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes,
+        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes, **({"summed": True} if summed else {}),
                   "device": "cuda" if peak.device_type == CUDA else "cpu",
                   "device_total_bytes": total_mem},
         fix="to lower it: activation checkpointing, smaller micro-batches, bf16 activations, or "

@@ -9,6 +9,7 @@ from ..analyses import SYNC_CALLS, covered  # SYNC_CALLS: other families import 
 from . import rule
 from .util import pct, plural, r3, us
 
+HOST_READ_WAITS = SYNC_CALLS | K.BLOCKING_COPIES  # what a host read blocks in
 # aten ops that read a device value on the host, and what the user wrote to cause them.
 HOST_READ_OPS = {
     "aten::item": ".item() / float(t) / int(t)",
@@ -74,17 +75,18 @@ def _outermost_copy(m, a: int) -> int:
     return top
 
 
-def _loop_syncs(m) -> list[int]:
-    """Sync calls inside the steps, the profiler's own left out."""
-    return [i for i in m.indices(SYNC_CALLS)
+def _loop_syncs(m, names=SYNC_CALLS) -> list[int]:
+    """Sync calls (of ``names``) inside the steps, the profiler's own left out."""
+    return [i for i in m.indices(names)
             if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)]
 
 
 @rule("host-sync")
 def host_sync(ctx):
-    """Evidence: sync calls inside the steps whose enclosing aten op reads a device value on the
-    host (``aten::item``, ``aten::is_nonzero``, ``aten::nonzero``, a DtoH copy), grouped by source
-    line: how many per step and how long the CPU was blocked per step.
+    """Evidence: sync calls (or copies that block, as ``hipMemcpyWithStream`` does on ROCm) inside
+    the steps whose enclosing aten op reads a device value on the host (``aten::item``,
+    ``aten::is_nonzero``, ``aten::nonzero``, a DtoH copy), grouped by source line: how many per step
+    and how long the CPU was blocked per step.
 
     Threshold: one or more per step in user code. Each one drains the GPU queue and stops the CPU
     from running ahead, so its cost is the lost overlap more than the blocked time: a warning when
@@ -112,7 +114,7 @@ def host_sync(ctx):
     if not m.steps:
         return
     groups: dict = {}
-    for i in _loop_syncs(m):
+    for i in _loop_syncs(m, HOST_READ_WAITS):
         e = m.cpu[i]
         hit = host_read_op(m, i)
         if hit is None:
