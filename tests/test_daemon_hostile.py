@@ -368,6 +368,24 @@ async def test_hostile_values_get_error_reports_over_tcp(daemon):
     assert out.stderr.count("profd: bad trace") + out.stdout.count("profd: bad trace") >= 3
 
 
+async def test_hostile_values_and_own_options_over_stdio(stdio):
+    """Items 4 and 6 as an editor's daemon sees them: a hostile file is a Report with an error
+    (never -32603), and one request's options leave what the editor is shown alone."""
+    seed = drop(stdio.watch, "seed_n64_bf16")
+    await await_for(lambda: stdio.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
+    bad = put(stdio.watch, "surrogate.json", hostile("lone surrogate"))
+    send = stdio.protocol.send_request_async
+    r = await asyncio.wait_for(send(M.ANALYZE, {"path": bad}), 20)
+    assert "surrogate" in field(r, "error")
+    full = await asyncio.wait_for(send(M.REPORT, {"path": seed}), 20)
+    codes = sorted({field(d, "code") for d in field(full, "diagnostics")})
+    mine = await asyncio.wait_for(send(M.ANALYZE, {"path": seed, "disabled": codes}), 20)
+    assert list(field(mine, "diagnostics")) == []
+    again = await asyncio.wait_for(send(M.REPORT, {"path": seed}), 20)
+    assert sorted({field(d, "code") for d in field(again, "diagnostics")}) == codes
+    assert "overhead-bound" in {d.code for d in stdio.diagnostics[uri(SEED_SRC)]}
+
+
 # ---- 5. dedup keeps the index in memory right ---------------------------------------------------
 async def test_same_content_second_name_and_a_b_a(daemon):
     doc = daemon.doc
