@@ -58,8 +58,8 @@ def pageable_memcpy(ctx):
         if e.cat != "gpu_memcpy" or "Pageable" not in e.name:
             continue
         li = m.launcher[g]
-        if li >= 0 and m.step_at(m.cpu[li].ts) is None:
-            continue
+        if li >= 0 and m.steps and m.step_at(m.cpu[li].ts) is None:
+            continue  # outside the steps (a trace without steps is one window)
         k = ctx.line_id(li)
         grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set(),
                                     "user": False, "htod": False, "htod_cpu_us": 0.0})
