@@ -43,6 +43,8 @@ async def test_agent_session_over_stdio(tmp_path):
     page, explain a rule, diff naive vs tuned, and get clear errors for bad requests."""
     foreign = tmp_path / "notes.json"  # a file an agent may well pass by mistake
     foreign.write_text("# my notes, not JSON\n")
+    records = tmp_path / "records.json"  # JSON, but objects with no ph/ts: not a trace either
+    records.write_text('[{"name": "a", "value": 1}, {"name": "b", "value": 2}]')
     naive, tuned = trace("tinygpt_naive"), trace("tinygpt_tuned")
     engine = report_of("tinygpt_naive")
 
@@ -92,8 +94,9 @@ async def test_agent_session_over_stdio(tmp_path):
 
         _, err = await call(s, "analyze_trace", path="/etc/passwd")
         assert "outside the roots" in err
-        _, err = await call(s, "analyze_trace", path=str(foreign))
-        assert str(foreign) in err and "trace" in err
+        for bad in (foreign, records):
+            _, err = await call(s, "analyze_trace", path=str(bad))
+            assert err is not None and str(bad) in err and "trace" in err, err
         _, err = await call(s, "analyze_trace", path=naive, select=["not-a-rule"])
         assert "unknown rule code" in err
 
