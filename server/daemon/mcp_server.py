@@ -12,7 +12,6 @@ is small.
 """
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -24,7 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ...protocol.catalog import RULES
+from ...protocol.catalog import RULES, UnknownCode, expand_code
 from ..engine import Options, analyze_or_error
 from ..engine.diff import diff_reports
 from ..engine.job import analyze_job
@@ -144,14 +143,21 @@ def build(cfg: Config) -> MCPServer:
             raise ToolError(f"profd: {path}: no such trace file")
         return real
 
+    def codes(items: list[str], allow_families: bool = True) -> set[str]:
+        """The rule codes of a selection (codes, families, ALL), validated as the CLI does."""
+        out: set[str] = set()
+        for item in items:
+            try:
+                out |= expand_code(item, allow_families)
+            except UnknownCode as e:
+                raise ToolError(f"profd: unknown rule code {item!r}"
+                                + (f"; did you mean {e.nearest!r}?" if e.nearest else ""))
+        return out
+
     def selection(select: Optional[list[str]], ignore: Optional[list[str]]) -> set[str]:
         """Rule codes not to run, from a selection; an unknown code is refused with the nearest."""
-        for code in [*(select or []), *(ignore or [])]:
-            if code not in RULES:
-                near = difflib.get_close_matches(code, list(RULES), n=1)
-                raise ToolError(f"profd: unknown rule code {code!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
-        chosen = set(select) if select else set(RULES)
-        return (set(RULES) - chosen) | set(ignore or [])
+        chosen = codes(select) if select else set(RULES)
+        return (set(RULES) - chosen) | codes(ignore or [])
 
     def workspace_for(workspace: Optional[str]) -> list[str]:
         if workspace:
@@ -225,10 +231,8 @@ def build(cfg: Config) -> MCPServer:
     @mcp.tool()
     def explain_rule(code: str) -> dict[str, Any]:
         """A rule's page: what it means, its evidence, threshold and why, and how to fix it."""
+        codes([code], allow_families=False)  # an unknown code is refused with the nearest
         text = rule_page(code)
-        if text is None:
-            near = difflib.get_close_matches(code, list(RULES), n=3)
-            raise ToolError(f"profd: unknown rule code {code!r}" + (f"; nearest: {', '.join(near)}" if near else ""))
         info = RULES[code]
         return {"code": code, "title": info.title, "defaultSeverity": info.severity,
                 "family": info.family, "docUrl": info.doc_url, "doc": text}
