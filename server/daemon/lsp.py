@@ -29,7 +29,7 @@ from pygls.uris import from_fs_path, to_fs_path
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ...protocol.catalog import RULES
+from ...protocol.catalog import RULES, UnknownCode, expand_code
 from ...protocol.diff import LineDelta, ReportDiff
 from . import outline, quickfix
 from .core import SOURCES, Core, PathError
@@ -299,7 +299,7 @@ def parse_settings(raw: Any) -> tuple[dict, list[str]]:
             else:
                 out[k] = pairs
         else:
-            unknown = [c for c in vals if c != "ALL" and c not in RULES]
+            unknown = [c for c in vals if not _known(c)]
             if unknown:
                 bad.append(f"{k}: unknown rule code(s) {', '.join(unknown)}")
             else:
@@ -307,10 +307,22 @@ def parse_settings(raw: Any) -> tuple[dict, list[str]]:
     return out, bad
 
 
+def _known(item: str) -> bool:
+    try:
+        expand_code(item)
+        return True
+    except UnknownCode:
+        return False
+
+
+def _codes(items) -> set[str]:
+    """The rule codes of a validated selection (codes, families, ALL), as the CLI reads them."""
+    return set().union(*(expand_code(c) for c in items)) if items else set()
+
+
 def disabled_by(select: Optional[list[str]], ignore: Optional[list[str]]) -> set[str]:
-    chosen = set(RULES) if not select or "ALL" in select else set(select)
-    off = set(RULES) if ignore and "ALL" in ignore else set(ignore or ())
-    return (set(RULES) - chosen) | off
+    chosen = _codes(select) if select else set(RULES)
+    return (set(RULES) - chosen) | _codes(ignore)
 
 
 _DIFFS: dict[tuple[str, str], ReportDiff] = {}  # (old key, new key): keys name content + options
