@@ -12,6 +12,8 @@ import time
 
 from conftest import SRC, trace
 
+from profd.protocol import methods as M
+
 PY = sys.executable
 FAST = ["--settle", "0.2", "--quiet", "0.8"]  # debounce tuned for tests (defaults 0.3 / 2.0)
 
@@ -155,10 +157,120 @@ async def call(doc, method, params=None, timeout=20):
 
 async def lsp_tcp_client(doc):
     """pytest-lsp's client over TCP, as Neovim 0.9 (push diagnostics), initialized with the token."""
+    return await lsp_client(doc=doc)
+
+
+async def lsp_client(doc=None, cmd=None, ready=None):
+    """pytest-lsp's client as Neovim 0.9 (push diagnostics): on the TCP daemon of ``doc``
+    (initialized with its token), or spawning ``cmd`` and speaking on its stdin/stdout. With
+    ``ready`` (a list), each profd/reportReady's params are appended to it as a dict."""
     from lsprotocol import types as L
     from pytest_lsp import client_capabilities, make_test_lsp_client
     client = make_test_lsp_client()
-    await client.start_tcp(doc["host"], doc["port"])
+    if ready is not None:
+        client.feature(M.REPORT_READY)(lambda params: ready.append(plain(params)))
+    if doc is not None:
+        await client.start_tcp(doc["host"], doc["port"])
+    else:
+        await client.start_io(*cmd)
     await client.initialize_session(L.InitializeParams(
-        capabilities=client_capabilities("neovim@v0.9.1"), initialization_options={"token": doc["token"]}))
+        capabilities=client_capabilities("neovim@v0.9.1"),
+        initialization_options={"token": doc["token"]} if doc is not None else None))
     return client
+
+
+def plain(obj):
+    """What pygls hands a client for a method it has no type for (namedtuples) as the JSON it
+    was: dicts and lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def child_pids(pid: int) -> set:
+    """The live processes whose parent is ``pid`` (a daemon's analysis workers)."""
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.add(int(p))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """``pid`` is running (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Served:
+    """A real ``profd serve --watch --state`` and an editor's LSP client on it (pytest-lsp as
+    Neovim 0.9), over ``transport``: "tcp" (``Daemon``, the client connecting with the token) or
+    "stdio" (the client spawns the daemon and speaks on its stdin/stdout, as an editor does). One
+    scenario runs on both through ``request``, ``ready`` (profd/reportReady params, in order),
+    ``lsp.diagnostics`` (what was pushed), ``log_text`` and ``restart``. Both log at INFO to
+    STATE/test-daemon.log (TCP: its stdout and stderr; stdio: ``--log-file``, stdout is LSP)."""
+
+    def __init__(self, transport: str, watch, state, *extra):
+        self.transport, self.watch, self.state, self.extra = transport, str(watch), str(state), extra
+        self.tcp = Daemon(watch, state, *extra) if transport == "tcp" else None
+        self.lsp = None
+        self.ready: list[dict] = []
+
+    @property
+    def pid(self) -> int:
+        return self.tcp.proc.pid if self.tcp else self.lsp._server.pid
+
+    async def start(self) -> "Served":
+        self.ready = []
+        if self.tcp:
+            self.tcp.start()
+            self.lsp = await lsp_client(doc=self.tcp.doc, ready=self.ready)
+        else:
+            os.makedirs(self.state, exist_ok=True)
+            self.lsp = await lsp_client(cmd=serve_cmd(
+                self.watch, self.state, *self.extra, "--log-level", "INFO",
+                "--log-file", os.path.join(self.state, "test-daemon.log")), ready=self.ready)
+        return self
+
+    async def request(self, method: str, params=None, timeout: float = 20):
+        return plain(await asyncio.wait_for(
+            self.lsp.protocol.send_request_async(method, params or {}), timeout))
+
+    def log_text(self) -> str:
+        with open(os.path.join(self.state, "test-daemon.log"), errors="replace") as f:
+            return f.read()
+
+    async def stop(self, timeout: float = 30) -> None:
+        """LSP shutdown and exit (which end a stdio daemon), then (TCP) SIGTERM the daemon; any
+        process left is killed."""
+        if self.lsp is None:
+            return
+        pid, lsp, self.lsp = self.pid, self.lsp, None
+        try:
+            if self.tcp or lsp._server.returncode is None:  # (a stdio daemon may be gone)
+                await asyncio.wait_for(lsp.shutdown_session(), timeout)
+        except Exception:
+            for p in [*child_pids(pid), pid]:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        finally:
+            if self.tcp:
+                self.tcp.stop()
+            await asyncio.wait_for(lsp.stop(), timeout)
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()

@@ -22,8 +22,8 @@ from lsprotocol import types as L
 from pytest_lsp import client_capabilities, make_test_lsp_client
 
 from conftest import SRC
-from daemon_util import (PY, Daemon, await_for, call, connect, drop, lsp_tcp_client, serve_cmd,
-                         trace_bytes, uri, variant, wait_for)
+from daemon_util import (PY, Daemon, Served, alive, await_for, call, child_pids, connect, drop,
+                         lsp_tcp_client, serve_cmd, trace_bytes, uri, variant)
 
 from profd.client_cli.daemon_client import RpcError
 from profd.protocol import methods as M
@@ -58,10 +58,17 @@ def gz_repeat(head: bytes, filler: bytes, times: int, tail: bytes = b"") -> byte
 MB16 = 16 << 20
 
 
-async def wait_status(doc, pred, what, timeout=30):
+async def ask(src, method, params=None):
+    """A request to a daemon: through a ``Served``'s own client, or a connection to the TCP
+    daemon of a daemon.json ``doc``."""
+    return await (src.request(method, params) if isinstance(src, Served) else
+                  call(src, method, params))
+
+
+async def wait_status(src, pred, what, timeout=30):
     deadline = time.monotonic() + timeout
     while True:
-        st = await call(doc, M.STATUS)
+        st = await ask(src, M.STATUS)
         if pred(st):
             return st
         if time.monotonic() > deadline:
@@ -69,8 +76,8 @@ async def wait_status(doc, pred, what, timeout=30):
         await asyncio.sleep(0.05)
 
 
-async def report_of(doc, path):
-    return await call(doc, M.REPORT, {"path": path})
+async def report_of(src, path):
+    return await ask(src, M.REPORT, {"path": path})
 
 
 @pytest.fixture
@@ -86,6 +93,20 @@ def daemon(folders):
     d.start()
     yield d
     d.stop()
+
+
+@pytest.fixture(params=["tcp", "stdio"])
+async def served(request, folders):
+    """``served(*flags)``: a ``Served`` daemon on ``folders`` (not started), over TCP and over
+    stdio: the test's one scenario runs on each; whatever it left running is stopped."""
+    made = []
+
+    def make(*extra):
+        made.append(Served(request.param, *folders, *extra))
+        return made[-1]
+    yield make
+    for s in made:
+        await s.stop()
 
 
 @pytest.fixture
@@ -204,102 +225,93 @@ def test_scanner_work_is_linear(tmp_path, monkeypatch, shape):
     assert len(doc.traceEvents) == 2  # every complete (X) event is kept, whatever its category (loader.KEEP)
 
 
-@pytest.fixture
-def budget_daemon(folders):
-    d = Daemon(*folders, "--analysis-mb", "400", "--analysis-timeout", "5")
-    d.start()
-    yield d
-    d.stop()
+BUDGETS = ("--analysis-mb", "400", "--analysis-timeout", "5")
 
 
-async def test_budgets_end_the_analysis_with_an_error_report_once(budget_daemon):
+async def test_budgets_end_the_analysis_with_an_error_report_once(served):
     """Synthetic bombs (a few MB of gzip each): a 2 GB name behind an escaped key (the scanner
     declines it, so the whole-buffer decoder inflates it all: memory) and 8 GB of blanks inside
     the events (time). Each ends with an error report naming its budget, the other worker goes
-    on, a good trace after them is analysed, and a restart does not queue them again."""
-    d = budget_daemon
+    on, a good trace after them gets its diagnostics, and a restart does not queue them again."""
+    d = await served(*BUDGETS).start()
     name = put(d.watch, "name.json.gz", gz_repeat(b'{"traceEvents":[{"n\\u0061me":"',
                                                   b"x" * MB16, 128, b'"}]}'))
     blank = put(d.watch, "blank.json.gz", gz_repeat(b'{"traceEvents":[', b" " * MB16, 512, b"]}"))
-    await wait_status(d.doc, lambda st: st["reports"] == 2, "the bombs' reports", timeout=60)
-    r = await report_of(d.doc, name)
+    await wait_status(d, lambda st: st["reports"] == 2, "the bombs' reports", timeout=60)
+    r = await report_of(d, name)
     assert "memory budget" in r["error"] and "--analysis-mb" in r["error"], r["error"]
-    r = await report_of(d.doc, blank)
+    r = await report_of(d, blank)
     assert "budget per analysis" in r["error"] and "--analysis-timeout" in r["error"], r["error"]
     good = drop(d.watch, "seed_n64_bf16")
-    await wait_status(d.doc, lambda st: st["reports"] == 3, "the good trace")
-    assert (await report_of(d.doc, good))["error"] is None
-    d.stop()
-    d.start()
+    await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 30, "the good trace's diagnostics")
+    assert (await report_of(d, good))["error"] is None
+    await d.restart()
+    await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics from the store")
     await asyncio.sleep(1.5)  # what a restart would re-queue has been queued by now
-    st = await call(d.doc, M.STATUS)
+    st = await d.request(M.STATUS)
     assert st["analyses"] == 0 and st["reports"] == 3 and st["running"] == 0
 
 
-def _children(pid: int) -> set:
-    out = set()
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.add(int(p))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def test_stop_stops_the_daemon_and_its_busy_workers(folders):
+@pytest.mark.parametrize("way", ["profd stop", "LSP exit", "stdin closed"])
+async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
+    """Both workers busy for minutes, then the daemon is told to stop: ``profd stop`` on a
+    ``profd start`` (TCP) daemon, or (stdio) its editor's shutdown and exit, or its editor gone
+    (stdin closed). The daemon exits at once and takes its busy workers with it."""
     watch, state = folders
-    env = dict(os.environ, PROFD_STATE=str(state))
-    subprocess.run([PY, "-m", "profd.server.daemon.cli", "start", "--watch", str(watch),
-                    "--state", str(state), "--analysis-timeout", "600"], check=True, env=env,
-                   capture_output=True, timeout=60)
-    doc = json.load(open(os.path.join(state, "daemon.json")))
+    served = None
+    if way == "profd stop":
+        env = dict(os.environ, PROFD_STATE=str(state))
+        subprocess.run([PY, "-m", "profd.server.daemon.cli", "start", "--watch", str(watch),
+                        "--state", str(state), "--analysis-timeout", "600"], check=True, env=env,
+                       capture_output=True, timeout=60)
+        src = json.load(open(os.path.join(state, "daemon.json")))
+        pid = src["pid"]
+    else:
+        src = served = await Served("stdio", watch, state, "--analysis-timeout", "600").start()
+        pid = served.pid
     try:
         # Synthetic: 64 GB of blanks in ~70 KB of gzip, both workers on it for minutes.
         bomb = gz_repeat(b'{"traceEvents":[', b" " * MB16, 4096, b"]}")
         put(watch, "b1.json.gz", bomb)
         put(watch, "b2.json.gz", bomb + gzip.compress(b" "))
-        workers = wait_for(lambda: _children(doc["pid"]) if len(_children(doc["pid"])) >= 2 else
-                           None, 30, "the daemon's workers")
-        st = asyncio.run(call(doc, M.STATUS))
-        wait_for(lambda: asyncio.run(call(doc, M.STATUS))["running"] == 2, 30, "both running")
-        out = subprocess.run([PY, "-m", "profd.server.daemon.cli", "stop", "--state", str(state)],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0 and "stopped" in out.stdout, out
-        assert not _alive(doc["pid"])
-        with open(os.path.join(state, "daemon.log")) as f:  # the daemon's own, rotated, log
-            assert "listening on" in f.read()
-        wait_for(lambda: not any(_alive(w) for w in workers), 5, "the workers gone")
-        assert st["pid"] == doc["pid"]
+        st = await wait_status(src, lambda st: st["running"] == 2, "both running")
+        assert st["pid"] == pid
+        workers = child_pids(pid)
+        assert len(workers) >= 2, workers
+        if way == "profd stop":
+            out = subprocess.run([PY, "-m", "profd.server.daemon.cli", "stop", "--state",
+                                  str(state)], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0 and "stopped" in out.stdout, out
+            with open(os.path.join(state, "daemon.log")) as f:  # the daemon's own, rotated, log
+                assert "listening on" in f.read()
+        elif way == "LSP exit":
+            await asyncio.wait_for(served.lsp.shutdown_session(), 20)  # shutdown, exit, its end
+        else:
+            served.lsp._server.stdin.close()
+            await asyncio.wait_for(served.lsp._server.wait(), 20)
+        assert not alive(pid)
+        await await_for(lambda: not any(alive(w) for w in workers), 5, "the workers gone")
     finally:
-        for p in [doc["pid"], *_children(doc["pid"])]:
+        for p in [pid, *child_pids(pid)]:
             try:
                 os.kill(p, 9)
             except OSError:
                 pass
+        if served:
+            await served.stop()
 
 
 # ---- 3. what byte 0 says is said before inflating -------------------------------------------------
-async def test_nul_bomb_is_refused_for_its_first_byte(budget_daemon):
+async def test_nul_bomb_is_refused_for_its_first_byte(served):
     """Synthetic: 2 GB of NULs in 2 MB of gzip, under a 400 MB budget: refused as not JSON (the
     fallback inflated all of it, 2.1 GB, to say so), the header bomb likewise."""
-    d = budget_daemon
+    d = await served(*BUDGETS).start()
     nuls = put(d.watch, "nuls.json.gz", gz_repeat(b"\0", b"\0" * MB16, 128))
     head = put(d.watch, "head.json.gz", gz_repeat(b'{"x":"', b"a" * MB16, 128,
                                                   b'","traceEvents":[]}'))
-    await wait_status(d.doc, lambda st: st["reports"] == 2, "two error reports")
-    assert "not JSON" in (await report_of(d.doc, nuls))["error"]
-    assert "no 'traceEvents' array in the first 64 MB" in (await report_of(d.doc, head))["error"]
+    await wait_status(d, lambda st: st["reports"] == 2, "two error reports")
+    assert "not JSON" in (await report_of(d, nuls))["error"]
+    assert "no 'traceEvents' array in the first 64 MB" in (await report_of(d, head))["error"]
 
 
 # ---- 4. one decision per input --------------------------------------------------------------------
@@ -387,29 +399,29 @@ async def test_hostile_values_and_own_options_over_stdio(stdio):
 
 
 # ---- 5. dedup keeps the index in memory right ---------------------------------------------------
-async def test_same_content_second_name_and_a_b_a(daemon):
-    doc = daemon.doc
+async def test_same_content_second_name_and_a_b_a(served):
+    d = await served().start()
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     sha = {k: hashlib.sha256(gzip.decompress(v)).hexdigest() for k, v in (("a", a), ("b", b))}
-    first = put(daemon.watch, "first.json.gz", a)
-    await wait_status(doc, lambda st: st["reports"] == 1, "first report")
-    second = put(daemon.watch, "second.json.gz", a)
-    r = await await_for_async(lambda: report_of(doc, second), "second name's report")
+    first = put(d.watch, "first.json.gz", a)
+    await wait_status(d, lambda st: st["reports"] == 1, "first report")
+    second = put(d.watch, "second.json.gz", a)
+    r = await await_for_async(lambda: report_of(d, second), "second name's report")
     assert r["trace"]["path"] == second and r["trace"]["sha256"] == sha["a"]
-    listed = await call(doc, M.REPORTS, {"path": second})
+    listed = await d.request(M.REPORTS, {"path": second})
     assert len(listed["reports"]) == 1 and listed["reports"][0]["newest"]
-    x = put(daemon.watch, "x.json.gz", a)
+    x = put(d.watch, "x.json.gz", a)
     for content, want in ((b, "b"), (a, "a")):
         time.sleep(0.02)  # a new mtime
-        put(daemon.watch, "x.json.gz", content)
-        await await_for_async(lambda: _sha_is(doc, x, sha[want]), f"x serving {want}")
-    st = await call(doc, M.STATUS)
+        put(d.watch, "x.json.gz", content)
+        await await_for_async(lambda: _sha_is(d, x, sha[want]), f"x serving {want}")
+    st = await d.request(M.STATUS)
     assert st["analyses"] == 2  # a and b, once each
-    assert (await report_of(doc, first))["trace"]["path"] == first
+    assert (await report_of(d, first))["trace"]["path"] == first
 
 
-async def _sha_is(doc, path, sha):
-    r = await report_of(doc, path)
+async def _sha_is(src, path, sha):
+    r = await report_of(src, path)
     return r if r and r["trace"]["sha256"] == sha else None
 
 
@@ -517,22 +529,16 @@ def test_over_long_header_on_stdio_is_answered(folders):
 
 
 # ---- 8. bad files do not hold up good ones --------------------------------------------------------
-async def test_bad_files_do_not_starve_a_good_one(folders):
+async def test_bad_files_do_not_starve_a_good_one(served):
     """40 unparseable files, each waiting --quiet 6 s before its error report, then a real trace:
     it is reported before any of them (each used to hold an intake worker for its wait)."""
-    d = Daemon(*folders, "--quiet", "6")
-    d.start()
-    try:
-        c = await connect(d.doc)
-        for i in range(40):
-            put(d.watch, f"bad{i:02d}.json", b'{"traceEvents":[{"ph":"X",' + b" " * i)
-        good = drop(d.watch, "seed_n64_bf16")
-        await await_for_async(lambda: _ready(c, good), "the good report", timeout=30)
-        ready = [n["params"] for n in c.notifications if n.get("method") == M.REPORT_READY]
-        assert ready[0]["path"] == good and ready[0]["error"] is None, ready[:3]
-        await c.close()
-    finally:
-        d.stop()
+    d = await served("--quiet", "6").start()
+    for i in range(40):
+        put(d.watch, f"bad{i:02d}.json", b'{"traceEvents":[{"ph":"X",' + b" " * i)
+    good = drop(d.watch, "seed_n64_bf16")
+    await await_for(lambda: any(r["path"] == good for r in d.ready), 30, "the good report")
+    assert d.ready[0]["path"] == good and d.ready[0]["error"] is None, d.ready[:3]
+    assert d.lsp.diagnostics.get(uri(SEED_SRC))
 
 
 async def _ready(c, path):
@@ -542,57 +548,50 @@ async def _ready(c, path):
 
 
 # ---- 9. a store that heals ------------------------------------------------------------------------
-def test_garbage_or_truncated_store_is_moved_aside_and_rebuilt(folders):
-    watch, state = folders
-    drop(watch, "seed_n64_bf16")
-    drop(watch, "seed_n4096_bf16")
-    os.makedirs(state)
-    db = os.path.join(state, "profd.sqlite3")
+async def test_garbage_or_truncated_store_is_moved_aside_and_rebuilt(served):
+    d = served()
+    drop(d.watch, "seed_n64_bf16")
+    drop(d.watch, "seed_n4096_bf16")
+    os.makedirs(d.state)
+    db = os.path.join(d.state, "profd.sqlite3")
     with open(db, "wb") as f:
         f.write(os.urandom(20_000))
-    d = Daemon(watch, state)
-    d.start()
-    try:
-        wait_for(lambda: asyncio.run(call(d.doc, M.STATUS))["reports"] == 2, 30, "rebuilt")
-        assert any(n.startswith("profd.sqlite3.bad-") for n in os.listdir(state))
-        assert "moved it to" in d.log_text()
-    finally:
-        d.stop()
+    await d.start()
+    await wait_status(d, lambda st: st["reports"] == 2, "rebuilt")
+    assert len(_moved_aside(d.state)) == 1
+    assert "moved it to" in d.log_text()
+    await d.stop()
     with open(db, "r+b") as f:  # a good store, truncated
         f.truncate(os.path.getsize(db) // 2)
     for suffix in ("-wal", "-shm"):
         if os.path.exists(db + suffix):
             os.unlink(db + suffix)
-    d.start()
-    try:
-        wait_for(lambda: asyncio.run(call(d.doc, M.STATUS))["reports"] == 2, 30, "rebuilt again")
-    finally:
-        d.stop()
+    await d.start()
+    await wait_status(d, lambda st: st["reports"] == 2, "rebuilt again")
+    assert len(_moved_aside(d.state)) == 2
+    await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
 
 
-async def test_reports_that_do_not_decode_are_analysed_again(folders):
-    watch, state = folders
-    path = drop(watch, "seed_n64_bf16")
-    d = Daemon(watch, state)
-    d.start()
-    await wait_status(d.doc, lambda st: st["reports"] == 1, "a report")
-    d.stop()
-    con = sqlite3.connect(os.path.join(state, "profd.sqlite3"))
+def _moved_aside(state) -> list:
+    return [n for n in os.listdir(state) if n.startswith("profd.sqlite3.bad-")]
+
+
+async def test_reports_that_do_not_decode_are_analysed_again(served):
+    d = served()
+    path = drop(d.watch, "seed_n64_bf16")
+    await d.start()
+    await wait_status(d, lambda st: st["reports"] == 1, "a report")
+    await d.stop()
+    con = sqlite3.connect(os.path.join(d.state, "profd.sqlite3"))
     con.execute("UPDATE reports SET report = randomblob(300)")
     con.commit()
     con.close()
-    d.start()
-    try:
-        viewer = await lsp_tcp_client(d.doc)  # initialized publishes: the garbage is found
-        await await_for(lambda: viewer.diagnostics.get(uri(SEED_SRC)), 30, "re-analysed")
-        r = await report_of(d.doc, path)
-        assert r["error"] is None and r["diagnostics"]
-        assert (await call(d.doc, M.STATUS))["analyses"] == 1
-        await viewer.shutdown_session()
-        await viewer.stop()
-        assert "does not decode" in d.log_text()
-    finally:
-        d.stop()
+    await d.start()  # its client's initialized publishes: the garbage is found
+    await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 30, "re-analysed")
+    r = await report_of(d, path)
+    assert r["error"] is None and r["diagnostics"]
+    assert (await d.request(M.STATUS))["analyses"] == 1
+    assert "does not decode" in d.log_text()
 
 
 @pytest.fixture
@@ -631,28 +630,24 @@ async def test_read_only_store_keeps_serving(core):
 
 
 # ---- 10. symlinks, state dir, logs ----------------------------------------------------------------
-async def test_symlinks_out_of_the_folder_are_not_followed(folders, tmp_path):
-    watch, state = folders
-    os.makedirs(state, mode=0o755)
-    os.chmod(state, 0o755)
+async def test_symlinks_out_of_the_folder_are_not_followed(served, tmp_path):
+    d = served()
+    os.makedirs(d.state, mode=0o755)
+    os.chmod(d.state, 0o755)
     outside = tmp_path / "outside"
     outside.mkdir()
-    shutil_copy = trace_bytes("seed_n64_bf16")
-    (outside / "t.json.gz").write_bytes(shutil_copy)
-    d = Daemon(watch, state)
-    d.start()
-    try:
-        assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
-        os.symlink(os.path.join(state, "profd.sqlite3"), os.path.join(watch, "db.json"))
-        os.symlink(outside / "t.json.gz", os.path.join(watch, "out.json.gz"))
-        real = drop(watch, "seed_n4096_bf16")
-        await wait_status(d.doc, lambda st: st["reports"] == 1, "the real file's report")
-        await asyncio.sleep(1.0)  # the symlinks' events have been seen by now
-        listed = await call(d.doc, M.REPORTS, {})
-        assert [r["path"] for r in listed["reports"]] == [real]
-        assert "a symlink out of the watched folder" in d.log_text()
-    finally:
-        d.stop()
+    (outside / "t.json.gz").write_bytes(trace_bytes("seed_n64_bf16"))
+    await d.start()
+    assert stat.S_IMODE(os.stat(d.state).st_mode) == 0o700
+    os.symlink(os.path.join(d.state, "profd.sqlite3"), os.path.join(d.watch, "db.json"))
+    os.symlink(outside / "t.json.gz", os.path.join(d.watch, "out.json.gz"))
+    real = drop(d.watch, "seed_n4096_bf16")
+    await wait_status(d, lambda st: st["reports"] == 1, "the real file's report")
+    await asyncio.sleep(1.0)  # the symlinks' events have been seen by now
+    listed = await d.request(M.REPORTS, {})
+    assert [r["path"] for r in listed["reports"]] == [real]
+    assert [r["path"] for r in d.ready] == [real]
+    assert "a symlink out of the watched folder" in d.log_text()
 
 
 def test_rate_limit_sums_up_what_it_dropped():
