@@ -218,7 +218,8 @@ class Served:
     Neovim 0.9), over ``transport``: "tcp" (``Daemon``, the client connecting with the token) or
     "stdio" (the client spawns the daemon and speaks on its stdin/stdout, as an editor does). One
     scenario runs on both through ``request``, ``ready`` (profd/reportReady params, in order),
-    ``lsp.diagnostics`` (what was pushed), ``log_text`` and ``restart``. Both log at INFO to
+    ``lsp`` (the client: ``lsp.diagnostics`` is what was pushed), ``log_text``, ``restart`` and
+    ``reconnect``. Both log at INFO to
     STATE/test-daemon.log (TCP: its stdout and stderr; stdio: ``--log-file``, stdout is LSP)."""
 
     def __init__(self, transport: str, watch, state, *extra):
@@ -274,3 +275,13 @@ class Served:
     async def restart(self) -> None:
         await self.stop()
         await self.start()
+
+    async def reconnect(self) -> None:
+        """The editor's client again: a new connection to the same TCP daemon; over stdio (where
+        the client's end is the daemon's life) a new daemon on the same state."""
+        if not self.tcp:
+            return await self.restart()
+        old, self.ready = self.lsp, []
+        await asyncio.wait_for(old.shutdown_session(), 30)
+        await asyncio.wait_for(old.stop(), 30)
+        self.lsp = await lsp_client(doc=self.tcp.doc, ready=self.ready)

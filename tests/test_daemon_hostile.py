@@ -1,6 +1,8 @@
-"""Issue 17: a daemon that no input can stop. Each item reproduced on the real daemon (``profd
-serve`` over TCP, and over stdio where the transport matters), plus the engine-level checks that
-decide it (one decision per input on both decoder paths, bounded work).
+"""Issue 17: a daemon that no input can stop. Each item reproduced on the real daemon, ``profd
+serve`` over TCP and over stdio (spawned by an LSP client, as an editor does), plus the
+engine-level checks that decide it (one decision per input on both decoder paths, bounded work).
+A test taking ``served`` runs its one scenario on both transports (``daemon_util.Served``); where
+the transport itself is the subject (stopping, strangers, headers) each has its own case.
 
 Inputs are real shipped traces, edited where the attack needs it (a frame naming a FIFO, an
 overflowing number); the bombs are synthetic by nature (nothing a profiler writes) and say so.
@@ -19,7 +21,6 @@ import time
 
 import pytest
 from lsprotocol import types as L
-from pytest_lsp import client_capabilities, make_test_lsp_client
 
 from conftest import SRC
 from daemon_util import (PY, Daemon, Served, alive, await_for, call, child_pids, connect, drop,
@@ -109,27 +110,6 @@ async def served(request, folders):
         await s.stop()
 
 
-@pytest.fixture
-async def stdio(folders):
-    watch, state = folders
-    client = make_test_lsp_client()
-    await client.start_io(*serve_cmd(watch, state))
-    await client.initialize_session(L.InitializeParams(
-        capabilities=client_capabilities("neovim@v0.9.1")))
-    client.watch = str(watch)
-    yield client
-    await client.shutdown_session()
-    await client.stop()
-
-
-async def stdio_status(client):
-    return await asyncio.wait_for(client.protocol.send_request_async(M.STATUS, {}), 10)
-
-
-def field(obj, name):
-    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
-
-
 # ---- 1. a frame naming a FIFO or /dev/zero --------------------------------------------------------
 def trace_naming(path: str) -> bytes:
     """The real seed trace with its user frames pointing at ``path`` (edited: the attack)."""
@@ -138,17 +118,18 @@ def trace_naming(path: str) -> bytes:
     return gzip.compress(raw)
 
 
-async def test_fifo_and_dev_zero_as_source_over_tcp(daemon, tmp_path):
+async def test_fifo_and_dev_zero_as_source(served, tmp_path):
+    d = await served().start()
     fifo = str(tmp_path / "fifo.py")
     os.mkfifo(fifo)
-    traces = [put(daemon.watch, "fifo.json.gz", trace_naming(fifo)),
-              put(daemon.watch, "zero.json.gz", trace_naming("/dev/zero"))]
-    await wait_status(daemon.doc, lambda st: st["reports"] == 2, "two reports")
+    traces = [put(d.watch, "fifo.json.gz", trace_naming(fifo)),
+              put(d.watch, "zero.json.gz", trace_naming("/dev/zero"))]
+    await wait_status(d, lambda st: st["reports"] == 2, "two reports")
     for _ in range(2):  # it used to recur on every reconnect: initialized publishes everything
-        c = await lsp_tcp_client(daemon.doc)
+        c = d.lsp
         for t in traces:  # not files here: the findings land on the trace, with the frame named
             diags = await await_for(lambda: c.diagnostics.get(uri(t)), 10, "diagnostics")
-            assert any(fifo in d.message or "/dev/zero" in d.message for d in diags)
+            assert any(fifo in x.message or "/dev/zero" in x.message for x in diags)
         for src in (fifo, "/dev/zero"):  # an editor asking about them is answered at once
             hover = await asyncio.wait_for(c.text_document_hover_async(L.HoverParams(
                 text_document=L.TextDocumentIdentifier(uri=uri(src)),
@@ -157,21 +138,8 @@ async def test_fifo_and_dev_zero_as_source_over_tcp(daemon, tmp_path):
             lens = await asyncio.wait_for(c.text_document_code_lens_async(L.CodeLensParams(
                 text_document=L.TextDocumentIdentifier(uri=uri(src)))), 10)
             assert lens is not None
-        await c.shutdown_session()
-        await c.stop()
-    assert (await call(daemon.doc, M.STATUS))["reports"] == 2
-
-
-async def test_fifo_as_source_over_stdio(stdio, tmp_path):
-    fifo = str(tmp_path / "fifo.py")
-    os.mkfifo(fifo)
-    t = put(stdio.watch, "fifo.json.gz", trace_naming(fifo))
-    diags = await await_for(lambda: stdio.diagnostics.get(uri(t)), 20, "diagnostics")
-    assert any(fifo in d.message for d in diags)
-    hover = await asyncio.wait_for(stdio.text_document_hover_async(L.HoverParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(fifo)), position=L.Position(20, 0))), 10)
-    assert hover is None or hover.contents
-    assert field(await stdio_status(stdio), "reports") == 1
+        await d.reconnect()
+    assert (await d.request(M.STATUS))["reports"] == 2
 
 
 def test_engine_never_reads_a_fifo_as_source(tmp_path):
@@ -380,22 +348,22 @@ async def test_hostile_values_get_error_reports_over_tcp(daemon):
     assert out.stderr.count("profd: bad trace") + out.stdout.count("profd: bad trace") >= 3
 
 
-async def test_hostile_values_and_own_options_over_stdio(stdio):
+@pytest.mark.parametrize("served", ["stdio"], indirect=True)
+async def test_hostile_values_and_own_options_over_stdio(served):
     """Items 4 and 6 as an editor's daemon sees them: a hostile file is a Report with an error
     (never -32603), and one request's options leave what the editor is shown alone."""
-    seed = drop(stdio.watch, "seed_n64_bf16")
-    await await_for(lambda: stdio.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
-    bad = put(stdio.watch, "surrogate.json", hostile("lone surrogate"))
-    send = stdio.protocol.send_request_async
-    r = await asyncio.wait_for(send(M.ANALYZE, {"path": bad}), 20)
-    assert "surrogate" in field(r, "error")
-    full = await asyncio.wait_for(send(M.REPORT, {"path": seed}), 20)
-    codes = sorted({field(d, "code") for d in field(full, "diagnostics")})
-    mine = await asyncio.wait_for(send(M.ANALYZE, {"path": seed, "disabled": codes}), 20)
-    assert list(field(mine, "diagnostics")) == []
-    again = await asyncio.wait_for(send(M.REPORT, {"path": seed}), 20)
-    assert sorted({field(d, "code") for d in field(again, "diagnostics")}) == codes
-    assert "overhead-bound" in {d.code for d in stdio.diagnostics[uri(SEED_SRC)]}
+    d = await served().start()
+    seed = drop(d.watch, "seed_n64_bf16")
+    await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 20, "diagnostics")
+    bad = put(d.watch, "surrogate.json", hostile("lone surrogate"))
+    assert "surrogate" in (await d.request(M.ANALYZE, {"path": bad}))["error"]
+    full = await report_of(d, seed)
+    codes = sorted({x["code"] for x in full["diagnostics"]})
+    mine = await d.request(M.ANALYZE, {"path": seed, "disabled": codes})
+    assert mine["diagnostics"] == []
+    again = await report_of(d, seed)
+    assert sorted({x["code"] for x in again["diagnostics"]}) == codes
+    assert "overhead-bound" in {x.code for x in d.lsp.diagnostics[uri(SEED_SRC)]}
 
 
 # ---- 5. dedup keeps the index in memory right ---------------------------------------------------
