@@ -173,9 +173,14 @@ async def lsp_client(doc=None, cmd=None, ready=None):
         await client.start_tcp(doc["host"], doc["port"])
     else:
         await client.start_io(*cmd)
-    await client.initialize_session(L.InitializeParams(
-        capabilities=client_capabilities("neovim@v0.9.1"),
-        initialization_options={"token": doc["token"]} if doc is not None else None))
+    try:
+        await asyncio.wait_for(client.initialize_session(L.InitializeParams(
+            capabilities=client_capabilities("neovim@v0.9.1"),
+            initialization_options={"token": doc["token"]} if doc is not None else None)), 60)
+    except BaseException:
+        if client._server is not None and client._server.returncode is None:
+            client._server.kill()  # a daemon that never answered initialize: not left behind
+        raise
     return client
 
 
@@ -219,11 +224,11 @@ class Served:
     "stdio" (the client spawns the daemon and speaks on its stdin/stdout, as an editor does). One
     scenario runs on both through ``request``, ``ready`` (profd/reportReady params, in order),
     ``lsp`` (the client: ``lsp.diagnostics`` is what was pushed), ``log_text``, ``restart`` and
-    ``reconnect``. Both log at INFO to
-    STATE/test-daemon.log (TCP: its stdout and stderr; stdio: ``--log-file``, stdout is LSP)."""
+    ``reconnect``. Both log at INFO to STATE/test-daemon.log (TCP: its stdout and stderr; stdio:
+    ``--log-file``, its stdout being the LSP stream)."""
 
     def __init__(self, transport: str, watch, state, *extra):
-        self.transport, self.watch, self.state, self.extra = transport, str(watch), str(state), extra
+        self.watch, self.state, self.extra = str(watch), str(state), extra
         self.tcp = Daemon(watch, state, *extra) if transport == "tcp" else None
         self.lsp = None
         self.ready: list[dict] = []
