@@ -21,22 +21,75 @@ def _regions(m):
 
 GRAPH_CALL = "## Call CompiledFxGraph"
 RESUME = "torch_dynamo_resume_in_"
+GRAPH_RUNS = ("CompiledFunction", GRAPH_CALL)  # one compiled graph running (training / inference)
 
 
-def graph_breaks(m, regions: list[int]) -> int:
-    """How many compiled graphs beyond the first one call of a compiled function runs, at most:
-    nested compiled regions, several ``## Call CompiledFxGraph`` under one region, or Dynamo's
-    ``torch_dynamo_resume_in_<fn>_at_<line>`` frames (the code after a break, compiled apart)."""
-    top = [r for r in regions if not any(m.cpu[a].name.startswith(REGION) for a in m.ancestors(r))]
-    most = 0
-    for r in top:
-        sub = m.subtree(r)
-        graphs = sum(1 for j in sub if m.cpu[j].name.startswith(GRAPH_CALL))
-        nested = sum(1 for j in sub if j != r and m.cpu[j].name.startswith(REGION))
-        most = max(most, graphs - 1, nested)
-    if any(fr.function.startswith(RESUME) for _, fr in m.frames.items()):
-        most = max(most, 1)
-    return most
+def _nearest_region(m, i: int) -> int:
+    for a in m.ancestors(i):
+        if m.cpu[a].cat == "cpu_op" and m.cpu[a].name.startswith(REGION):
+            return a
+    return -1
+
+
+def _break_site(m, region: int):
+    """(frame path, break line, function) from the resume frame a region runs, else None."""
+    for c in m.children(region):
+        fr = m.frames.get(c)
+        hit = RESUME_RE.match(fr.function) if fr is not None else None
+        if hit:
+            return fr.path, int(hit.group(2)), hit.group(1)
+    return None
+
+
+def breaks(m, in_steps: bool = True) -> list[dict]:
+    """Every graph break: each compiled graph that a call of a compiled function runs beyond its
+    first. Dynamo compiles the code after a break apart, as a resume function: its compiled region
+    runs nested in the first graph's (and its ``torch_dynamo_resume_in_<fn>_at_<line>`` frame names
+    the break's line), or the region runs a further ``## Call CompiledFxGraph``; a resume frame
+    outside any enclosing region is a break whose call cannot be told (``outer`` -1). Per break:
+    the graph it resumes in (``region``), the call it splits (``outer``), the break site (from the
+    resume frame), the CPU time between the previous graph's end and the resume (``gap``) and the
+    eager ops the CPU ran there. ``in_steps``: only breaks inside the profiled steps.
+
+    One implementation for ``compile-graph-break`` (what each break costs) and
+    ``compile-overhead`` (whose one-or-two-op verdict does not apply to a function with breaks)."""
+    found: dict[int, int] = {}  # resumed graph -> the call it splits
+    regions = _regions(m)
+    for r in regions:
+        p = _nearest_region(m, r)
+        if p >= 0:
+            found[r] = p
+    for r in regions:  # further graphs one region runs itself
+        own = [j for j in m.subtree(r) if m.cpu[j].name.startswith(GRAPH_CALL) and _nearest_region(m, j) == r]
+        for j in own[1:]:
+            found[j] = r
+    for i, fr in m.frames.items():  # resumed code whose region is no call's (or ran without one)
+        if fr.function.startswith(RESUME):
+            r = _nearest_region(m, i)
+            if r not in found:
+                found.setdefault(r if r >= 0 else i, -1)
+    out = []
+    for r in sorted(found):
+        p = found[r]
+        ts = m.cpu[r].ts
+        if in_steps and m.step_at(ts) is None:
+            continue
+        if p < 0:
+            out.append({"region": r, "outer": p, "site": _break_site(m, r), "gap": (ts, ts), "eager": []})
+            continue
+        prev, eager = m.cpu[p].ts, []
+        for j in m.subtree(p):
+            e = m.cpu[j]
+            if e.ts >= ts or j == p or _nearest_region(m, j) != p:
+                continue
+            if e.name.startswith(GRAPH_RUNS) or (e.cat == "cpu_op" and e.name.startswith(REGION)):
+                prev = max(prev, e.ts + e.dur)
+        for j in m.subtree(p):
+            e = m.cpu[j]
+            if prev <= e.ts < ts and e.cat == "cpu_op" and m.enclosing_op(j) == p:
+                eager.append(j)
+        out.append({"region": r, "outer": p, "site": _break_site(m, r), "gap": (prev, ts), "eager": eager})
+    return out
 
 
 @rule("compile-overhead")
@@ -70,7 +123,7 @@ def compile_overhead(ctx):
     """
     m = ctx.model
     regions = _regions(m)
-    if not regions or graph_breaks(m, regions):
+    if not regions or breaks(m, in_steps=False):
         return
     wrappers, gpus = [], []
     kernels = 0
@@ -158,59 +211,12 @@ def compile_fusion(ctx):
 
 
 # ---- compile-graph-break ---------------------------------------------------------------------
-GRAPH_RUNS = ("CompiledFunction", GRAPH_CALL)  # one compiled graph running (training / inference)
-
-
-def _nearest_region(m, i: int) -> int:
-    for a in m.ancestors(i):
-        if m.cpu[a].cat == "cpu_op" and m.cpu[a].name.startswith(REGION):
-            return a
-    return -1
-
-
-def _break_site(m, region: int):
-    """(frame path, break line, function) from the resume frame a nested region runs, else None."""
-    for c in m.children(region):
-        fr = m.frames.get(c)
-        hit = RESUME_RE.match(fr.function) if fr is not None else None
-        if hit:
-            return fr.path, int(hit.group(2)), hit.group(1)
-    return None
-
-
-def breaks(m) -> list[dict]:
-    """Every graph break in the steps: a compiled region nested in another (Dynamo compiles the
-    code after a break as a resume function and calls it from the first graph's frame). Per
-    break: the region it resumes in, the break site (from the resume frame), the CPU time between
-    the previous graph's end and the resume, and the eager ops the CPU ran there."""
-    out = []
-    for r in _regions(m):
-        if m.step_at(m.cpu[r].ts) is None:
-            continue
-        p = _nearest_region(m, r)
-        if p < 0:
-            continue
-        ts = m.cpu[r].ts
-        prev, eager = m.cpu[p].ts, []
-        for j in m.subtree(p):
-            e = m.cpu[j]
-            if e.ts >= ts or j == p or _nearest_region(m, j) != p:
-                continue
-            if e.name.startswith(GRAPH_RUNS) or (e.cat == "cpu_op" and e.name.startswith(REGION)):
-                prev = max(prev, e.ts + e.dur)
-        for j in m.subtree(p):
-            e = m.cpu[j]
-            if prev <= e.ts < ts and e.cat == "cpu_op" and m.enclosing_op(j) == p:
-                eager.append(j)
-        out.append({"region": r, "outer": p, "site": _break_site(m, r), "gap": (prev, ts), "eager": eager})
-    return out
-
-
 @rule("compile-graph-break")
 def compile_graph_break(ctx):
-    """Evidence: compiled regions nested in a compiled region, each the code after a graph break
-    that Dynamo compiled apart and resumes in (its ``torch_dynamo_resume_in_<fn>_at_<line>`` frame
-    names the break's line; without stacks, the region's name), per step: the graphs per call,
+    """Evidence: compiled regions nested in a compiled region (or a further
+    ``## Call CompiledFxGraph`` one region runs), each the code after a graph break that Dynamo
+    compiled apart and resumes in (its ``torch_dynamo_resume_in_<fn>_at_<line>`` frame names the
+    break's line; without stacks, the region's name), per step: the graphs per call,
     the CPU time between the graph before the break and the resume (the eager code at the break,
     and the guard check of the resume function) and how much of it the GPU sat idle.
 
@@ -245,6 +251,8 @@ def compile_graph_break(ctx):
     m, a = ctx.model, ctx.a
     groups: dict = {}
     for b in breaks(m):
+        if b["outer"] < 0:  # no call to measure the break in
+            continue
         key = b["site"][:2] if b["site"] else m.cpu[b["region"]].name
         groups.setdefault(key, []).append(b)
     n = ctx.n_steps
