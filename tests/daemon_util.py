@@ -25,10 +25,12 @@ def serve_cmd(watch, state, *extra, transport=("--stdio",), workspace=SRC):
 
 
 class Daemon:
-    """``profd serve --tcp 127.0.0.1:0`` in its own process group; stopped by ``stop()``."""
+    """``profd serve --tcp 127.0.0.1:0`` in its own process group; stopped by ``stop()``. Its
+    stdout and stderr go to ``log`` (default STATE/test-daemon.log)."""
 
-    def __init__(self, watch, state, *extra):
+    def __init__(self, watch, state, *extra, log=None):
         self.watch, self.state, self.extra = str(watch), str(state), extra
+        self.log_path = str(log or os.path.join(self.state, "test-daemon.log"))
         self.proc = None
         self.doc = None
 
@@ -37,7 +39,7 @@ class Daemon:
         if os.path.exists(djson):
             os.unlink(djson)  # a stale one from a killed daemon
         os.makedirs(self.state, exist_ok=True)
-        self.log = open(os.path.join(self.state, "test-daemon.log"), "ab")
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             serve_cmd(self.watch, self.state, *self.extra, "--log-level", "INFO",
                       transport=("--tcp", "127.0.0.1:0")),
@@ -47,7 +49,7 @@ class Daemon:
         return self.doc
 
     def log_text(self) -> str:
-        with open(os.path.join(self.state, "test-daemon.log"), errors="replace") as f:
+        with open(self.log_path, errors="replace") as f:
             return f.read()
 
     def kill9(self) -> None:
@@ -224,12 +226,13 @@ class Served:
     "stdio" (the client spawns the daemon and speaks on its stdin/stdout, as an editor does). One
     scenario runs on both through ``request``, ``ready`` (profd/reportReady params, in order),
     ``lsp`` (the client: ``lsp.diagnostics`` is what was pushed), ``log_text``, ``restart`` and
-    ``reconnect``. Both log at INFO to STATE/test-daemon.log (TCP: its stdout and stderr; stdio:
-    ``--log-file``, its stdout being the LSP stream)."""
+    ``reconnect``. Both log at INFO to ``log`` (default STATE/test-daemon.log; TCP: its stdout
+    and stderr; stdio: ``--log-file``, its stdout being the LSP stream)."""
 
-    def __init__(self, transport: str, watch, state, *extra):
+    def __init__(self, transport: str, watch, state, *extra, log=None):
         self.watch, self.state, self.extra = str(watch), str(state), extra
-        self.tcp = Daemon(watch, state, *extra) if transport == "tcp" else None
+        self.log_path = str(log or os.path.join(self.state, "test-daemon.log"))
+        self.tcp = Daemon(watch, state, *extra, log=self.log_path) if transport == "tcp" else None
         self.lsp = None
         self.ready: list[dict] = []
 
@@ -246,7 +249,7 @@ class Served:
             os.makedirs(self.state, exist_ok=True)
             self.lsp = await lsp_client(cmd=serve_cmd(
                 self.watch, self.state, *self.extra, "--log-level", "INFO",
-                "--log-file", os.path.join(self.state, "test-daemon.log")), ready=self.ready)
+                "--log-file", self.log_path), ready=self.ready)
         return self
 
     async def request(self, method: str, params=None, timeout: float = 20):
@@ -254,7 +257,7 @@ class Served:
             self.lsp.protocol.send_request_async(method, params or {}), timeout))
 
     def log_text(self) -> str:
-        with open(os.path.join(self.state, "test-daemon.log"), errors="replace") as f:
+        with open(self.log_path, errors="replace") as f:
             return f.read()
 
     async def stop(self, timeout: float = 30) -> None:

@@ -8,6 +8,7 @@ Inputs are real shipped traces, edited where the attack needs it (a frame naming
 overflowing number); the bombs are synthetic by nature (nothing a profiler writes) and say so.
 """
 import asyncio
+import errno
 import gzip
 import hashlib
 import json
@@ -98,12 +99,14 @@ def daemon(folders):
 
 @pytest.fixture(params=["tcp", "stdio"])
 async def served(request, folders):
-    """``served(*flags)``: a ``Served`` daemon on ``folders`` (not started), over TCP and over
-    stdio: the test's one scenario runs on each; whatever it left running is stopped."""
+    """``served(*flags, state=, log=)``: a ``Served`` daemon on ``folders`` (not started), over
+    TCP and over stdio: the test's one scenario runs on each; whatever it left running is
+    stopped."""
     made = []
 
-    def make(*extra):
-        made.append(Served(request.param, *folders, *extra))
+    def make(*extra, state=None, log=None):
+        watch, default_state = folders
+        made.append(Served(request.param, watch, state or default_state, *extra, log=log))
         return made[-1]
     yield make
     for s in made:
@@ -562,6 +565,119 @@ async def test_reports_that_do_not_decode_are_analysed_again(served):
     assert "does not decode" in d.log_text()
 
 
+def mount_or_skip(*args) -> None:
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount here (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}")
+
+
+def umount(path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem of 8 MB (tmpfs) for the state: filled, it is a full disk. Where mounting
+    is refused, the in-process tests below stand in."""
+    fs = tmp_path / "disk"
+    fs.mkdir()
+    mount_or_skip("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(fs))
+    try:
+        yield fs
+    finally:
+        umount(fs)
+
+
+@pytest.fixture(params=["a stored report", "no store"])
+async def read_only_state(request, folders):
+    """The state of a daemon that analysed the real seed trace (or an empty state dir), made
+    read-only by a read-only bind mount on itself (root cannot write it either). The seed
+    trace's path, or None."""
+    watch, state = folders
+    seed = None
+    if request.param == "a stored report":
+        seed = drop(watch, "seed_n64_bf16")
+        d = await Served("stdio", watch, state).start()
+        await wait_status(d, lambda st: st["reports"] == 1, "a report")
+        await d.stop()
+    else:
+        os.makedirs(state)
+    try:
+        mount_or_skip("--bind", str(state), str(state))
+        mount_or_skip("-o", "remount,ro,bind", str(state))
+        yield seed
+    finally:
+        umount(state)
+
+
+def fill(folder) -> str:
+    """Fill the filesystem of ``folder`` to its last block; the filler's path."""
+    path = os.path.join(str(folder), "filler")
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 1 << 16, 1 << 12, 1 << 9):
+            try:
+                while True:
+                    f.write(b"\xff" * chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+    return path
+
+
+async def test_full_disk_keeps_reports_and_saves_them_when_space_returns(served, small_disk,
+                                                                        tmp_path):
+    """The state on a real filesystem filled to the last block (the log beside it, elsewhere,
+    to be read): 30 traces dropped then are all served, from memory; once there is room again
+    they are saved (a restart analyses nothing)."""
+    d = await served(state=small_disk / "state", log=tmp_path / "daemon.log").start()
+    filler = fill(small_disk)
+    paths = [put(d.watch, f"t{i:02d}.json.gz", variant("seed_n64_bf16", i)) for i in range(30)]
+    await wait_status(d, lambda st: st["reports"] == 30 and st["queued"] == st["running"] == 0,
+                      "30 reports", timeout=120)
+    for p in paths:
+        r = await report_of(d, p)
+        assert r["error"] is None and r["trace"]["path"] == p and r["diagnostics"], p
+    assert d.lsp.diagnostics.get(uri(SEED_SRC))
+    assert "cannot write the results store" in d.log_text()
+    os.unlink(filler)  # room again
+    await await_for(lambda: "all reports saved" in d.log_text(), 30, "the reports saved")
+    await d.restart()
+    await asyncio.sleep(1.0)
+    st = await d.request(M.STATUS)
+    assert st["reports"] == 30 and st["analyses"] == 0, st
+
+
+@pytest.mark.parametrize("served", ["stdio"], indirect=True)
+async def test_read_only_state_is_served_as_it_is_over_stdio(served, read_only_state, tmp_path):
+    """An editor's daemon on a state it cannot write (it died at start with a traceback, failing
+    to move the 'bad' store aside): a stored report is served without analysing it again, a
+    new trace is analysed and served from memory, one clear line says why."""
+    seed = read_only_state
+    d = await served(log=tmp_path / "daemon.log").start()
+    if seed:
+        await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 20, "stored diagnostics")
+        assert (await report_of(d, seed))["error"] is None
+    st = await d.request(M.STATUS)
+    assert st["reports"] == (1 if seed else 0) and st["analyses"] == 0, st
+    new = drop(d.watch, "seed_n4096_bf16")
+    r = await await_for_async(lambda: report_of(d, new), "the new trace's report")
+    assert r["error"] is None and r["diagnostics"]
+    assert d.lsp.diagnostics.get(uri(SEED_SRC))
+    log = d.log_text()
+    assert "cannot be written" in log, log
+    assert ("serving it read-only" if seed else "from memory") in log, log
+    assert "Traceback" not in log
+
+
+async def test_read_only_state_is_refused_clearly_over_tcp(read_only_state, folders):
+    """A TCP daemon is found through STATE/daemon.json: on a read-only state it says so and
+    exits 2 (it died with a traceback)."""
+    out = subprocess.run(serve_cmd(*folders, transport=("--tcp", "127.0.0.1:0")),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out
+    assert "cannot write" in out.stderr and "writable --state" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+
+
 @pytest.fixture
 async def core(folders):
     from profd.server.daemon.core import Config, Core
@@ -575,8 +691,9 @@ async def core(folders):
     await c.stop()
 
 
-async def test_disk_full_keeps_reports_and_saves_them_when_space_returns(core):
-    """SQLite's page cap stands in for a full disk (the same SQLITE_FULL error on every write)."""
+async def test_store_at_its_page_cap_keeps_reports_in_process(core):
+    """In process, for where no filesystem can be mounted (the real full disk: the tmpfs test
+    above): SQLite's page cap gives the same SQLITE_FULL error on every write."""
     pages = core.store._db.execute("PRAGMA page_count").fetchone()[0]
     core.store._db.execute(f"PRAGMA max_page_count={pages}")
     paths = [put(core.watch, f"t{i:02d}.json.gz", variant("seed_n64_bf16", i)) for i in range(30)]
@@ -587,7 +704,9 @@ async def test_disk_full_keeps_reports_and_saves_them_when_space_returns(core):
     await await_for(lambda: core.store.count() == 30 and not core._unsaved, 10, "all saved")
 
 
-async def test_read_only_store_keeps_serving(core):
+async def test_store_turning_read_only_in_use_keeps_serving(core):
+    """A store that stops taking writes while the daemon runs (a ``mode=ro`` connection: a
+    filesystem cannot be remounted read-only under a file open for writing)."""
     core.store._db.close()
     core.store._db = sqlite3.connect(f"file:{core.store.path}?mode=ro", uri=True,
                                      check_same_thread=False, isolation_level=None)

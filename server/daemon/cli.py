@@ -262,9 +262,16 @@ async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0,
     srv = TcpServer(core, host, int(port or 0), token, auth_timeout)
     h, p = await srv.start()
     path = os.path.join(cfg.state, DAEMON_FILE)
-    write_private_json(path, {"host": h, "port": p, "pid": os.getpid(), "token": token,
-                              "watch": cfg.watch, "workspace": cfg.workspace,
-                              "version": __version__, "started": time.time()})
+    try:
+        write_private_json(path, {"host": h, "port": p, "pid": os.getpid(), "token": token,
+                                  "watch": cfg.watch, "workspace": cfg.workspace,
+                                  "version": __version__, "started": time.time()})
+    except OSError as e:  # clients find a TCP daemon (and its token) only through that file
+        logging.getLogger("profd").error("profd: cannot write %s (%s); a TCP daemon needs a "
+                                         "writable --state folder", path, e.strerror or e)
+        await srv.close()
+        await core.stop()
+        return 2
     logging.getLogger("profd").warning("profd %s listening on %s:%s (pid %d, state %s)",
                                        __version__, h, p, os.getpid(), cfg.state)
     stop = asyncio.Event()

@@ -10,9 +10,13 @@ The database is the daemon's alone (``locking_mode=EXCLUSIVE``): the WAL index t
 process's heap instead of a memory-mapped ``-shm`` file, which raises SIGBUS when the file cannot
 be written or extended. A file that is not a database, or fails SQLite's quick check, is moved
 aside (``profd.sqlite3.bad-<time>``) and a fresh one is made: the watched files rebuild it.
+A store that cannot be written at all (a read-only file, directory or filesystem) is served
+read-only as it is (or, if there is none to read, kept in memory): its writes raise
+``sqlite3.OperationalError``, which the daemon answers by keeping new reports in memory.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -20,6 +24,7 @@ import sqlite3
 import threading
 import time
 from typing import Iterator, NamedTuple, Optional
+from urllib.parse import quote
 
 log = logging.getLogger("profd.store")
 
@@ -88,8 +93,18 @@ class Store:
         try:
             self._open()
         except (sqlite3.DatabaseError, OSError) as e:
-            self._move_aside(e)
+            self._heal(e)
+
+    def _heal(self, why: BaseException) -> None:
+        """The store did not open, or failed in use: one that cannot be written is served
+        read-only; a bad one is moved aside and made afresh."""
+        if isinstance(why, OSError) and why.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return self._open_read_only(why)
+        try:
+            self._move_aside(why)
             self._open()
+        except OSError as e:  # the state dir itself cannot be written
+            self._open_read_only(e)
 
     def _open(self) -> None:
         _private_file(self.path)
@@ -102,19 +117,43 @@ class Store:
             check = self._db.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
                 raise sqlite3.DatabaseError("; ".join(str(r[0]) for r in check[:3]))
-            with self._tx() as c:
-                for stmt in SCHEMA.split(";"):
-                    if stmt.strip():
-                        c.execute(stmt)
-                cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
-                if "recorded" not in cols:  # a store from before recording times were kept
-                    c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
+            self._schema()
         except BaseException:
             self._db.close()
             raise
         for suffix in ("-wal", "-shm"):  # created by the first write; owner-only too
             if os.path.exists(self.path + suffix):
                 os.chmod(self.path + suffix, 0o600)
+
+    def _schema(self) -> None:
+        with self._tx() as c:
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+            cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
+            if "recorded" not in cols:  # a store from before recording times were kept
+                c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
+
+    def _open_read_only(self, why: OSError) -> None:
+        """Nothing under the state dir can be written: serve the store as it is, read-only
+        (``immutable``: no lock, no -shm or -wal to create; its writes fail, so the daemon keeps
+        new reports in memory), or one in memory if it cannot be read either."""
+        db = None
+        try:
+            db = sqlite3.connect(f"file:{quote(self.path)}?mode=ro&immutable=1", uri=True,
+                                 check_same_thread=False, isolation_level=None)
+            if db.execute("PRAGMA quick_check").fetchall() != [("ok",)]:
+                raise sqlite3.DatabaseError("it fails the quick check")
+            db.execute("SELECT 1 FROM reports, files LIMIT 1").fetchall()
+            self._db, how = db, "read-only, as it is"
+        except sqlite3.Error:
+            if db is not None:
+                db.close()
+            self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self._schema()
+            how = "from memory (none can be read there)"
+        log.error("profd: the results store %s cannot be written (%s); serving it %s: new reports "
+                  "last until the daemon stops", self.path, why, how)
 
     def _move_aside(self, why: BaseException) -> None:
         aside = f"{self.path}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -134,8 +173,7 @@ class Store:
                 self._db.close()
             except sqlite3.Error:
                 pass
-            self._move_aside(why)
-            self._open()
+            self._heal(why)
 
     class _Tx:
         def __init__(self, store: "Store"):
