@@ -77,6 +77,23 @@ class Client:
     def notify(self, method: str, params) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
+    async def close(self) -> None:
+        """LSP shutdown + exit; SIGTERM, then SIGKILL, when the daemon does not go."""
+        proc = self.proc
+        try:
+            await self.request("shutdown", None, timeout=10)
+            self.notify("exit", None)
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), 10)
+        except Exception:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except asyncio.TimeoutError:
+                    proc.kill()
+        self.reader.cancel()
+
     def ready_event(self, path: str) -> asyncio.Event:
         return self.events.setdefault(path, asyncio.Event())
 
@@ -317,19 +334,7 @@ async def run(ns) -> dict:
         res["rss_peak_sum"] = sampler.peak_sum
         res["hwm"] = {p: v for p, v in sampler.hwm.items()}
         res["daemon_pid"] = proc.pid
-        try:
-            await c.request("shutdown", None, timeout=10)
-            c.notify("exit", None)
-            proc.stdin.close()
-            await asyncio.wait_for(proc.wait(), 10)
-        except Exception:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 10)
-                except asyncio.TimeoutError:
-                    proc.kill()
-        c.reader.cancel()
+        await c.close()
         log.close()
     return res
 

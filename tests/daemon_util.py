@@ -126,6 +126,46 @@ def variant(name: str, i: int) -> bytes:
     return gzip.compress(raw + b" " * (i + 1), compresslevel=1)
 
 
+def put(folder, name: str, data: bytes) -> str:
+    """Write ``data`` as ``folder/name`` atomically (a dot-file renamed into place)."""
+    dst = os.path.join(str(folder), name)
+    tmp = os.path.join(str(folder), f".{name}.part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dst)
+    return dst
+
+
+def write_flood(folder, n: int) -> dict[str, bytes]:
+    """The issue's flood, as fast as the disk takes it: ``n`` files, 25% invalid (a truncated
+    event, distinct each time), the rest variants of a real trace with duplicates under new names,
+    renames after writing, and A -> B -> A on one name in 32. Returns path -> bytes there now."""
+    contents: dict[str, bytes] = {}
+    uniques = [variant("seed_n64_bf16", i) for i in range(max(1, n // 4))]
+    made = 0
+    for i in range(n):
+        kind = i % 8
+        if kind in (0, 1):  # invalid
+            data = b'{"traceEvents":[{"ph":"X","name":"' + str(i).encode()
+        elif kind in (2, 3, 4):  # unique content
+            data = uniques[made % len(uniques)]
+            made += 1
+        elif kind == 5:  # a duplicate of earlier content under a new name
+            data = uniques[(i * 7) % max(1, min(made, len(uniques)))]
+        else:
+            data = uniques[(i * 3) % max(1, min(made, len(uniques)))]
+        p = put(folder, f"f{i:04d}.json" + (".gz" if data[:2] == b"\x1f\x8b" else ""), data)
+        contents[p] = data
+        if kind == 6:  # renamed after being written
+            q = os.path.join(str(folder), f"r{i:04d}.json.gz")
+            os.rename(p, q)
+            contents[q] = contents.pop(p)
+        if kind == 7 and i % 32 == 7:  # A -> B -> A on one name
+            for x in (uniques[(i + 1) % max(1, min(made, len(uniques)))], data):
+                put(folder, os.path.basename(p), x)
+    return contents
+
+
 def drop(dst_dir, name: str, as_name: str | None = None) -> str:
     """Copy a shipped trace into ``dst_dir`` atomically (write a dot-file, then rename)."""
     data = trace_bytes(name)

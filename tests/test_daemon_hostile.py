@@ -26,7 +26,7 @@ from lsprotocol import types as L
 
 from conftest import SRC
 from daemon_util import (PY, Daemon, Served, alive, await_for, call, child_pids, connect, drop,
-                         lsp_tcp_client, serve_cmd, trace_bytes, uri, variant)
+                         lsp_tcp_client, put, serve_cmd, trace_bytes, uri, variant, write_flood)
 
 from profd.client_cli.daemon_client import RpcError
 from profd.protocol import methods as M
@@ -39,16 +39,6 @@ CLIENT = os.path.join(os.path.dirname(sys.executable), "profd-client")
 # ---- helpers ------------------------------------------------------------------------------------
 def seed_doc() -> dict:
     return json.loads(gzip.decompress(trace_bytes("seed_n64_bf16")))
-
-
-def put(folder, name: str, data: bytes) -> str:
-    """Write ``data`` as ``folder/name`` atomically (a dot-file renamed into place)."""
-    dst = os.path.join(str(folder), name)
-    tmp = os.path.join(str(folder), f".{name}.part")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, dst)
-    return dst
 
 
 def gz_repeat(head: bytes, filler: bytes, times: int, tail: bytes = b"") -> bytes:
@@ -766,32 +756,8 @@ async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
     d.start()
     c = await connect(d.doc)
     try:
-        contents: dict[str, bytes] = {}  # path -> bytes now there
         t0 = time.monotonic()
-        uniques = [variant("seed_n64_bf16", i) for i in range(FLOOD // 4)]
-        n = 0
-        for i in range(FLOOD):
-            kind = i % 8
-            if kind in (0, 1):  # invalid: a truncated event, distinct each time
-                data = b'{"traceEvents":[{"ph":"X","name":"' + str(i).encode()
-            elif kind in (2, 3, 4):  # unique content
-                data = uniques[n % len(uniques)]
-                n += 1
-            elif kind == 5:  # a duplicate of earlier content under a new name
-                data = uniques[(i * 7) % max(1, min(n, len(uniques)))]
-            else:
-                data = uniques[(i * 3) % max(1, min(n, len(uniques)))]
-            p = put(watch, f"f{i:04d}.json" + (".gz" if data[:2] == b"\x1f\x8b" else ""), data)
-            contents[p] = data
-            if kind == 6:  # renamed after being written
-                q = os.path.join(str(watch), f"r{i:04d}.json.gz")
-                os.rename(p, q)
-                contents[q] = contents.pop(p)
-            if kind == 7 and i % 32 == 7:  # A -> B -> A on one name
-                for x in (uniques[(i + 1) % max(1, min(n, len(uniques)))], data):
-                    put(watch, os.path.basename(p), x)
-            if i % 50 == 0:
-                await asyncio.sleep(0)
+        contents = write_flood(watch, FLOOD)  # path -> bytes now there
         written = time.monotonic() - t0
         good = drop(watch, "seed_n4096_bf16")
         contents[good] = trace_bytes("seed_n4096_bf16")

@@ -21,12 +21,13 @@ import logging
 import multiprocessing
 import os
 import sqlite3
+import stat
 import sys
 import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import NamedTuple, Optional, Protocol
 
 import msgspec
 
@@ -77,9 +78,9 @@ _jobs = 0
 
 
 def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
-                 disabled: list[str]) -> tuple[bytes, float, float, float]:
-    """(encoded report, wall s, CPU s, time.time() at the start) of one analysis, timed in the
-    worker. The cyclic GC stays off until the result is on its way: its first pass after a big
+                 disabled: list[str]) -> tuple[bytes, float, float, float, Optional[Sig]]:
+    """(encoded report, wall s, CPU s, time.time() at the start, the file's signature when it
+    was the same before and after the read, else None) of one analysis, timed in the worker. The cyclic GC stays off until the result is on its way: its first pass after a big
     analysis (the engine runs with it off) took ~10-20 ms per 250 MB of trace, and it would run
     on the first allocation after the return, i.e. while the pool pickles the result."""
     global _jobs
@@ -92,8 +93,10 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
                        disabled=set(disabled))
+        before = signature(path)
         data = T.encode(analyze_or_error(path, opts))
-        return data, time.perf_counter() - t0, time.process_time() - c0, start
+        read = before if signature(path) == before else None
+        return data, time.perf_counter() - t0, time.process_time() - c0, start, read
     finally:
         with _gc_lock:
             _jobs -= 1
@@ -274,12 +277,15 @@ class Workers:
         self.threads.shutdown(wait=False, cancel_futures=True)
 
 
-def sha_file(path: str) -> str:
+def sha_file(path: str) -> tuple[str, Sig]:
+    """sha256 of the file at ``path`` and the signature of the very file it read (a rename over
+    ``path`` meanwhile does not mix two contents)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
         while chunk := f.read(1 << 20):
             h.update(chunk)
-    return h.hexdigest()
+    return h.hexdigest(), (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 # The hash beside an analysis runs in a child at a lower priority: a thread of the daemon would
@@ -289,9 +295,10 @@ _HASH_CHILD = (
     "os.nice(10)\n"
     "h = hashlib.sha256()\n"
     "with open(sys.argv[1], 'rb') as f:\n"
+    "    st = os.fstat(f.fileno())\n"
     "    while chunk := f.read(1 << 20):\n"
     "        h.update(chunk)\n"
-    "print(h.hexdigest())\n")
+    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino)\n")
 BG_HASH_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
 
 
@@ -322,30 +329,78 @@ def relabel(report: T.Report, path: str) -> T.Report:
     return report
 
 
+class Snap(NamedTuple):
+    """A source file as last read off the loop."""
+
+    mtime: Optional[float]  # None: not a regular file here (missing, a FIFO, unreadable)
+    lines: tuple[str, ...]
+    real: str  # its real path
+    functions: Optional[tuple] = None  # outline.functions, once asked for
+
+
 class SourceLines:
-    """Reads the source files findings point at into the engine's cache (``sourcemap.
-    source_lines``, keyed by mtime), on one thread of its own: the LSP handlers then find them
-    there and the loop reads no file. Only regular files are read (a frame naming a FIFO or
-    /dev/zero cannot stall anything)."""
+    """The source files findings point at, read on one thread of its own into a snapshot the
+    LSP handlers read from memory: the loop never stats, reads or resolves a source file (a
+    frame naming a FIFO, /dev/zero or a file on a hung mount cannot stall anything). Handlers
+    ``await warm(paths)`` first; the engine's reader (``sourcemap.source_lines``, cached by
+    mtime) reads only regular files."""
+
+    MAX = 8192  # files kept (least recently warmed dropped first)
 
     def __init__(self):
         self._reader = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-src")
+        self._snap: OrderedDict[str, Snap] = OrderedDict()
 
-    async def warm(self, paths, timeout: float = 2.0) -> None:
-        """Read (or re-stat) ``paths`` off the loop, waiting at most ``timeout`` s."""
+    async def warm(self, paths, timeout: float = 2.0, outline: bool = False) -> None:
+        """Read (or re-stat) ``paths`` off the loop, waiting at most ``timeout`` s; ``outline``:
+        their functions too (code lenses name them)."""
         paths = [p for p in dict.fromkeys(paths) if p and os.path.isabs(p)]
         if not paths:
             return
-        fut = asyncio.get_running_loop().run_in_executor(self._reader, self._read, paths)
+        fut = asyncio.get_running_loop().run_in_executor(self._reader, self._read, paths, outline)
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
             log.warning("profd: reading %d source file(s) took over %.0f s", len(paths), timeout)
 
-    @staticmethod
-    def _read(paths: list[str]) -> None:
+    def _read(self, paths: list[str], with_outline: bool) -> None:
+        from . import outline  # the AST outline, parsed here: never on the loop
+
         for p in paths:
-            source_lines(p)
+            try:
+                st = os.stat(p)
+                mtime = st.st_mtime if stat.S_ISREG(st.st_mode) else None
+            except OSError:
+                mtime = None
+            lines = source_lines(p) if mtime is not None else ()
+            old = self._snap.get(p)
+            funcs = old.functions if old is not None and old.mtime == mtime else None
+            if with_outline and funcs is None:
+                funcs = outline.functions(lines)
+            self._snap[p] = Snap(mtime, lines, os.path.realpath(p), funcs)
+            self._snap.move_to_end(p)
+        while len(self._snap) > self.MAX:
+            self._snap.popitem(last=False)
+
+    # ---- on the loop: memory only -----------------------------------------------------------
+    def lines(self, path: str) -> tuple[str, ...]:
+        s = self._snap.get(path)
+        return s.lines if s is not None else ()
+
+    def mtime(self, path: str) -> Optional[float]:
+        s = self._snap.get(path)
+        return s.mtime if s is not None else None
+
+    def isfile(self, path: str) -> bool:
+        return self.mtime(path) is not None
+
+    def real(self, path: str) -> str:
+        s = self._snap.get(path)
+        return s.real if s is not None else path
+
+    def functions(self, path: str) -> tuple:
+        s = self._snap.get(path)
+        return s.functions or () if s is not None else ()
 
 
 SOURCES = SourceLines()
@@ -615,7 +670,7 @@ class Core:
         # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same module).
         from ..engine import suppress
 
-        here = suppress.apply(here)[0]
+        here = suppress.apply(here, SOURCES.lines)[0]
         if cur:
             hint = unmapped_hint(r, trace_path, sources, self.cfg.workspace)
             if hint is not None:
@@ -650,13 +705,14 @@ class Core:
                               uptime_s=round(time.time() - self.started, 3))
 
     # ---- analysis ---------------------------------------------------------------------------
-    async def _hash(self, path: str) -> Optional[str]:
+    async def _hash(self, path: str) -> Optional[tuple[str, Sig]]:
+        """(sha256, signature of the file read), or None when it is gone."""
         try:
             return await self.loop.run_in_executor(self._io, sha_file, path)
         except OSError:
             return None
 
-    async def _hash_beside(self, path: str, size: int) -> Optional[str]:
+    async def _hash_beside(self, path: str, size: int) -> Optional[tuple[str, Sig]]:
         """sha256 of ``path`` while an analysis runs: a niced child for big files."""
         if size < BG_HASH_MIN_BYTES:
             return await self._hash(path)
@@ -673,13 +729,15 @@ class Core:
             if proc.returncode is None:
                 proc.kill()
             raise
-        digest = out.decode(errors="replace").strip()
-        if proc.returncode != 0 or len(digest) != 64:
+        digest, *st = out.decode(errors="replace").split() or [""]
+        if proc.returncode != 0 or len(digest) != 64 or len(st) != 3:
             return None  # gone or unreadable
-        return digest
+        return digest, tuple(int(x) for x in st)
 
-    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled) -> bytes:
-        """Analyse once per key: concurrent callers of the same content share one run."""
+    async def _run(self, key: str, path: str, size: int, workspace, path_map,
+                   disabled) -> tuple[bytes, Optional[Sig]]:
+        """Analyse once per key: concurrent callers of the same content share one run.
+        (report, signature of the file the analysis read, or None when it changed under it)."""
         fut = self.inflight.get(key)
         if fut is not None:
             return await asyncio.shield(fut)
@@ -691,11 +749,13 @@ class Core:
             if self.inflight.get(key) is fut:
                 del self.inflight[key]
 
-    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes]]:
+    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes, Optional[Sig],
+                                                                    Sig]]:
         """Analyse a watched file whose content cannot have been seen (no report and no analysis
         in flight has its size): the analysis starts at once and the file is hashed beside it,
-        so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data), or None
-        when the file went away or turned out to be a repeat after all."""
+        so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data, signature
+        the analysis read, signature hashed), or None when the file went away or turned out to be
+        a repeat after all."""
         cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
         fut = self.loop.create_future()
         job = asyncio.ensure_future(self._analyse(fut, path, size, cfg.workspace, cfg.path_map,
@@ -704,24 +764,26 @@ class Core:
         hashing = asyncio.ensure_future(self._hash_beside(path, size))
         self._unhashed.setdefault(size, []).append(hashing)
         try:
-            sha = await hashing
+            hashed = await hashing
         finally:
             waiting = self._unhashed.get(size, [])
             if hashing in waiting:
                 waiting.remove(hashing)
             if not waiting:
                 self._unhashed.pop(size, None)
-        if sha is None:
+        if hashed is None:
             return None  # gone: the analysis finishes unused
+        sha, hsig = hashed
         key = f"{sha}:{fp}"
         if key in self.meta:  # committed meanwhile under another name
-            self._link(path, key, sig)
+            self._link(path, key, hsig)
             return None
         mine = key not in self.inflight
         if mine:  # a repeat arriving now joins this run
             self.inflight[key] = fut
         try:
-            return key, await job
+            data, read = await job
+            return key, data, read, hsig
         finally:
             if mine and self.inflight.get(key) is fut:
                 del self.inflight[key]
@@ -732,7 +794,7 @@ class Core:
             any(r.size == size for r in self.meta.values())
 
     async def _analyse(self, fut: asyncio.Future, path: str, size: int, workspace, path_map,
-                       disabled) -> bytes:
+                       disabled) -> tuple[bytes, Optional[Sig]]:
         token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
         big = size >= self.cfg.progress_min_bytes
         if big:
@@ -742,7 +804,7 @@ class Core:
         self._busy_sizes[size] += 1
         t0 = time.time()
         try:
-            data, wall, cpu, start = await self._submit(path, workspace, path_map, disabled)
+            data, wall, cpu, start, read = await self._submit(path, workspace, path_map, disabled)
             # The lines its findings sit on, read now (off the loop): while this analysis is still
             # in flight, so a repeat of its content joins it instead of starting another.
             await SOURCES.warm(line_sources(T.decode_report(data)))
@@ -751,8 +813,8 @@ class Core:
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
                      "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
                      path, size, wall, cpu, t1 - t0, start - t0, t1 - start - wall)
-            fut.set_result(data)
-            return data
+            fut.set_result((data, read))
+            return data, read
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()  # mark retrieved
@@ -767,31 +829,40 @@ class Core:
                     s.progress(token, None)
 
     async def _submit(self, path, workspace, path_map, disabled) -> tuple[bytes, float, float,
-                                                                          float]:
+                                                                          float, Optional[Sig]]:
         try:
             return await self._pool.run(_analyze_job, path, list(workspace),
                                         [list(p) for p in path_map], sorted(disabled))
         except Budget as e:
             log.error("profd: %s: %s", path, e)
             return T.encode(T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
-                                     error=f"profd: bad trace {path}: {e}")), 0.0, 0.0, time.time()
+                                     error=f"profd: bad trace {path}: {e}")), 0.0, 0.0, time.time(), \
+                signature(path)
 
     async def run_in_worker(self, fn, *args):
         """Other work on a trace (annotating it) in an analysis process, under the same budgets;
         Budget when it was ended."""
         return await self._pool.run(fn, *args)
 
-    def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report) -> None:
+    def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report,
+                current: bool = True) -> None:
+        """Store the report of content ``key``, read from ``path`` as ``sig``; ``current``: the
+        file there still holds it (else the report is kept for that content alone: no path
+        points at it, nothing is published, and the next file with that content links to it)."""
         if key in self.meta and self.meta[key].path != path:  # committed meanwhile under
-            self._link(path, key, sig)                           # another name: the same content
+            if current:                                          # another name: the same content
+                self._link(path, key, sig)
             return
-        sources = local_sources(report, path)
+        sources = local_sources(report, path, SOURCES.isfile)  # read by the analysis' warm()
         size, mtime_ns = sig[0], sig[1]
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
         created = self._write(("put", key, path, mtime_ns / 1e9, size, data, report.error,
                                sources, rec)) or time.time()
         row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created, rec)
         self._cache[key] = report
+        if not current:
+            self.meta[key] = row
+            return
         self._index(row)
         if report.error:
             log.error("%s", report.error)
@@ -815,38 +886,36 @@ class Core:
             got = await self._run_new(path, sig)
             if got is None:
                 return None
-            key, data = got
+            key, data, read, hsig = got
         else:
-            sha = await self._hash(path)
-            if sha is None:
+            hashed = await self._hash(path)
+            if hashed is None:
                 return None
+            sha, hsig = hashed
             for t in list(self._unhashed.get(size, ())):  # a same-size file hashed beside its
                 await asyncio.wait([t])                   # analysis: let it register its key
             key = f"{sha}:{fp}"
             if key in self.meta:  # same content again (here or under another name): costs nothing
-                self._link(path, key, sig)
+                self._link(path, key, hsig)
                 return None
-            data = await self._run(key, path, size, *opts)
+            data, read = await self._run(key, path, size, *opts)
         report = relabel(T.decode_report(data), path)
-        if report.error is None:
-            data_out = data
-        else:
-            data_out = T.encode(report)
-        return Outcome(ok=report.error is None,
-                       commit=functools.partial(self._commit, key, path, sig, data_out, report))
+        data_out = data if report.error is None else T.encode(report)
+        commit = functools.partial(self._commit, key, path, hsig, data_out, report)
+        # The analysis read the very file that was hashed: its report is that content's, whatever
+        # the path holds by now (a file replaced again while analysed keeps the work done).
+        verified = read is not None and read == hsig
+        ok = report.error is None
+        return Outcome(ok=ok, commit=commit, sig=hsig if verified else None,
+                       keep=functools.partial(commit, current=False) if verified and ok else None)
 
     # ---- profd/analyze ----------------------------------------------------------------------
     def sources_changed(self, key: str) -> bool:
-        """Whether a source file the report points at changed after it was made: its findings'
-        lines, columns and inline suppressions (``# profd: ignore[...]``) come from the sources."""
+        """Whether a source file the report points at changed after it was made (as last read:
+        ``await SOURCES.warm(row.sources)`` first): its findings' lines, columns and inline
+        suppressions (``# profd: ignore[...]``) come from the sources."""
         row = self.meta[key]
-        for src in row.sources:
-            try:
-                if os.stat(src).st_mtime > row.created:
-                    return True
-            except OSError:
-                continue
-        return False
+        return any((SOURCES.mtime(src) or 0.0) > row.created for src in row.sources)
 
     def roots(self) -> list[str]:
         if self.cfg.allow:
@@ -874,30 +943,37 @@ class Core:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {path}")
         return real
 
+    async def io(self, fn, *args):
+        """``fn(*args)`` on the daemon's I/O threads: a stat or a path lookup never runs on the
+        loop (a hung mount stalls that thread, not every client)."""
+        return await self.loop.run_in_executor(self._io, fn, *args)
+
     async def analyze(self, p: M.AnalyzeParams) -> T.Report:
-        real = self.check_path(p.path)
+        real = await self.io(self.check_path, p.path)
         cfg = self.cfg
         ws = [os.path.abspath(w) for w in p.workspace] if p.workspace is not None else cfg.workspace
         pm = [tuple(x) for x in p.path_map] if p.path_map is not None else cfg.path_map
         dis = set(p.disabled) if p.disabled is not None else cfg.disabled
         fp = options_fp(ws, pm, dis)
-        sig = signature(real)
-        sha = await self._hash(real)
-        if sig is None or sha is None:
+        hashed = await self._hash(real)
+        if hashed is None:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
+        sha, sig = hashed
         key = f"{sha}:{fp}"
+        if key in self.meta:
+            await SOURCES.warm(self.meta[key].sources)
         stale = key in self.meta and self.sources_changed(key)
         if key in self.meta and not stale and self.report(key) is not None:
             return self.report_at(key, p.path)
         if fp != self.fp:  # this request's own options: its result is this client's alone
             data = self._aside.get(key)
             if data is None:
-                data = await self._run(key, real, sig[0], ws, pm, dis)
+                data, _ = await self._run(key, real, sig[0], ws, pm, dis)
                 self._aside[key] = data
                 while len(self._aside) > 32:
                     self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
-        data = await self._run(key, real, sig[0], ws, pm, dis)
+        data, _ = await self._run(key, real, sig[0], ws, pm, dis)
         if key not in self.meta or stale:
             report = relabel(T.decode_report(data), real)
             self._commit(key, real, sig, T.encode(report) if report.error else data, report)

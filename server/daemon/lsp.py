@@ -37,7 +37,6 @@ from .placement import UNMAPPED
 from ..engine.diff import diff_reports
 from ..engine.modules import top_modules
 from ..engine.rules.util import plural, size, us
-from ..engine.sourcemap import source_lines
 
 log = logging.getLogger("profd.lsp")
 
@@ -97,7 +96,7 @@ def _steps(core, key) -> int:
 
 
 def line_len(path: str, line0: int) -> int:
-    lines = source_lines(path)
+    lines = SOURCES.lines(path)
     return len(lines[line0]) if 0 <= line0 < len(lines) else 0
 
 
@@ -119,7 +118,8 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnos
             rng = L.Range(L.Position(l0, c0), L.Position(loc.end_line - 1, max(0, loc.end_column - 1)))
         else:
             end = max(c0, line_len(source, l0))
-            text = source_lines(source)[l0] if l0 < len(source_lines(source)) else ""
+            lines = SOURCES.lines(source)
+            text = lines[l0] if l0 < len(lines) else ""
             c0 = min(c0, len(text) - len(text.lstrip())) if text else c0
             rng = L.Range(L.Position(l0, c0), L.Position(l0, end))
     else:
@@ -565,15 +565,15 @@ def _path_of(uri: str) -> str:
     return to_fs_path(uri) or uri
 
 
-def _lookup(core: Core, uri: str) -> str:
-    """The indexed name of the file at ``uri`` (as indexed, or via its real path)."""
+async def _lookup(core: Core, uri: str, outline: bool = False) -> str:
+    """The indexed name of the file at ``uri`` (as indexed, or via its real path), read into
+    ``SOURCES`` (off the loop) for the handler that asked; ``outline``: its functions too."""
     p = _path_of(uri)
-    if p in core.by_source:
-        return p
-    rp = os.path.realpath(p)
-    for s in core.by_source:
-        if os.path.realpath(s) == rp:
-            return s
+    if p not in core.by_source:
+        await SOURCES.warm([p])
+        rp = SOURCES.real(p)
+        p = next((s for s in core.by_source if SOURCES.real(s) == rp), p)
+    await SOURCES.warm([p], outline=outline)
     return p
 
 
@@ -621,16 +621,19 @@ def build_server(session: LspSession) -> LanguageServer:
         session.reconfigure()
 
     @ls.feature(L.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls_: LanguageServer, params: L.DidOpenTextDocumentParams):
+    async def did_open(ls_: LanguageServer, params: L.DidOpenTextDocumentParams):
         """Push a file's findings again when it is opened: some clients (eglot) drop diagnostics
         for files that were not open when they arrived."""
-        session.publish(_lookup(core, params.text_document.uri))
+        session.publish(await _lookup(core, params.text_document.uri))
 
     @ls.feature(L.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls_: LanguageServer, params: L.DidSaveTextDocumentParams):
         """A saved source (a quick fix, a ``# profd: ignore[...]``) re-reads the report on it."""
-        key = core.newest_for(_lookup(core, params.text_document.uri))
-        if key is None or not core.sources_changed(key):
+        key = core.newest_for(await _lookup(core, params.text_document.uri))
+        if key is None:
+            return
+        await SOURCES.warm(core.meta[key].sources)
+        if not core.sources_changed(key):
             return
         try:
             await core.analyze(M.AnalyzeParams(path=core.meta[key].path))
@@ -656,8 +659,7 @@ def build_server(session: LspSession) -> LanguageServer:
                 L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True,
                                     identifier="profd"))
     async def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
-        source = _lookup(core, params.text_document.uri)
-        await SOURCES.warm([source])
+        source = await _lookup(core, params.text_document.uri)
         result_id, items = diagnostic_report(source, params.previous_result_id)
         if items is None:
             return L.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
@@ -682,8 +684,7 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.TEXT_DOCUMENT_HOVER)
     async def hover(ls_: LanguageServer, params: L.HoverParams):
-        source = _lookup(core, params.text_document.uri)
-        await SOURCES.warm([source])
+        source = await _lookup(core, params.text_document.uri)
         line = params.position.line + 1
         key, hots = core.hot_lines_for(source)
         h = next((x for x in hots if x.line == line), None)
@@ -706,8 +707,7 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
     async def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
-        source = _lookup(core, params.text_document.uri)
-        await SOURCES.warm([source])
+        source = await _lookup(core, params.text_document.uri)
         key, hots = core.hot_lines_for(source)
         n = _steps(core, key)
         lo, hi = params.range.start.line, params.range.end.line
@@ -725,12 +725,11 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_LENS, L.CodeLensOptions(resolve_provider=False))
     async def code_lens(ls_: LanguageServer, params: L.CodeLensParams):
-        source = _lookup(core, params.text_document.uri)
-        await SOURCES.warm([source])
+        source = await _lookup(core, params.text_document.uri, outline=True)
         key, hots = core.hot_lines_for(source)
         funcs: dict[str, tuple[int, list[T.HotLine]]] = {}
         for h in hots:
-            f = outline.function_at(source, h.line)
+            f = outline.function_at(SOURCES.functions(source), h.line)
             name, l0 = (f.qualname, f.def_line - 1) if f else (h.function, h.line - 1)
             funcs.setdefault(name, (l0, []))[1].append(h)
         out = []
@@ -745,7 +744,7 @@ def build_server(session: LspSession) -> LanguageServer:
                      f"{plural(launches / n, 'launch')} ({plural(len(hs), 'hot line')})")
             lines = [f"profd: {name} in {os.path.basename(source)}, per step "
                      f"(trace {os.path.basename(core.meta[key].path)}):"]
-            src_lines = source_lines(source)
+            src_lines = SOURCES.lines(source)
             for h in sorted(hs, key=lambda h: -(h.gpu_us + h.cpu_total_us))[:8]:
                 text = src_lines[h.line - 1].strip() if h.line <= len(src_lines) else ""
                 lines.append(f"  line {h.line}: GPU {us(h.gpu_us / n)}, CPU {us(h.cpu_total_us / n)}, "
@@ -765,16 +764,16 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_ACTION,
                 L.CodeActionOptions(code_action_kinds=[L.CodeActionKind.QuickFix]))
-    def code_action(ls_: LanguageServer, params: L.CodeActionParams):
+    async def code_action(ls_: LanguageServer, params: L.CodeActionParams):
         uri = params.text_document.uri
-        source = _lookup(core, uri)
+        source = await _lookup(core, uri)
         key, diags = core.diagnostics_for(source)
         if key is None:
             return []
         row = core.meta[key]
         lo, hi = params.range.start.line + 1, params.range.end.line + 1
         doc = ls_.workspace.text_documents.get(uri)
-        text = doc.source if doc is not None else "\n".join(source_lines(source)) + "\n"
+        text = doc.source if doc is not None else "\n".join(SOURCES.lines(source)) + "\n"
         out: list[L.CodeAction] = []
         near: list[L.Diagnostic] = []
         for d in diags:
@@ -813,7 +812,7 @@ def build_server(session: LspSession) -> LanguageServer:
         row, cfg = core.meta[key], core.cfg
         name = os.path.basename(row.path).split(".json")[0]
         out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
-        if not os.path.exists(out):
+        if not await core.io(os.path.exists, out):
             try:
                 await core.run_in_worker(_annotate_job, row.path, out, cfg.workspace,
                                          [list(p) for p in cfg.path_map], sorted(cfg.disabled))
@@ -856,11 +855,11 @@ def build_server(session: LspSession) -> LanguageServer:
         return T.to_builtins(M.ReportsResult(reports=core.entries(p.path)))
 
     @ls.feature(M.REPORT)
-    def report(ls_: LanguageServer, params: Any):
+    async def report(ls_: LanguageServer, params: Any):
         p = _convert(params, M.ReportParams)
         key = p.key or (core.trace_key.get(p.path) if p.path else None)
         if p.path and key is None:
-            key = core.trace_key.get(os.path.realpath(p.path))
+            key = core.trace_key.get(await core.io(os.path.realpath, p.path))
         r = (core.report_at(key, p.path) if p.path else core.report(key)) \
             if key and key in core.meta else None
         return T.to_builtins(r) if r is not None else None

@@ -1,18 +1,14 @@
 """The functions of a source file, by qualified name (``Block.forward``), from its AST.
 
 Frames in a trace name a function by its bare name (``forward``); a file with four ``forward``
-methods needs the enclosing classes to tell them apart. Cached per (path, mtime) through the
-engine's own cached reader; no other I/O.
+methods needs the enclosing classes to tell them apart. No I/O: the daemon parses the lines it
+read, off its event loop, once per version of the file (``core.SourceLines``).
 """
 from __future__ import annotations
 
 import ast
 import bisect
-import os
-from functools import lru_cache
-from typing import NamedTuple, Optional
-
-from ..engine.sourcemap import source_lines
+from typing import NamedTuple, Optional, Sequence
 
 
 class Func(NamedTuple):
@@ -21,10 +17,9 @@ class Func(NamedTuple):
     end_line: int
 
 
-@lru_cache(maxsize=256)
-def _outline(path: str, mtime: float) -> tuple[Func, ...]:
+def _outline(text: str) -> tuple[Func, ...]:
     try:
-        tree = ast.parse("\n".join(source_lines(path)))
+        tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return ()
     out: list[Func] = []
@@ -43,16 +38,13 @@ def _outline(path: str, mtime: float) -> tuple[Func, ...]:
     return tuple(sorted(out, key=lambda f: f.def_line))
 
 
-def functions(path: str) -> tuple[Func, ...]:
-    try:
-        return _outline(path, os.stat(path).st_mtime)
-    except OSError:
-        return ()
+def functions(lines: Sequence[str]) -> tuple[Func, ...]:
+    """The functions of a file, from its ``lines``."""
+    return _outline("\n".join(lines)) if lines else ()
 
 
-def function_at(path: str, line: int) -> Optional[Func]:
-    """The innermost function whose body holds ``line`` (1-based)."""
-    fs = functions(path)
+def function_at(fs: Sequence[Func], line: int) -> Optional[Func]:
+    """The innermost of the functions ``fs`` whose body holds ``line`` (1-based)."""
     i = bisect.bisect_right([f.def_line for f in fs], line)
     best = None
     for f in fs[:i]:

@@ -4,22 +4,25 @@ A finding whose frame could not be mapped onto this machine (the trace names
 ``/home/gpuuser/jobs/run42/train.py`` and no workspace root or path map leads to a local file) is
 shown on the trace file itself, with its frame path and line in the message, and the trace gets one
 more finding (``unmapped-source``) that names the unmapped prefix and the ``--path-map`` /
-``path-map`` setting that fixes it. No I/O here except ``local_sources`` (a stat per file, run once
-when a report is committed; its answer is stored with the report).
+``path-map`` setting that fixes it. No I/O here: ``local_sources`` is told which files exist (the
+daemon's snapshot of them, read off its loop) and runs once when a report is committed; its answer
+is stored with the report.
 """
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ...protocol import types as T
 
 UNMAPPED = "unmapped-source"
 
 
-def local_sources(report: T.Report, trace_path: str) -> list[str]:
-    """The files the report's findings and hot lines point at that exist here, plus the trace
-    itself when anything lands on it (trace-level findings, unmapped frames, a read error)."""
+def local_sources(report: T.Report, trace_path: str,
+                  isfile: Callable[[str], bool] = os.path.isfile) -> list[str]:
+    """The files the report's findings and hot lines point at that exist here (``isfile``), plus
+    the trace itself when anything lands on it (trace-level findings, unmapped frames, a read
+    error)."""
     out: dict[str, None] = {}
     seen: dict[str, bool] = {}
 
@@ -27,7 +30,7 @@ def local_sources(report: T.Report, trace_path: str) -> list[str]:
         if not p or not os.path.isabs(p):
             return False
         if p not in seen:
-            seen[p] = os.path.isfile(p)
+            seen[p] = isfile(p)
         return seen[p]
 
     for d in report.diagnostics:

@@ -21,25 +21,60 @@ too, plus a cheap periodic check of the folder's inode) and rescanned.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
+import collections
+import importlib
 import logging
 import os
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent,
+                             FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEvent,
+                             FileSystemEventHandler)
 from watchdog.observers import Observer
 
 log = logging.getLogger("profd.watcher")
 
-PATTERNS = ("*.json", "*.pt.trace.json", "*.json.gz")
+# The traces taken: *.json (so *.pt.trace.json) and *.json.gz, never a dot-file (a writer's
+# temporary). A suffix test: it runs on watchdog's thread for every event.
+SUFFIXES = (".json", ".json.gz")
+
+# The events asked of the kernel (inotify's mask): a file written, closed or renamed here, and a
+# folder appearing or going. Not opens, reads or closes after reading: the daemon's own hashing
+# and analysis read every trace, and those events would queue in the observer ahead of the
+# next user's file (a flood of 1,000 files otherwise delays the last one by a second).
+FILE_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent,
+               DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+FOLDER_EVENTS = [DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+
+
+def _pair_moves_quickly(hold_s: float = 0.005) -> list[type]:
+    """watchdog's inotify backend holds each rename's "moved from" half up to 0.5 s to pair it
+    with its "moved to" half, and its queue waits the whole 0.5 s whenever that half reaches the
+    head first, holding every later event behind it: under a flood of renamed-into-place files
+    (how trace writers finish a file) the last one arrived 0.5-1.5 s late. The two halves are
+    read from the kernel together; a few ms is plenty, and a pair split anyway reaches us as a
+    created file, which the settle wait still takes correctly."""
+    found = []
+    for mod, cls in (("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),
+                     ("watchdog.observers.inotify_buffer", "InotifyBuffer")):  # watchdog 7 / 4-6
+        try:
+            grouper = getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError):
+            continue
+        grouper.delay = min(grouper.delay, hold_s)
+        found.append(grouper)
+    return found
+
+
+_pair_moves_quickly()
 
 Sig = tuple  # (size, mtime_ns, ino)
 
 
 def matches(path: str) -> bool:
     name = os.path.basename(path)
-    return not name.startswith(".") and any(fnmatch.fnmatch(name, p) for p in PATTERNS)
+    return not name.startswith(".") and name.endswith(SUFFIXES)
 
 
 def signature(path: str) -> Optional[Sig]:
@@ -54,10 +89,15 @@ def signature(path: str) -> Optional[Sig]:
 
 @dataclass
 class Outcome:
-    """What ``handle`` did with a stable file: ``ok`` False = it did not parse (maybe not yet)."""
+    """What ``handle`` did with a stable file: ``ok`` False = it did not parse (maybe not yet).
+    ``sig``: the signature of the file the report was made from, when the handler knows it (the
+    hash and the analysis read that same file), else the queued signature is what counts.
+    ``keep``: records the report for its content alone, when the path has changed since."""
 
     ok: bool
     commit: Callable[[], None]
+    sig: Optional[Sig] = None
+    keep: Optional[Callable[[], None]] = None
 
 
 Handler = Callable[[str, Sig], Awaitable[Optional[Outcome]]]
@@ -145,9 +185,13 @@ class Intake:
         if out is None:
             self._release(path)
             return
-        if signature(path) != sig:  # replaced or still written while we read it: go round again
+        made_from = out.sig or sig
+        if signature(path) != made_from:  # replaced or still written while read: go round again
+            if out.keep is not None:
+                out.keep()  # the work done stands for the content it read
             self._release(path, again=True)
             return
+        sig = made_from
         if out.ok:
             out.commit()
             self._release(path)
@@ -178,29 +222,27 @@ class Intake:
 
 
 class _Events(FileSystemEventHandler):
+    """Runs on watchdog's thread, for every event: a cheap test, then the path goes into an inbox
+    the loop drains in one wake-up per burst (a flood of 1,000 files is a few wake-ups, not
+    thousands of cross-thread calls competing with the observer for the GIL)."""
+
     def __init__(self, watcher: "Watcher"):
         self.w = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
-            return
-        paths = [event.src_path]
-        dest = getattr(event, "dest_path", "")
-        if dest:
-            paths = [dest]
-        for p in paths:
-            p = os.fsdecode(p)
-            if event.is_directory or p == self.w.root:
-                self.w.loop.call_soon_threadsafe(self.w.rearm_if_needed)
-                if event.is_directory and event.event_type in ("created", "moved") and \
-                        p.startswith(self.w.root + os.sep):
-                    self.w.loop.call_soon_threadsafe(self.w.scan, p)
-            elif event.event_type != "deleted" and matches(p) and \
-                    p.startswith(self.w.root + os.sep):  # not the parent's own files
-                if event.event_type == "moved" and self.w.on_complete is not None:
-                    self.w.loop.call_soon_threadsafe(self.w.on_complete, p)
-                else:
-                    self.w.loop.call_soon_threadsafe(self.w.on_path, p)
+        p = os.fsdecode(getattr(event, "dest_path", "") or event.src_path)
+        w = self.w
+        if event.is_directory or p == w.root:
+            w.post(w.rearm_if_needed)
+            if event.is_directory and event.event_type in ("created", "moved") and \
+                    p.startswith(w.root + os.sep):
+                w.post(w.scan, p)
+        elif event.event_type != "deleted" and matches(p) and \
+                p.startswith(w.root + os.sep):  # not the parent's own files
+            if event.event_type == "moved" and w.on_complete is not None:
+                w.post(w.on_complete, p)
+            else:
+                w.post(w.on_path, p)
 
 
 def inside(path: str, root: str) -> bool:
@@ -227,6 +269,27 @@ class Watcher:
         self._ino: Optional[int] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         self.rearmed = 0
+        self._inbox: collections.deque = collections.deque()  # (fn, args) from watchdog's thread
+        self._woken = False
+
+    def post(self, fn: Callable, *args) -> None:
+        """From watchdog's thread: run ``fn(*args)`` on the loop, in order."""
+        self._inbox.append((fn, args))
+        if not self._woken:
+            self._woken = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: the daemon is stopping
+                pass
+
+    def _drain(self) -> None:
+        self._woken = False  # first: a path posted from now on wakes the loop again
+        while self._inbox:
+            fn, args = self._inbox.popleft()
+            try:
+                fn(*args)
+            except Exception:  # one path must not drop the rest of the burst
+                log.exception("profd: handling a file event failed")
 
     def _inside(self, fn: Callable[[str], None]) -> Callable[[str], None]:
         def offer(path: str) -> None:
@@ -256,7 +319,8 @@ class Watcher:
         parent = os.path.dirname(self.root)
         if self._parent_watch is None and os.path.isdir(parent):
             try:
-                self._parent_watch = self.observer.schedule(self._handler, parent, recursive=False)
+                self._parent_watch = self.observer.schedule(self._handler, parent, recursive=False,
+                                                            event_filter=FOLDER_EVENTS)
             except OSError:
                 self._parent_watch = None
         try:
@@ -276,7 +340,8 @@ class Watcher:
             log.warning("profd: watched folder %s is gone; waiting for it to come back", self.root)
             return
         try:
-            self._root_watch = self.observer.schedule(self._handler, self.root, recursive=True)
+            self._root_watch = self.observer.schedule(self._handler, self.root, recursive=True,
+                                                      event_filter=FILE_EVENTS)
         except OSError as e:
             log.error("profd: cannot watch %s: %s", self.root, e)
             self._ino = None

@@ -15,7 +15,7 @@ comment written after the report was made takes effect at the next publish or pu
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from ...protocol.types import Diagnostic
 from .sourcemap import source_lines
@@ -41,11 +41,11 @@ def codes_on(text: str) -> set[str]:
     return out
 
 
-def _suppressed(d: Diagnostic) -> bool:
+def _suppressed(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> bool:
     loc = d.location
     if not loc.line or not loc.path or loc.precision == "trace":
         return False
-    lines = source_lines(loc.path)
+    lines = lines_of(loc.path)
     last = loc.end_line if loc.end_line and loc.end_line >= loc.line else loc.line
     for n in range(loc.line, min(last, len(lines)) + 1):
         codes = codes_on(lines[n - 1])
@@ -54,12 +54,14 @@ def _suppressed(d: Diagnostic) -> bool:
     return False
 
 
-def apply(diagnostics: Iterable[Diagnostic]) -> tuple[list[Diagnostic], dict[str, int]]:
-    """(the findings no comment suppresses, per code how many were suppressed)."""
+def apply(diagnostics: Iterable[Diagnostic], lines_of: Callable[[str], Sequence[str]] = source_lines
+          ) -> tuple[list[Diagnostic], dict[str, int]]:
+    """(the findings no comment suppresses, per code how many were suppressed); ``lines_of``: a
+    file's lines (default: read now; the daemon passes what it read off its event loop)."""
     kept: list[Diagnostic] = []
     dropped: dict[str, int] = {}
     for d in diagnostics:
-        if _suppressed(d):
+        if _suppressed(d, lines_of):
             dropped[d.code] = dropped.get(d.code, 0) + 1
         else:
             kept.append(d)
