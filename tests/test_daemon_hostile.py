@@ -217,10 +217,11 @@ async def test_budgets_end_the_analysis_with_an_error_report_once(served):
 @pytest.mark.parametrize("way", ["profd stop", "LSP exit", "stdin closed"])
 async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
     """Both workers busy for minutes, then the daemon is told to stop: ``profd stop`` on a
-    ``profd start`` (TCP) daemon, or (stdio) its editor's shutdown and exit, or its editor gone
-    (stdin closed). The daemon exits at once and takes its busy workers with it."""
+    ``profd start`` (TCP) daemon with an editor connected, or (stdio) its editor's shutdown and
+    exit, or its editor gone (stdin closed). The daemon exits at once and takes its busy
+    workers with it, and logs no error for it."""
     watch, state = folders
-    served = None
+    served = editor = None
     if way == "profd stop":
         env = dict(os.environ, PROFD_STATE=str(state))
         subprocess.run([PY, "-m", "profd.server.daemon.cli", "start", "--watch", str(watch),
@@ -241,11 +242,13 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
         workers = child_pids(pid)
         assert len(workers) >= 2, workers
         if way == "profd stop":
+            editor = await lsp_tcp_client(src)
             out = subprocess.run([PY, "-m", "profd.server.daemon.cli", "stop", "--state",
                                   str(state)], capture_output=True, text=True, timeout=60)
             assert out.returncode == 0 and "stopped" in out.stdout, out
             with open(os.path.join(state, "daemon.log")) as f:  # the daemon's own, rotated, log
-                assert "listening on" in f.read()
+                log = f.read()
+            assert "listening on" in log
         elif way == "LSP exit":
             await asyncio.wait_for(served.lsp.shutdown_session(), 20)  # shutdown, exit, its end
         else:
@@ -253,7 +256,11 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
             await asyncio.wait_for(served.lsp._server.wait(), 20)
         assert not alive(pid)
         await await_for(lambda: not any(alive(w) for w in workers), 5, "the workers gone")
+        log = log if editor else served.log_text()
+        assert " ERROR " not in log and "Traceback" not in log, log
     finally:
+        if editor:
+            await editor.stop()
         for p in [pid, *child_pids(pid)]:
             try:
                 os.kill(p, 9)

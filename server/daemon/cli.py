@@ -188,6 +188,8 @@ def _loop_errors(loop, context: dict) -> None:
     """asyncio's own errors (accept() out of file descriptors, ...) as one line each, through
     the rate-limited log, instead of a traceback per event."""
     exc = context.get("exception")
+    if isinstance(exc, asyncio.CancelledError):  # a callback (asyncio's streams in 3.11, pygls)
+        return  # reading a task cancelled at a stop: not an error
     logging.getLogger("profd.loop").error("profd: %s%s", context.get("message", "event loop error"),
                                           f": {exc!r}" if exc else "")
 
