@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import orjson
 
 from ..protocol import types as T
+from ..protocol.options import path_map_item
 from . import config as C
 from . import format as fmt
 
@@ -141,13 +142,10 @@ def resolve(ns) -> argparse.Namespace:
 
 
 def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
-    out = []
-    for it in items or []:
-        if "=" not in it:
-            raise C.UsageError(f"--path-map wants REMOTE=LOCAL, got {it!r}")
-        r, l = it.split("=", 1)
-        out.append((r, os.path.abspath(l)))
-    return out
+    try:
+        return [path_map_item(it) for it in items or []]
+    except ValueError as e:
+        raise C.UsageError(f"--{e}")
 
 
 def engine_options(ns):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..protocol.catalog import UnknownCode, expand_code
+from ..protocol.options import path_map_item
 
 KEYS = {"workspace", "path-map", "select", "ignore", "extend-select", "fail-on", "format", "hints",
         "color", "statistics", "output-file", "rules"}
@@ -119,10 +120,11 @@ def load(config: Optional[str], isolated: bool, cwd: Optional[str] = None) -> Fi
 
 
 def _rebase_map(m: str, base: str, path: str) -> str:
-    if "=" not in m:
-        raise UsageError(f"{path}: [tool.profd] path-map wants REMOTE=LOCAL, got {m!r}")
-    r, l = m.split("=", 1)
-    return f"{r}={os.path.normpath(os.path.join(base, l))}"
+    try:
+        r, l = path_map_item(m, base)
+    except ValueError as e:
+        raise UsageError(f"{path}: [tool.profd] {e}")
+    return f"{r}={l}"
 
 
 def _thresholds(t, path: str) -> dict[str, dict[str, float]]:

@@ -389,3 +389,19 @@ def test_the_daemon_refuses_unknown_codes_and_bad_path_maps(tmp_path):
     p = subprocess.run([PROFD, "serve", "--stdio", "--path-map", "foo", "--state", str(tmp_path)],
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "--path-map wants REMOTE=LOCAL" in p.stderr
+
+
+def test_path_map_items_read_alike_everywhere(monkeypatch, tmp_path):
+    """``REMOTE=LOCAL`` is read by one parser for the CLI, ``profd serve``, the editor's settings
+    and ``[tool.profd]``: the local side is made absolute (``~`` expanded; relative to the config
+    file's folder there, else the working directory); anything without ``=`` is refused with the
+    same words."""
+    from profd.protocol.options import path_map_item
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", "/home/u")
+    assert path_map_item("/job/run42=src") == ("/job/run42", str(tmp_path / "src"))
+    assert path_map_item("/job=~/proj/../code") == ("/job", "/home/u/code")
+    assert path_map_item("/job=src", base="/etc/cfg") == ("/job", "/etc/cfg/src")
+    assert path_map_item("a=b=c", base="/x") == ("a", "/x/b=c")
+    with pytest.raises(ValueError, match="path-map wants REMOTE=LOCAL, got 'foo'"):
+        path_map_item("foo")

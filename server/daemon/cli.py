@@ -25,6 +25,7 @@ import time
 from typing import Optional
 
 from ... import __version__
+from ...protocol.options import path_map_item
 
 DAEMON_FILE = "daemon.json"
 
@@ -106,14 +107,11 @@ def _config(ns):
     from .core import Config
 
     def pm(items):
-        out = []
-        for it in items:
-            if "=" not in it:
-                print(f"profd: --path-map wants REMOTE=LOCAL, got {it!r}", file=sys.stderr)
-                raise SystemExit(2)
-            r, l = it.split("=", 1)
-            out.append((r, os.path.abspath(l)))
-        return out
+        try:
+            return [path_map_item(it) for it in items]
+        except ValueError as e:
+            print(f"profd: --{e}", file=sys.stderr)
+            raise SystemExit(2)
 
     return Config(watch=os.path.abspath(ns.watch) if ns.watch else None,
                   workspace=[os.path.abspath(w) for w in ns.workspace],

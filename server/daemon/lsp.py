@@ -31,6 +31,7 @@ from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES, UnknownCode, expand_code
 from ...protocol.diff import LineDelta, ReportDiff
+from ...protocol.options import path_map_item
 from . import outline, quickfix
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
@@ -289,15 +290,10 @@ def parse_settings(raw: Any) -> tuple[dict, list[str]]:
         if k == "workspace":
             out[k] = [os.path.abspath(os.path.expanduser(x)) for x in vals]
         elif k == "path-map":
-            pairs = []
-            for x in vals:
-                if "=" not in x:
-                    bad.append(f"path-map wants REMOTE=LOCAL, got {x!r}")
-                    break
-                r, loc = x.split("=", 1)
-                pairs.append((r, os.path.abspath(os.path.expanduser(loc))))
-            else:
-                out[k] = pairs
+            try:
+                out[k] = [path_map_item(x) for x in vals]
+            except ValueError as e:
+                bad.append(str(e))
         else:
             unknown = [c for c in vals if not _known(c)]
             if unknown:
