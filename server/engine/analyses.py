@@ -328,3 +328,56 @@ def profiler_inflation(m: TraceModel) -> float:
 
 OVERHEAD_BUSY_PCT = 30.0
 COMPUTE_BUSY_PCT = 80.0
+
+
+# A gap is a stage of host work (building a batch with numpy, a sleep, I/O) when one op-free
+# stretch of it is this share of its step: the overhead between ops comes in many small pieces.
+HOST_STEP_SHARE = 0.25
+
+
+def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
+    """The GPU's idle holes inside the steps that are a stage of host work: each hole cut where
+    the CPU next starts an op (on any thread; dispatching, op after op, is overhead-bound's), kept
+    when that stretch alone is a quarter of its step and the main thread runs Python code that is
+    not torch's own meanwhile (torch's dispatcher, the profiler's step and Dynamo's wrappers are
+    the overhead between ops, which comes in many small pieces)."""
+    cached = a.__dict__.get("_host_stages")
+    if cached is not None:
+        return cached
+    out: list[tuple[float, float]] = []
+    if m.steps:
+        lo, hi = a.window
+        long = []  # only a hole this long can hold such a stretch
+        for x, y in gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end)):
+            step = m.step_at(x)
+            if step is not None and y - x >= HOST_STEP_SHARE * (step.end - step.ts):
+                long.append((x, y, step))
+        starts = sorted(e.ts for e in m.cpu if e.cat == "cpu_op") if long else []
+        for x, y, step in long:
+            j = bisect.bisect_right(starts, x)
+            y = min(y, starts[j]) if j < len(starts) else y
+            if y - x < HOST_STEP_SHARE * (step.end - step.ts):
+                continue
+            if _python_of(m, m.tindex.innermost(m.main_thread, (x + y) / 2)) not in (None, "torch"):
+                out.append((x, y))
+    a.__dict__["_host_stages"] = out
+    return out
+
+
+def _python_of(m, i: int):
+    """Whose Python runs at event i: None when it is no Python (an op, a runtime call, nothing),
+    "torch" when torch's own code called it (a frame of torch's below the user's frame), else
+    "other" (the user's code, numpy, another library)."""
+    if i < 0 or m.cpu[i].cat != "python_function":
+        return None
+    seen = None
+    while i >= 0 and m.cpu[i].cat == "python_function":
+        fr = m.frames.get(i)
+        if fr is not None and fr.path:
+            if fr.path.replace("\\", "/").split("site-packages/")[-1].startswith("torch/"):
+                return "torch"
+            if fr.user:
+                return "other"
+            seen = "other"
+        i = m.parent[i]
+    return seen

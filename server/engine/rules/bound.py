@@ -1,7 +1,7 @@
 """Is the GPU or the CPU the bottleneck? ``overhead-bound``, ``compute-bound``, ``small-problem``."""
 from __future__ import annotations
 
-from ..analyses import verdict
+from ..analyses import host_stages, verdict
 from ..kernels import GEMM, short_name
 from . import rule
 from .util import pct, r3, shapes, us
@@ -167,7 +167,10 @@ def small_problem(ctx):
 
     Threshold: every recorded GEMM under 1 GFLOP (about a microsecond on a modern GPU, less than its
     launch), or without shapes a median GEMM kernel under 10 µs. A benchmark this small measures
-    launch overhead, not the model: production-sized problems are usually compute-bound.
+    launch overhead, not the model: production-sized problems are usually compute-bound. Not when
+    the GPU waits on a stage of host work instead (one op-free stretch of a quarter of a step:
+    numpy building the batch, a sleep; ``gpu-idle-gap`` names it): that step measures the host
+    work, and a larger problem would not change it.
 
     Why it costs time: each GEMM is shorter than the CPU call that launches it, so the run measures
     launch overhead; conclusions drawn from it do not carry over to real sizes.
@@ -207,6 +210,8 @@ def small_problem(ctx):
         loc = ctx.trace_location()
         ev = {"median_gemm_kernel_us": r3(med)}
     else:
+        return
+    if host_stages(m, a):  # the step waits on host work, not on launches
         return
     ev.update({"gpu_busy_pct": r3(a.busy_pct)})
     yield ctx.diag(

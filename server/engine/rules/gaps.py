@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 from operator import attrgetter
 
-from ..analyses import covered, gaps, merge, verdict
+from ..analyses import covered, gaps, host_stages, merge, verdict
 from . import rule
 from .util import pct, plural, quantile, r3, us
 
@@ -45,6 +45,26 @@ def _cpu_during(ctx, lo: float, hi: float):
     return fallback
 
 
+def _host_during(ctx, lo: float, hi: float) -> tuple[int, int]:
+    """(event to place, event to name) for host work on the main thread during [lo, hi] that
+    dispatched nothing: the innermost event covering most of it (an op, or the Python call, such
+    as a generator building a batch with numpy, that ran then), placed at the statement that
+    called it when it is a call of the user's own code."""
+    m = ctx.model
+    i = m.tindex.innermost(m.main_thread, (lo + hi) / 2)
+    while i >= 0:
+        e = m.cpu[i]
+        if min(e.ts + e.dur, hi) - max(e.ts, lo) >= 0.5 * (hi - lo):
+            break
+        i = m.parent[i]
+    if i < 0 or m.cpu[i].name.startswith("ProfilerStep#"):
+        j = _cpu_during(ctx, lo, hi)
+        return j, j
+    fr = m.frames.get(i)
+    at = m.parent[i] if fr is not None and fr.user and m.parent[i] >= 0 else i
+    return at, i
+
+
 def _main_during(m, lo: float, hi: float) -> int:
     i = m.tindex.innermost(m.main_thread, (lo + hi) / 2)
     while i >= 0 and m.cpu[i].cat == "python_function":
@@ -57,8 +77,13 @@ def gpu_idle_gap(ctx):
     """Evidence: holes between GPU work inside the active steps, each with what the main thread
     was doing meanwhile (the op and the user line), largest first.
 
-    Threshold: gaps of 50 µs or more that add up to 10% of the window. Not reported on
-    overhead-bound traces, where idle time is everywhere and ``overhead-bound`` explains it.
+    Threshold: gaps of 50 µs or more that add up to 10% of the window. On overhead-bound traces,
+    where idle time is everywhere and ``overhead-bound`` explains it by the CPU dispatching, only
+    a gap counts only as a stage of host work: one stretch, before the CPU starts its next op,
+    that alone is a quarter of its step, while the main thread runs Python that is not torch's
+    own (numpy or Python building the next batch, a sleep, I/O), which fewer or larger launches
+    would not shorten; the overhead between ops (torch's dispatcher, the profiler's step) comes
+    in many small pieces and stays ``overhead-bound``'s.
 
     Why it costs time: during each gap the GPU has nothing queued; whatever the CPU does meanwhile
     (the op and line in the message) sits on the critical path.
@@ -74,11 +99,12 @@ def gpu_idle_gap(ctx):
     Shown by: examples/tinygpt_naive.json.gz
     """
     m, a = ctx.model, ctx.a
-    if not m.steps or not m.gpu or verdict(m, a) == "overhead-bound":
+    if not m.steps or not m.gpu:
         return
     lo, hi = a.window
-    holes = [(x, y) for x, y in gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end))
-             if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
+    host_only = verdict(m, a) == "overhead-bound"
+    holes = host_stages(m, a) if host_only else gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end))
+    holes = [(x, y) for x, y in holes if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
     total = sum(y - x for x, y in holes)
     if not holes or total < ctx.threshold("gpu-idle-gap", "window-share") * a.window_us:
         return
@@ -86,7 +112,7 @@ def gpu_idle_gap(ctx):
     # group the gaps by what the CPU was doing, so that one cause is one finding
     by_cause: dict = {}
     for x, y in holes:
-        i = _cpu_during(ctx, x, y)
+        i, named = _host_during(ctx, x, y) if host_only else (_cpu_during(ctx, x, y),) * 2
         if i >= 0 and m.is_backward(i):
             # backward ops run on the autograd thread: one cause, placed where the main thread
             # waits for it (the loss.backward() line), naming the ops seen
@@ -96,7 +122,7 @@ def gpu_idle_gap(ctx):
             c["ops"][name] = c["ops"].get(name, 0.0) + (y - x)
         else:
             k = ctx.line_id(i) or ("", m.cpu[i].name if i >= 0 else "?")
-            c = by_cause.setdefault(k, {"gaps": [], "op": i})
+            c = by_cause.setdefault(k, {"gaps": [], "op": i, "named": named})
         c["gaps"].append((x, y))
     for k, c in sorted(by_cause.items(), key=lambda kv: -sum(y - x for x, y in kv[1]["gaps"]))[:3]:
         gs = c["gaps"]
@@ -104,7 +130,10 @@ def gpu_idle_gap(ctx):
         if t < 0.05 * a.window_us:
             continue
         op = c["op"]
-        doing = m.cpu[op].name if op >= 0 else "nothing recorded"
+        named = c.get("named", op)
+        doing = m.cpu[named].name if named >= 0 else "nothing recorded"
+        if host_only and named >= 0 and m.cpu[named].cat == "python_function":
+            doing = f"Python with no GPU work queued ({doing})"
         if "ops" in c:
             top = sorted(c["ops"], key=lambda n: -c["ops"][n])[:3]
             doing = f"the autograd engine's backward ops ({', '.join(top)})"

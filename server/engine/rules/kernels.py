@@ -349,19 +349,46 @@ def misaligned_dims(ctx):
         )
 
 
+def _iterations(m, runs: list, how: str, f: int, least: int) -> bool:
+    """Whether these launches come from at least ``least`` loop iterations (``_iteration``)."""
+    seen: set = set()
+    for _, _, li in runs:
+        seen.add(_iteration(m, li, how, f))
+        if len(seen) >= least:
+            return True
+    return False
+
+
+def _iteration(m, li: int, how: str, f: int) -> int:
+    """The loop iteration launch call ``li`` belongs to: its outermost op under the Python frame
+    (``ops``), or the run of the user's statement in frame ``f`` that leads to it (``runs``)."""
+    if how == "ops":
+        op = m.outermost_op(li)
+        return op if op >= 0 else li
+    i = li
+    while m.parent[i] >= 0 and m.parent[i] != f:
+        i = m.parent[i]
+    return i
+
+
 @rule("launch-storm")
 def launch_storm(ctx):
-    """Evidence: one source line whose code launches the same kernel many times from within a
-    single call of one Python function in one step (a Python loop: over rows in the user's code,
-    over parameters in a single-tensor optimizer), each run shorter than the CPU call that
-    launched it.
+    """Evidence: one source line whose code launches the same kernel many times in one step from
+    a Python loop, each run shorter than the CPU call that launched it: many ops dispatched by one
+    call of one Python function (over rows in the user's code, over parameters in a single-tensor
+    optimizer), or the user's line itself run many times by one call of its function (a loop over
+    time steps calling a module: ``for t in ...: h, c = self.cell(x[:, t], (h, c))``).
 
-    Threshold: 10 or more launches of one kernel per Python function call and step, with the
-    kernel's median duration below the median launch call's. Counting per innermost Python call
-    keeps a model of 48 layers out (each layer's forward launches its kernel once); requiring
-    kernels shorter than their launch keeps loops over large work, which keep the GPU fed, out.
-    Backward launches come from the autograd engine, not a Python loop, and are not counted;
-    neither are the kernels of a CUDA graph replay, which one ``cudaGraphLaunch`` call launches.
+    Threshold: 10 or more iterations launching one kernel per call and step (distinct ops, or
+    distinct runs of the user's statement), with the kernel's median duration below the median
+    launch call's. Counting per innermost Python call keeps a model of 48 layers out (each
+    layer's forward launches its kernel once), and counting the user's statement's runs keeps out
+    a line that runs once (``model(x)``) however many layers it calls; requiring kernels shorter
+    than their launch keeps loops over large work, which keep the GPU fed, out. One op that
+    launches many kernels itself (cuDNN's LSTM stepping through time, a CUDA graph replay's one
+    ``cudaGraphLaunch``) is one iteration: no Python loop to vectorise, and its launches cost no
+    Python dispatch. Backward launches come from the autograd engine, not a Python loop, and are
+    not counted.
 
     Why it costs time: each launch costs several microseconds of CPU time while the kernel runs for
     less; a Python loop of tiny kernels keeps the GPU waiting on the CPU.
@@ -390,15 +417,26 @@ def launch_storm(ctx):
         step = step_at(call.ts)
         if k is None or step is None:
             continue
-        d = per.setdefault(k, {})
-        d.setdefault((e.name, m.enclosing_frame(li), step.number), []).append((e.dur, call.dur, li))
+        per.setdefault(k, {}).setdefault((e.name, step.number), []).append((e.dur, call.dur, li))
     least = ctx.threshold("launch-storm", "launches-per-step")
     for k, groups in per.items():
         storm: dict = {}
-        for (name, _, _), runs in groups.items():
-            # launch calls, not kernels: one cudaGraphLaunch replays a whole graph of kernels
-            if len({li for _, _, li in runs}) >= least:
-                storm.setdefault(name, []).extend(runs)
+        for (name, _), launched in groups.items():
+            if len(launched) < least:
+                continue
+            # per call of the innermost Python frame (ops it dispatches), and per call of the user's
+            # frame when the line calls into library code (runs of the user's statement)
+            calls: dict = {}
+            for x in launched:
+                inner = m.enclosing_frame(x[2])
+                calls.setdefault(("ops", inner), []).append(x)
+                if frame_of[x[2]] != inner:
+                    calls.setdefault(("runs", frame_of[x[2]]), []).append(x)
+            for (how, f), runs in calls.items():
+                # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
+                if len(runs) >= least and _iterations(m, runs, how, f, least):
+                    storm.setdefault(name, {}).update((x[2], x) for x in runs)
+        storm = {n: list(r.values()) for n, r in storm.items()}
         storm = {n: r for n, r in storm.items()
                  if median(x[0] for x in r) < median(x[1] for x in r)}
         if not storm:
