@@ -62,10 +62,14 @@ _FAMILIES = [
                            r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
                            r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool", re.I)),
     (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
-                      r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat", re.I)),
+                      r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat|"
+                      # ATen's embedding(-bag) backward, as fbgemm's: gradient rows gathered per index segment
+                      r"compute_grad_weight|partial_segment|partials_per_segment", re.I)),
     (ELEMENTWISE, re.compile(r"elementwise|triton_poi|pointwise|unary|binary|where|gelu|relu|silu|dropout|"
                              r"lerp|addcdiv|adam|sgd|fused_|multi_tensor_apply|foreach|scal_kernel|triu_tril|"
-                             r"philox|bernoulli|distribution", re.I)),
+                             r"philox|bernoulli|distribution|"
+                             # RNN cells' fused gate math: ATen's lstm/gru_cell kernels, cuDNN's elemWiseRNNcell
+                             r"(lstm|gru)_cell_(forward|backward)|elemWise", re.I)),
 ]
 
 # Generic launchers whose first template argument names the real kernel.
