@@ -383,8 +383,9 @@ def launch_storm(ctx):
     distinct runs of the user's statement), with the kernel's median duration below the median
     launch call's. Counting per innermost Python call keeps a model of 48 layers out (each
     layer's forward launches its kernel once), and counting the user's statement's runs keeps out
-    a line that runs once (``model(x)``) however many layers it calls; requiring kernels shorter
-    than their launch keeps loops over large work, which keep the GPU fed, out. One op that
+    a line that runs once (``model(x)``) however many layers it calls (the user's own loop over
+    layers counts: with kernels that small it is launch-bound the same way); requiring kernels
+    shorter than their launch keeps loops over large work, which keep the GPU fed, out. One op that
     launches many kernels itself (cuDNN's LSTM stepping through time, a CUDA graph replay's one
     ``cudaGraphLaunch``) is one iteration: no Python loop to vectorise, and its launches cost no
     Python dispatch. Backward launches come from the autograd engine, not a Python loop, and are
