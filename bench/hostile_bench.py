@@ -2,6 +2,7 @@
 
     python bench/hostile_bench.py                 # 64, 256 and 1024 MB inflated, both decoders
     python bench/hostile_bench.py --sizes 64,256  # smaller
+    python bench/hostile_bench.py --only trailer  # the shapes whose name holds "trailer"
 
 Each input is a gzip of a few KB to a few MB (one member repeated: built without inflating it)
 that inflates to SIZE MB of one hostile shape. Every case runs in a fresh child process, native
@@ -26,21 +27,28 @@ CHUNK = 16 * MB
 
 def shapes() -> dict:
     ev = b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
-    return {  # name -> (head, filler byte, tail)
+    return {  # name -> (head, filler: repeated, tail)
         "blanks between events": (b'{"traceEvents":[' + ev + b",", b" ", ev + b"]}"),
         "blanks inside an event": (b'{"traceEvents":[' + ev + b',{"ph":"X",', b" ", b'"name":"b"}]}'),
         "one long name": (b'{"traceEvents":[' + ev + b',{"ph":"X","name":"', b"x", b'"}]}'),
         "NULs": (b"\0", b"\0", b""),
         "header before the events": (b'{"x":"', b"a", b'","traceEvents":[]}'),
         "blanks before the document": (b" ", b" ", b"[]"),
+        # issue 17, the reader's part: what follows the events, nesting, many events in a second array
+        "blanks in the trailer": (b'{"traceEvents":[' + ev + b"],", b" ", b'"traceName":"t"}'),
+        "long member in the trailer": (b'{"traceEvents":[' + ev + b'],"pad":"', b"x", b'","traceName":"t"}'),
+        "members in the trailer": (b'{"traceEvents":[' + ev + b"]", b',"pad":[1,"a",{"b":null}]', b"}"),
+        "a second traceEvents": (b'{"traceEvents":[' + ev + b'],"traceEvents":[', ev + b",", ev + b"]}"),
+        "deep nesting": (b'{"traceEvents":[{"ph":"X","args":{"a":', b"[", b""),
     }
 
 
 def build(path: str, head: bytes, fill: bytes, tail: bytes, size_mb: int) -> None:
-    member = gzip.compress(fill * CHUNK, 9)
+    unit = fill * max(1, CHUNK // len(fill))
+    member = gzip.compress(unit, 9)
     with open(path, "wb") as f:
         f.write(gzip.compress(head, 9))
-        for _ in range(max(1, size_mb * MB // CHUNK)):
+        for _ in range(max(1, size_mb * MB // len(unit))):
             f.write(member)
         if tail:
             f.write(gzip.compress(tail, 9))
@@ -67,11 +75,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="64,256,1024")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--only", default="", help="shapes whose name contains this")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'shape':28} {'path':7} {'MB':>6} {'wall s':>8} {'s/GB':>6} {'peak MB':>8}  outcome")
     with tempfile.TemporaryDirectory(prefix="profd-hostile-") as tmp:
         for name, (head, fill, tail) in shapes().items():
+            if args.only not in name:
+                continue
             for mb in sizes:
                 p = os.path.join(tmp, "t.json.gz")
                 build(p, head, fill, tail, mb)

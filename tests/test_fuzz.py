@@ -139,7 +139,8 @@ names = st.one_of(
                      "Cijk_Ailk_Bljk_SB_MT64x16x32_MI16x16x1", "Memset (Device)", "Memcpy HtoD (Pageable -> Device)",
                      "CudnnConvolutionBackward", "",
                      # lone surrogates (issue 17.4): json writes them as \ud800 escapes
-                     "x\ud800", "\udc00", "\ud83d\ude00", "a\udfff\U0001f600"]),
+                     "x\ud800", "\udc00", "\ud83d\ude00", "a\udfff\U0001f600",
+                     "n" * 70000]),  # past the scanner's intern limit (64 KB): not interned
     st.text(max_size=30),
 )
 ids = st.one_of(st.none(), st.integers(-5, 50), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5),
@@ -246,8 +247,19 @@ def structured_doc(draw):
                                             "record_shapes", "profile_memory", "baseTimeNanoseconds",
                                             "cuda_runtime_version", "traceName"]), max_size=3)):
         doc[k] = draw(anything)
-    doc["traceEvents"] = events
-    return doc
+    # The members after the events (issue 17): some of the header's moved there, others of no
+    # field, repeated fields (a null among them), a second "traceEvents" (msgspec keeps the last).
+    keys = list(doc)
+    cut = draw(st.integers(0, len(keys)))
+    out = {k: doc[k] for k in keys[:cut]}
+    out["traceEvents"] = events
+    out.update({k: doc[k] for k in keys[cut:]})
+    for _ in range(draw(st.integers(0, 3))):
+        k = draw(st.sampled_from(["traceName", "with_stack", "distributedInfo", "pad", "traceEvents", "~x"]))
+        out.pop(k, None)  # re-inserted at the end, after the events
+        out[k] = draw(st.lists(event(typed), max_size=5)) if k == "traceEvents" else \
+            draw(st.one_of(st.none(), anything) if not typed or k in ("pad", "~x") else st.none())
+    return out
 
 
 @SETTINGS
@@ -261,7 +273,10 @@ def test_fuzz_structured(doc):
 # trace, lone surrogates.
 HOSTILE_VALUES = [b"1e309", b"-1e309", b"1e-400", b"123456789012345678901234567890", b"-0",
                   b'"\\ud800"', b'"a\\udc00b"', b'"\\ud83d\\ude00"', b'"\\ud83d"',
-                  b"[" * 64 + b"]" * 64, b"[" * 1024 + b"]" * 1024, b'{"a":' * 70 + b"1" + b"}" * 70]
+                  b"[" * 64 + b"]" * 64, b"[" * 1024 + b"]" * 1024, b'{"a":' * 70 + b"1" + b"}" * 70,
+                  b"[" * 59 + b"]" * 59, b"[" * 60 + b"]" * 60,  # the nesting limit (64) from args
+                  # issue 17: a string past the scanner's intern limit (64 KB), whitespace runs, NULs
+                  b'"' + b"x" * 70000 + b'"', b" " * 70000 + b"1", b'"a\\u0000b"', b'"a\x00b"']
 _NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
 
@@ -295,7 +310,8 @@ def mutated_bytes(draw):
         elif op == 3:  # insert bytes or JSON-ish tokens
             data[i:i] = draw(st.one_of(st.binary(min_size=1, max_size=20), st.sampled_from(
                 [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"null", b"-", b"1e999", b"NaN", b"\xff", b"\x00",
-                 b"[" * 5000])))
+                 b"[" * 5000, b" " * 70000, b"\x00" * 100, b'"traceEvents": [], ', b'"traceName": null, ',
+                 b'"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}], '])))
         else:  # duplicate a range elsewhere
             j = draw(st.integers(0, n - 1))
             data[j:j] = data[i:i + draw(st.integers(1, 500))]

@@ -11,6 +11,7 @@ import gzip
 import os
 
 import msgspec
+import orjson
 import pytest
 
 from conftest import EXAMPLES, SRC
@@ -143,9 +144,207 @@ def test_corrupt_gzip_is_named(tmp_path):
     assert "bad.json.gz" in str(e.value) and "gzip" in str(e.value)
 
 
+# ---- issue 17, the reader's gaps: nesting, trailers, huge tokens ---------------------------------
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tracemalloc  # noqa: E402
+
+from conftest import trace  # noqa: E402
+
+SEED = gzip.decompress(open(trace("seed_n64_bf16"), "rb").read())  # real; ends '],\n  "traceName": ...}'
+
+
+def _outcome(path):
+    """What a load gives, comparable across paths: the events, the fields, or the error."""
+    try:
+        doc, sha, size = loader.load(path)
+    except TraceError as e:
+        return str(e)
+    return (doc.n_events, [_norm(e) for e in _kept(doc.traceEvents)], doc.traceName, doc.with_stack,
+            doc.deviceProperties, sha, size)
+
+
+def _stack_depth() -> int:
+    f, n = sys._getframe(), 0
+    while f:
+        f, n = f.f_back, n + 1
+    return n
+
+
+def _called_from(frames: int, fn):
+    """``fn()`` with ``frames`` more Python frames below it."""
+    return fn() if frames <= 0 else _called_from(frames - 1, fn)
+
+
+def _nested(where: str, levels: int) -> bytes:
+    """The real seed trace with one value nested so the file's deepest array is ``levels`` deep
+    (counted from the document = 1): in an event's args, in the header, or in the trailer."""
+    if where == "args":  # document 1, traceEvents 2, event 3, args 4: the value's arrays from 5
+        deep = b"[" * (levels - 4) + b"]" * (levels - 4)
+        return SEED.replace(b'"args": {', b'"args": {"deep": ' + deep + b", ", 1)
+    deep = b"[" * (levels - 1) + b"]" * (levels - 1)
+    if where == "header":
+        return SEED.replace(b"{", b'{"deep": ' + deep + b", ", 1)
+    i = SEED.rindex(b'"traceName"')
+    return SEED[:i] + b'"deep": ' + deep + b", " + SEED[i:]
+
+
+@pytest.mark.parametrize("where", ["args", "header", "trailer"])
+@pytest.mark.parametrize("levels", [loader.MAX_NESTING, loader.MAX_NESTING + 1])
+def test_nesting_limit_is_one_number_on_every_path_at_any_call_depth(tmp_path, monkeypatch, where, levels):
+    """Synthetic (the real seed trace with one value nested deeper). msgspec's own limit is the
+    interpreter's recursion limit less the caller's depth: a 65-deep file was accepted from a
+    shallow call, a 64-deep one refused from a deep call. Now MAX_NESTING decides, everywhere."""
+    path = _write(tmp_path, f"deep_{where}.json", _nested(where, levels))
+    deep_call = sys.getrecursionlimit() - _stack_depth() - 25  # 25 frames left for the load
+    outcomes = []
+    for native in (True, False):
+        for frames in (0, deep_call):
+            with monkeypatch.context() as mp:
+                if not native:
+                    mp.setattr(loader, "_scan", None)
+                outcomes.append(_called_from(frames, lambda: _outcome(path)))
+    assert all(o == outcomes[0] for o in outcomes[1:]), outcomes
+    if levels <= loader.MAX_NESTING:
+        assert not isinstance(outcomes[0], str) and outcomes[0][0] > 0  # read, whatever the call depth
+    else:
+        assert outcomes[0] == f"profd: bad trace {path}: invalid JSON: nested too deeply (more than 64 levels " \
+                              f"of arrays/objects; traces nest fewer than 10)"
+
+
+def test_scanner_follows_the_same_nesting_limit():
+    assert loader._scan.MAX_DEPTH == loader.MAX_NESTING
+
+
+@pytest.mark.parametrize("trailer", ["blanks", "members", "one string"])
+def test_a_long_trailer_is_streamed(tmp_path, monkeypatch, trailer):
+    """Synthetic: the real seed trace with 48 MB more after its events (blanks, 800k small members
+    of no field, or one 48 MB string), then its own "traceName". The streamed path used to decline
+    past 64 MB (lowered here to 1 MB: the old rule, and the header's) and the whole-buffer path
+    inflated it all; now it is read as it comes: the scanner's events, msgspec's fields, and at
+    most a few blocks held (traced bytes, not time)."""
+    monkeypatch.setattr(loader, "HEAD_LIMIT", 1 << 20)
+    size = 48 << 20
+    pad = {"blanks": b" " * size,
+           "members": b'"pad": [1, -2.5e3, "a\\u00e9", {"b": null, "c": [true, false]}], ' * (size // 64),
+           "one string": b'"pad": "' + b"x" * size + b'", '}[trailer]
+    i = SEED.rindex(b'"traceName"')
+    path = _write(tmp_path, "trailer.json.gz", gzip.compress(SEED[:i] + pad + SEED[i:], 1))
+    tracemalloc.start()
+    try:
+        doc, _, size_read = loader.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(doc.traceEvents[0], loader._scan.Event)  # not declined
+    assert doc.traceName == "traces/seed_n64_bf16.json" and size_read > size
+    # the reader's blocks in flight (its queue holds two) and the scanner's buffer: 4-5 blocks
+    # measured; never the trailer's 24 blocks
+    assert peak < 8 * loader.BLOCK_BYTES, peak / loader.BLOCK_BYTES
+    ref = _outcome(path)
+    monkeypatch.setattr(loader, "_scan", None)
+    assert _outcome(path) == ref
+
+
+@pytest.mark.parametrize("case", ["second traceEvents", "escaped second traceEvents", "null after a value",
+                                  "field twice", "own events_total", "escaped other member"])
+def test_trailer_decides_as_msgspec(tmp_path, monkeypatch, case):
+    """Synthetic (the real seed trace with members added after its events): msgspec keeps the
+    last of a repeated member, a null included, and unescapes names. The streamed path declined
+    on a second "traceEvents" (and a null after the header's value kept the header's), and the
+    whole-buffer path took a file's own "~profd events_total" as the count."""
+    events = SEED[SEED.index(b"[", SEED.index(b'"traceEvents"')):SEED.rindex(b"]") + 1]
+    half = b"[" + b",".join(orjson.dumps(e) for e in orjson.loads(events)[::2]) + b"]"
+    add = {"second traceEvents": b'"traceEvents": ' + half + b", ",
+           "escaped second traceEvents": b'"trace\\u0045vents": ' + half + b", ",
+           "null after a value": b'"with_stack": null, ',
+           "field twice": b'"traceName": "first", "with_stack": 0, "with_stack": 1, ',
+           "own events_total": b'"~profd events_total": 7, ',
+           "escaped other member": b'"sch\\u0065ma": {"a": [1]}, '}[case]
+    i = SEED.rindex(b'"traceName"')
+    path = _write(tmp_path, "t.json", SEED[:i] + add + SEED[i:])
+    got = _outcome(path)
+    doc, _, _ = loader.load(path)
+    assert isinstance(doc.traceEvents[0], loader._scan.Event)  # decided streamed, not declined
+    monkeypatch.setattr(loader, "_scan", None)
+    ref = _outcome(path)
+    assert got == ref
+    if case.endswith("second traceEvents"):
+        assert got[0] == len(orjson.loads(half))
+    if case == "null after a value":
+        assert got[3] is None
+    if case == "own events_total":
+        assert got[0] == len(orjson.loads(events))
+
+
+_PEAK = r"""
+import sys
+from profd.server.engine import loader
+if sys.argv[2] == "python":
+    loader._scan = None
+def hwm():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) << 10
+before = hwm()
+doc, _, _ = loader.load(sys.argv[1])
+print(hwm() - before, max(len(e.name) for e in doc.traceEvents))
+"""
+
+
+@pytest.mark.parametrize("how", ["native", "python"])
+def test_one_huge_name_costs_twice_its_size(tmp_path, how):
+    """Synthetic: a 96 MB name in the real seed trace. The scanner held the buffer, a copy in its
+    intern table and the str (3x); a token this long is no longer interned: the buffer and the str
+    (what the msgspec path holds too). Peak RSS of a fresh child (bytes, not time)."""
+    n = 96 << 20
+    i = SEED.index(b'"name": "', SEED.index(b'"traceEvents"')) + len(b'"name": "')
+    j = SEED.index(b'"', i)
+    path = _write(tmp_path, "long.json.gz", gzip.compress(SEED[:i] + b"x" * n + SEED[j:], 1))
+    out = subprocess.run([sys.executable, "-c", _PEAK, path, how], capture_output=True, text=True, check=True)
+    grew, longest = map(int, out.stdout.split())
+    assert longest == n
+    assert grew < 2.5 * n, grew / n
+
+
+HOSTILE = {"lone high surrogate": b'"\\ud800"', "lone low surrogate": b'"a\\udc00b"', "pair": b'"\\ud83d\\ude00"',
+           "1e309": b"1e309", "-1e309": b"-1e309", "64 deep": b"[" * 60 + b"]" * 60,
+           "1024 deep": b"[" * 1024 + b"]" * 1024, "raw NUL in a string": b'"a\x00b"', "NUL": b"\x00",
+           "70 KB string": b'"' + b"x" * 70000 + b'"', "blanks": b" " * 70000 + b"1",
+           "a traceEvents inside": b'{"traceEvents": [{"ph": "X"}]}'}
+
+
+def _placed(where: str, value: bytes) -> bytes:
+    first = SEED.index(b'{', SEED.index(b'"traceEvents"'))
+    if where == "name":
+        i = SEED.index(b'"name": ', first) + len(b'"name": ')
+        return SEED[:i] + value + SEED[SEED.index(b",", i):]
+    if where == "ts":
+        i = SEED.index(b'"ts": ', first) + len(b'"ts": ')
+        return SEED[:i] + value + SEED[SEED.index(b",", i):]
+    if where == "args":
+        return SEED.replace(b'"args": {', b'"args": {"x": ' + value + b", ", 1)
+    if where == "header":
+        return SEED.replace(b"{", b'{"x": ' + value + b", ", 1)
+    i = SEED.rindex(b'"traceName"')
+    if where == "trailer":
+        return SEED[:i] + b'"x": ' + value + b", " + SEED[i:]
+    return SEED[:i] + b'"traceName": ' + value + b"}"  # a field the document keeps
+
+
+@pytest.mark.parametrize("where", ["name", "ts", "args", "header", "trailer", "traceName"])
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_hostile_values_decide_alike_wherever_they_are(tmp_path, monkeypatch, where, what):
+    """Synthetic (the real seed trace with one value replaced or added): the issue's hostile
+    values at each place a value can be, native and pure Python give the same events or error."""
+    path = _write(tmp_path, "h.json", _placed(where, HOSTILE[what]))
+    native = _outcome(path)
+    monkeypatch.setattr(loader, "_scan", None)
+    assert _outcome(path) == native
+
+
 # ---- differential fuzzing: the scanner against msgspec on the fuzzer's documents -------------
 import hypothesis  # noqa: E402
 from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from test_fuzz import SETTINGS, dump, mutated_bytes, structured_doc  # noqa: E402
 
@@ -156,11 +355,12 @@ def _same_as_msgspec(tmp_path_factory, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
     try:
-        ref = _kept(_whole(path).traceEvents)
+        ref = _kept(loader._load_whole(path)[0].traceEvents)  # the msgspec path, as load() runs it
     except TraceError as e:
         with pytest.raises(TraceError) as got:
             loader.load(path)
         assert str(got.value) == str(e)
+        hypothesis.event("refused by both, in the same words")
         return
     doc, _, _ = loader.load(path)  # when the scanner declines, msgspec's events come back unfiltered
     assert [_norm(e) for e in _kept(doc.traceEvents)] == [_norm(e) for e in ref]
@@ -218,3 +418,28 @@ def test_native_and_python_reports_agree(tmp_path_factory, monkeypatch, doc):
 @given(mutated_bytes())
 def test_native_and_python_reports_agree_bytes(tmp_path_factory, monkeypatch, data):
     _report_both_ways(tmp_path_factory, bytes(data), monkeypatch)
+
+
+def _depth_in_pieces(scan, data: bytes, cuts, limit: int):
+    state, over, at = (0, False, False), False, 0
+    for n in list(cuts) + [len(data)]:
+        piece = data[at:at + n] if n < len(data) else data[at:]
+        if not piece:
+            continue
+        d, s, e, o = scan(piece, *state, limit)
+        state, over, at = (d, s, e), over or o, at + len(piece)
+    return state, over
+
+
+_JSONISH = st.lists(st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\", b'\\"', b"a", b" ", b"\x00"]),
+                    max_size=400).map(b"".join)
+
+
+@SETTINGS
+@given(st.one_of(mutated_bytes(), _JSONISH, st.binary(max_size=300)), st.lists(st.integers(1, 5000), max_size=8),
+       st.integers(0, 80))
+def test_depth_rule_same_in_c_and_python(data, cuts, limit):
+    """The nesting rule's two implementations (the extension's, and the one for an interpreter
+    without it) agree on any bytes cut into any blocks (synthetic by nature)."""
+    assert _depth_in_pieces(loader._scan.depth, data, cuts, limit) == \
+        _depth_in_pieces(loader._depth_py, data, cuts, limit)

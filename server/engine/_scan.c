@@ -21,8 +21,8 @@
 #include <string.h>
 
 /* Nesting, counted from the document's top (the object = 1, traceEvents = 2, an event = 3, its
- * args = 4). No real trace nests past ~8; deeper files are declined, so msgspec alone decides
- * them (its limit follows the interpreter's recursion limit: one decision whichever path runs). */
+ * args = 4): loader.MAX_NESTING, the one limit on every path. No shipped trace nests past 7;
+ * deeper files are declined here, and the loader's byte-level rule (depth() below) refuses them. */
 #define MAX_DEPTH 64
 #define EVENT_DEPTH 3
 #include <math.h>
@@ -38,7 +38,15 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t cap, used;
+    PyObject *big; /* list: the tokens of the current event too long to intern (owned here until
+                    * the event is built or dropped), or NULL */
 } Table;
+
+/* A token longer than this is not interned: the table would keep a copy of its bytes (a 1 GB name
+ * would cost the buffer + that copy + the str: 3x its size). No shipped trace has a name, shape
+ * or id this long (the longest name, a templated kernel's, is 5 KB); one that repeats is then a
+ * str per event, which the input's own size bounds. */
+#define INTERN_MAX (64 << 10)
 
 /* Eight bytes a step (names are long: python frames carry their file paths). */
 static uint64_t hash_bytes(char kind, const char *s, Py_ssize_t n) {
@@ -68,6 +76,12 @@ static void table_free(Table *t) {
     free(t->slots);
     t->slots = NULL;
     t->cap = t->used = 0;
+    Py_CLEAR(t->big);
+}
+
+/* Let go of the current event's long tokens (its Event, if kept, holds its own references). */
+static void table_event_done(Table *t) {
+    if (t->big && PyList_GET_SIZE(t->big)) PyList_SetSlice(t->big, 0, PyList_GET_SIZE(t->big), NULL);
 }
 
 static int table_grow(Table *t) {
@@ -94,6 +108,14 @@ static int table_grow(Table *t) {
 typedef PyObject *(*MakeFn)(const char *s, Py_ssize_t n);
 
 static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, MakeFn make) {
+    if (n > INTERN_MAX) {
+        if (!t->big && !(t->big = PyList_New(0))) return NULL;
+        PyObject *v = make(s, n);
+        if (!v) return NULL;
+        int r = PyList_Append(t->big, v);
+        Py_DECREF(v);
+        return r < 0 ? NULL : v; /* borrowed from t->big */
+    }
     if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0) return NULL;
     uint64_t h = hash_bytes(kind, s, n);
     size_t j = h & (t->cap - 1);
@@ -378,12 +400,11 @@ static int hex4(Cur *c, const char *h) {
     return v;
 }
 
-/* A string token at c->p (on the opening quote): content span and whether it has escapes. */
-static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
-    NEED(c, 1);
-    if (*c->p != '"') FAIL(c, "expected a string");
-    const char *q = ++c->p;
-    *esc = 0;
+/* The rest of a string from q (inside it: past the opening quote, or where an earlier call left
+ * off): 0 with *close at the closing quote; -1 with c->err (invalid) or c->incomplete, and then
+ * *safe is how far the bytes are known good (a plain run ended there, or an escape that does not
+ * end in the buffer starts there), so a resumable caller goes on from *safe with more bytes. */
+static inline int string_rest(Cur *c, const char *q, int *esc, const char **close, const char **safe) {
     for (;;) {
         const char *hit = q;
         while (c->end - hit >= 8) { /* eight bytes a step while none is '"', '\\' or a control */
@@ -393,14 +414,13 @@ static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
             hit += 8;
         }
         while (hit < c->end && !STR_STOP[(uint8_t)*hit]) hit++;
+        *safe = hit;
         if (hit >= c->end) {
             c->incomplete = 1;
             return -1;
         }
         if (*hit == '"') {
-            *s = c->p;
-            *n = hit - c->p;
-            c->p = hit + 1;
+            *close = hit;
             return 0;
         }
         if (*hit == '\\') {
@@ -436,6 +456,19 @@ static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
         }
         FAIL(c, "control character in string");
     }
+}
+
+/* A string token at c->p (on the opening quote): content span and whether it has escapes. */
+static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
+    NEED(c, 1);
+    if (*c->p != '"') FAIL(c, "expected a string");
+    const char *start = ++c->p, *close, *safe;
+    *esc = 0;
+    if (string_rest(c, start, esc, &close, &safe) < 0) return -1;
+    *s = start;
+    *n = close - start;
+    c->p = close + 1;
+    return 0;
 }
 
 /* A number token: span, and whether it is an integer (no fraction/exponent). */
@@ -522,34 +555,6 @@ slow:;
     return strtod(tmp, NULL);
 }
 
-static int skip_value(Cur *c, int depth);
-
-static int skip_container(Cur *c, char open, int depth) {
-    char close = open == '{' ? '}' : ']';
-    if (depth > MAX_DEPTH) FAIL(c, "unsupported: nested deeper than the scanner follows");
-    c->p++;
-    skip_ws(c);
-    NEED(c, 1);
-    if (*c->p == close) { c->p++; return 0; }
-    for (;;) {
-        if (open == '{') {
-            const char *s; Py_ssize_t n; int esc;
-            if (scan_string(c, &s, &n, &esc) < 0) return -1;
-            skip_ws(c);
-            NEED(c, 1);
-            if (*c->p != ':') FAIL(c, "expected ':'");
-            c->p++;
-            skip_ws(c);
-        }
-        if (skip_value(c, depth + 1) < 0) return -1;
-        skip_ws(c);
-        NEED(c, 1);
-        if (*c->p == ',') { c->p++; skip_ws(c); continue; }
-        if (*c->p == close) { c->p++; return 0; }
-        FAIL(c, "expected ',' or a closing bracket");
-    }
-}
-
 static int skip_literal(Cur *c, const char *lit, Py_ssize_t n) {
     Py_ssize_t have = c->end - c->p;
     if (memcmp(c->p, lit, have < n ? have : n) != 0) FAIL(c, "bad literal");
@@ -558,24 +563,161 @@ static int skip_literal(Cur *c, const char *lit, Py_ssize_t n) {
     return 0;
 }
 
-static int skip_value(Cur *c, int depth) {
-    NEED(c, 1);
-    const char *s; Py_ssize_t n; int esc, is_int;
-    switch (*c->p) {
-    case '"': return scan_string(c, &s, &n, &esc);
-    case '{': case '[': return skip_container(c, *c->p, depth);
-    case 't': return skip_literal(c, "true", 4);
-    case 'f': return skip_literal(c, "false", 5);
-    case 'n': return skip_literal(c, "null", 4);
-    default:
-        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return scan_number(c, &s, &n, &is_int);
-        FAIL(c, "unexpected character");
+/* ------------------------------------------------------------------ skipping a value
+ * One JSON value skipped with the validation msgspec applies when it skips a value (strings as
+ * scan_string, numbers, literals; nesting up to MAX_DEPTH), as a state machine, so it can also
+ * stop where a buffer ends and go on with the next: the scanner skips the members it does not read
+ * with it (skip_value), and the loader streams what follows the events through it (the Skipper
+ * type). Each byte is looked at once, except a number or literal that does not end in the buffer:
+ * that is resumed at its start (the loader then reads until the buffer has doubled). */
+enum { SK_VALUE, SK_FIRST_VALUE, SK_FIRST_KEY, SK_KEY, SK_COLON, SK_AFTER, SK_STRING };
+#define SK_KEY_MAX 128 /* a member name longer than this is none of the document's fields */
+
+typedef struct {
+    int base;         /* the level of a container opened with nothing open */
+    int n;            /* containers open */
+    int state, str_key, done;
+    PyObject *keys;   /* tuple of bytes: the members to hand back (object mode), or NULL */
+    Py_ssize_t klen;  /* the member name being read, at the object's own level: */
+    int kesc, kover, kpending;
+    char kbuf[SK_KEY_MAX];
+    char stack[MAX_DEPTH + 2];
+} SkState;
+
+static void sk_value(SkState *sk, int level) {
+    sk->base = level;
+    sk->n = sk->done = sk->kpending = 0;
+    sk->state = SK_VALUE;
+    sk->keys = NULL;
+}
+
+/* Whether the member name just read is one to hand back. */
+static int sk_wanted(SkState *sk) {
+    if (!sk->keys || sk->n != 1 || sk->kover) return 0;
+    if (sk->kesc) return 1; /* the loader unescapes it and decides */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sk->keys); i++) {
+        PyObject *k = PyTuple_GET_ITEM(sk->keys, i);
+        if (PyBytes_Check(k) && PyBytes_GET_SIZE(k) == sk->klen && memcmp(PyBytes_AS_STRING(k), sk->kbuf, sk->klen) == 0)
+            return 1;
     }
+    return 0;
+}
+
+static void sk_key_bytes(SkState *sk, const char *s, Py_ssize_t n) {
+    if (!sk->keys || sk->n != 1) return;
+    if (sk->kover || sk->klen + n > SK_KEY_MAX) { sk->kover = 1; return; }
+    memcpy(sk->kbuf + sk->klen, s, n);
+    sk->klen += n;
+}
+
+/* A value (or a closing '}'/']') has ended: what comes next. */
+static void sk_after(SkState *sk) {
+    if (sk->n == 0) sk->done = 1;
+    else sk->state = SK_AFTER;
+}
+
+/* Skip on from c->p: 1 done (c->p past the value, or past the object's '}'), 2 a wanted member
+ * (c->p at its value: the caller reads it, then runs this again from its end), 0 the buffer
+ * ended (c->p where to go on), -1 invalid (c->err). */
+static int sk_run(SkState *sk, Cur *c) {
+    for (;;) {
+        if (sk->done) return 1;
+        if (sk->state == SK_STRING) {
+            const char *close, *safe, *from = c->p;
+            int esc = 0;
+            if (string_rest(c, c->p, &esc, &close, &safe) < 0) {
+                if (c->err) return -1;
+                if (sk->str_key) { sk_key_bytes(sk, from, safe - from); sk->kesc |= esc; }
+                c->p = safe;
+                return 0;
+            }
+            if (sk->str_key) {
+                sk_key_bytes(sk, from, close - from);
+                sk->kesc |= esc;
+                sk->kpending = sk_wanted(sk);
+                sk->state = SK_COLON;
+            } else {
+                sk_after(sk);
+            }
+            c->p = close + 1;
+            continue;
+        }
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        char ch = *c->p;
+        switch (sk->state) {
+        case SK_FIRST_VALUE:
+            if (ch == ']') { c->p++; sk->n--; sk_after(sk); continue; }
+            /* fall through */
+        case SK_VALUE:
+            if (sk->kpending) { /* the caller takes this member's value */
+                sk->kpending = 0;
+                sk->state = SK_AFTER;
+                return 2;
+            }
+            if (ch == '"') { c->p++; sk->state = SK_STRING; sk->str_key = 0; continue; }
+            if (ch == '{' || ch == '[') {
+                if (sk->base + sk->n > MAX_DEPTH) FAIL(c, "unsupported: nested deeper than the scanner follows");
+                sk->stack[sk->n++] = ch;
+                c->p++;
+                sk->state = ch == '{' ? SK_FIRST_KEY : SK_FIRST_VALUE;
+                continue;
+            }
+            {
+                const char *start = c->p, *s;
+                Py_ssize_t n;
+                int is_int, r;
+                if (ch == 't') r = skip_literal(c, "true", 4);
+                else if (ch == 'f') r = skip_literal(c, "false", 5);
+                else if (ch == 'n') r = skip_literal(c, "null", 4);
+                else if (ch == '-' || (ch >= '0' && ch <= '9')) r = scan_number(c, &s, &n, &is_int);
+                else FAIL(c, "unexpected character");
+                if (r < 0) {
+                    if (c->err) return -1;
+                    c->p = start; /* resumed at the token's start */
+                    return 0;
+                }
+                sk_after(sk);
+            }
+            continue;
+        case SK_FIRST_KEY:
+            if (ch == '}') { c->p++; sk->n--; sk_after(sk); continue; }
+            /* fall through */
+        case SK_KEY:
+            if (ch != '"') FAIL(c, "expected a string");
+            c->p++;
+            sk->state = SK_STRING;
+            sk->str_key = 1;
+            sk->klen = sk->kesc = sk->kover = 0;
+            continue;
+        case SK_COLON:
+            if (ch != ':') FAIL(c, "expected ':'");
+            c->p++;
+            sk->state = SK_VALUE;
+            continue;
+        case SK_AFTER: {
+            char open = sk->stack[sk->n - 1], close = open == '{' ? '}' : ']';
+            if (ch == ',') { c->p++; sk->state = open == '{' ? SK_KEY : SK_VALUE; continue; }
+            if (ch == close) { c->p++; sk->n--; sk_after(sk); continue; }
+            FAIL(c, "expected ',' or a closing bracket");
+        }
+        }
+    }
+}
+
+/* One value at c->p, at nesting ``depth``, within the buffer: 0, or -1 (incomplete, or c->err). */
+static int skip_value(Cur *c, int depth) {
+    SkState sk;
+    sk_value(&sk, depth);
+    int r = sk_run(&sk, c);
+    if (r == 1) return 0;
+    if (r == 0) c->incomplete = 1;
+    return -1;
 }
 
 static PyObject *make_str(const char *s, Py_ssize_t n) {
     PyObject *r = PyUnicode_DecodeUTF8(s, n, NULL);
-    if (r) PyUnicode_InternInPlace(&r);
+    if (r && n <= INTERN_MAX) PyUnicode_InternInPlace(&r);
     return r;
 }
 
@@ -587,7 +729,7 @@ static PyObject *make_escaped(const char *s, Py_ssize_t n) {
     PyObject *r = PyObject_CallOneArg(JSON_LOADS, b);
     Py_DECREF(b);
     if (r && !PyUnicode_Check(r)) { Py_DECREF(r); PyErr_SetString(PyExc_ValueError, "not a string"); return NULL; }
-    if (r) PyUnicode_InternInPlace(&r);
+    if (r && n <= INTERN_MAX) PyUnicode_InternInPlace(&r);
     return r;
 }
 
@@ -901,6 +1043,7 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
         tmp.pid = tmp.tid = ZERO;
         const char *start = c.p;
         if (parse_event(sc, &c, &tmp) < 0) {
+            table_event_done(&sc->table);
             if (c.err) goto fail;
             c.p = start; /* incomplete: resume at this element with the next block */
             break;
@@ -909,9 +1052,10 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
         sc->state = 2;
         if (keep(sc, &tmp)) {
             PyObject *ev = new_event(&tmp);
-            if (!ev || PyList_Append(out, ev) < 0) { Py_XDECREF(ev); goto fail_py; }
+            if (!ev || PyList_Append(out, ev) < 0) { Py_XDECREF(ev); table_event_done(&sc->table); goto fail_py; }
             Py_DECREF(ev);
         }
+        table_event_done(&sc->table);
     }
     if (c.incomplete && final && sc->state != 3) { c.err = "truncated"; goto fail; }
     PyObject *res = Py_BuildValue("(Nni)", out, (Py_ssize_t)(c.p - c.base), sc->state == 3);
@@ -979,6 +1123,122 @@ static PyTypeObject ScannerType = {
     .tp_new = PyType_GenericNew,
 };
 
+
+/* ------------------------------------------------------------------ skipper
+ * sk_run across blocks, for what follows the events: the loader feeds it the bytes as they come. */
+typedef struct {
+    PyObject_HEAD
+    SkState st;
+} Skipper;
+
+static int skipper_init(Skipper *self, PyObject *args, PyObject *kw) {
+    int level;
+    PyObject *keys = Py_None;
+    if (!PyArg_ParseTuple(args, "i|O", &level, &keys)) return -1;
+    if (level < 2) {
+        PyErr_SetString(PyExc_ValueError, "Skipper(level, keys): level >= 2 (the document is level 1)");
+        return -1;
+    }
+    if (keys != Py_None && !PyTuple_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "Skipper(level, keys): keys a tuple of bytes or None");
+        return -1;
+    }
+    SkState *sk = &self->st;
+    Py_CLEAR(sk->keys);
+    sk_value(sk, level); /* one value at ``level`` */
+    if (keys != Py_None) { /* inside an object at level - 1, after a member: its other members, then '}' */
+        Py_INCREF(keys);
+        sk->keys = keys;
+        sk->base = level - 1;
+        sk->n = 1;
+        sk->stack[0] = '{';
+        sk->state = SK_AFTER;
+    }
+    return 0;
+}
+
+static void skipper_dealloc(Skipper *self) {
+    Py_XDECREF(self->st.keys);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* feed(buf, pos, final) -> (pos, status, key) */
+static PyObject *skipper_feed(Skipper *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos;
+    int final;
+    if (!PyArg_ParseTuple(args, "y*np", &view, &pos, &final)) return NULL;
+    Cur c = {.base = view.buf, .p = (const char *)view.buf + pos, .end = (const char *)view.buf + view.len};
+    int r = -1;
+    if (pos < 0 || pos > view.len) c.err = "bad position";
+    else r = sk_run(&self->st, &c);
+    if (r == 0 && final) c.err = "truncated";
+    if (r < 0 || c.err) {
+        PyErr_Format(PyExc_ValueError, "%s at byte %zd of the block", c.err, (Py_ssize_t)(c.p - c.base));
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *res = r == 2 ? Py_BuildValue("(niy#)", (Py_ssize_t)(c.p - c.base), 2, self->st.kbuf, self->st.klen)
+                           : Py_BuildValue("(niO)", (Py_ssize_t)(c.p - c.base), r, Py_None);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyMethodDef skipper_methods[] = {
+    {"feed", (PyCFunction)skipper_feed, METH_VARARGS,
+     "feed(buf, pos, final) -> (pos, status, key): status 0 needs more (resume at pos), 1 done, "
+     "2 a wanted member (key its raw name; pos at its value)."},
+    {NULL},
+};
+
+static PyTypeObject SkipperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profd.server.engine._scan.Skipper",
+    .tp_basicsize = sizeof(Skipper),
+    .tp_dealloc = (destructor)skipper_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Skipper(level[, keys]): one JSON value at nesting ``level`` skipped across blocks; with "
+              "``keys`` (a tuple of bytes), the rest of an object's members instead, handing back those named.",
+    .tp_methods = skipper_methods,
+    .tp_init = (initproc)skipper_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* depth(buf, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over)
+ * The nesting rule both decoders apply to the whole file, block by block: a '\\' takes the next
+ * byte with it; otherwise a '"' starts or ends a string, and outside strings each '[' or '{' opens
+ * a level and each ']' or '}' closes one. ``over`` is whether some prefix opened more than
+ * ``limit`` levels. Bytes only (valid JSON or not), so the answer is the same on any input, in
+ * any blocks; loader._depth_py is the same rule for an interpreter without this extension. */
+static unsigned char DEPTH_STOP[256]; /* outside a string: '"', '\\' and brackets */
+static PyObject *depth_scan(PyObject *mod, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t depth, limit;
+    int in_str, esc;
+    if (!PyArg_ParseTuple(args, "y*nppn", &view, &depth, &in_str, &esc, &limit)) return NULL;
+    const unsigned char *p = view.buf, *e = p + view.len;
+    int over = 0;
+    while (p < e) {
+        if (esc) { esc = 0; p++; continue; }
+        if (in_str) {
+            while (p < e && *p != '"' && *p != '\\') p++;
+            if (p >= e) break;
+            if (*p++ == '\\') esc = 1;
+            else in_str = 0;
+            continue;
+        }
+        while (p < e && !DEPTH_STOP[*p]) p++;
+        if (p >= e) break;
+        unsigned char ch = *p++;
+        if (ch == '"') in_str = 1;
+        else if (ch == '\\') esc = 1;
+        else if (ch == '[' || ch == '{') { if (++depth > limit) over = 1; }
+        else depth--;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nOOO)", depth, in_str ? Py_True : Py_False, esc ? Py_True : Py_False,
+                         over ? Py_True : Py_False);
+}
 
 /* ------------------------------------------------------------------ model helpers
  * The model's per-thread passes over events of this type, where a Python loop costs ~1 us an event.
@@ -1859,6 +2119,7 @@ done:
 }
 
 static PyMethodDef module_methods[] = {
+    {"depth", depth_scan, METH_VARARGS, "depth(buf, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
     {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
@@ -1881,6 +2142,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_scan", "traceEvents
 
 PyMODINIT_FUNC PyInit__scan(void) {
     for (int b = 0; b < 256; b++) STR_STOP[b] = b < 0x20 || b == '"' || b == '\\';
+    for (int b = 0; b < 256; b++) DEPTH_STOP[b] = b == '"' || b == '\\' || b == '[' || b == ']' || b == '{' || b == '}';
     EvFullType.tp_base = EvOpType.tp_base = EvMemType.tp_base = &EvType;
     if (!(S_ProfilerStep = PyUnicode_InternFromString("ProfilerStep#"))) return NULL;
     PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
@@ -1893,7 +2155,7 @@ PyMODINIT_FUNC PyInit__scan(void) {
         if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return NULL;
     if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&EvOpType) < 0 ||
         PyType_Ready(&EvMemType) < 0 || PyType_Ready(&ArgsType) < 0 ||
-        PyType_Ready(&ScannerType) < 0) return NULL;
+        PyType_Ready(&ScannerType) < 0 || PyType_Ready(&SkipperType) < 0) return NULL;
     PyObject *json = PyImport_ImportModule("json");
     if (!json) return NULL;
     JSON_LOADS = PyObject_GetAttrString(json, "loads");
@@ -1909,5 +2171,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
     Py_INCREF(&EvType);
     PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType);
     PyModule_AddObject(m, "Event", (PyObject *)&EvType);
+    Py_INCREF(&SkipperType);
+    PyModule_AddObject(m, "Skipper", (PyObject *)&SkipperType);
+    PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH);
     return m;
 }

@@ -3,12 +3,16 @@
 Two decoders give the same events:
 - ``_scan`` (server/engine/_scan.c), streaming: a reader thread reads, inflates and hashes fixed-size
   blocks while the scanner turns each block's events into compact objects (numbers unboxed, strings
-  interned) and drops the events the model never reads. The file is never held whole.
+  interned) and drops the events the model never reads. The file is never held whole: what
+  follows the events (members of no field, blanks, a second "traceEvents") is streamed too, so
+  memory is a few blocks plus the longest single event or field.
 - msgspec typed structs over the whole buffer: the reference, used when the extension is not built
   and whenever the scanner meets something it does not handle (it then says nothing, and msgspec
   either decodes the file or gives the precise error).
 Every failure becomes a ``TraceError`` naming the file and what is wrong; callers print it, never
-a traceback.
+a traceback. What is decided before msgspec runs is decided on the bytes, alike on both paths and
+at any call depth: the first non-blank byte, where the events open (HEAD_LIMIT), how deep the file
+nests (MAX_NESTING).
 """
 from __future__ import annotations
 
@@ -203,14 +207,63 @@ def _open(path: str):
 
 def read_bytes(path: str) -> bytearray:
     """The file's JSON bytes, inflating gzip (by magic, not by name) with a size cap. What the
-    first bytes decide (``events_start``) is decided before the rest is read or inflated."""
+    first bytes decide (``events_start``) is decided before the rest is read or inflated, and the
+    nesting rule (MAX_NESTING) as each block arrives."""
     out = bytearray()
+    depth = _Depth(path)
     with _open(path) as f:
         blocks = json_blocks(path, f)
         read_head(path, blocks, out)
+        depth.feed(out)
         for block in blocks:
+            depth.feed(block)
             out += block
     return out
+
+
+# How deep arrays and objects may nest, counted from the document (the document = 1, traceEvents
+# = 2, an event = 3, its args = 4, a shape list inside them 5-6): deeper is refused, on every path
+# and from any call depth, with this number in the error. No trace we have read nests past 7; the
+# scanner follows the same 64 (_scan.MAX_DEPTH). msgspec's own guard is not a fixed number (the
+# interpreter's recursion limit less the caller's stack depth), so the rule is checked on the
+# bytes, before msgspec sees them, and msgspec runs where the stack is empty when it must.
+MAX_NESTING = 64
+NESTED = f"invalid JSON: nested too deeply (more than {MAX_NESTING} levels of arrays/objects; traces nest fewer than 10)"
+
+
+class _Depth:
+    """The nesting rule fed a file's bytes block by block (``_scan.depth``, or ``_depth_py``)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.state = (0, False, False)
+
+    def feed(self, block) -> None:
+        scan = _scan.depth if _scan is not None else _depth_py
+        depth, in_str, esc, over = scan(block, *self.state, MAX_NESTING)
+        if over:
+            raise TraceError(self.path, NESTED)
+        self.state = (depth, in_str, esc)
+
+
+# _scan.depth's rule for an interpreter without the extension (a test holds them equal), at C
+# speed where it can: escaped bytes go, then all but quotes and brackets, then every two quotes
+# in a row (an empty string, or the gap between two strings: no bracket either way); the strings
+# are every other piece between the quotes left, and the brackets outside them are summed.
+_ESCAPED = re.compile(rb"\\.", re.S)
+_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'[]{}"')
+_BRACKET_STEP = bytes.maketrans(b"[]{}", bytes([1, 255, 1, 255]))
+
+
+def _depth_py(block, depth: int, in_str: bool, esc: bool, limit: int) -> tuple[int, bool, bool, bool]:
+    block = bytes(block[1:] if esc else block)  # a '\\' that ended the last block takes this byte
+    if b"\\" in block:
+        block = _ESCAPED.sub(b"", block)
+    esc = block.endswith(b"\\")  # unpaired: it takes the next block's first byte
+    pieces = block[:-1 if esc else None].translate(None, _NOT_SYNTAX).replace(b'""', b"").split(b'"')
+    steps = array("b", b"".join(pieces[1 if in_str else 0::2]).translate(_BRACKET_STEP))
+    over = bool(steps) and max(itertools.accumulate(steps, initial=depth)) > limit
+    return depth + sum(steps), in_str != (len(pieces) % 2 == 0), esc, over
 
 
 def _raw_blocks(path: str, f):
@@ -281,16 +334,17 @@ def decode(path: str, data: bytes) -> TraceDoc:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        if first == b"[":  # the Chrome "JSON array" form: events only
-            return TraceDoc(traceEvents=_list_decoder.decode(data))
-        return _doc_decoder.decode(data)
+        doc = _typed_decode(first == b"[", data)
+        doc.events_total = -1  # a file's own "~profd events_total" is not the count
+        return doc
     except msgspec.ValidationError as e:
         msg = str(e)
         if "missing required field `traceEvents`" in msg:
             raise TraceError(path, "not a torch.profiler trace: JSON object has no 'traceEvents'") from None
         raise TraceError(path, f"unexpected value: {msg}") from None
-    except RecursionError:  # msgspec's own depth guard: arrays/objects nested thousands deep
-        raise TraceError(path, "invalid JSON: nested too deeply (more levels than any trace has)") from None
+    except RecursionError:  # even on a fresh thread: the interpreter's recursion limit is below MAX_NESTING
+        raise TraceError(path, f"cannot decode: the interpreter's recursion limit ({sys.getrecursionlimit()}) "
+                               f"is below the {MAX_NESTING} levels a trace may nest") from None
     except msgspec.DecodeError as e:
         msg = str(e)
         if "truncated" in msg.lower():
@@ -299,6 +353,36 @@ def decode(path: str, data: bytes) -> TraceDoc:
     finally:
         if enabled:
             gc.enable()
+
+
+def _typed(array_form: bool, data) -> TraceDoc:
+    if array_form:  # the Chrome "JSON array" form: events only
+        return TraceDoc(traceEvents=_list_decoder.decode(data))
+    return _doc_decoder.decode(data)
+
+
+def _typed_decode(array_form: bool, data) -> TraceDoc:
+    """msgspec's typed decode of a file within MAX_NESTING. msgspec stops at the interpreter's
+    recursion limit less the caller's stack depth: from a deep stack (a file of 60 levels and a
+    caller 950 frames down) it is retried on a thread of its own, whose stack is empty."""
+    try:
+        return _typed(array_form, data)
+    except RecursionError:
+        pass
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["doc"] = _typed(array_form, data)
+        except BaseException as e:  # raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="profd-decode", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box.pop("error")
+    return box["doc"]
 
 
 def load(path: str) -> tuple[TraceDoc, str, int]:
@@ -351,56 +435,160 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
     blocks = _Blocks(path)
     try:
-        buf = bytearray()
-        start, form = read_head(path, blocks, buf)
+        s = _Stream(blocks)
+        start, form = read_head(path, blocks, s.buf)
         if start < 0:
             raise _Declined()
-        head = _decode_part(bytes(buf[:start]) + b"]}") if form == "object" else None
-        scanner = _scan.Scanner(*KEEP)
-        events: list = []
-        pos = start
-        while True:
+        head = None
+        if form == "object":
+            head_bytes = bytes(s.buf[:start])
             try:
-                evs, end, done = scanner.scan(buf, pos, blocks.eof)
-            except ValueError:
-                raise _Declined() from None
-            events += evs
-            if done:
-                pos = end
-                break
-            # An event longer than the whole buffer would be rescanned from its start with every
-            # block (quadratic in its length): read until the buffer has doubled before the next try.
-            want = 2 * (len(buf) - end) if end == pos else 0
-            del buf[:end]  # O(1) at the front of a bytearray
-            pos = 0
-            while True:
-                block = blocks.next_block()
-                if block:
-                    buf += block
-                if not block or len(buf) >= want:
-                    break
-        tail = bytearray(buf[pos:])
-        del buf
-        for block in blocks:
-            tail += block
-            if len(tail) > HEAD_LIMIT:
-                raise _Declined()
+                _Depth(path).feed(head_bytes)
+            except TraceError:
+                raise _Declined() from None  # the whole-buffer path names it, with the same words
+            head = _decode_part(head_bytes + b"]}")
+        s.pos = start
+        scanner = _scan.Scanner(*KEEP)
+        events = _events(s, scanner)
+        present: set = set()
+        parts: list = []
+        if form == "object":
+            events, scanner = _trailer(s, events, scanner, parts, present)
+        _blank_to_end(s)
         sha, size = blocks.result()
     finally:
         blocks.close()
     if not events and scanner.total:
         raise _Declined()  # nothing the model reads: msgspec tells a foreign file from a trace of other events
     if form == "object":
-        if _EVENTS_KEY.search(tail):  # a second "traceEvents" (msgspec keeps the last one)
-            raise _Declined()
-        trail = _decode_part(b'{"traceEvents":[]' + bytes(tail))
-        doc = _merge(head, trail, events)
+        trail = _decode_part(b'{"traceEvents":[]' + b"".join(b"," + p for p in parts) + b"}")
+        doc = _merge(head, trail, present, events)
     else:
-        if tail.strip():
-            raise _Declined()
         doc = TraceDoc(traceEvents=events)
     doc.events_total = scanner.total
     return doc, sha, size
+
+
+class _Stream:
+    """The streamed bytes not consumed yet, ``buf[pos:]``, refilled from the reader's blocks."""
+
+    def __init__(self, blocks: "_Blocks"):
+        self.blocks = blocks
+        self.buf = bytearray()
+        self.pos = 0
+
+    def trim(self) -> None:
+        del self.buf[:self.pos]  # O(1) at the front of a bytearray
+        self.pos = 0
+
+    def more(self, want: int = 0) -> bool:
+        """Append blocks, at least one and until the buffer holds ``want`` bytes; False at the end."""
+        got = False
+        while True:
+            block = self.blocks.next_block()
+            if not block:
+                return got
+            self.buf += block
+            got = True
+            if len(self.buf) >= want:
+                return True
+
+
+# An element is read by the scanner at the level the events of the object form have (the bare array
+# form's are one less: the scanner is then one level stricter, and declines, never decides).
+EVENT_LEVEL = 3
+
+
+def _events(s: _Stream, scanner) -> list:
+    """The events of the array whose '[' is just before ``s.pos``; ``s.pos`` ends past its ']'.
+    An element that does not end in the buffer is read on by a Skipper (each byte once) until it
+    does, then scanned whole: linear time, and memory the longest element plus a block."""
+    events: list = []
+    whole = False  # the element at s.pos is known to end in the buffer
+    while True:
+        try:
+            evs, end, done = scanner.scan(s.buf, s.pos, s.blocks.eof)
+        except ValueError:
+            raise _Declined() from None
+        events += evs
+        if done:
+            s.pos = end
+            return events
+        if end == s.pos and whole:
+            raise _Declined()  # the Skipper found the element's end, the scanner did not
+        s.pos = end
+        s.trim()
+        whole = False
+        if not s.buf:
+            s.more()
+            continue
+        _drive(s, _scan.Skipper(EVENT_LEVEL), keep=True)
+        s.pos, whole = 0, True
+
+
+def _drive(s: _Stream, sk, keep: bool = False):
+    """Feed ``sk`` from ``s.pos`` until it ends: (status, key), ``s.pos`` past what it consumed.
+    Unless ``keep``, consumed bytes are dropped as it goes (memory: a block). A number or literal
+    that does not end in the buffer is resumed at its start: the buffer then doubles first."""
+    while True:
+        try:
+            pos, status, key = sk.feed(s.buf, s.pos, s.blocks.eof)
+        except ValueError:
+            raise _Declined() from None
+        stuck = pos == s.pos
+        s.pos = pos
+        if status:
+            return status, key
+        if not keep:
+            s.trim()
+        s.more(2 * len(s.buf) - s.pos if stuck else 0)
+
+
+_FIELDS = dict(zip(TraceDoc.__struct_encode_fields__, TraceDoc.__struct_fields__))
+_FIELD_KEYS = tuple(k.encode() for k in _FIELDS)
+
+
+def _trailer(s: _Stream, events: list, scanner, parts: list, present: set):
+    """The members after the events, streamed: the document's fields are kept (raw, for msgspec),
+    any other member is skipped as it is read, and a second "traceEvents" array replaces the
+    events (msgspec keeps the last). Returns (events, the scanner that read them)."""
+    sk = _scan.Skipper(2, _FIELD_KEYS)
+    while True:
+        status, raw = _drive(s, sk)
+        if status == 1:
+            return events, scanner
+        name = _member_name(raw)
+        if name == "traceEvents":
+            if s.buf[s.pos:s.pos + 1] != b"[":
+                raise _Declined()  # msgspec names what it is instead
+            s.pos += 1
+            scanner = _scan.Scanner(*KEEP)
+            events = _events(s, scanner)
+        elif name in _FIELDS:
+            s.trim()
+            _drive(s, _scan.Skipper(2), keep=True)
+            parts.append(b'"' + raw + b'":' + bytes(s.buf[:s.pos]))
+            present.add(name)
+        else:  # an escaped name that is none of the fields
+            _drive(s, _scan.Skipper(2))
+
+
+def _member_name(raw: bytes) -> str:
+    try:
+        return msgspec.json.decode(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise _Declined() from None
+
+
+def _blank_to_end(s: _Stream) -> None:
+    """Only whitespace may follow the document (read as it comes: a block at a time)."""
+    while True:
+        if _LEADING_WS.match(s.buf, s.pos).end() < len(s.buf):
+            raise _Declined()  # msgspec names the trailing bytes
+        s.pos = len(s.buf)
+        s.trim()
+        if not s.more():
+            return
 
 
 def read_head(path: str, blocks, buf: bytearray) -> tuple[int, str]:
@@ -449,14 +637,14 @@ def _decode_part(data: bytes) -> TraceDoc:
         raise _Declined() from None  # e.g. "traceEvents" was inside a string: let msgspec judge
 
 
-def _merge(head: TraceDoc, trail: TraceDoc, events: list) -> TraceDoc:
-    """The header's fields (before the events) and the trailer's (after them), as one document."""
+def _merge(head: TraceDoc, trail: TraceDoc, present: set, events: list) -> TraceDoc:
+    """The header's fields (before the events) and the trailer's (after them: ``present``, by
+    name), as one document; a field in both is the trailer's, as msgspec keeps the last."""
     doc = TraceDoc(traceEvents=events)
-    for name in TraceDoc.__struct_fields__:
+    for key, name in _FIELDS.items():
         if name in ("traceEvents", "events_total"):
             continue
-        v = getattr(trail, name)
-        setattr(doc, name, v if v is not None else getattr(head, name))
+        setattr(doc, name, getattr(trail if key in present else head, name))
     return doc
 
 
