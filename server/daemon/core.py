@@ -34,7 +34,7 @@ import msgspec
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ..engine.sourcemap import source_lines
+from ..engine.sourcemap import read_lines
 from .placement import local_sources, placed_path, unmapped_hint
 from .store import Row, Store, private_dir
 from .watcher import Intake, Outcome, Sig, Watcher, inside, signature
@@ -342,14 +342,18 @@ class SourceLines:
     """The source files findings point at, read on one thread of its own into a snapshot the
     LSP handlers read from memory: the loop never stats, reads or resolves a source file (a
     frame naming a FIFO, /dev/zero or a file on a hung mount cannot stall anything). Handlers
-    ``await warm(paths)`` first; the engine's reader (``sourcemap.source_lines``, cached by
-    mtime) reads only regular files."""
+    ``await warm(paths)`` first; the engine's reader (``sourcemap.read_lines``) reads only
+    regular files. This is the daemon's one cache of source text (not the engine's as well), and
+    it is bounded in text, not only in files: a trace naming 200 files of 16 MB each (any file
+    can be named) would otherwise keep gigabytes for good."""
 
     MAX = 8192  # files kept (least recently warmed dropped first)
+    MAX_CHARS = 256 << 20  # and at most this much text in all
 
     def __init__(self):
         self._reader = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-src")
         self._snap: OrderedDict[str, Snap] = OrderedDict()
+        self.chars = 0  # text held in _snap
 
     async def warm(self, paths, timeout: float = 2.0, outline: bool = False) -> None:
         """Read (or re-stat) ``paths`` off the loop, waiting at most ``timeout`` s; ``outline``:
@@ -372,15 +376,19 @@ class SourceLines:
                 mtime = st.st_mtime if stat.S_ISREG(st.st_mode) else None
             except OSError:
                 mtime = None
-            lines = source_lines(p) if mtime is not None else ()
-            old = self._snap.get(p)
-            funcs = old.functions if old is not None and old.mtime == mtime else None
+            old = self._snap.pop(p, None)
+            if old is not None:
+                self.chars -= _chars(old.lines)
+            same = old is not None and old.mtime == mtime
+            lines = old.lines if same else read_lines(p) if mtime is not None else ()
+            funcs = old.functions if same else None
             if with_outline and funcs is None:
                 funcs = outline.functions(lines)
             self._snap[p] = Snap(mtime, lines, os.path.realpath(p), funcs)
-            self._snap.move_to_end(p)
-        while len(self._snap) > self.MAX:
-            self._snap.popitem(last=False)
+            self.chars += _chars(lines)
+            while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and
+                                                 len(self._snap) > 1):
+                self.chars -= _chars(self._snap.popitem(last=False)[1].lines)
 
     # ---- on the loop: memory only -----------------------------------------------------------
     def lines(self, path: str) -> tuple[str, ...]:
@@ -401,6 +409,10 @@ class SourceLines:
     def functions(self, path: str) -> tuple:
         s = self._snap.get(path)
         return s.functions or () if s is not None else ()
+
+
+def _chars(lines: tuple[str, ...]) -> int:
+    return sum(map(len, lines))
 
 
 SOURCES = SourceLines()
@@ -690,9 +702,10 @@ class Core:
             if path and row.path != path and path not in row.sources and \
                     self.trace_key.get(path) != row.key:
                 continue
-            out.append(M.ReportEntry(key=row.key, path=row.path, mtime=row.mtime, size=row.size,
+            named = path if path and self.trace_key.get(path) == row.key else row.path
+            out.append(M.ReportEntry(key=row.key, path=named, mtime=row.mtime, size=row.size,
                                      created=row.created, error=row.error, sources=row.sources,
-                                     newest=self.trace_key.get(row.path) == row.key))
+                                     newest=self.trace_key.get(named) == row.key))
         return out
 
     def status(self) -> M.StatusResult:

@@ -36,6 +36,11 @@ log = logging.getLogger("profd.transport")
 MAX_BODY = 64 << 20
 MAX_HEADER = 8 << 10  # bytes of headers before a body (LSP sends two short lines)
 MAX_UNAUTHED = 32
+# Output a TCP client has not read yet: past PAUSE_UNREAD its requests are not read until it reads
+# (back-pressure: its own requests cannot grow our buffer); past MAX_UNREAD (pushes to a client
+# that never reads, or many big answers at once) it is disconnected.
+PAUSE_UNREAD = 1 << 20
+MAX_UNREAD = 64 << 20
 AUTH_TIMEOUT = 10.0
 _CL = re.compile(rb"^Content-Length:\s*(\d+)\s*$", re.I)
 
@@ -65,8 +70,11 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
     token within ``auth_timeout`` s; ``on_auth()`` once it has."""
     session = LspSession(core, token, peer)
     proto = session.ls.protocol
-    proto.set_writer(writer)
     done = asyncio.Event()
+    transport = getattr(writer, "transport", None)  # TCP: a socket's buffer we can see
+    if transport is not None:
+        writer = _Bounded(writer, peer, done)
+    proto.set_writer(writer)
     session.on_close = done.set
 
     def send_raw(obj: dict) -> None:
@@ -182,8 +190,36 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                 log.exception("profd: handling a message from %s failed", peer)
                 if is_request:
                     send_raw(_error(raw.get("id"), -32603, "Internal error"))
+            if transport is not None and transport.get_write_buffer_size() > PAUSE_UNREAD:
+                try:
+                    await writer.drain()  # read nothing more until the client reads
+                except ConnectionError:
+                    break
     finally:
         session.close()
+
+
+class _Bounded:
+    """A TCP client's StreamWriter that drops the client once ``MAX_UNREAD`` bytes sent to it
+    are unread (a client that never reads must not grow the daemon's memory)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, peer: str, done: asyncio.Event):
+        self.w, self.peer, self.done = writer, peer, done
+
+    def write(self, data: bytes) -> None:
+        t = self.w.transport
+        if t.is_closing():
+            return
+        if t.get_write_buffer_size() + len(data) > MAX_UNREAD:
+            log.warning("profd: closed %s: it has not read the last %d MB sent to it", self.peer,
+                        t.get_write_buffer_size() >> 20)
+            t.abort()
+            self.done.set()
+            return
+        self.w.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.w, name)
 
 
 async def _drain(writer) -> None:

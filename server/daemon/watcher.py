@@ -25,6 +25,7 @@ import collections
 import importlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
@@ -32,6 +33,8 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
                              FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEvent,
                              FileSystemEventHandler)
 from watchdog.observers import Observer
+
+from ..engine.sourcemap import nameable
 
 log = logging.getLogger("profd.watcher")
 
@@ -70,6 +73,7 @@ def _pair_moves_quickly(hold_s: float = 0.005) -> list[type]:
 _pair_moves_quickly()
 
 Sig = tuple  # (size, mtime_ns, ino)
+WALK_LEVELS = 10_000
 
 
 def matches(path: str) -> bool:
@@ -236,7 +240,7 @@ class _Events(FileSystemEventHandler):
             w.post(w.rearm_if_needed)
             if event.is_directory and event.event_type in ("created", "moved") and \
                     p.startswith(w.root + os.sep):
-                w.post(w.scan, p)
+                w.post(w.scan, p, False)  # watchdog reports each folder below it too
         elif event.event_type != "deleted" and matches(p) and \
                 p.startswith(w.root + os.sep):  # not the parent's own files
             if event.event_type == "moved" and w.on_complete is not None:
@@ -293,13 +297,21 @@ class Watcher:
 
     def _inside(self, fn: Callable[[str], None]) -> Callable[[str], None]:
         def offer(path: str) -> None:
-            if inside(path, self.root):
+            if not nameable(path):
+                log.warning("profd: ignoring %s: its name is not UTF-8, so no report or editor "
+                            "can name it (rename it)", ascii(path))
+            elif inside(path, self.root):
                 fn(path)
             elif os.path.islink(path):
                 log.warning("profd: ignoring %s: a symlink out of the watched folder", path)
         return offer
 
     def start(self) -> None:
+        # os.walk (ours and watchdog's, on its own thread too) recurses once per folder level
+        # (Python 3.11); a folder nested ~1,000 deep in the watched one raised RecursionError and
+        # the daemon died at start. The walk ends where a path passes PATH_MAX (4,096 bytes: at
+        # most ~2,050 levels), so this limit is never reached; 1 MB of thread stack is enough.
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), WALK_LEVELS))
         self.observer.daemon = True
         self.observer.start()
         self.rearm_if_needed()
@@ -351,10 +363,13 @@ class Watcher:
         self.rearmed += 1
         self.scan(self.root)
 
-    def scan(self, top: str) -> None:
-        """Files already there (at start, or in a folder that just appeared)."""
+    def scan(self, top: str, below: bool = True) -> None:
+        """Files already there (at start, or in a folder that just appeared); ``below``: in its
+        subfolders too. A folder appearing is scanned alone: watchdog sends an event for each
+        folder inside it (a tree moved in, ``mkdir -p``), and scanning each one's whole subtree
+        again was quadratic (a tree 2,000 deep moved in froze the loop for minutes)."""
         for d, dirs, files in os.walk(top):
-            dirs[:] = [x for x in dirs if not x.startswith(".")]
+            dirs[:] = [x for x in dirs if not x.startswith(".")] if below else []
             for f in files:
                 p = os.path.join(d, f)
                 if matches(p):

@@ -24,6 +24,16 @@ _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", "si
 _MAX_FILES = 200_000
 
 
+def nameable(path: str) -> bool:
+    """Whether a report can carry ``path``: a file name that is not UTF-8 reads back with lone
+    surrogates (``os.fsdecode``), which no JSON, no SQLite text and no editor takes."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SourceMap:
     def __init__(self, roots: Iterable[str] = (), path_map: Iterable[tuple[str, str]] = ()):
         self.roots = [os.path.abspath(r) for r in roots]
@@ -95,10 +105,11 @@ class SourceMap:
             n = 0
             for root in self.roots:
                 for dirpath, dirnames, filenames in os.walk(root):
-                    dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
+                    dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
+                                   and nameable(d)]
                     below = 1 + (0 if dirpath == root else os.path.relpath(dirpath, root).count(os.sep) + 1)
                     for f in filenames:
-                        if f.endswith(".py"):  # (path, its components below the root)
+                        if f.endswith(".py") and nameable(f):  # (path, its components below the root)
                             idx.setdefault(f, []).append((os.path.join(dirpath, f), below))
                             n += 1
                     if n > _MAX_FILES:
@@ -149,10 +160,10 @@ class LibrarySources:
 MAX_SOURCE_BYTES = 16 << 20  # a larger "source file" is not one (a trace can name any path)
 
 
-@lru_cache(maxsize=256)
-def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
-    """Only a regular file, opened without blocking (a FIFO or device named by a frame would
-    otherwise hang the reader, and /dev/zero never ends), and only its first MAX_SOURCE_BYTES."""
+def read_lines(path: str) -> tuple[str, ...]:
+    """The file's lines, uncached (for a caller with a cache of its own). Only a regular file,
+    opened without blocking (a FIFO or device named by a frame would otherwise hang the reader,
+    and /dev/zero never ends), and only its first MAX_SOURCE_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError):
@@ -169,6 +180,11 @@ def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
         return ()
     finally:
         os.close(fd)
+
+
+@lru_cache(maxsize=256)
+def _read_lines(path: str, mtime: float) -> tuple[str, ...]:
+    return read_lines(path)
 
 
 def source_lines(path: str) -> tuple[str, ...]:
