@@ -20,7 +20,8 @@ import time
 import pytest
 
 from conftest import SRC
-from daemon_util import Daemon, connect, drop, put, trace_bytes
+from daemon_util import (Daemon, _daemon_doc, connect, drop, put, serve_cmd, trace_bytes,
+                         variant, wait_for)
 from test_daemon_hostile import (await_for_async, core, folders, served,  # noqa: F401 (fixtures)
                                  wait_status)
 
@@ -310,3 +311,55 @@ async def _known(core, path) -> bool:
 
 async def _gone(srv) -> bool:
     return not srv.tasks
+
+
+# ---- more folders than inotify watches ------------------------------------------------------------
+LIMITED = "echo 40 > /proc/sys/user/max_inotify_watches && exec \"$@\""
+
+
+def _limited_or_skip() -> None:
+    """A user namespace of our own, where the inotify watch limit can be lowered for this
+    daemon alone (never the machine's, shared with everything else)."""
+    r = subprocess.run(["unshare", "-Ur", "sh", "-c", LIMITED, "sh", "true"],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"no user namespace to lower the inotify limit in: {r.stderr.decode()[:200]}")
+
+
+@pytest.mark.parametrize("when", ["before start", "while running"])
+async def test_folders_past_the_inotify_watch_limit_are_looked_into(folders, when):
+    """100 subfolders and a limit of 40 watches: watchdog skipped the folders it could not
+    watch without a word, and traces dropped in them were never reported (2 of 3 missing, no
+    log line). Now the daemon says so (one ERROR naming the sysctl) and looks into those
+    folders on its periodic check: all three are reported."""
+    _limited_or_skip()
+    watch, state = folders
+    subs = [os.path.join(str(watch), f"d{i}") for i in range(100)]
+    if when == "before start":
+        for s_ in subs:
+            os.mkdir(s_)
+    d = Daemon(watch, state)
+    os.makedirs(state, exist_ok=True)
+    log = open(d.log_path, "ab")
+    d.log = log
+    d.proc = subprocess.Popen(
+        ["unshare", "-Ur", "sh", "-c", LIMITED, "sh",
+         *serve_cmd(watch, state, "--log-level", "INFO", transport=("--tcp", "127.0.0.1:0"))],
+        stdout=log, stderr=log, start_new_session=True)
+    try:
+        d.doc = wait_for(lambda: _daemon_doc(os.path.join(str(state), "daemon.json"),
+                                             d.proc.pid), 30, "daemon.json")
+        if when == "while running":
+            for s_ in subs:
+                os.mkdir(s_)
+        wait_for(lambda: "cannot be watched (the inotify watch limit" in d.log_text(), 30,
+                 "the daemon saying some folders are not watched")
+        paths = [put(subs[i], "t.json.gz", variant("seed_n64_bf16", i)) for i in (0, 50, 99)]
+        for p in paths:
+            await await_for_async(lambda: _reported(d.doc, p), f"a report of {p}", timeout=60)
+    finally:
+        d.stop()
+
+
+async def _reported(doc, path) -> bool:
+    return await _report(doc, path) is not None

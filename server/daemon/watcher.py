@@ -72,6 +72,32 @@ def _pair_moves_quickly(hold_s: float = 0.005) -> list[type]:
 
 _pair_moves_quickly()
 
+# Folders watchdog could not watch, per watched root: inotify_add_watch failed for them (the
+# usual cause: the user's inotify watch limit, ENOSPC), which watchdog skips without a word, so
+# a trace dropped in one was never seen. Recorded on whichever thread added the watch.
+_UNWATCHED: dict[bytes, collections.deque] = {}
+
+
+def _record_unwatched() -> bool:
+    try:
+        from watchdog.observers.inotify import InotifyWatchGroup
+        add = InotifyWatchGroup._add_callback
+    except (ImportError, AttributeError):
+        return False
+    if getattr(add, "profd", False):
+        return True
+
+    def _add_callback(self, path) -> None:
+        add(self, path)
+        if path not in getattr(self, "_active_callbacks_by_path", (path,)):
+            _UNWATCHED.setdefault(os.fsencode(self.path), collections.deque()).append(path)
+    _add_callback.profd = True
+    InotifyWatchGroup._add_callback = _add_callback
+    return True
+
+
+_record_unwatched()
+
 Sig = tuple  # (size, mtime_ns, ino)
 WALK_LEVELS = 10_000
 
@@ -274,6 +300,7 @@ class Watcher:
         self._timer: Optional[asyncio.TimerHandle] = None
         self.rearmed = 0
         self._inbox: collections.deque = collections.deque()  # (fn, args) from watchdog's thread
+        self._unwatched: collections.OrderedDict[str, Optional[int]] = collections.OrderedDict()
         self._woken = False
 
     def post(self, fn: Callable, *args) -> None:
@@ -325,7 +352,39 @@ class Watcher:
 
     def _tick(self) -> None:
         self.rearm_if_needed()
+        self._look_into_unwatched()
         self._timer = self.loop.call_later(self.check_every, self._tick)
+
+    def _look_into_unwatched(self, per_tick: int = 2000) -> None:
+        """The folders inotify could not watch, looked into instead: each tick stats up to
+        ``per_tick`` of them (in turn) and lists those whose entries changed (a file or folder
+        made, renamed or deleted there); folders found there are looked into too."""
+        got, new = _UNWATCHED.get(os.fsencode(self.root)), 0
+        while got:
+            d = os.fsdecode(got.popleft())
+            if d not in self._unwatched:
+                self._unwatched[d], new = None, new + 1
+        if new:
+            log.error("profd: %d folder(s) in %s cannot be watched (the inotify watch limit, "
+                      "sysctl fs.inotify.max_user_watches, is reached?); traces there are found "
+                      "by looking every %.0f s or more", len(self._unwatched), self.root,
+                      self.check_every)
+        for _ in range(min(per_tick, len(self._unwatched))):
+            d, seen = self._unwatched.popitem(last=False)
+            try:
+                now = os.stat(d).st_mtime_ns
+            except OSError:
+                continue  # gone
+            self._unwatched[d] = now
+            if now != seen:
+                self.scan(d, False)
+                try:
+                    subs = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)
+                            and not e.name.startswith(".")]
+                except OSError:
+                    subs = []
+                for sub in subs:  # made in an unwatched folder: no watch was even tried
+                    self._unwatched.setdefault(sub, None)
 
     def rearm_if_needed(self) -> None:
         parent = os.path.dirname(self.root)
