@@ -270,6 +270,54 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
             await served.stop()
 
 
+async def test_an_allocation_faster_than_the_poll_meets_the_ceiling():
+    """The daemon polls a worker's RSS every 50 ms; one allocation can outrun that (a buffer
+    doubled at once, or memory reserved before it is touched, which RSS does not show). Each
+    worker also has a hard heap ceiling a quarter above its budget: a job reserving 2 GB under a
+    400 MB budget ends with the budget's error, and the next job runs on a fresh worker. (The job
+    is ``eval`` of an allocation: a stand-in for what a hostile trace makes the reader do.)"""
+    from profd.server.daemon.core import Budget, Workers
+    pool = Workers(1, True, 60.0, 400 << 20)
+    try:
+        with pytest.raises(Budget, match="over the 400 MB memory budget .*--analysis-mb"):
+            await pool.run(eval, "len(bytes(2 << 30))")
+        assert await pool.run(eval, "len(bytes(1 << 20))") == 1 << 20
+    finally:
+        pool.close()
+
+
+async def test_a_budget_error_is_tried_again_under_a_bigger_budget(folders):
+    """A trace ended by its memory budget keeps that error across restarts under the same budget
+    (a bomb is not re-run at every start), and is analysed again, once, when the daemon comes back
+    with a bigger one: the error said to raise --analysis-mb, so raising it must help. The trace
+    is the real seed trace with 256 MB of blanks after ``"traceEvents": [`` (edited: it must run
+    past the daemon's first 50 ms look at the worker); in-process Cores on one real store."""
+    from profd.server.daemon.core import Config, Core
+    watch, state = folders
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16"))
+    i = raw.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    path = put(watch, "slow.json.gz", gz_repeat(raw[:i], b" " * MB16, 16, raw[i:]))
+
+    async def run(mb: int):
+        c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=1,
+                        settle=0.1, quiet=0.5, analysis_mb=mb))
+        await c.start()
+        try:
+            await await_for(lambda: c.trace_key.get(path) in c.meta and c.intake.queued == 0 and
+                            c.running == 0, 60, "the trace's report")
+            await asyncio.sleep(0.3)
+            return c.analyses, c.meta[c.trace_key[path]].error
+        finally:
+            await c.stop()
+
+    n, err = await run(1)  # 1 MB: any analysis is over it
+    assert n == 1 and "over the 1 MB memory budget" in err, err
+    assert await run(1) == (0, err)  # the same budget: not tried again
+    n, err = await run(0)  # the default budget (>= 1 GiB)
+    assert n == 1 and err is None, err
+    assert await run(0) == (0, None)
+
+
 # ---- 3. what byte 0 says is said before inflating -------------------------------------------------
 async def test_nul_bomb_is_refused_for_its_first_byte(served):
     """Synthetic: 2 GB of NULs in 2 MB of gzip, under a 400 MB budget: refused as not JSON (the

@@ -20,6 +20,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -111,10 +112,27 @@ def _gc_on_when_idle() -> None:
             gc.enable()
 
 
-def _worker_init(quiet_stderr: bool) -> None:
+def _cap_memory(budget: int) -> None:
+    """A hard ceiling on the process's heap (RLIMIT_DATA: brk and private writable mappings), a
+    quarter above the budget the daemon polls for: the poll (every 50 ms) gives the friendly
+    ending, the ceiling stops an allocation faster than the poll (one realloc can double a
+    buffer) with a MemoryError before it takes the machine's memory."""
+    try:
+        import resource
+
+        cap = budget + budget // 4 + (256 << 20)  # the interpreter and the engine: ~100 MB
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: the poll still holds
+        pass
+
+
+def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
     """In each analysis process: let go of the daemon's stdio (an editor waits for those pipes to
-    close), exit when the daemon is gone (even after kill -9: nothing else would tell us), and
-    import the engine before the first trace."""
+    close), exit when the daemon is gone (even after kill -9: nothing else would tell us), cap
+    its memory, and import the engine before the first trace."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2) if quiet_stderr else (0, 1):
         os.dup2(null, fd)
@@ -128,15 +146,18 @@ def _worker_init(quiet_stderr: bool) -> None:
                 os._exit(0)
 
     threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
+    if mem_bytes:
+        _cap_memory(mem_bytes)
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
         from ..engine import analyze  # noqa: F401
     except Exception:  # pragma: no cover - the job itself will say what is wrong
         pass
 
 
-def _worker_main(conn, quiet_stderr: bool) -> None:
-    """An analysis process: jobs from the pipe, one at a time, until the daemon says stop."""
-    _worker_init(quiet_stderr)
+def _worker_main(conn, quiet_stderr: bool, mem_bytes: int = 0) -> None:
+    """An analysis process: jobs from the pipe, one at a time, until the daemon says stop (or
+    its memory ceiling is hit: it answers so and exits, its heap goes with it)."""
+    _worker_init(quiet_stderr, mem_bytes)
     while True:
         try:
             job = conn.recv()
@@ -147,11 +168,15 @@ def _worker_main(conn, quiet_stderr: bool) -> None:
         try:
             fn, args = job
             out = ("ok", fn(*args))
+        except MemoryError:
+            out = ("memory", None)
         except BaseException as e:  # analyze_or_error catches trace errors; this is a bug
             out = ("error", f"{type(e).__name__}: {e}")
         try:
             conn.send(out)
         except (OSError, ValueError):
+            return
+        if out[0] == "memory":
             return
 
 
@@ -173,6 +198,11 @@ def default_memory_budget(workers: int) -> int:
     return max(1 << 30, total // 2 // max(1, workers))
 
 
+# How a budget's error names its budget (Worker.run writes them): "over the 400 MB memory budget",
+# "over the 300 s budget".
+_BUDGET = re.compile(r"over the (\d+) (MB memory|s) budget")
+
+
 class Budget(Exception):
     """An analysis ended by the daemon: over its time or memory budget, or its process died."""
 
@@ -182,9 +212,10 @@ class Worker:
     (in a thread, never on the loop) also watches the job's wall time and the process's RSS and
     kills the process the moment either is over budget: that job alone ends, with a clear error."""
 
-    def __init__(self, ctx, quiet_stderr: bool):
+    def __init__(self, ctx, quiet_stderr: bool, mem_bytes: int = 0):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, quiet_stderr), daemon=True,
+        self.proc = ctx.Process(target=_worker_main, args=(child, quiet_stderr, mem_bytes),
+                                daemon=True,
                                 name="profd-analysis")
         self.proc.start()
         child.close()
@@ -217,6 +248,10 @@ class Worker:
         except (EOFError, OSError):
             self.kill()
             raise Budget("the analysis process died (out of memory?)") from None
+        if kind == "memory":  # its ceiling (_cap_memory) stopped an allocation; it has exited
+            self.kill()
+            raise Budget(f"analysis stopped allocating over the {mem_bytes >> 20} MB memory "
+                         "budget per analysis (profd serve --analysis-mb)")
         if kind != "ok":
             raise Budget(f"the analysis failed: {value}")
         return value
@@ -247,7 +282,7 @@ class Workers:
             self._add()
 
     def _add(self) -> None:
-        w = Worker(self.ctx, self.quiet)
+        w = Worker(self.ctx, self.quiet, self.mem_bytes)
         self.all.append(w)
         self.idle.put_nowait(w)
 
@@ -788,7 +823,7 @@ class Core:
             return None  # gone: the analysis finishes unused
         sha, hsig = hashed
         key = f"{sha}:{fp}"
-        if key in self.meta:  # committed meanwhile under another name
+        if self._known(key):  # committed meanwhile under another name
             self._link(path, key, hsig)
             return None
         mine = key not in self.inflight
@@ -800,6 +835,19 @@ class Core:
         finally:
             if mine and self.inflight.get(key) is fut:
                 del self.inflight[key]
+
+    def _known(self, key: str) -> bool:
+        """Whether content ``key`` has its report: any report, except a budget's error made under
+        a smaller budget than the daemon has now (raising --analysis-mb or --analysis-timeout
+        tries those again, once)."""
+        row = self.meta.get(key)
+        if row is None:
+            return False
+        m = _BUDGET.search(row.error) if row.error else None
+        if m is None:
+            return True
+        now = self._pool.mem_bytes >> 20 if m[2] == "MB memory" else self.cfg.analysis_timeout
+        return int(m[1]) >= now
 
     def _may_repeat(self, size: int) -> bool:
         """Could a file of ``size`` bytes hold content already reported or being analysed?"""
@@ -862,7 +910,7 @@ class Core:
         """Store the report of content ``key``, read from ``path`` as ``sig``; ``current``: the
         file there still holds it (else the report is kept for that content alone: no path
         points at it, nothing is published, and the next file with that content links to it)."""
-        if key in self.meta and self.meta[key].path != path:  # committed meanwhile under
+        if self._known(key) and self.meta[key].path != path:  # committed meanwhile under
             if current:                                          # another name: the same content
                 self._link(path, key, sig)
             return
@@ -891,7 +939,7 @@ class Core:
         if not inside(path, self.cfg.watch):  # became a symlink out of the folder meanwhile
             return None
         known = self.store.known_file(path, sig[1] / 1e9, sig[0])
-        if known and known.endswith(":" + self.fp) and known in self.meta:
+        if known and known.endswith(":" + self.fp) and self._known(known):
             return None
         size, cfg, fp = sig[0], self.cfg, self.fp
         opts = (cfg.workspace, cfg.path_map, cfg.disabled)  # configure() replaces, never mutates
@@ -908,7 +956,7 @@ class Core:
             for t in list(self._unhashed.get(size, ())):  # a same-size file hashed beside its
                 await asyncio.wait([t])                   # analysis: let it register its key
             key = f"{sha}:{fp}"
-            if key in self.meta:  # same content again (here or under another name): costs nothing
+            if self._known(key):  # same content again (here or under another name): costs nothing
                 self._link(path, key, hsig)
                 return None
             data, read = await self._run(key, path, size, *opts)
@@ -975,7 +1023,7 @@ class Core:
         key = f"{sha}:{fp}"
         if key in self.meta:
             await SOURCES.warm(self.meta[key].sources)
-        stale = key in self.meta and self.sources_changed(key)
+        stale = key in self.meta and (self.sources_changed(key) or not self._known(key))
         if key in self.meta and not stale and self.report(key) is not None:
             return self.report_at(key, p.path)
         if fp != self.fp:  # this request's own options: its result is this client's alone

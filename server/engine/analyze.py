@@ -71,6 +71,8 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
             continue
         try:
             diagnostics.extend(check(ctx))
+        except MemoryError:  # the analysis is over its memory: no report, not a partial one
+            raise
         except Exception:  # one broken rule must not take the report down
             log.exception("rule %s failed on %s", code, info.path)
     impact.assign(ctx, diagnostics)
