@@ -70,8 +70,8 @@ class StatusResult(Struct):
     watch: Optional[str]
     workspace: list[str]
     reports: int
-    queued: int
-    running: int
+    queued: int  # watched files not done with yet (settling, queued, hashed, analysed, or quiet)
+    running: int  # analyses in flight (watched files and profd/analyze requests)
     analyses: int  # analyses run since the daemon started
     sessions: int
     uptime_s: float

@@ -159,7 +159,9 @@ class Intake:
 
     @property
     def queued(self) -> int:
-        return len(self.pending) + self.queue.qsize()
+        """Files not done with: settling, queued, being hashed or read, or waiting out ``quiet``
+        (a path between the queue and its analysis is neither queued nor running otherwise)."""
+        return len(self.pending) + len(self.busy)
 
     # ---- on the loop ------------------------------------------------------------------------
     def notice(self, path: str, complete: bool = False) -> None:
