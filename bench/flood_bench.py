@@ -112,7 +112,7 @@ async def one_run(n_files: int, tmp: str | None) -> dict:
     finally:
         await c.close()
         log.close()
-        if not res.get("twice"):
+        if not res.get("twice") or res.get("analyses", 0) <= res.get("distinct", 0):
             shutil.rmtree(work, ignore_errors=True)
         else:
             res["work"] = work
@@ -138,9 +138,10 @@ def main(argv=None) -> int:
               f"worker {r['worker_s']:.3f} s, so analysis + {r['flooded_s'] - r['worker_s']:.3f} s "
               f"(bound: + 1 s); drained in {r['drain_s']:.1f} s, {r['analyses']} analyses for "
               f"{r['distinct']} contents", flush=True)
-        if r.get("twice"):
-            print(f"   analysed twice: {', '.join(os.path.basename(p) for p in r['twice'][:5])} "
-                  f"(log kept in {r['work']})")
+        if r.get("twice") and r["analyses"] > r["distinct"]:  # a path analysed twice holds
+            print(f"   paths analysed twice (one may have held two contents): "    # two contents
+                  f"{', '.join(os.path.basename(p) for p in r['twice'][:5])} "       # when its file
+                  f"(log kept in {r['work']})")                                      # was replaced
     worst = max(runs, key=lambda r: r["flooded_s"] - r["worker_s"])
     print(f"\nworst of {len(runs)}: analysis + {worst['flooded_s'] - worst['worker_s']:.3f} s "
           f"(bound + 1 s); flooded / idle latency median "

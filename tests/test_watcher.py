@@ -201,6 +201,33 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
     assert core_mod.sha_file(later)[0] == key_b.split(":")[0]
 
 
+def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_path, monkeypatch):
+    """An analysis opens the trace once and the engine reads that very file: a rename over the
+    path between the open and the engine's read (forced here by wrapping the engine's entry)
+    changes nothing about which content the report is of, and the signature it returns is that
+    file's; the report names the path, never the descriptor it was read through."""
+    import gzip
+    import hashlib
+
+    from profd.server.daemon import core as core_mod
+    from profd.server.engine import analyze as engine
+    a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
+    path = str(tmp_path / "t.json.gz")
+    (tmp_path / "t.json.gz").write_bytes(a)
+    ino_a = os.stat(path).st_ino
+    real = engine.analyze_or_error
+
+    def swapped_first(p, opts):
+        (tmp_path / ".b").write_bytes(b)
+        os.replace(tmp_path / ".b", path)  # B is at the path now
+        return real(p, opts)
+    monkeypatch.setattr(engine, "analyze_or_error", swapped_first)
+    report, read = core_mod._analyze_held(path, engine.Options())
+    assert report.trace.sha256 == hashlib.sha256(gzip.decompress(a)).hexdigest()
+    assert report.trace.path == path and read is not None and read[2] == ino_a
+    assert os.stat(path).st_ino != ino_a
+
+
 # ---- the watcher's own costs under a flood (real watchdog, real inotify) ---------------------------
 async def _watching(tmp_path, seen):
     from profd.server.daemon.watcher import Watcher

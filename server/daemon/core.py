@@ -85,7 +85,7 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
     analysis (the engine runs with it off) took ~10-20 ms per 250 MB of trace, and it would run
     on the first allocation after the return, i.e. while the pool pickles the result."""
     global _jobs
-    from ..engine.analyze import Options, analyze_or_error
+    from ..engine.analyze import Options
 
     with _gc_lock:
         _jobs += 1
@@ -94,16 +94,44 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
                        disabled=set(disabled))
-        before = signature(path)
-        data = T.encode(analyze_or_error(path, opts))
-        read = before if signature(path) == before else None
-        return data, time.perf_counter() - t0, time.process_time() - c0, start, read
+        report, read = _analyze_held(path, opts)
+        return T.encode(report), time.perf_counter() - t0, time.process_time() - c0, start, read
     finally:
         with _gc_lock:
             _jobs -= 1
         t = threading.Timer(0.1, _gc_on_when_idle)
         t.daemon = True
         t.start()
+
+
+_FD_DIR = "/proc/self/fd"  # Linux: opening /proc/self/fd/N opens the file N already has open
+
+
+def _analyze_held(path: str, opts) -> tuple[T.Report, Optional[Sig]]:
+    """The report of the file at ``path`` and that file's signature: the file is opened once and
+    the engine reads that very file (through /proc/self/fd), so a rename over ``path`` meanwhile
+    cannot make the report another content's. The signature is None when the file was written in
+    place while it was read (or where the descriptor cannot be reopened and it changed)."""
+    from ..engine.analyze import analyze_or_error
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return analyze_or_error(path, opts), None  # the engine says what is wrong with it
+    try:
+        before = _fd_sig(fd)
+        via = f"{_FD_DIR}/{fd}" if os.path.isdir(_FD_DIR) else path
+        report = relabel(analyze_or_error(via, opts), path)
+        if via == path and signature(path) != before:
+            return report, None
+        return report, before if _fd_sig(fd) == before else None
+    finally:
+        os.close(fd)
+
+
+def _fd_sig(fd: int) -> Sig:
+    st = os.fstat(fd)
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def _gc_on_when_idle() -> None:
@@ -782,31 +810,67 @@ class Core:
             return None  # gone or unreadable
         return digest, tuple(int(x) for x in st)
 
-    async def _run(self, key: str, path: str, size: int, workspace, path_map,
-                   disabled) -> tuple[bytes, Optional[Sig]]:
-        """Analyse once per key: concurrent callers of the same content share one run.
-        (report, signature of the file the analysis read, or None when it changed under it)."""
+    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled,
+                   hsig: Optional[Sig] = None) -> tuple[bytes, Optional[tuple[str, Sig]]]:
+        """Analyse once per key: concurrent callers of the same content share one run. ``hsig``:
+        the signature of the file ``key`` was hashed from. (report, (key it is the report of,
+        signature of that file)), the second None when that cannot be told (see _made_from); a
+        caller sharing another's run gets its report only when it is of ``key``."""
         fut = self.inflight.get(key)
         if fut is not None:
-            return await asyncio.shield(fut)
+            data, made = await asyncio.shield(fut)
+            return data, ((key, hsig) if made is not None and made[0] == key else None)
         fut = self.loop.create_future()
         self.inflight[key] = fut
         try:
-            return await self._analyse(fut, path, size, workspace, path_map, disabled)
+            return await self._share(fut, path, key, hsig,
+                                     self._analyse(path, size, workspace, path_map, disabled))
         finally:
             if self.inflight.get(key) is fut:
                 del self.inflight[key]
 
-    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes, Optional[Sig],
-                                                                    Sig]]:
+    async def _share(self, fut: asyncio.Future, path: str, key: str, hsig: Optional[Sig],
+                     job) -> tuple[bytes, Optional[tuple[str, Sig]]]:
+        """Await ``job`` (an analysis of ``path``), tell what content it read, and hand the
+        result to every caller waiting on ``fut``."""
+        try:
+            data, read = await job
+            made = await self._made_from(path, key, hsig, read)
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
+                fut.exception()  # mark retrieved
+            raise
+        if not fut.done():
+            fut.set_result((data, made))
+        return data, made
+
+    async def _made_from(self, path: str, key: str, hsig: Optional[Sig],
+                         read: Optional[Sig]) -> Optional[tuple[str, Sig]]:
+        """The content an analysis of ``path`` read, as (key, signature): ``key`` when it read the
+        very file that was hashed; when the file was replaced in between and the analysis read the
+        file that is there now, that file's key (hashed again: a few ms); else None (replaced
+        while being read: nobody can tell what it read)."""
+        if read is None:
+            return None
+        if read == hsig:
+            return key, hsig
+        again = await self._hash(path)
+        if again is None or again[1] != read:
+            log.info("profd: %s was replaced while it was read; looking at it again", path)
+            return None
+        return f"{again[0]}:{key.split(':', 1)[1]}", again[1]
+
+    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes,
+                                                                    Optional[tuple[str, Sig]]]]:
         """Analyse a watched file whose content cannot have been seen (no report and no analysis
         in flight has its size): the analysis starts at once and the file is hashed beside it,
-        so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data, signature
-        the analysis read, signature hashed), or None when the file went away or turned out to be
-        a repeat after all."""
+        so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data, what the
+        report is of: see _run), or None when the file went away or turned out to be a repeat
+        after all."""
         cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
         fut = self.loop.create_future()
-        job = asyncio.ensure_future(self._analyse(fut, path, size, cfg.workspace, cfg.path_map,
+        job = asyncio.ensure_future(self._analyse(path, size, cfg.workspace, cfg.path_map,
                                                   cfg.disabled))
         job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
         hashing = asyncio.ensure_future(self._hash_beside(path, size))
@@ -830,8 +894,8 @@ class Core:
         if mine:  # a repeat arriving now joins this run
             self.inflight[key] = fut
         try:
-            data, read = await job
-            return key, data, read, hsig
+            data, made = await self._share(fut, path, key, hsig, job)
+            return key, data, made
         finally:
             if mine and self.inflight.get(key) is fut:
                 del self.inflight[key]
@@ -854,8 +918,9 @@ class Core:
         return size in self._busy_sizes or size in self._unhashed or \
             any(r.size == size for r in self.meta.values())
 
-    async def _analyse(self, fut: asyncio.Future, path: str, size: int, workspace, path_map,
+    async def _analyse(self, path: str, size: int, workspace, path_map,
                        disabled) -> tuple[bytes, Optional[Sig]]:
+        """(report, signature of the file the worker read, None when it changed under it)."""
         token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
         big = size >= self.cfg.progress_min_bytes
         if big:
@@ -874,12 +939,7 @@ class Core:
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
                      "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
                      path, size, wall, cpu, t1 - t0, start - t0, t1 - start - wall)
-            fut.set_result((data, read))
             return data, read
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # mark retrieved
-            raise
         finally:
             self.running -= 1
             self._busy_sizes[size] -= 1
@@ -947,7 +1007,7 @@ class Core:
             got = await self._run_new(path, sig)
             if got is None:
                 return None
-            key, data, read, hsig = got
+            key, data, made = got
         else:
             hashed = await self._hash(path)
             if hashed is None:
@@ -959,16 +1019,18 @@ class Core:
             if self._known(key):  # same content again (here or under another name): costs nothing
                 self._link(path, key, hsig)
                 return None
-            data, read = await self._run(key, path, size, *opts)
+            data, made = await self._run(key, path, size, *opts, hsig=hsig)
+        if made is None:  # the file was replaced while read: nothing is known of it, look again
+            return Outcome(ok=False, commit=None)
+        key, hsig = made
         report = relabel(T.decode_report(data), path)
         data_out = data if report.error is None else T.encode(report)
         commit = functools.partial(self._commit, key, path, hsig, data_out, report)
-        # The analysis read the very file that was hashed: its report is that content's, whatever
-        # the path holds by now (a file replaced again while analysed keeps the work done).
-        verified = read is not None and read == hsig
+        # The report is of the content ``key`` (the file ``hsig``), whatever the path holds by now:
+        # a file replaced again after it was read keeps the work done for that content.
         ok = report.error is None
-        return Outcome(ok=ok, commit=commit, sig=hsig if verified else None,
-                       keep=functools.partial(commit, current=False) if verified and ok else None)
+        return Outcome(ok=ok, commit=commit, sig=hsig,
+                       keep=functools.partial(commit, current=False) if ok else None)
 
     # ---- profd/analyze ----------------------------------------------------------------------
     def sources_changed(self, key: str) -> bool:
@@ -1029,13 +1091,14 @@ class Core:
         if fp != self.fp:  # this request's own options: its result is this client's alone
             data = self._aside.get(key)
             if data is None:
-                data, _ = await self._run(key, real, sig[0], ws, pm, dis)
-                self._aside[key] = data
+                data, made = await self._run(key, real, sig[0], ws, pm, dis, hsig=sig)
+                if made is not None:
+                    self._aside[made[0]] = data
                 while len(self._aside) > 32:
                     self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
-        data, _ = await self._run(key, real, sig[0], ws, pm, dis)
-        if key not in self.meta or stale:
-            report = relabel(T.decode_report(data), real)
-            self._commit(key, real, sig, T.encode(report) if report.error else data, report)
+        data, made = await self._run(key, real, sig[0], ws, pm, dis, hsig=sig)
+        if made is not None and (made[0] != key or key not in self.meta or stale):
+            report = relabel(T.decode_report(data), real)  # what was read, under its own key
+            self._commit(made[0], real, made[1], T.encode(report) if report.error else data, report)
         return relabel(T.decode_report(data), p.path)

@@ -120,12 +120,13 @@ def signature(path: str) -> Optional[Sig]:
 @dataclass
 class Outcome:
     """What ``handle`` did with a stable file: ``ok`` False = it did not parse (maybe not yet).
-    ``sig``: the signature of the file the report was made from, when the handler knows it (the
-    hash and the analysis read that same file), else the queued signature is what counts.
-    ``keep``: records the report for its content alone, when the path has changed since."""
+    ``commit`` None: no report of what the path holds (it was replaced while read): look again.
+    ``sig``: the signature of the file the report was made from, when the handler knows it, else
+    the queued signature is what counts. ``keep``: records the report for its content alone,
+    when the path has changed since."""
 
     ok: bool
-    commit: Callable[[], None]
+    commit: Optional[Callable[[], None]]
     sig: Optional[Sig] = None
     keep: Optional[Callable[[], None]] = None
 
@@ -217,8 +218,13 @@ class Intake:
         if out is None:
             self._release(path)
             return
+        if out.commit is None:
+            self._release(path, again=True)
+            return
         made_from = out.sig or sig
         if signature(path) != made_from:  # replaced or still written while read: go round again
+            log.info("profd: %s changed after it was read (%s, now %s); looking at it again",
+                     path, made_from, signature(path))
             if out.keep is not None:
                 out.keep()  # the work done stands for the content it read
             self._release(path, again=True)
