@@ -35,6 +35,7 @@ import msgspec
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
+from ..engine import impact
 from ..engine.sourcemap import read_lines
 from .placement import local_sources, placed_path, unmapped_hint
 from .store import Row, Store, private_dir
@@ -389,6 +390,7 @@ def relabel(report: T.Report, path: str) -> T.Report:
         for loc in [d.location, *d.related]:
             if loc.path == old:
                 loc.path = path
+    report.diagnostics.sort(key=impact.order)  # ties go by path: ordered as if analysed there
     return report
 
 
