@@ -89,7 +89,8 @@ def _record_unwatched() -> bool:
 
     def _add_callback(self, path) -> None:
         add(self, path)
-        if path not in getattr(self, "_active_callbacks_by_path", (path,)):
+        if path not in getattr(self, "_active_callbacks_by_path", (path,)) and \
+                os.path.isdir(path):  # (not a folder that went away meanwhile)
             _UNWATCHED.setdefault(os.fsencode(self.path), collections.deque()).append(path)
     _add_callback.profd = True
     InotifyWatchGroup._add_callback = _add_callback
