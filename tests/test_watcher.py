@@ -228,6 +228,38 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
     assert os.stat(path).st_ino != ino_a
 
 
+async def test_the_newest_file_goes_first_however_long_the_backlog(tmp_path):
+    """1,500 files are waiting (more than the 1,024 the queue once held: the rest polled for room
+    every settle period) when one more arrives: it is the next one handled."""
+    from profd.server.daemon.watcher import Intake
+    gate, order = asyncio.Event(), []
+
+    async def handle(path, sig):
+        order.append(os.path.basename(path))
+        await gate.wait()
+        return None
+    intake = Intake(asyncio.get_running_loop(), handle, settle=0.05, quiet=0.1, workers=1)
+    intake.start()
+    try:
+        paths = []
+        for i in range(1501):
+            p = tmp_path / f"t{i:04d}.json"
+            p.write_bytes(b"{}")
+            paths.append(str(p))
+        intake.notice(paths[0], complete=True)  # the worker takes it and waits at the gate
+        await await_for(lambda: order, 5, "the first file taken")
+        for p in paths[1:]:
+            intake.notice(p, complete=True)
+        newest = tmp_path / "newest.json"
+        newest.write_bytes(b"{}")
+        intake.notice(str(newest), complete=True)
+        gate.set()
+        await await_for(lambda: len(order) >= 3, 10, "the next files taken")
+        assert order[1] == "newest.json", order[:5]
+    finally:
+        await intake.stop()
+
+
 # ---- the watcher's own costs under a flood (real watchdog, real inotify) ---------------------------
 async def _watching(tmp_path, seen):
     from profd.server.daemon.watcher import Watcher

@@ -1,4 +1,4 @@
-"""The watched folder: watchdog events -> debounce -> a bounded queue -> a fixed pool of workers.
+"""The watched folder: watchdog events -> debounce -> a newest-first queue -> a fixed pool of workers.
 
 Threads: watchdog's observer thread only calls ``loop.call_soon_threadsafe``; everything else runs
 on the server's event loop. A path goes through:
@@ -6,7 +6,9 @@ on the server's event loop. A path goes through:
   pending (size/mtime/inode re-stat every ``settle`` s until two stats agree; a file renamed
   into the folder is complete at that instant and skips the wait: the writer's rename is its
   "done", and a file still written after it is caught by the re-stat after the read below)
-  -> queue (bounded, newest first; when full, the path stays pending and is retried)
+  -> queue (newest first: the file a user just dropped goes ahead of any backlog; not bounded
+     apart from the paths themselves, which ``pending``/``busy`` hold anyway: a bound made the
+     overflow poll for room, and a file dropped after 4,000 waited 10 s among them)
   -> a worker calls ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
   -> ok: ``commit()``; failed to parse: wait ``quiet`` s (holding no worker); still unchanged ->
      ``commit()`` the one error report; changed meanwhile -> back to pending (still written).
@@ -137,13 +139,13 @@ Handler = Callable[[str, Sig], Awaitable[Optional[Outcome]]]
 
 class Intake:
     def __init__(self, loop: asyncio.AbstractEventLoop, handle: Handler, *, settle: float = 0.3,
-                 quiet: float = 2.0, workers: int = 2, maxsize: int = 1024):
+                 quiet: float = 2.0, workers: int = 2):
         self.loop = loop
         self.handle = handle
         self.settle = settle
         self.quiet = quiet
         # Newest first: a trace dropped during a flood is the one its user waits for.
-        self.queue: asyncio.Queue = asyncio.LifoQueue(maxsize)
+        self.queue: asyncio.Queue = asyncio.LifoQueue()
         self.pending: dict[str, Optional[Sig]] = {}
         self.busy: set[str] = set()  # queued or being handled
         self.dirty: set[str] = set()  # an event came while busy
@@ -191,11 +193,7 @@ class Intake:
             self.pending[path] = now
             self.loop.call_later(self.settle, self._check, path)
             return
-        try:
-            self.queue.put_nowait((path, now))
-        except asyncio.QueueFull:
-            self.loop.call_later(self.settle, self._check, path)
-            return
+        self.queue.put_nowait((path, now))
         del self.pending[path]
         self.busy.add(path)
 
