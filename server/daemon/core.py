@@ -39,7 +39,7 @@ from ..engine import impact
 from ..engine.sourcemap import read_lines
 from .placement import local_sources, placed_path, unmapped_hint
 from .store import Row, Store, private_dir
-from .watcher import Intake, Outcome, Sig, Watcher, inside, signature
+from .watcher import Intake, Outcome, Sig, Watcher, inside, sig_of, signature
 
 log = logging.getLogger("profd.core")
 
@@ -81,10 +81,11 @@ _jobs = 0
 
 def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
                  disabled: list[str]) -> tuple[bytes, float, float, float, Optional[Sig]]:
-    """(encoded report, wall s, CPU s, time.time() at the start, the file's signature when it
-    was the same before and after the read, else None) of one analysis, timed in the worker. The cyclic GC stays off until the result is on its way: its first pass after a big
-    analysis (the engine runs with it off) took ~10-20 ms per 250 MB of trace, and it would run
-    on the first allocation after the return, i.e. while the pool pickles the result."""
+    """(encoded report, wall s, CPU s, time.time() at the start, the signature of the file read
+    or None: see _analyze_held) of one analysis, timed in the worker. The cyclic GC stays off
+    until the result is on its way: its first pass after a big analysis (the engine runs with it
+    off) took ~10-20 ms per 250 MB of trace, and it would run on the first allocation after the
+    return, i.e. while the pool pickles the result."""
     global _jobs
     from ..engine.analyze import Options
 
@@ -131,8 +132,7 @@ def _analyze_held(path: str, opts) -> tuple[T.Report, Optional[Sig]]:
 
 
 def _fd_sig(fd: int) -> Sig:
-    st = os.fstat(fd)
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+    return sig_of(os.fstat(fd))
 
 
 def _gc_on_when_idle() -> None:
@@ -349,7 +349,7 @@ def sha_file(path: str) -> tuple[str, Sig]:
         st = os.fstat(f.fileno())
         while chunk := f.read(1 << 20):
             h.update(chunk)
-    return h.hexdigest(), (st.st_size, st.st_mtime_ns, st.st_ino)
+    return h.hexdigest(), sig_of(st)
 
 
 # The hash beside an analysis runs in a child at a lower priority: a thread of the daemon would
@@ -958,9 +958,9 @@ class Core:
                                         [list(p) for p in path_map], sorted(disabled))
         except Budget as e:
             log.error("profd: %s: %s", path, e)
-            return T.encode(T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
-                                     error=f"profd: bad trace {path}: {e}")), 0.0, 0.0, time.time(), \
-                signature(path)
+            report = T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
+                              error=f"profd: bad trace {path}: {e}")
+            return T.encode(report), 0.0, 0.0, time.time(), await self.io(signature, path)
 
     async def run_in_worker(self, fn, *args):
         """Other work on a trace (annotating it) in an analysis process, under the same budgets;

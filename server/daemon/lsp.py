@@ -566,9 +566,12 @@ async def _lookup(core: Core, uri: str, outline: bool = False) -> str:
     ``SOURCES`` (off the loop) for the handler that asked; ``outline``: its functions too."""
     p = _path_of(uri)
     if p not in core.by_source:
-        await SOURCES.warm([p])
+        await SOURCES.warm([p], outline=outline)
         rp = SOURCES.real(p)
-        p = next((s for s in core.by_source if SOURCES.real(s) == rp), p)
+        indexed = next((s for s in core.by_source if SOURCES.real(s) == rp), None)
+        if indexed is None:
+            return p
+        p = indexed
     await SOURCES.warm([p], outline=outline)
     return p
 

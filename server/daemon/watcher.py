@@ -1,7 +1,7 @@
 """The watched folder: watchdog events -> debounce -> a newest-first queue -> a fixed pool of workers.
 
-Threads: watchdog's observer thread only calls ``loop.call_soon_threadsafe``; everything else runs
-on the server's event loop. A path goes through:
+Threads: watchdog's observer thread only tests a path and posts it to an inbox the loop drains
+(``Watcher.post``); everything else runs on the server's event loop. A path goes through:
 
   pending (size/mtime/inode re-stat every ``settle`` s until two stats agree; a file renamed
   into the folder is complete at that instant and skips the wait: the writer's rename is its
@@ -27,6 +27,7 @@ import collections
 import importlib
 import logging
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
@@ -110,14 +111,18 @@ def matches(path: str) -> bool:
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 
+def sig_of(st: os.stat_result) -> Sig:
+    """A file's signature from its stat: what says it is the same file, unchanged."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
 def signature(path: str) -> Optional[Sig]:
+    """The signature of the regular file at ``path`` (symlinks followed), else None."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    if not os.path.isfile(path):
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+    return sig_of(st) if stat.S_ISREG(st.st_mode) else None
 
 
 @dataclass
@@ -220,10 +225,10 @@ class Intake:
         if out.commit is None:
             self._release(path, again=True)
             return
-        made_from = out.sig or sig
-        if signature(path) != made_from:  # replaced or still written while read: go round again
+        made_from, now = out.sig or sig, signature(path)
+        if now != made_from:  # replaced or still written while read: go round again
             log.info("profd: %s changed after it was read (%s, now %s); looking at it again",
-                     path, made_from, signature(path))
+                     path, made_from, now)
             if out.keep is not None:
                 out.keep()  # the work done stands for the content it read
             self._release(path, again=True)
