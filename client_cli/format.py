@@ -123,6 +123,8 @@ def _summary_line(r: T.Report, show_hints: bool = False) -> str:
     n = len(s.steps)
     per = max(1, n)
     busy = f"GPU busy {s.gpu_busy_pct:.1f}% of the active window" if s.gpu_busy_pct is not None else "no GPU events"
+    if s.copy_busy_pct:  # the copy engines' work, which the kernels' busy share leaves out
+        busy += f" (copy engines {s.copy_busy_pct:.1f}%)" if s.copy_busy_pct >= 0.1 else ""
     steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if n > 8 else "")
     spark = sparkline([st.gpu_busy_us / st.dur_us if st.dur_us else 0 for st in s.steps])
     found = severity_counts(d.severity for d in r.diagnostics if d.severity != "hint" or show_hints)
@@ -144,7 +146,7 @@ def _bound(steps: list[T.Step]) -> str:
     if len(gpu) * 2 <= len(steps):
         return "; CPU-bound"
     cpu = sum(st.dur_us for st in gpu) / len(gpu)
-    work = sum(st.gpu_work_us for st in gpu) / len(gpu)
+    work = sum(max(st.gpu_work_us, st.copy_us) for st in gpu) / len(gpu)
     ahead = f", while the CPU queues it in {cpu / 1000:.2f} ms" if cpu < work else ""
     return f"; GPU-bound: its work takes {work / 1000:.2f} ms/step{ahead}"
 

@@ -42,6 +42,7 @@ class RuleInfo:
 _RULES = [
     RuleInfo("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning", "bound"),
     RuleInfo("compute-bound", "GPU busy for most of the active steps", "information", "bound"),
+    RuleInfo("transfer-bound", "Host/device copies fill the step", "warning", "bound"),
     RuleInfo("small-problem", "Overhead-bound with small GEMM shapes", "information", "bound"),
     RuleInfo("cold-start-step", "First active step much wider than the rest", "warning", "steps"),
     RuleInfo("profiler-artifact", "Time that belongs to the profiler, not the program", "information", "artifacts"),

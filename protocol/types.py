@@ -11,7 +11,7 @@ import msgspec
 
 Severity = Literal["error", "warning", "information", "hint"]
 Precision = Literal["statement", "function", "trace"]
-Verdict = Literal["overhead-bound", "compute-bound", "balanced", "cpu-only", "no-steps"]
+Verdict = Literal["overhead-bound", "compute-bound", "transfer-bound", "balanced", "cpu-only", "no-steps"]
 
 SEVERITY_RANK = {"hint": 0, "information": 1, "warning": 2, "error": 3}
 
@@ -77,6 +77,10 @@ class HotLine(Struct):
     top_kernels: list[KernelStat] = []
     bytes_allocated: int = 0
     library: bool = False  # a library's line (a module's forward), shown only when asked for
+    # with what the line calls (its own cost above is "self"): its calls' CPU span, and the GPU work
+    # launched beneath it in any function it calls, forward and (through fwdbwd) backward
+    cpu_inclusive_us: float = 0.0
+    gpu_inclusive_us: float = 0.0
 
 
 class ModuleNode(Struct):
@@ -144,6 +148,7 @@ class Step(Struct):
     gpu_span_us: float = 0.0  # first start to last end of that work
     bound: Literal["cpu", "gpu"] = "cpu"  # gpu: the work outlasts the CPU range (the CPU ran ahead)
     step_us: float = 0.0  # the longer of the two: dur_us, or gpu_span_us when the GPU bounds it
+    copy_us: float = 0.0  # copy-engine time (DMA copies, memsets) inside the range: GPU work too
 
 
 class Summary(Struct):
@@ -157,6 +162,9 @@ class Summary(Struct):
     launches: int = 0
     kernels: int = 0
     notes: list[str] = []  # what profd read but could not use, said once (unanalysed devices, unmapped paths)
+    # of the active window, the time the copy engines ran host/device copies or memsets (their own
+    # engines: not in gpu_busy_pct, which counts kernels); None without GPU events
+    copy_busy_pct: Optional[float] = None
 
 
 class TraceInfo(Struct):

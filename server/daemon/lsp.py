@@ -163,10 +163,13 @@ def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnost
            + f" · per step (mean of {plural(n, 'profiled step')})", ""]
     out.append(f"- CPU: {us(h.cpu_total_us / n)} total, {us(h.cpu_self_us / n)} self, "
                f"{plural(h.calls / n, 'call')}")
-    gpu = f"- GPU: {us(h.gpu_us / n)}"
+    gpu = f"- GPU: {us(h.gpu_us / n)} self"
     if h.gpu_forward_us or h.gpu_backward_us:
         gpu += f" (forward {us(h.gpu_forward_us / n)}, backward {us(h.gpu_backward_us / n)})"
     out.append(gpu)
+    if h.cpu_inclusive_us > h.cpu_total_us or h.gpu_inclusive_us > h.gpu_us:
+        out.append(f"- Inclusive (with what it calls): CPU {us(h.cpu_inclusive_us / n)}, "
+                   f"GPU {us(h.gpu_inclusive_us / n)}")
     if h.cpu_backward_us:
         out.append(f"- CPU in backward: {us(h.cpu_backward_us / n)}")
     out.append(f"- Launches: {h.launches / n:.3g}")
@@ -713,9 +716,10 @@ def build_server(session: LspSession) -> LanguageServer:
         out = []
         for h in hots:
             l0 = h.line - 1
-            if not lo <= l0 <= hi or (h.gpu_us <= 0 and h.cpu_total_us <= 0):
+            g, c = max(h.gpu_us, h.gpu_inclusive_us), max(h.cpu_total_us, h.cpu_inclusive_us)
+            if not lo <= l0 <= hi or (g <= 0 and c <= 0):
                 continue
-            label = f"per step: GPU {us(h.gpu_us / n)} · CPU {us(h.cpu_total_us / n)}"
+            label = f"per step: GPU {us(g / n)} · CPU {us(c / n)}" + (" incl. calls" if (g, c) != (h.gpu_us, h.cpu_total_us) else "")
             if h.launches:
                 label += f" · {plural(h.launches / n, 'launch')}"
             out.append(L.InlayHint(position=L.Position(l0, line_len(source, l0)), label=label,
@@ -733,8 +737,10 @@ def build_server(session: LspSession) -> LanguageServer:
             funcs.setdefault(name, (l0, []))[1].append(h)
         out = []
         for name, (l0, hs) in funcs.items():
-            gpu = sum(h.gpu_us for h in hs)
-            cpu = max(h.cpu_total_us for h in hs)
+            # what the function's statements run, callees included (its own lines' self costs
+            # would leave out the model it calls)
+            gpu = sum(max(h.gpu_us, h.gpu_inclusive_us) for h in hs)
+            cpu = sum(max(h.cpu_total_us, h.cpu_inclusive_us) for h in hs)
             launches = sum(h.launches for h in hs)
             if gpu <= 0 and cpu <= 0:
                 continue

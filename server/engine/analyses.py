@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from . import kernels
 from .loader import _scan, scanned
-from .model import LAUNCH_CATS, TraceModel
+from .model import TraceModel
 
 
 def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -90,6 +90,22 @@ class Analysis:
     cpu_comm: list[int] = field(default_factory=list)  # CPU-side collectives (gloo ...), cpu indices
     cpu_comm_us: float = 0.0  # their union inside the window
     step_gpu: list["StepGpu"] = field(default_factory=list)
+    # DMA copies and memsets (the copy engines), merged; of the window, the time one ran, and the
+    # time the GPU ran anything but collectives (kernels or copies)
+    copies: list[tuple[float, float]] = field(default_factory=list)
+    copy_us: float = 0.0
+    work_us: float = 0.0
+    step_copy: list[float] = field(default_factory=list)  # per step, copy-engine time inside its range
+
+    @property
+    def copy_pct(self) -> float | None:
+        return 100.0 * self.copy_us / self.window_us if self.window_us > 0 else None
+
+    @property
+    def work_pct(self) -> float | None:
+        """The window's share in which the GPU ran any work of its own, on the SMs or the copy
+        engines (collectives left out)."""
+        return 100.0 * self.work_us / self.window_us if self.window_us > 0 else None
 
     @property
     def step_us(self) -> list[float]:
@@ -113,8 +129,9 @@ def analyse(m: TraceModel) -> Analysis:
     # Collectives spin while they wait for a peer: their time is not the GPU computing, so the
     # busy share that decides the verdict leaves them out (they are reported on their own). So do
     # DMA copies and memsets, which run on the copy engines while the SMs wait (HTA's compute share
-    # counts kernels alone too); ``busy`` keeps them, for the rules that ask whether the GPU had
-    # work queued at a moment.
+    # counts kernels alone too): they are counted on their own (``copies``, ``copy_us``), and
+    # ``busy``/``work_us`` hold both, for the rules that ask whether the GPU had work queued at a
+    # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
     busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
                   if gpu_class[g] != kernels.COMMUNICATION])
     comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
@@ -130,8 +147,17 @@ def analyse(m: TraceModel) -> Analysis:
     a.cpu_comm = cpu_collectives(m)
     a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
     a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
+    a.copies = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
+                      if e.cat in COPY_CATS and gpu_class[g] != kernels.COMMUNICATION])
+    a.copy_us = covered(a.copies, lo, hi)
+    a.work_us = covered(busy, lo, hi)
+    a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
     a.step_gpu = step_gpu(m, gpu_class)
     return a
+
+
+COPY_CATS = ("gpu_memcpy", "gpu_memset")  # the copy engines' work (DMA), not the SMs'
+
 
 
 @dataclass
@@ -143,12 +169,15 @@ class StepGpu:
     span_us: float  # first start to last end of that work
     wait_us: float = 0.0  # the main thread blocked in sync calls inside the range
     events: int = 0  # events the profiler recorded on the main thread inside the range
+    copy_us: float = 0.0  # copy-engine time of that work (its copies' and memsets' union)
 
     @property
     def bound(self) -> str:
-        """``gpu`` when the step's own GPU work fills 80% of its CPU range or outlasts it (the
-        CPU only queued it, or waited for it): the compute-bound bar, per step."""
-        return "gpu" if self.work_us >= COMPUTE_BUSY_PCT / 100 * self.cpu_us and self.work_us > 0 else "cpu"
+        """``gpu`` when the step's own GPU work, on the SMs or on the copy engines, fills 80% of its
+        CPU range or outlasts it (the CPU only queued it, or waited for it): the compute-bound
+        bar, per step."""
+        w = max(self.work_us, self.copy_us)
+        return "gpu" if w >= COMPUTE_BUSY_PCT / 100 * self.cpu_us and w > 0 else "cpu"
 
     @property
     def step_us(self) -> float:
@@ -166,7 +195,8 @@ class StepGpu:
 def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
     """Per step, the GPU work launched from inside its CPU range (by the launch call's start):
     its kernels less collectives, as the busy share counts them (a collective spins while it
-    waits for a peer; copies and memsets run on the copy engines while the SMs wait).
+    waits for a peer), and apart from them its copies and memsets (the copy engines). The span
+    covers both.
 
     When the CPU runs far ahead (a long closing sync), ProfilerStep ranges measure how fast the
     CPU queues work, not how long the GPU needs for it: a step is as long as the longer of the two.
@@ -175,6 +205,7 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
         return []
     starts = [s.ts for s in m.steps]
     per: list[list[tuple[float, float]]] = [[] for _ in m.steps]
+    per_copy: list[list[tuple[float, float]]] = [[] for _ in m.steps]
     cpu = m.cpu
     for g, li in enumerate(m.launcher):
         if li < 0:
@@ -182,8 +213,12 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
         t = cpu[li].ts
         k = bisect.bisect_right(starts, t) - 1
         e = m.gpu[g]
-        if k >= 0 and t <= m.steps[k].end and e.cat == "kernel" and gpu_class[g] != kernels.COMMUNICATION:
+        if k < 0 or t > m.steps[k].end or gpu_class[g] == kernels.COMMUNICATION:
+            continue
+        if e.cat == "kernel":
             per[k].append((e.ts, e.ts + e.dur))
+        elif e.cat in COPY_CATS:
+            per_copy[k].append((e.ts, e.ts + e.dur))
     wait = [0.0] * len(m.steps)
     for i in m.indices(SYNC_CALLS):
         e = cpu[i]
@@ -192,11 +227,13 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
             wait[k] += min(e.dur, m.steps[k].end - e.ts)
     main = m.tindex.starts.get(m.main_thread, ()) if m.main_thread is not None else ()
     out = []
-    for s, iv, w in zip(m.steps, per, wait):
-        merged = merge(iv)
+    for s, iv, cp, w in zip(m.steps, per, per_copy, wait):
+        merged, copies = merge(iv), merge(cp)
+        both = merge(merged + copies)
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
         out.append(StepGpu(cpu_us=s.dur, work_us=sum(b - a for a, b in merged),
-                           span_us=merged[-1][1] - merged[0][0] if merged else 0.0, wait_us=w, events=n))
+                           span_us=both[-1][1] - both[0][0] if both else 0.0, wait_us=w, events=n,
+                           copy_us=sum(b - a for a, b in copies)))
     return out
 
 
@@ -251,14 +288,11 @@ def _cpu_total(m: TraceModel) -> float:
 
 def _classes(m: TraceModel) -> list[str]:
     out = []
-    queries = kernels.OCCUPANCY_QUERY in m._by_name  # the seed's stacks have them; most do not
     memo: dict[tuple, str] = {}
     for g, e in enumerate(m.gpu):
         li = m.launcher[g]
-        api = m.cpu[li].name if li >= 0 else None
         op = m.enclosing_op(li) if li >= 0 else -1
-        key = (e.name, e.cat, api, queries and li >= 0 and _occupancy_before(m, li),
-               m.cpu[op].name if op >= 0 else None)
+        key = (e.name, e.cat, m.cpu[op].name if op >= 0 else None)
         cls = memo.get(key)
         if cls is None:
             cls = memo[key] = kernels.classify(*key)
@@ -266,34 +300,28 @@ def _classes(m: TraceModel) -> list[str]:
     return out
 
 
-def _occupancy_before(m: TraceModel, li: int) -> bool:
-    """Seed stacks: an occupancy query inside the same op just before the launch marks a GEMM."""
-    op = m.enclosing_op(li)
-    if op < 0:
-        return False
-    for c in m.children(op):
-        e = m.cpu[c]
-        if e.cat in LAUNCH_CATS and e.name == kernels.OCCUPANCY_QUERY and e.ts <= m.cpu[li].ts:
-            return True
-    return False
-
-
 def verdict(m: TraceModel, a: Analysis) -> str:
-    """overhead-bound / compute-bound / balanced / cpu-only, from GPU busy share of the window.
+    """overhead-bound / compute-bound / transfer-bound / balanced / cpu-only, from the GPU's busy
+    shares of the window.
 
-    Below 30% busy the GPU waits most of the time for the CPU to hand it work; at 80% and above
-    the GPU is the bottleneck and CPU savings cannot shorten the step. Between, the steps decide:
-    when the GPU's own work fills 80% of most steps once the profiler's CPU slowdown is taken out
-    (``StepGpu.unprofiled_cpu_us``), the GPU bounds the program unprofiled and it is compute-bound
-    (a compiled 4096² GEMM: 0.41 ms profiled CPU steps, 0.18 ms of GPU work, 216 µs a step
-    unprofiled); otherwise "balanced".
+    When the copy engines run host<->device copies (or memsets) for 80% of the window and longer
+    than the SMs run kernels, the transfers bound the step: transfer-bound (a copy benchmark of
+    154 MB tensors holds them 99% of the time with no kernel at all). Below 30% of GPU work, on
+    any engine, the GPU waits most of the time for the CPU to hand it work; at 80% and above of
+    kernel time the GPU is the bottleneck and CPU savings cannot shorten the step. Between, the
+    steps decide: when the GPU's own work fills 80% of most steps once the profiler's CPU
+    slowdown is taken out (``StepGpu.unprofiled_cpu_us``), the GPU bounds the program unprofiled
+    and it is compute-bound (a compiled 4096² GEMM: 0.41 ms profiled CPU steps, 0.18 ms of GPU
+    work, 216 µs a step unprofiled); otherwise "balanced".
     """
     if not m.gpu:
         return "cpu-only"
     pct = a.busy_pct
     if pct is None:
         return "no-steps"
-    if pct < OVERHEAD_BUSY_PCT:
+    if transfer_bound(a):
+        return "transfer-bound"
+    if (a.work_pct or 0.0) < OVERHEAD_BUSY_PCT:
         return "overhead-bound"
     if pct >= COMPUTE_BUSY_PCT:
         return "compute-bound"
@@ -302,6 +330,12 @@ def verdict(m: TraceModel, a: Analysis) -> str:
     if a.step_gpu and bound * 2 > len(a.step_gpu):
         return "compute-bound"
     return "balanced"
+
+
+def transfer_bound(a: Analysis) -> bool:
+    """The copy engines hold 80% of the window (the compute-bound bar) and more of it than kernels."""
+    cp, pct = a.copy_pct, a.busy_pct
+    return cp is not None and pct is not None and cp >= COMPUTE_BUSY_PCT and cp > pct
 
 
 # Calls that block the CPU until the GPU (a stream, an event) catches up.

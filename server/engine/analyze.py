@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from array import array
 import os
 import re
 from typing import Optional
@@ -15,7 +16,7 @@ from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
 from . import impact, kernels, loader, modules, suppress
 from .analyses import Analysis, analyse, verdict
-from .context import Context, Options
+from .context import NO_LINE, Context, Options
 from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
@@ -79,7 +80,8 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
     diagnostics, suppressed = suppress.apply(diagnostics)
     _relate_backward(ctx, diagnostics)
     diagnostics.sort(key=impact.order)
-    ranked = sorted(hot.values(), key=lambda h: -(h.gpu_us + h.cpu_total_us))[:MAX_HOT_LINES]
+    ranked = sorted(hot.values(), key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us)
+                                                  + max(h.cpu_total_us, h.cpu_inclusive_us)))[:MAX_HOT_LINES]
     if options.library_lines:  # off by default: the user's own lines first
         ranked += modules.library_lines(tree, diagnostics)
     return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
@@ -152,7 +154,8 @@ def _summary(ctx: Context) -> Summary:
         classes[a.gpu_class[g]] = classes.get(a.gpu_class[g], 0.0) + e.dur
     steps = [Step(name=s.name, start_us=round(s.ts - m.t0, 3), dur_us=round(s.dur, 3),
                   gpu_busy_us=round(a.step_busy[k], 3), gpu_work_us=round(g.work_us, 3),
-                  gpu_span_us=round(g.span_us, 3), bound=g.bound, step_us=round(g.step_us, 3))
+                  gpu_span_us=round(g.span_us, 3), bound=g.bound, step_us=round(g.step_us, 3),
+                  copy_us=round(a.step_copy[k], 3))
              for k, (s, g) in enumerate(zip(m.steps, a.step_gpu))]
     return Summary(verdict=verdict(m, a), cpu_total_us=round(a.cpu_total_us, 3),
                    cuda_total_us=round(a.cuda_total_us, 3),
@@ -160,7 +163,8 @@ def _summary(ctx: Context) -> Summary:
                    window_us=round(a.window_us, 3), steps=steps,
                    kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
                    launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
-                   notes=_unread_notes(m) + ctx.unmapped_notes())
+                   notes=_unread_notes(m) + ctx.unmapped_notes(),
+                   copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None)
 
 
 def _unread_notes(m: TraceModel) -> list[str]:
@@ -180,8 +184,7 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
     hot: dict[tuple, HotLine] = {}
     kstats: dict[tuple, dict[str, list]] = {}
 
-    def line(i: int) -> Optional[HotLine]:
-        key = ctx.line_key(i)
+    def of_key(key) -> Optional[HotLine]:
         if key is None:
             return None
         k = (key.trace_path, key.line)
@@ -192,10 +195,14 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                                  precision=key.precision, trace_path=key.trace_path)
         return h
 
+    def line(i: int) -> Optional[HotLine]:
+        return of_key(ctx.line_key(i))
+
     if not m.has_call_from and scanned(m.cpu) and (not m.gpu or scanned(m.gpu)):
         _hot_sums_c(ctx, line, hot, kstats)
     else:
         _hot_sums(ctx, line, kstats)
+    _inclusive(ctx, line, of_key)
     for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
         if owner >= 0 and nbytes > 0:
             h = line(owner)
@@ -207,7 +214,8 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         h.top_kernels = [KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
                          for n, (c, cnt, t) in top]
         h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
-        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us"):
+        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us",
+                  "cpu_inclusive_us", "gpu_inclusive_us"):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
 
@@ -217,14 +225,15 @@ def _hot_sums(ctx: Context, line, kstats: dict) -> None:
     GPU work it launched. ``_hot_sums_c`` is the same, in C, in the same order (the same floats)."""
     m, a = ctx.model, ctx.a
     for i, e in enumerate(m.cpu):
-        if e.cat == "python_function" or (e.cat == "user_annotation" and e.name.startswith("ProfilerStep#")):
-            continue  # frames are counted through their ops; step markers are the profiler's
+        if e.cat == "python_function" or e.cat == "user_annotation":
+            continue  # frames are counted through their ops; a label (a step marker, a
+            # ``with record_function(...)`` block) is not work: what runs inside it is
         h = line(i)
         if h is None:
             continue
         p = m.parent[i]
         backward = m.is_backward(i)
-        top = p < 0 or m.cpu[p].cat == "python_function" or ctx.line_key(p) != ctx.line_key(i)
+        top = p < 0 or m.cpu[p].cat in ("python_function", "user_annotation") or ctx.line_key(p) != ctx.line_key(i)
         self_us = e.dur - m.child_dur[i]
         if backward:
             if top:
@@ -274,8 +283,14 @@ def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
         return index[k], key_id(i)
 
     off, gs = m._launched
+    toks = ctx.line_tokens()
+    labels = m.labels
+    if labels:  # labels are no line's work (_hot_sums): no key, as the scanner skips keyless events
+        toks = array("i", toks)
+        for i in labels:
+            toks[i] = NO_LINE
     calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd, kcs, kss = _scan.hot_lines(
-        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, ctx.line_tokens(), off, gs, a.gpu_class,
+        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, toks, off, gs, a.gpu_class,
         line_of, key_id, LAUNCH_CATS)
     cols = [column(t, b) for t, b in zip("qqdddddd", (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd))]
     for k, h in enumerate(order):
@@ -290,3 +305,80 @@ def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
         h.kernel_classes = kcs[k]
         if kss[k]:
             kstats[(h.trace_path, h.line)] = kss[k]
+
+
+CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
+
+
+def _inclusive(ctx: Context, line, of_key) -> None:
+    """A line's cost with what it calls (``cpu_inclusive_us``, ``gpu_inclusive_us``), beside its
+    own (``cpu_self_us``/``cpu_total_us``, ``gpu_us``): ``loss = model(x, y)`` runs no op itself,
+    yet the forward's kernels, and through the fwdbwd flows their backward, are its work.
+
+    CPU: each statement token's span (an op, a library call, a module call, a user function it
+    calls directly), record_function labels aside (what runs inside them is a token itself).
+    GPU: every GPU event charged to the innermost line that launched it (the forward op's for a
+    backward kernel), to that line and to each statement up the user frames that called it."""
+    m = ctx.model
+    tok, cpu = m.token, m.cpu
+    frames = m.frames
+    for i in [i for i, t in enumerate(tok) if t == i]:
+        e = cpu[i]
+        if e.cat == "user_annotation":
+            continue
+        if e.cat == "python_function":
+            fr = frames.get(i)
+            if fr is not None and fr.function in CONTEXT_PLUMBING:
+                continue  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
+        h = line(i)
+        if h is not None:
+            h.cpu_inclusive_us += e.dur
+    users = m.frames.matching(lambda fr: fr.user)
+    for f, _ in users:
+        if ctx.calls_directly(f):
+            h = of_key(ctx.caller_key(f))
+            if h is not None:
+                h.cpu_inclusive_us += cpu[f].dur
+    if not m.gpu:
+        return
+    ck = ctx.line_tokens()
+    acc: dict[int, float] = {}
+    rep: dict[int, int] = {}
+    for g, li in enumerate(m.launcher):
+        if li < 0:
+            continue
+        c = ck[li]
+        if c == NO_LINE:
+            continue
+        acc[c] = acc.get(c, 0.0) + m.gpu[g].dur
+        if c not in rep:
+            rep[c] = li
+    chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
+
+    def above(f: int) -> list:
+        got = chains.get(f)
+        if got is not None:
+            return got
+        path, fs = [], []
+        while f >= 0 and f not in chains:
+            fs.append(f)
+            h = of_key(ctx.caller_key(f))
+            path.append(h)
+            p = m.parent[f]
+            f = m.frame_of[p] if p >= 0 else -1
+        tail = chains.get(f, []) if f >= 0 else []
+        for k in range(len(fs) - 1, -1, -1):  # innermost last: build the chains outward in
+            h = path[k]
+            tail = ([h] if h is not None else []) + tail
+            chains[fs[k]] = tail
+        return chains[fs[0]] if fs else tail
+
+    for c, us_ in acc.items():
+        li = rep[c]
+        h0 = line(li)
+        f, _ = m.line_source(li)
+        seen = set()
+        for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
+            if id(h) not in seen:
+                seen.add(id(h))
+                h.gpu_inclusive_us += us_

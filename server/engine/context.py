@@ -68,6 +68,7 @@ class Context:
         self._ck = None  # per event, the key its line is cached under (see line_key)
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
+        self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
 
     @property
     def n_steps(self) -> int:
@@ -93,6 +94,33 @@ class Context:
             line, precision, site = self.statements.line_for(f, src)
             key = self._keys[c] = LineKey(fr.path, line, fr.function, precision, site)
         return key
+
+    def caller_key(self, f: int) -> Optional[LineKey]:
+        """The statement of the next user frame up that user frame event ``f`` runs under: the
+        call that made it, directly or through library code and module calls (None at the top)."""
+        m = self.model
+        p = m.parent[f]
+        g = m.frame_of[p] if p >= 0 else -1
+        if g < 0:
+            return None
+        if not self.calls_directly(f):
+            return self.line_key(p)
+        if self._callers is None:
+            self._callers = {}
+        key = self._callers.get(f)
+        if key is None:
+            fr = m.frames[g]
+            line, precision, site = self.statements.line_for(g, f, direct=True)
+            key = self._callers[f] = LineKey(fr.path, line, fr.function, precision, site)
+        return key
+
+    def calls_directly(self, f: int) -> bool:
+        """User frame event ``f`` is a call of the user frame around it (no library frame or module
+        call between, record_function labels aside): one of that frame's statement tokens."""
+        m = self.model
+        p = m.parent[f]
+        g = m.frame_of[p] if p >= 0 else -1
+        return g >= 0 and (p == g or (m.token[p] == p and m.cpu[p].cat == "user_annotation"))
 
     def line_tokens(self) -> array:
         """Per cpu event the key its line is cached under (see line_key), computed once."""

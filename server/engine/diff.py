@@ -6,8 +6,9 @@
 - Costs are compared per step (each report's own number of profiled steps), so a run profiled over
   more steps does not look slower.
 - Lines are matched on the path as the trace names it and the line number; findings on code and
-  line (trace-level findings on code and their order). A line is faster/slower when its CPU total
-  plus GPU time per step moved by at least ``min_ratio`` of the larger side and ``min_us``: smaller
+  line (trace-level findings on code and their order). A line's cost includes what it calls
+  (``cpu_inclusive_us``, ``gpu_inclusive_us``: the statement, not the leaves it reaches), and a
+  line is faster/slower when its CPU plus GPU time per step moved by at least ``min_ratio`` of the larger side and ``min_us``: smaller
   moves are run-to-run noise (the same tuned step varies 19-26 ms under the profiler, MANIFEST).
 """
 from __future__ import annotations
@@ -42,10 +43,10 @@ def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: floa
     for key in list(olds) + [k for k in news if k not in olds]:
         o, n = olds.get(key), news.get(key)
         h = n or o
-        oc = o.cpu_total_us / n_old if o else 0.0
-        og = o.gpu_us / n_old if o else 0.0
-        nc = n.cpu_total_us / n_new if n else 0.0
-        ng = n.gpu_us / n_new if n else 0.0
+        oc = _cpu(o) / n_old if o else 0.0
+        og = _gpu(o) / n_old if o else 0.0
+        nc = _cpu(n) / n_new if n else 0.0
+        ng = _gpu(n) / n_new if n else 0.0
         delta = (nc + ng) - (oc + og)
         if o is None:
             trend = "new"
@@ -62,6 +63,16 @@ def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: floa
     lines.sort(key=lambda d: (d.trend == "same", -abs(d.delta_us)))
     out.lines = lines
     return out
+
+
+def _cpu(h) -> float:
+    """A line's CPU cost with what it calls (a report written before inclusive costs: its total)."""
+    return max(h.cpu_total_us, h.cpu_inclusive_us)
+
+
+def _gpu(h) -> float:
+    """A line's GPU work with what it calls: ``loss = model(x)`` holds the model's kernels."""
+    return max(h.gpu_us, h.gpu_inclusive_us)
 
 
 def _steps(r: Report) -> int:

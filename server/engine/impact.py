@@ -47,7 +47,7 @@ def _line_cpu(scale: float) -> Callable:
     def f(d, ctx):
         loc = d.location
         h = ctx.hot.get((loc.trace_path, loc.line)) if loc.trace_path and loc.line else None
-        return (h.cpu_total_us / ctx.n_steps * scale) if h else 0.0
+        return (max(h.cpu_total_us, h.cpu_inclusive_us) / ctx.n_steps * scale) if h else 0.0  # with its callees
     return f
 
 
@@ -87,7 +87,8 @@ def given_back(ctx, cpu_us: float, gpu_us: float, wait: bool = False) -> tuple[f
     go away; both means over the steps."""
     f = profiler_inflation(ctx.model)
     saved_cpu = cpu_us if wait else cpu_us / f
-    steps = [(g.unprofiled_cpu_us(f), g.work_us) for g in ctx.a.step_gpu] or \
+    # the GPU side of a step is its longer engine: kernels, or copies (a copy-bound step)
+    steps = [(g.unprofiled_cpu_us(f), max(g.work_us, g.copy_us)) for g in ctx.a.step_gpu] or \
         [(ctx.a.window_us / f, ctx.a.busy_us)]
     saved = total = 0.0
     for cpu, work in steps:

@@ -1,5 +1,4 @@
-"""Kernel classes, from what a kernel computes: its name's family, the op that launched it, and the
-launch API, in that order.
+"""Kernel classes, from what a kernel computes: its name's family and the op that launched it.
 
 A kernel's demangled name is ``[void|<return type>] qualified::name<template args>(params)``. The
 family is read from the qualified name itself, not from anything in the template arguments or the
@@ -14,10 +13,21 @@ their work in the template arguments and are read there:
   whose functor says whether they copy/fill memory or compute.
 
 Names that match no family (``cudnn::winograd::...Tiles``, ``fft2d_r2c_32x32``, old ``triton__0d1d``)
-take the class of the op that launched them (``aten::cudnn_convolution`` -> conv), and failing that
-the launch pattern: on Hopper/CUDA 13 library GEMMs come through ``cuLaunchKernelEx`` /
-``cudaLaunchKernelExC``; on Ampere-era stacks a GEMM launch was preceded by
-``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` (the seed's signal).
+take the class of the op that launched them (``aten::cudnn_convolution`` -> conv). The op also wins
+over a GEMM name when it is a convolution or attention: cuDNN lowers convolutions to GEMMs
+(``volta_sgemm_128x64_nn``, ``nvjet_sm90_*``, ``gemvx`` launched by ``aten::cudnn_convolution`` or
+``convolution_backward`` are convolution time, 20-34% of a CNN's GPU time). The launch API says
+nothing about the math: ``cudaLaunchKernelExC``/``cuLaunchKernelEx`` launch cuBLAS GEMMs, Triton
+kernels (nano-vllm's ``store_kvcache_kernel``) and expert-parallel all-to-all kernels alike, so a
+kernel that neither its name nor its op explains stays ``other``.
+
+Communication is every library that moves data between GPUs: NCCL/RCCL (``ncclDevKernel_*``),
+MSCCL/MSCCL++, NVSHMEM (``nvshmemi_*``), expert-parallel dispatch/combine (DeepEP's
+``deep_ep::intranode::dispatch``, ``deep_ep::internode_ll::combine``, ROCm mori's
+``EpDispatchIntraNodeKernel``, TensorRT-LLM's ``moeA2ADispatchKernel``), inference engines' custom
+all-reduce (vLLM/SGLang ``cross_device_reduce_1stage``, TensorRT-LLM ``oneShotAllReduceKernel``,
+quick-reduce), PyTorch symmetric memory (``c10d::symmetric_memory::*``) and Transformer Engine's
+userbuffers; they count wherever collectives count (busy share, exposed communication, the job).
 
 ROCm's families sit beside CUDA's: RCCL keeps NCCL's kernel names, Tensile's GEMMs are
 ``Cijk_Ailk_Bljk_...`` (rocBLAS/hipBLASLt, launched by ``hipExtModuleLaunchKernel`` while ATen's own
@@ -50,7 +60,9 @@ CLASSES = (GEMM, ATTENTION, CONV, ELEMENTWISE, REDUCTION, COPY, COMMUNICATION, O
 # "implicit_gemm" is a convolution, not a GEMM; cuBLAS's "splitKreduce" finishes a GEMM.
 _FAMILIES = [
     (COMMUNICATION, re.compile(r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
-                               r"all_?to_?all|sendrecv", re.I)),
+                               r"all_?to_?all|sendrecv|^msccl|mscclpp|^nvshmem|deep_?ep::|(^|::)Ep(Dispatch|Combine)|"
+                               r"moe_?a2a|(^|::|_)a2a_|cross_device_reduce|quick_?reduce|userbuffers|symmetric_memory",
+                               re.I)),
     (ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|(^|_|::)mha_", re.I)),
     (CONV, re.compile(r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::|"
                       r"igemm_(fwd|bwd|wrw)|miopen.*(fwd|bwd|wrw)", re.I)),
@@ -60,16 +72,18 @@ _FAMILIES = [
                       r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)", re.I)),
     (REDUCTION, re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|rocprim::|radix_?sort|argm(ax|in)|"
                            r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
-                           r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool", re.I)),
+                           r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool|moments", re.I)),
     (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
                       r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat|"
                       # ATen's embedding(-bag) backward, as fbgemm's: gradient rows gathered per index segment
-                      r"compute_grad_weight|partial_segment|partials_per_segment", re.I)),
+                      r"compute_grad_weight|partial_segment|partials_per_segment|"
+                      # KV-cache stores (nano-vllm's Triton store_kvcache_kernel, vLLM's reshape_and_cache)
+                      r"store_?kv|kv_?cache|reshape_and_cache|(^|::|_)roll_", re.I)),
     (ELEMENTWISE, re.compile(r"elementwise|triton_poi|pointwise|unary|binary|where|gelu|relu|silu|dropout|"
                              r"lerp|addcdiv|adam|sgd|fused_|multi_tensor_apply|foreach|scal_kernel|triu_tril|"
                              r"philox|bernoulli|distribution|"
                              # RNN cells' fused gate math: ATen's lstm/gru_cell kernels, cuDNN's elemWiseRNNcell
-                             r"(lstm|gru)_cell_(forward|backward)|elemWise", re.I)),
+                             r"(lstm|gru)_cell_(forward|backward)|elemWise|grid_sampler|upsample|rescale|(tril|triu)_indices", re.I)),
 ]
 
 # Generic launchers whose first template argument names the real kernel.
@@ -123,10 +137,6 @@ BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "hipM
                              "hipMemcpy2D", "hipMemcpyDtoH"})
 # Calls that wait for the whole device (the profiler's closing flush is one).
 DEVICE_SYNCS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize"})
-# Launch APIs that, on the stacks measured, launch library GEMMs rather than ATen elementwise code
-# (ROCm: hipBLASLt/rocBLAS code objects through hipExtModuleLaunchKernel, ATen through hipLaunchKernel).
-GEMM_LAUNCH_APIS = frozenset({"cuLaunchKernelEx", "cudaLaunchKernelExC", "hipExtModuleLaunchKernel"})
-OCCUPANCY_QUERY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 
 
 @functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred kernel names endlessly
@@ -213,17 +223,20 @@ def op_class(op: str | None) -> str:
     return OTHER
 
 
-def classify(name: str, cat: str, launch_api: str | None, occupancy_before: bool, op: str | None = None) -> str:
-    """Class of one GPU event: its name's family, else its launching op's, else the launch pattern."""
+# An op whose kernels are its own work whatever the library lowers it to: cuDNN runs a convolution
+# as GEMMs, FFTs or a GEMV, an attention op its GEMMs.
+_OP_OVER_GEMM = frozenset({CONV, ATTENTION})
+
+
+def classify(name: str, cat: str, op: str | None = None) -> str:
+    """Class of one GPU event: its name's family, else its launching op's; a convolution's or
+    attention's GEMM-named kernels are the op's. The launch API is never evidence (module doc)."""
     cls = classify_name(name, cat)
-    if cls != OTHER:
-        return cls
-    cls = op_class(op)
-    if cls != OTHER:
-        return cls
-    if launch_api in GEMM_LAUNCH_APIS or occupancy_before:
-        return GEMM
-    return OTHER
+    if cls == OTHER or cls == GEMM:
+        oc = op_class(op)
+        if oc != OTHER and (cls == OTHER or oc in _OP_OVER_GEMM):
+            return oc
+    return cls
 
 
 # ---- how a GEMM multiplies -----------------------------------------------------------------------

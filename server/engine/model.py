@@ -352,6 +352,7 @@ def build(doc: TraceDoc) -> TraceModel:
     m._by_name = by_name
     m.child_dur = child_dur
     m.token = token
+    m.labels = annotations  # the user_annotation events (record_function labels, step markers)
     m.has_call_from = call_from
     m.tindex = tindex
     m._launched = _children(launcher, len(cpu))

@@ -205,10 +205,37 @@ def _function_sites(tree: Optional[ast.AST], line: int, lines: tuple[str, ...] =
     sites = col.sites
     if sites and not is_def:
         # A frame already running resumes at the line it was on; code before the outermost
-        # loop around that line has run and will not run again (a warm-up loop, say).
+        # loop around that line has run and will not run again (a warm-up loop, say). When that
+        # line opens the profiler (``with profile(...) as prof:``, ``prof.start()``), what it
+        # records ends where the profiler stops: the with-block's last line, the ``prof.stop()``.
         floor = _resume_floor(func, line)
-        sites = [st for st in sites if st.line >= floor]
+        ceiling = _profiled_until(func, line)
+        sites = [st for st in sites if floor <= st.line <= ceiling]
     return sites, is_def
+
+
+def _profiled_until(func, line: int) -> int:
+    """The last line a profiler opened at ``line`` records: the end of a ``with profile(...)``
+    statement there, the line of the ``X.stop()`` after an ``X.start()`` there (or of
+    ``X.__exit__``), else the end of the function (the profiler outlives the frame's code)."""
+    end = getattr(func, "end_lineno", None) or 10**9
+    started = None
+    for node in ast.walk(func):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= line <= node.body[0].lineno - 1 \
+                and any(_is_profile_call(it.context_expr) for it in node.items):
+            return node.end_lineno or end
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.lineno == line:
+            f = node.value.func
+            if isinstance(f, ast.Attribute) and f.attr in ("start", "__enter__"):
+                started = ast.dump(f.value)
+    if started is not None:
+        stops = [node.lineno for node in ast.walk(func)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr in ("stop", "__exit__") and ast.dump(node.func.value) == started
+                 and node.lineno > line]
+        if stops:
+            return min(stops)
+    return end
 
 
 def _profiler_names(func) -> frozenset:
@@ -253,8 +280,9 @@ class StatementResolver:
         self._site_cache: dict[tuple, object] = {}
         self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
 
-    def line_for(self, frame: int, event: int) -> tuple[int, str, Optional[Site]]:
-        """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``."""
+    def line_for(self, frame: int, event: int, direct: bool = False) -> tuple[int, str, Optional[Site]]:
+        """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``;
+        ``direct``: ``event`` is a call the frame makes itself (a user function it calls)."""
         m = self.model
         fr = m.frames[frame]
         if m.has_call_from:
@@ -267,7 +295,7 @@ class StatementResolver:
         brk = self._break_line(frame, event)
         if brk is not None:  # the trace names this line: alignment could only guess it
             return brk, "statement", None
-        tok = m.token[event] if m.frame_of[event] == frame else None
+        tok = event if direct else m.token[event] if m.frame_of[event] == frame else None
         site = lines.get(tok) if tok is not None else None
         if site is None:
             only = self._one_statement(frame)
@@ -382,6 +410,12 @@ class StatementResolver:
         p = m.parent[frame]
         compiled = p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region")
         toks = [(t, n) for t in self._tokens(frame) for n in [self._names(t, compiled)] if n is not None]
+        if any(st.name == PROFILER_STEP for st in sites):
+            # the function's own ``prof.step()`` is known: the profiler's step is that site, never
+            # another ``.step()`` (``opt.step()`` two lines up took it, and the fused optimizer's
+            # calls, left without a site, fell to the ``def`` line)
+            pstep = ({PROFILER_STEP}, False)
+            toks = [(t, pstep if PROFILER_STEP in n[0] else n) for t, n in toks]
         out: dict[int, Site] = {}
         for idx, (tok, (names, any_call)) in enumerate(toks):
             start = cursor if first else cursor + 1
@@ -437,12 +471,34 @@ class StatementResolver:
                 return {PROFILER_STEP, "step"}, False  # prof.step() is the profiler's work alone
             if fr.user and fr.function not in ("forward", "__call__"):
                 return {fr.function}, False
-            return {fr.function}, True  # a library function or a module call
+            # a library function or a module call; a decorator's wrapper (the optimizer's
+            # ``wrapper``, ``_compile.py: inner``) is named by the method it runs, as torch labels it
+            return {fr.function} | _labelled_method(m, i), True
         if e.cat == "cpu_op":
             if compiled and e.name.startswith(_COMPILER_OPS):
                 return None
             return _ATEN_SITES.get(e.name, set()), e.name not in _ATEN_SITES
         return None
+
+
+# torch labels an optimizer's methods ``Optimizer.step#AdamW.step``, ``Optimizer.zero_grad#SGD.zero_grad``
+_METHOD_LABEL = re.compile(r"^[A-Za-z_]\w*\.([A-Za-z_]\w*)#")
+
+
+def _labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
+    """The method a library frame runs, from a ``Class.method#...`` label just beneath it (a
+    breadth-first look at a few dozen events: the label opens the wrapped call)."""
+    queue, seen = list(m.children(i)), 0
+    while queue and seen < budget:
+        c = queue.pop(0)
+        seen += 1
+        e = m.cpu[c]
+        if e.cat == "user_annotation":
+            r = _METHOD_LABEL.match(e.name)
+            if r:
+                return {r.group(1)}
+        queue.extend(m.children(c))
+    return set()
 
 
 def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
@@ -465,7 +521,12 @@ def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
         return stay  # more unnamed calls than call sites before the next named one: a loop repeats it
     if not calls:
         return None
-    return calls[max(0, len(calls) - pending)] if limit is not None else calls[0]
+    if limit is None:
+        return calls[0]
+    k = calls[max(0, len(calls) - pending)]
+    # the same call written twice before the next named site (``if a: loss = model(x)`` /
+    # ``else: loss = model(x)``) ran once: the first one reached, not the untaken branch's twin
+    return next(c for c in calls if sites[c].name == sites[k].name)
 
 
 def _is_call(site: Site) -> bool:

@@ -1,10 +1,11 @@
-"""Is the GPU or the CPU the bottleneck? ``overhead-bound``, ``compute-bound``, ``small-problem``."""
+"""Is the GPU or the CPU the bottleneck? ``overhead-bound``, ``compute-bound``, ``transfer-bound``,
+``small-problem``."""
 from __future__ import annotations
 
-from ..analyses import host_stages, verdict
-from ..kernels import GEMM, short_name
+from ..analyses import COPY_CATS, host_stages, verdict
+from ..kernels import COMMUNICATION, GEMM, short_name
 from . import rule
-from .util import pct, r3, shapes, us
+from .util import pct, r3, shapes, size, us
 
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -59,11 +60,12 @@ def overhead_bound(ctx):
     where = f"; {top.launches / ctx.n_steps:.0f} of them from this line" if top else ""
     yield ctx.diag(
         "overhead-bound",
-        f"GPU busy {pct(a.busy_pct)} of the active steps: CPU total {us(a.cpu_total_us)} vs CUDA total "
+        f"GPU busy {pct(a.busy_pct)} of the active steps{_copies_note(a)}: CPU total {us(a.cpu_total_us)} vs CUDA total "
         f"{us(a.cuda_total_us)}; the CPU dispatches {per_step:.0f} launches per step{where}"
         + _inflation_note(m),
         loc,
-        evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
+        evidence={"gpu_busy_pct": r3(a.busy_pct), "copy_busy_pct": r3(a.copy_pct or 0.0),
+                  "cpu_total_us": r3(a.cpu_total_us),
                   "cuda_total_us": r3(a.cuda_total_us), "launches_per_step": r3(per_step),
                   "window_us": r3(a.window_us)},
         fix="launch less and bigger: batch the work, fuse ops (torch.compile), capture the step in a "
@@ -114,6 +116,90 @@ def compute_bound(ctx):
                                 "kernels": f["kernels"], "top_kernel": f["top"]} for c, f in fams]},
         fix="the GPU is the bottleneck: lower precision (bf16/fp8), fuse memory-bound kernels, or "
             "pick a faster algorithm; CPU-side changes will not shorten the step",
+    )
+
+
+def _copies_note(a) -> str:
+    """The copy engines' share beside the kernels' busy share, when they ran."""
+    cp = a.copy_pct or 0.0
+    return f" (copy engines {pct(cp)} more)" if cp >= 1.0 else ""
+
+
+@rule("transfer-bound")
+def transfer_bound(ctx):
+    """Evidence: the share of the active window in which the copy engines ran host<->device copies
+    or memsets, against the kernels' share; per direction the bytes and copy time per step and
+    the rate they reached; whether the host side was pinned or pageable; the line that issued
+    the most copy time.
+
+    Threshold: copies run 80% of the window (the compute-bound bar) and longer than kernels.
+    Copies and memsets are GPU work on their own engines (DMA): a step of them is as busy as a
+    step of kernels, so calling it overhead-bound at "GPU busy 0%" would send the reader after
+    launches that are not there.
+
+    Why it costs time: the step cannot be shorter than the bytes that cross the host link (PCIe or
+    C2C) at the rate it reaches; faster kernels or less Python change nothing while the copy
+    engines are the busy part of the GPU.
+
+    Example:
+        for step in range(steps):
+            x = host_batch.to("cuda")        # 154 MB over PCIe every step
+            y = model(x).cpu()                # and the result back
+
+    Fix: move fewer bytes: keep tensors on the device across steps, copy once outside the loop,
+    send a smaller dtype (bf16/uint8) and convert on the GPU; from pinned memory with
+    ``non_blocking=True`` on a side stream, overlap the copies with compute.
+
+    Ignore when: moving the data is the point (a bandwidth benchmark, an offloading scheme);
+    then check the rate against the link's.
+
+    Shown by: examples/wild/torchbench__trace.json.gz
+    """
+    m, a = ctx.model, ctx.a
+    if verdict(m, a) != "transfer-bound":
+        return
+    lo, hi = a.window
+    n = ctx.n_steps
+    dirs: dict[str, dict] = {}
+    lines: dict = {}
+    pageable = 0.0
+    total = 0.0
+    for g, e in enumerate(m.gpu):
+        if e.cat not in COPY_CATS or a.gpu_class[g] == COMMUNICATION or e.ts + e.dur <= lo or e.ts >= hi:
+            continue
+        kind = next((k for k in ("HtoD", "DtoH", "DtoD", "PtoP") if k in e.name), "memset" if e.cat == "gpu_memset" else "copy")
+        d = dirs.setdefault(kind, {"bytes": 0, "us": 0.0, "count": 0})
+        d["bytes"] += int(e.args.nbytes or 0) if e.args else 0
+        d["us"] += e.dur
+        d["count"] += 1
+        total += e.dur
+        pageable += e.dur if "Pageable" in e.name else 0.0
+        li = m.launcher[g]
+        k = ctx.line_id(li) if li >= 0 else None
+        if k is not None:
+            lines[k] = (lines.get(k, (0.0, li))[0] + e.dur, li)
+    order = sorted(dirs.items(), key=lambda kv: -kv[1]["us"])
+    parts = []
+    for kind, d in order[:3]:
+        rate = f" at {d['bytes'] / d['us'] / 1e3:.1f} GB/s" if d["bytes"] and d["us"] > 0 else ""
+        parts.append(f"{kind} {size(d['bytes'] / n)} in {us(d['us'] / n)}{rate}")
+    host = ("from pageable memory" if pageable >= 0.5 * total else "from pinned memory") if \
+        any(k in dirs for k in ("HtoD", "DtoH")) else "device-side"
+    top = max(lines.values(), key=lambda v: v[0]) if lines else None
+    loc = ctx.location(top[1]) if top else ctx.trace_location()
+    yield ctx.diag(
+        "transfer-bound",
+        f"the copy engines run copies {pct(a.copy_pct)} of the active window, kernels {pct(a.busy_pct)}: "
+        f"per step {', '.join(parts)} ({host}); the step is as long as its transfers",
+        loc,
+        evidence={"copy_busy_pct": r3(a.copy_pct), "gpu_busy_pct": r3(a.busy_pct), "window_us": r3(a.window_us),
+                  "pageable_share": r3(pageable / total) if total else 0.0,
+                  "directions": {k: {"bytes_per_step": d["bytes"] / n, "us_per_step": r3(d["us"] / n),
+                                     "count": d["count"],
+                                     "gb_per_s": r3(d["bytes"] / d["us"] / 1e3) if d["us"] > 0 else None}
+                                 for k, d in order}},
+        fix="move fewer bytes: keep tensors on the GPU across steps, copy once outside the loop, send a smaller "
+            "dtype and convert on the device; overlap the rest with compute (pinned memory, non_blocking=True)",
     )
 
 

@@ -26,7 +26,8 @@ _GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mat
 @rule("kernel-class")
 def kernel_class(ctx):
     """Evidence: GPU time per kernel class (GEMM, attention, conv, elementwise, reduction, copy,
-    communication), from kernel-name families and launch-API patterns together.
+    communication), from kernel-name families and the op that launched each kernel (a convolution
+    lowered to GEMMs is convolution time; the launch API is never evidence).
 
     Threshold: none; a summary (hint) whenever the trace has GPU work.
 

@@ -189,10 +189,11 @@ def sync_wait(ctx):
         frac = busy / total
         comm = sum(covered(a.comm, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx) / total
         if frac >= 0.5:
-            kind, what = "draining", "draining a busy GPU queue"
+            copies = sum(covered(a.copies, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx) / total
+            kind, what = "draining", ("draining a queue of copies" if copies >= 0.5 else "draining a busy GPU queue")
         elif comm >= 0.5:
             # a collective spins on the GPU while it waits for a peer: the wait is another rank's
-            kind, what = "collective", f"waiting on a collective ({pct(100 * comm)} of the time in NCCL kernels): another rank is late"
+            kind, what = "collective", f"waiting on a collective ({pct(100 * comm)} of the time in collective kernels): another rank is late"
         else:
             kind, what = "idle", "while the GPU sat idle"
         name = m.cpu[idx[0]].name
@@ -205,7 +206,7 @@ def sync_wait(ctx):
         yield ctx.diag(
             "sync-wait",
             f"{name} blocks the CPU {us(blocked)} per step ({pct(100 * blocked / step_us)} of the step), "
-            f"{what} ({pct(100 * frac)} compute-busy during the waits)",
+            f"{what} (the GPU busy {pct(100 * frac)} of the waits)",
             ctx.location(idx[0]),
             evidence={"sync_call": name, "count": len(idx), "blocked_us_per_step": r3(blocked),
                       "gpu_busy_during": r3(frac), "collective_during": r3(comm), "kind": kind},
