@@ -107,7 +107,8 @@ def verdict(r: T.Report) -> dict:
     s = r.summary
     if s is None:
         return {}
-    return {"verdict": s.verdict, "gpuBusyPct": s.gpu_busy_pct, "cpuTotalUs": s.cpu_total_us,
+    return {"verdict": s.verdict, "gpuBusyPct": s.gpu_busy_pct, "copyBusyPct": s.copy_busy_pct,
+            "cpuTotalUs": s.cpu_total_us,
             "cudaTotalUs": s.cuda_total_us, "steps": len(s.steps), "kernels": s.kernels,
             "launches": s.launches}
 

@@ -344,15 +344,14 @@ def _inclusive(ctx: Context, line, of_key) -> None:
     ck = ctx.line_tokens()
     acc: dict[int, float] = {}
     rep: dict[int, int] = {}
-    for g, li in enumerate(m.launcher):
-        if li < 0:
-            continue
-        c = ck[li]
-        if c == NO_LINE:
-            continue
-        acc[c] = acc.get(c, 0.0) + m.gpu[g].dur
-        if c not in rep:
-            rep[c] = li
+    get = acc.get
+    for li, ge in zip(m.launcher, m.gpu):
+        if li >= 0:
+            c = ck[li]
+            if c != NO_LINE:
+                if c not in acc:
+                    rep[c] = li
+                acc[c] = get(c, 0.0) + ge.dur
     chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
 
     def above(f: int) -> list:
