@@ -1,6 +1,6 @@
 """The editor experience end to end: ``profd serve --stdio`` driven by pytest-lsp's real client
-(JSON-RPC over the process's pipes), with the capabilities real editors send (pytest-lsp's
-snapshots of Neovim and VS Code), on the shipped H200 traces.
+(JSON-RPC over the process's pipes), with the capabilities real editors send (their
+capability sets, tests/clients.py), on the shipped H200 traces.
 
 Covered: the newest trace wins (by its recording time, not by which analysis finished last, and
 across a restart), older reports stay reachable; findings whose frames do not map land on the
@@ -21,6 +21,7 @@ import pytest
 from lsprotocol import types as L
 from pytest_lsp import client_capabilities, make_test_lsp_client
 
+import clients
 from conftest import SRC, trace
 from daemon_util import await_for, drop, serve_cmd, trace_bytes, uri
 
@@ -30,16 +31,11 @@ TRAIN_SRC = os.path.join(SRC, "train_tinygpt.py")
 MODEL_SRC = os.path.join(SRC, "tinygpt.py")
 SEED_SRC = os.path.join(SRC, "seed_matmul.py")
 PUSH = "neovim@v0.9.1"  # no pull diagnostics: gets publishDiagnostics
-PULL = "neovim@v0.11.0"  # pulls (textDocument/diagnostic)
+PULL = "vscode"  # pulls (textDocument/diagnostic) and answers the refresh requests (tests/clients.py)
 
 
 def capabilities(name):
-    caps = client_capabilities(name)
-    if name == PULL:  # and answers the refresh requests, as VS Code 1.7x+ (no snapshot of it ships)
-        caps.workspace.diagnostics = L.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
-        caps.workspace.code_lens = L.CodeLensWorkspaceClientCapabilities(refresh_support=True)
-        caps.workspace.inlay_hint = L.InlayHintWorkspaceClientCapabilities(refresh_support=True)
-    return caps
+    return clients.capabilities(name) if name in clients.ALL else client_capabilities(name)
 
 
 def doc_id(path):
@@ -240,7 +236,7 @@ async def test_unmapped_frames_land_on_the_trace_and_the_path_map_setting_maps_t
         assert sync.range.start.line == 69 and "(at " not in sync.message
         left = await pulled(client, path)
         assert not any(d.code == "unmapped-source" for d in left.items)
-        assert client.diagnostic_refresh_count > before
+        await await_for(lambda: client.diagnostic_refresh_count > before, 10, "a refresh")
         # a bad value is said, not applied
         client.set_configuration({"select": ["host-synk"]}, section="profd")
         client.workspace_did_change_configuration(L.DidChangeConfigurationParams(settings=None))
@@ -325,7 +321,28 @@ def test_lifecycle_errors_per_the_spec(tmp_path):
         send({"id": 5, "method": "textDocument/hover", "params": hover})
         assert _answer(proc, 5)["error"]["code"] == -32600  # InvalidRequest after shutdown
         send({"method": "exit"})
-        assert proc.wait(15) is not None
+        assert proc.wait(15) == 0  # exit after shutdown: success
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_exit_without_shutdown_exits_1(tmp_path):
+    """The spec: "The server should exit with success code 0 if the shutdown request has been
+    received before; otherwise with error code 1"."""
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    proc = subprocess.Popen(serve_cmd(watch, tmp_path / "state"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                 "params": {"processId": None, "rootUri": None, "capabilities": {}}}))
+        proc.stdin.flush()
+        assert "capabilities" in _answer(proc, 1)["result"]
+        proc.stdin.write(_frame({"jsonrpc": "2.0", "method": "exit"}))
+        proc.stdin.flush()
+        assert proc.wait(15) == 1
     finally:
         if proc.poll() is None:
             proc.kill()

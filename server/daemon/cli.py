@@ -239,13 +239,12 @@ def cmd_serve(ns) -> int:
     sys.stdout = sys.stderr  # nothing but LSP may reach the real stdout
     async def main():
         asyncio.get_running_loop().set_exception_handler(_loop_errors)
-        await run_stdio(Core(cfg, "stdio"), stdin, stdout)
+        return await run_stdio(Core(cfg, "stdio"), stdin, stdout)
 
     try:
-        asyncio.run(main())
+        return asyncio.run(main())
     except KeyboardInterrupt:
-        pass
-    return 0
+        return 0
 
 
 async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0,

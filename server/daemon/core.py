@@ -63,6 +63,8 @@ class Config:
 class Session(Protocol):
     def report_ready(self, key: str, sources: list[str], report: T.Report) -> None: ...
 
+    def republish(self) -> None: ...
+
     def log_error(self, text: str) -> None: ...
 
     def progress(self, token: str, title: Optional[str]) -> None: ...
@@ -513,9 +515,19 @@ class Core:
         self._pool: Optional[Workers] = None
         self._io = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="profd-io")
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._deferred = False  # the watcher waits for the editor's options (watch_now)
+        # While reports under new options are on their way: the options fingerprint whose
+        # reports are shown meanwhile (what is shown stays until its replacement is ready).
+        self._fallback: Optional[str] = None
+        self._settling: Optional[asyncio.Task] = None
+        self._texts: OrderedDict[str, dict[str, tuple[str, ...]]] = OrderedDict()  # baselines
 
     # ---- lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, watch: bool = True) -> None:
+        """Open the store, spawn the workers and (``watch``) watch the folder now; without it the
+        folder is first scanned at ``watch_now()``: a stdio daemon waits for its editor's folders
+        and settings, so the traces there are analysed once, under the options that will show
+        them."""
         self.loop = asyncio.get_running_loop()
         private_dir(self.cfg.state)
         self.store = Store(os.path.join(self.cfg.state, "profd.sqlite3"))
@@ -527,8 +539,29 @@ class Core:
         self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
                              quiet=self.cfg.quiet, workers=self.cfg.workers)
         self.intake.start()
-        self._watch()
+        self._deferred = not watch
+        if watch:
+            self._watch()
         log.info("profd: %d reports loaded from %s", len(self.meta), self.store.path)
+
+    def watch_now(self) -> None:
+        """Start the watcher deferred by ``start(watch=False)`` (once; later calls do nothing)."""
+        if self._deferred and self.loop is not None:
+            self._deferred = False
+            self._watch()
+
+    @property
+    def busy(self) -> bool:
+        """Traces are queued or being analysed (or the folder is still to be scanned)."""
+        return self._deferred or self.running > 0 or bool(self.intake and self.intake.queued)
+
+    async def wait_for(self, source: str, timeout: float = 30.0) -> None:
+        """Until a report shows on ``source`` or nothing is left to analyse (at most
+        ``timeout`` s): what a pull that arrives before its report waits for."""
+        deadline = time.monotonic() + timeout
+        while self.busy and time.monotonic() < deadline and self.newest_for(source) is None \
+                and source not in self.trace_key:
+            await asyncio.sleep(0.05)
 
     def _watch(self) -> None:
         if self.watcher:
@@ -558,15 +591,32 @@ class Core:
             cfg.watch = os.path.abspath(watch)
         if (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch) == before:
             return False
-        self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
+        old_fp, self.fp = self.fp, options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
         log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s",
                  cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch)
-        if self.loop is not None:
+        if self.loop is not None and not self._deferred:
+            if self._fallback is None and old_fp != self.fp:
+                self._fallback = old_fp
             if cfg.watch != before[3]:
                 self._watch()  # its start scans the folder
             elif self.watcher:
                 self.watcher.scan(self.watcher.root)
+            if self._settling is None or self._settling.done():
+                self._settling = self.loop.create_task(self._options_settle())
         return True
+
+    async def _options_settle(self) -> None:
+        """Once the watched traces are analysed under the new options: stop showing the old
+        options' reports and let every session republish (only what changed is sent)."""
+        await asyncio.sleep(0.05)
+        while self.busy:
+            await asyncio.sleep(0.05)
+        self._fallback = None
+        for s in list(self.sessions):
+            try:
+                s.republish()
+            except Exception:
+                log.exception("profd: republishing to a session failed")
 
     async def stop(self) -> None:
         if self._retry:
@@ -600,7 +650,7 @@ class Core:
         kept and retried every few seconds (disk full, read-only file), and a corrupt store is
         moved aside and rebuilt from the watched files. The index in memory has the result
         either way."""
-        kind = (op[0], op[2] if op[0] == "put" else op[1])  # put: its path; link: its path
+        kind = (op[0], op[2] if op[0] == "put" else op[1])  # put: its path; link: its path; texts: key
         self._unsaved.pop(kind, None)
         try:
             return getattr(self.store, op[0])(*op[1:])
@@ -667,6 +717,34 @@ class Core:
             keys.append(row.key)
         self.trace_key[path] = row.key
 
+    # ---- the texts reports were made against ------------------------------------------------
+    def _keep_texts(self, key: str, sources: list[str]) -> None:
+        """Keep the text of each source as the analysis of ``key`` read it (warmed right after
+        it, in _analyse): the baseline its positions are mapped from after the user edits."""
+        texts = {s: SOURCES.lines(s) for s in sources if SOURCES.isfile(s)}
+        self._texts[key] = texts
+        self._texts.move_to_end(key)
+        while len(self._texts) > 64:
+            self._texts.popitem(last=False)
+        if texts:
+            self._write(("put_texts", key, {p: "".join(ln + "\n" for ln in t) for p, t in texts.items()}))
+
+    def baseline(self, key: str, path: str) -> Optional[tuple[str, ...]]:
+        """The text of ``path`` that report ``key`` was made against; None when not kept (a
+        report stored before texts were)."""
+        texts = self._texts.get(key)
+        if texts is None:
+            try:
+                raw = self.store.texts(key) if self.store else {}
+            except sqlite3.Error:
+                raw = {}
+            texts = self._texts[key] = {p: tuple(t.splitlines()) for p, t in raw.items()}
+            while len(self._texts) > 64:
+                self._texts.popitem(last=False)
+        else:
+            self._texts.move_to_end(key)
+        return texts.get(path)
+
     def _link(self, path: str, key: str, sig: Sig) -> None:
         """The file at ``path`` now holds the content of the stored report ``key``."""
         self._write(("link", path, key, sig[1] / 1e9, sig[0]))
@@ -713,10 +791,21 @@ class Core:
         return r
 
     def keys_for(self, source: str) -> list[str]:
-        """Keys of the reports shown on ``source`` under the current options, oldest first."""
-        tail = ":" + self.fp
-        keys = [k for k in self.by_source.get(source, ()) if k.endswith(tail) and k in self.meta]
-        return sorted(keys, key=lambda k: self.meta[k].order())
+        """Keys of the reports shown on ``source`` under the current options, oldest first
+        (while reports under new options are on their way, the old options' ones where the new
+        ones are not in yet)."""
+        for fp in (self.fp, self._fallback):
+            if fp is None:
+                continue
+            tail = ":" + fp
+            keys = [k for k in self.by_source.get(source, ()) if k.endswith(tail) and k in self.meta]
+            if keys:
+                return sorted(keys, key=lambda k: self.meta[k].order())
+        return []
+
+    def current_fp(self, key: str) -> bool:
+        """Whether report ``key`` was made under the options shown now."""
+        return key.endswith(":" + self.fp) or bool(self._fallback and key.endswith(":" + self._fallback))
 
     def newest_for(self, source: str) -> Optional[str]:
         keys = self.keys_for(source)
@@ -727,11 +816,14 @@ class Core:
         keys = self.keys_for(source)
         return keys[-2] if len(keys) > 1 else None
 
-    def diagnostics_for(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
+    def diagnostics_for(self, source: str, lines_of=None, transform=None
+                        ) -> tuple[Optional[str], list[T.Diagnostic]]:
         """For a trace file: its current content's trace-level findings (or its error); for a
-        source file: the findings on it of the newest report that touches it."""
+        source file: the findings on it of the newest report that touches it. ``transform(key,
+        findings)``: the findings moved onto the text a client shows (positions.Positions), whose
+        lines ``lines_of(path)`` gives (default: the files as last read)."""
         cur = self.trace_key.get(source)
-        if cur and not cur.endswith(":" + self.fp):  # made under options no longer in force
+        if cur and not self.current_fp(cur):  # made under options no longer in force
             cur = None
         key = cur or self.newest_for(source)
         r = self.report_at(key, source) if cur else self.report(key) if key else None
@@ -747,7 +839,9 @@ class Core:
         # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same module).
         from ..engine import suppress
 
-        here = suppress.apply(here, SOURCES.lines)[0]
+        if transform is not None:
+            here = transform(key, here)
+        here = suppress.apply(here, lines_of or SOURCES.lines)[0]
         if cur:
             hint = unmapped_hint(r, trace_path, sources, self.cfg.workspace)
             if hint is not None:
@@ -981,6 +1075,7 @@ class Core:
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
         created = self._write(("put", key, path, mtime_ns / 1e9, size, data, report.error,
                                sources, rec)) or time.time()
+        self._keep_texts(key, [s for s in sources if s != path])
         row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created, rec)
         self._cache[key] = report
         if not current:

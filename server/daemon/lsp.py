@@ -1,8 +1,9 @@
 """The LSP front-end: one pygls LanguageServer per client connection, all over one ``Core``.
 
 Only translation between LSP and the core/engine lives here: findings -> Diagnostics on the files
-they point at (pushed to clients that do not pull; pulled with result ids, ``unchanged`` when the
-report is the same, and ``workspace/diagnostic/refresh`` when one lands), hot lines -> hover /
+they point at (per client, publish.py: pushed, or pulled with result ids by clients that can be
+refreshed), on the lines of the text the client shows (positions.py maps the trace's lines through
+the user's edits), hot lines -> hover /
 inlay hints / code lenses per qualified function, the diff against the previous trace of the same
 program -> a hover section and lenses, findings -> code actions (quick fixes from ``quickfix``,
 suppress on this line, open in the annotated trace), editor settings (``workspace/configuration``,
@@ -32,7 +33,7 @@ from ...protocol import types as T
 from ...protocol.catalog import RULES, UnknownCode, expand_code
 from ...protocol.diff import LineDelta, ReportDiff
 from ...protocol.options import path_map_item
-from . import outline, quickfix
+from . import outline, positions, publish as policy, quickfix
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
@@ -80,10 +81,20 @@ class ProfdProtocol(LanguageServerProtocol):
             self.initialize_seen = True
         return super().handle_message(message)
 
+    @lsp_method(L.INITIALIZE)
+    def lsp_initialize(self, params: L.InitializeParams):  # type: ignore[override]
+        """pygls's answer, less ``diagnosticProvider`` for a client that pulls but cannot be
+        asked to pull again (publish.offers_pull): it gets pushes instead."""
+        result = yield from super().lsp_initialize(params)
+        if not policy.offers_pull(params.capabilities):
+            result.capabilities.diagnostic_provider = None
+        return result
+
     @lsp_method(L.EXIT)
     def lsp_exit(self, *args):  # type: ignore[override]
         s = getattr(self, "session", None)
         if s is not None:
+            s.exit_code = 0 if self._shutdown else 1  # the spec: 1 without a shutdown first
             s.close()
         return None
         yield  # a generator, like pygls's
@@ -96,19 +107,20 @@ def _steps(core, key) -> int:
     return max(1, len(r.summary.steps)) if r is not None and r.summary is not None else 1
 
 
-def line_len(path: str, line0: int) -> int:
-    lines = SOURCES.lines(path)
+def line_len(path: str, line0: int, lines_of=None) -> int:
+    lines = (lines_of or SOURCES.lines)(path)
     return len(lines[line0]) if 0 <= line0 < len(lines) else 0
 
 
-def _line_range(path: str, line1: int) -> L.Range:
+def _line_range(path: str, line1: int, lines_of=None) -> L.Range:
     l0 = max(0, line1 - 1)
-    return L.Range(L.Position(l0, 0), L.Position(l0, line_len(path, l0)))
+    return L.Range(L.Position(l0, 0), L.Position(l0, line_len(path, l0, lines_of)))
 
 
-def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnostic:
+def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=(), lines_of=None) -> L.Diagnostic:
     """A finding as an LSP Diagnostic on ``source``; ``sources``: the report's local files (a
-    related location elsewhere points at its file when that is here, else at the trace)."""
+    related location elsewhere points at its file when that is here, else at the trace);
+    ``lines_of``: the text the client shows (default: the files as last read)."""
     loc = d.location
     on_line = bool(loc.line) and loc.path == source
     if on_line:
@@ -118,8 +130,8 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnos
             # (columns are characters; LSP counts UTF-16 units, the same for the BMP)
             rng = L.Range(L.Position(l0, c0), L.Position(loc.end_line - 1, max(0, loc.end_column - 1)))
         else:
-            end = max(c0, line_len(source, l0))
-            lines = SOURCES.lines(source)
+            end = max(c0, line_len(source, l0, lines_of))
+            lines = (lines_of or SOURCES.lines)(source)
             text = lines[l0] if l0 < len(lines) else ""
             c0 = min(c0, len(text) - len(text.lstrip())) if text else c0
             rng = L.Range(L.Position(l0, c0), L.Position(l0, end))
@@ -140,7 +152,7 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=()) -> L.Diagnos
         where = (r.note or r.function or "related") + ("" if here else f" (at {r.trace_path or r.path}:{r.line})")
         related.append(L.DiagnosticRelatedInformation(
             location=L.Location(uri=from_fs_path(target),
-                                range=_line_range(target, r.line) if here else rng),
+                                range=_line_range(target, r.line, lines_of) if here else rng),
             message=where))
     return L.Diagnostic(
         range=rng, message=msg, severity=SEVERITY.get(d.severity, L.DiagnosticSeverity.Information),
@@ -377,7 +389,9 @@ class LspSession:
         self.authed = token is None
         self.ready = False
         self.closed = False
-        self.published: set[str] = set()
+        self.exit_code = 0
+        self.shown = policy.Shown()  # what each file shows, as last sent (push clients)
+        self._edits: dict[str, asyncio.TimerHandle] = {}  # uri -> its debounced publish
         self.folders: list[str] = []
         self.settings: dict = {}
         self.init_settings: Any = None
@@ -397,8 +411,9 @@ class LspSession:
 
     @property
     def pulls(self) -> bool:
-        """The client asks for diagnostics (textDocument/diagnostic): pushing too shows them twice."""
-        return _cap(self.caps, "text_document", "diagnostic") is not None
+        """profd offered this client pull diagnostics (publish.offers_pull): it gets no push
+        (it would show everything twice)."""
+        return policy.offers_pull(self.caps)
 
     def close(self) -> None:
         if self.closed:
@@ -451,40 +466,82 @@ class LspSession:
             if st:
                 self.tell(L.MessageType.Info, "profd: this is a shared daemon: it keeps the options "
                                               "it was started with (`profd start ...`)")
-            changed = bool(self.folders) and not base.workspace and \
+            if self.folders and not base.workspace:
                 core.configure(workspace=_union(core.cfg.workspace, self.folders))
         else:
             ws = _union(st.get("workspace", []), base.workspace, self.folders)
             pm = list(st.get("path-map", [])) + [p for p in base.path_map]
             dis = set(base.disabled) | disabled_by(st.get("select"), st.get("ignore"))
-            changed = core.configure(workspace=ws, path_map=pm, disabled=dis,
-                                     watch=st.get("watch", base.watch))
-        if changed:
-            for s in list(core.sessions):
-                s.republish()
+            core.configure(workspace=ws, path_map=pm, disabled=dis,
+                           watch=st.get("watch", base.watch))
+        # every session republishes once the reports under the new options are in (Core.configure:
+        # what is shown stays until its replacement is ready)
+        core.watch_now()
+
+    # ---- positions: the trace's lines on the text this client shows ------------------------
+    def current_lines(self, path: str) -> tuple[str, ...]:
+        """The text of ``path`` as the client shows it: its open buffer (unsaved edits
+        included), else the file as last read."""
+        docs = self.ls.workspace.text_documents
+        doc = docs.get(from_fs_path(path))
+        if doc is None and docs:
+            real = SOURCES.real(path)
+            doc = next((d for u, d in docs.items() if SOURCES.real(_path_of(u)) == real), None)
+        return tuple(doc.source.splitlines()) if doc is not None else SOURCES.lines(path)
+
+    def positions(self, key: Optional[str]) -> positions.Positions:
+        """Report ``key``'s positions moved from the text it was made against onto ours."""
+        return positions.Positions(
+            (lambda p: self.core.baseline(key, p)) if key else (lambda p: None), self.current_lines)
+
+    def findings(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
+        """The findings shown on ``source``, on the lines of the text this client shows."""
+        return self.core.diagnostics_for(source, lines_of=self.current_lines,
+                                         transform=lambda key, ds: self.positions(key).diagnostics(ds))
+
+    def lsp_diagnostics(self, source: str) -> tuple[Optional[str], list[L.Diagnostic]]:
+        key, diags = self.findings(source)
+        row = self.core.meta.get(key) if key else None
+        return key, [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
+                     for d in diags]
+
+    def edited(self, uri: str) -> None:
+        """A buffer changed: its findings move with the text (pushed once the typing pauses;
+        a pulling client pulls again by itself and gets a new result id)."""
+        if self.pulls or self.closed:
+            return
+        old = self._edits.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        self._edits[uri] = asyncio.get_running_loop().call_later(
+            0.2, lambda: (self._edits.pop(uri, None), self.ready and self.publish(self._source_of(uri))))
+
+    def _source_of(self, uri: str) -> str:
+        p = _path_of(uri)
+        if p in self.core.by_source:
+            return p
+        real = SOURCES.real(p)
+        return next((s for s in self.core.by_source if SOURCES.real(s) == real), p)
 
     # ---- from the core ----------------------------------------------------------------------
     def publish(self, source: str) -> None:
         if self.pulls:
             return
-        key, diags = self.core.diagnostics_for(source)
-        row = self.core.meta.get(key) if key else None
-        items = [to_lsp_diag(d, source, key, row.sources if row else ()) for d in diags]
+        _, items = self.lsp_diagnostics(source)
         uri = from_fs_path(source)
-        if not items and uri not in self.published:
-            return
-        self.published.add(uri)
-        self.ls.text_document_publish_diagnostics(
-            L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+        if self.shown.changed(uri, items):  # only what changed: no repeats
+            self.ls.text_document_publish_diagnostics(
+                L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
 
     def republish(self) -> None:
-        """After the options changed: every file again (emptied where nothing is left)."""
+        """Every file again, once the reports under new options are in (Core.configure): only
+        what changed is sent, emptied where nothing is left."""
         if not self.ready:
             return
-        for uri in list(self.published):
+        for uri in self.shown.uris():
             self.publish(_path_of(uri))
         for source in list(self.core.by_source):
-            if from_fs_path(source) not in self.published:
+            if from_fs_path(source) not in self.shown:
                 self.publish(source)
         self.schedule_refresh()
 
@@ -500,8 +557,7 @@ class LspSession:
         if not self.ready:
             return
         ws = _cap(self.caps, "workspace")
-        for want, send in ((self.pulls and _cap(ws, "diagnostics", "refresh_support"),
-                            self.ls.workspace_diagnostic_refresh),
+        for want, send in ((self.pulls, self.ls.workspace_diagnostic_refresh),
                            (_cap(ws, "code_lens", "refresh_support"), self.ls.workspace_code_lens_refresh),
                            (_cap(ws, "inlay_hint", "refresh_support"), self.ls.workspace_inlay_hint_refresh)):
             if want:
@@ -585,7 +641,7 @@ WORKLOAD_TIMEOUT_S = 600.0
 def build_server(session: LspSession) -> LanguageServer:
     core = session.core
     ls = LanguageServer("profd", __version__, protocol_cls=ProfdProtocol,
-                        text_document_sync_kind=L.TextDocumentSyncKind.Full)
+                        text_document_sync_kind=L.TextDocumentSyncKind.Incremental)
 
     @ls.feature(L.INITIALIZE)
     def initialize(ls_: LanguageServer, params: L.InitializeParams):
@@ -624,23 +680,34 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.TEXT_DOCUMENT_DID_OPEN)
     async def did_open(ls_: LanguageServer, params: L.DidOpenTextDocumentParams):
-        """Push a file's findings again when it is opened: some clients (eglot) drop diagnostics
-        for files that were not open when they arrived."""
+        """Push a file's findings again when it is opened (on the buffer's text): some clients
+        (eglot) drop diagnostics for files that were not open when they arrived."""
+        source = await _lookup(core, params.text_document.uri)
+        session.shown.forget(from_fs_path(source))
+        session.publish(source)
+
+    @ls.feature(L.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls_: LanguageServer, params: L.DidChangeTextDocumentParams):
+        """An edit (pygls has applied it to the buffer, incremental or whole): the findings
+        move with the text."""
+        session.edited(params.text_document.uri)
+
+    @ls.feature(L.TEXT_DOCUMENT_DID_CLOSE)
+    async def did_close(ls_: LanguageServer, params: L.DidCloseTextDocumentParams):
+        """Closed without saving: the findings go back onto the file as it is on disk."""
         session.publish(await _lookup(core, params.text_document.uri))
 
     @ls.feature(L.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls_: LanguageServer, params: L.DidSaveTextDocumentParams):
-        """A saved source (a quick fix, a ``# profd: ignore[...]``) re-reads the report on it."""
-        key = core.newest_for(await _lookup(core, params.text_document.uri))
-        if key is None:
-            return
-        await SOURCES.warm(core.meta[key].sources)
-        if not core.sources_changed(key):
-            return
-        try:
-            await core.analyze(M.AnalyzeParams(path=core.meta[key].path))
-        except PathError as e:
-            log.info("profd: not re-analysing after a save: %s", e)
+        """A saved source (an edit, a quick fix, a ``# profd: ignore[...]``): the report stays
+        the trace's (it is never analysed again against text that did not run); its positions
+        are mapped onto the saved text and a new comment suppresses at once."""
+        source = await _lookup(core, params.text_document.uri)
+        key = core.newest_for(source)
+        if key is not None:
+            await SOURCES.warm(core.meta[key].sources)
+        session.publish(source)
+        session.schedule_refresh()
 
     @ls.feature(L.SHUTDOWN)
     def shutdown(ls_: LanguageServer, *args):
@@ -649,19 +716,24 @@ def build_server(session: LspSession) -> LanguageServer:
 
     def diagnostic_report(source: str, previous: Optional[str]):
         """(result id, LSP diagnostics or None when ``previous`` is still current) of a file: the
-        result id names the report shown on it (content + options), so unchanged is exact."""
-        key, diags = core.diagnostics_for(source)
-        result_id = key or "none"
+        result id names the report shown on it (content + options) and exactly the diagnostics
+        sent (their positions after the user's edits), so ``unchanged`` is never stale."""
+        key, items = session.lsp_diagnostics(source)
+        result_id = f"{key or 'none'}:{policy.digest(items)}"
         if previous == result_id:
             return result_id, None
-        row = core.meta.get(key) if key else None
-        return result_id, [to_lsp_diag(d, source, key, row.sources if row else ()) for d in diags]
+        return result_id, items
 
     @ls.feature(L.TEXT_DOCUMENT_DIAGNOSTIC,
                 L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True,
                                     identifier="profd"))
     async def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
         source = await _lookup(core, params.text_document.uri)
+        if core.newest_for(source) is None and source not in core.trace_key:
+            # its report may be on its way (the start-up scan, an analysis): the first answer
+            # waits for it, or until nothing is left to analyse
+            await core.wait_for(source)
+            source = await _lookup(core, params.text_document.uri)
         result_id, items = diagnostic_report(source, params.previous_result_id)
         if items is None:
             return L.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
@@ -689,14 +761,20 @@ def build_server(session: LspSession) -> LanguageServer:
         source = await _lookup(core, params.text_document.uri)
         line = params.position.line + 1
         key, hots = core.hot_lines_for(source)
-        h = next((x for x in hots if x.line == line), None)
+        pos = session.positions(key)
+        was = pos.back(source, line)  # the line of the analysed text this one comes from
+        if was is None:  # added since the trace: nothing ran there
+            return None
+        h = next((x for x in hots if x.line == was.line), None)
+        if h is not None and was.line != line:
+            h = msgspec.structs.replace(h, line=line)
         tree = getattr(core.report(key), "modules", None) if key else None
-        mods = top_modules(tree, source, line)
+        mods = top_modules(tree, source, was.line)
         old_trace, deltas = line_deltas(core, source)
-        ld = next((d for d in deltas if d.line == line), None)
+        ld = next((d for d in deltas if d.line == was.line), None)
         if h is None and not mods and ld is None:
             return None
-        _, diags = core.diagnostics_for(source)
+        _, diags = session.findings(source)
         here = [d for d in diags if d.location.line == line and d.location.path == source]
         parts = []
         if h is not None or mods:
@@ -704,13 +782,19 @@ def build_server(session: LspSession) -> LanguageServer:
                                         f"{os.path.basename(source)}:{line}"))
         if ld is not None:
             parts.append(before_after_markdown(ld, old_trace))
+        if was.changed:
+            base = core.baseline(key, source) or ()
+            then = base[was.line - 1].strip() if 0 < was.line <= len(base) else ""
+            parts.append(f"*This line changed since the trace was analysed* (it was line {was.line}"
+                         + (f": `{then[:80]}`" if then else "") + "): the numbers are that code's.")
         return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value="\n\n".join(parts)),
-                       range=_line_range(source, line))
+                       range=_line_range(source, line, session.current_lines))
 
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
     async def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
         source = await _lookup(core, params.text_document.uri)
         key, hots = core.hot_lines_for(source)
+        hots = session.positions(key).hot_lines(hots)
         n = _steps(core, key)
         lo, hi = params.range.start.line, params.range.end.line
         out = []
@@ -722,7 +806,7 @@ def build_server(session: LspSession) -> LanguageServer:
             label = f"per step: GPU {us(g / n)} · CPU {us(c / n)}" + (" incl. calls" if (g, c) != (h.gpu_us, h.cpu_total_us) else "")
             if h.launches:
                 label += f" · {plural(h.launches / n, 'launch')}"
-            out.append(L.InlayHint(position=L.Position(l0, line_len(source, l0)), label=label,
+            out.append(L.InlayHint(position=L.Position(l0, line_len(source, l0, session.current_lines)), label=label,
                                    padding_left=True))
         return out
 
@@ -730,9 +814,14 @@ def build_server(session: LspSession) -> LanguageServer:
     async def code_lens(ls_: LanguageServer, params: L.CodeLensParams):
         source = await _lookup(core, params.text_document.uri, outline=True)
         key, hots = core.hot_lines_for(source)
+        pos = session.positions(key)
+        hots = pos.hot_lines(hots)
+        src_lines = session.current_lines(source)
+        fns = SOURCES.functions(source) if src_lines == SOURCES.lines(source) else \
+            outline.functions(src_lines)  # an unsaved buffer: its own outline
         funcs: dict[str, tuple[int, list[T.HotLine]]] = {}
         for h in hots:
-            f = outline.function_at(SOURCES.functions(source), h.line)
+            f = outline.function_at(fns, h.line)
             name, l0 = (f.qualname, f.def_line - 1) if f else (h.function, h.line - 1)
             funcs.setdefault(name, (l0, []))[1].append(h)
         out = []
@@ -749,7 +838,6 @@ def build_server(session: LspSession) -> LanguageServer:
                      f"{plural(launches / n, 'launch')} ({plural(len(hs), 'hot line')})")
             lines = [f"profd: {name} in {os.path.basename(source)}, per step "
                      f"(trace {os.path.basename(core.meta[key].path)}):"]
-            src_lines = SOURCES.lines(source)
             for h in sorted(hs, key=lambda h: -(h.gpu_us + h.cpu_total_us))[:8]:
                 text = src_lines[h.line - 1].strip() if h.line <= len(src_lines) else ""
                 lines.append(f"  line {h.line}: GPU {us(h.gpu_us / n)}, CPU {us(h.cpu_total_us / n)}, "
@@ -761,7 +849,10 @@ def build_server(session: LspSession) -> LanguageServer:
         for ld in deltas:
             if ld.trend == "same" and not ld.codes_gone and not ld.codes_new:
                 continue
-            l0 = ld.line - 1
+            now = pos.line(source, ld.line)
+            if now is None:
+                continue
+            l0 = now.line - 1
             out.append(L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
                                   command=L.Command(title=delta_title(ld, old_trace), command=M.CMD_SHOW,
                                                     arguments=[before_after_markdown(ld, old_trace)])))
@@ -772,7 +863,7 @@ def build_server(session: LspSession) -> LanguageServer:
     async def code_action(ls_: LanguageServer, params: L.CodeActionParams):
         uri = params.text_document.uri
         source = await _lookup(core, uri)
-        key, diags = core.diagnostics_for(source)
+        key, diags = session.findings(source)  # on the buffer's lines
         if key is None:
             return []
         row = core.meta[key]
@@ -785,7 +876,7 @@ def build_server(session: LspSession) -> LanguageServer:
             line = d.location.line if d.location.path == source else None
             if line is None or not lo <= line <= hi or d.code == UNMAPPED:
                 continue
-            ld = to_lsp_diag(d, source, key, row.sources)
+            ld = to_lsp_diag(d, source, key, row.sources, session.current_lines)
             near.append(ld)
             for fx in quickfix.fixes(text, d.code, line):
                 out.append(_action(uri, fx, ld))

@@ -4,6 +4,7 @@
 encoded Report and the absolute source files its findings point at (so a restart rebuilds the
 per-source index without decoding a single report). ``files``: trace path -> key of its newest
 content, with the size/mtime it had, so a restart skips hashing files it already knows.
+``texts``: the source files' text each report was made against (its positions' baseline).
 Thread-safe (one connection, one lock); every call is short.
 
 The database is the daemon's alone (``locking_mode=EXCLUSIVE``): the WAL index then lives in the
@@ -48,6 +49,12 @@ CREATE TABLE IF NOT EXISTS files (
     seen REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reports_created ON reports(created);
+CREATE TABLE IF NOT EXISTS texts (
+    key TEXT NOT NULL,
+    path TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (key, path)
+);
 """
 
 
@@ -211,6 +218,15 @@ class Store:
                       (path, key, mtime, size, now))
         return now
 
+    def put_texts(self, key: str, texts: dict[str, str]) -> None:
+        """The source texts report ``key`` was made against (positions.py maps edits from them)."""
+        with self._tx() as c:
+            c.executemany("INSERT OR REPLACE INTO texts(key, path, text) VALUES (?,?,?)",
+                          [(key, p, t) for p, t in texts.items()])
+
+    def texts(self, key: str) -> dict[str, str]:
+        return dict(self._q("SELECT path, text FROM texts WHERE key=?", (key,)))
+
     def link(self, path: str, key: str, mtime: float, size: int) -> None:
         """Record that the file at ``path`` (as stat'ed) has the content of ``key``."""
         with self._tx() as c:
@@ -240,6 +256,7 @@ class Store:
         with self._tx() as c:
             c.execute("DELETE FROM reports WHERE key=?", (key,))
             c.execute("DELETE FROM files WHERE key=?", (key,))
+            c.execute("DELETE FROM texts WHERE key=?", (key,))
 
     def file_key(self, path: str) -> Optional[str]:
         r = self._q("SELECT key FROM files WHERE path=?", (path,))

@@ -65,9 +65,10 @@ def _error(msg_id: Any, code: int, message: str) -> dict:
 
 
 async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str,
-                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None) -> None:
+                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None) -> int:
     """Run one client's session until it disconnects, sends ``exit``, or (TCP) has not sent the
-    token within ``auth_timeout`` s; ``on_auth()`` once it has."""
+    token within ``auth_timeout`` s; ``on_auth()`` once it has. The exit status the spec asks
+    for: 1 after an ``exit`` that no ``shutdown`` came before, else 0."""
     session = LspSession(core, token, peer)
     proto = session.ls.protocol
     done = asyncio.Event()
@@ -197,6 +198,7 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                     break
     finally:
         session.close()
+    return session.exit_code
 
 
 class _Bounded:
@@ -270,11 +272,12 @@ class _StdoutWriter:
         pass
 
 
-async def run_stdio(core: Core, stdin, stdout) -> None:
-    await core.start()
+async def run_stdio(core: Core, stdin, stdout) -> int:
+    """Serve the editor on stdio; the process's exit status (serve_session)."""
+    await core.start(watch=False)  # scanned once the editor's folders and settings are in
     try:
-        await serve_session(core, _stdin_stream(stdin), _StdoutWriter(stdout), token=None,
-                            peer="stdio")
+        return await serve_session(core, _stdin_stream(stdin), _StdoutWriter(stdout), token=None,
+                                   peer="stdio")
     finally:
         await core.stop()
 
