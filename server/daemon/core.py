@@ -36,7 +36,7 @@ from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
 from ..engine import impact
-from ..engine.sourcemap import read_lines
+from ..engine.sourcemap import read_lines, split_lines
 from .placement import local_sources, placed_path, unmapped_hint
 from .store import Row, Store, private_dir
 from .watcher import Intake, Outcome, Sig, Watcher, inside, sig_of, signature
@@ -738,7 +738,7 @@ class Core:
                 raw = self.store.texts(key) if self.store else {}
             except sqlite3.Error:
                 raw = {}
-            texts = self._texts[key] = {p: tuple(t.splitlines()) for p, t in raw.items()}
+            texts = self._texts[key] = {p: tuple(split_lines(t)) for p, t in raw.items()}
             while len(self._texts) > 64:
                 self._texts.popitem(last=False)
         else:

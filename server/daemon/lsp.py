@@ -33,12 +33,13 @@ from ...protocol import types as T
 from ...protocol.catalog import RULES, UnknownCode, expand_code
 from ...protocol.diff import LineDelta, ReportDiff
 from ...protocol.options import path_map_item
-from . import outline, positions, publish as policy, quickfix
+from . import encoding, outline, positions, publish as policy, quickfix
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
 from ..engine.modules import top_modules
 from ..engine.rules.util import plural, size, us
+from ..engine.sourcemap import split_lines
 
 log = logging.getLogger("profd.lsp")
 
@@ -127,7 +128,7 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=(), lines_of=Non
         l0 = loc.line - 1
         c0 = max(0, (loc.column or 1) - 1)
         if loc.end_column and loc.end_line:  # the call's own range, from the AST
-            # (columns are characters; LSP counts UTF-16 units, the same for the BMP)
+            # (columns are characters: the session turns them into the client's units, encoding.py)
             rng = L.Range(L.Position(l0, c0), L.Position(loc.end_line - 1, max(0, loc.end_column - 1)))
         else:
             end = max(c0, line_len(source, l0, lines_of))
@@ -154,11 +155,25 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=(), lines_of=Non
             location=L.Location(uri=from_fs_path(target),
                                 range=_line_range(target, r.line, lines_of) if here else rng),
             message=where))
+    if on_line:
+        related += _fix_sites(d, source, lines_of)
     return L.Diagnostic(
         range=rng, message=msg, severity=SEVERITY.get(d.severity, L.DiagnosticSeverity.Information),
         code=d.code, source="profd",
         code_description=L.CodeDescription(href=rule.doc_url) if rule and rule.doc_url else None,
         related_information=related or None, data={"key": key, "line": loc.line if on_line else None})
+
+
+def _fix_sites(d: T.Diagnostic, source: str, lines_of=None) -> list[L.DiagnosticRelatedInformation]:
+    """Where the finding's fix goes when that is another line of its file (the optimizer's
+    constructor for ``optimizer-foreach-off``, found at ``optimizer.step()``)."""
+    if d.code not in quickfix.RELATED:
+        return []
+    text = "\n".join((lines_of or SOURCES.lines)(source)) + "\n"
+    return [L.DiagnosticRelatedInformation(
+        location=L.Location(uri=from_fs_path(source), range=L.Range(
+            L.Position(e.line, e.col), L.Position(e.end_line, e.end_col))), message=note)
+        for e, note in quickfix.related(text, d.code, d.location.line)]
 
 
 def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnostic],
@@ -397,6 +412,8 @@ class LspSession:
         self.init_settings: Any = None
         self.on_close = None
         self._refresh: Optional[asyncio.TimerHandle] = None
+        self._fixes: dict[tuple, dict] = {}  # code actions' edits, by buffer text (edits_for)
+        self._fixes_lock = asyncio.Lock()
         self.ls = build_server(self)
         self.ls.protocol.session = self
 
@@ -410,10 +427,36 @@ class LspSession:
         return bool(_cap(self.caps, "window", "work_done_progress"))
 
     @property
+    def encoding(self) -> str:
+        """The column unit agreed at ``initialize`` (``positions``): utf-16 unless negotiated."""
+        try:
+            enc = self.ls.workspace.position_encoding
+        except Exception:  # before initialize
+            return encoding.UTF16
+        return str(getattr(enc, "value", enc) or encoding.UTF16)
+
+    def to_client(self, items: list[L.Diagnostic], path: str) -> list[L.Diagnostic]:
+        """Diagnostics on ``path`` (character columns) in the client's column units."""
+        return encoding.diagnostics(items, path, self.current_lines, self.encoding)
+
+    @property
     def pulls(self) -> bool:
         """profd offered this client pull diagnostics (publish.offers_pull): it gets no push
         (it would show everything twice)."""
         return policy.offers_pull(self.caps)
+
+    async def edits_for(self, text: str, near: list[tuple[str, int]],
+                        everything: list[tuple[str, int]]) -> dict:
+        """``_edits_job`` in a thread, one at a time per client, the last few kept by text."""
+        k = (hash(text), len(text), tuple(near), tuple(everything))
+        async with self._fixes_lock:
+            hit = self._fixes.get(k)
+            if hit is None:
+                hit = await asyncio.get_running_loop().run_in_executor(None, _edits_job, text, near, everything)
+                self._fixes[k] = hit
+                while len(self._fixes) > 8:
+                    self._fixes.pop(next(iter(self._fixes)))
+        return hit
 
     def close(self) -> None:
         if self.closed:
@@ -487,7 +530,7 @@ class LspSession:
         if doc is None and docs:
             real = SOURCES.real(path)
             doc = next((d for u, d in docs.items() if SOURCES.real(_path_of(u)) == real), None)
-        return tuple(doc.source.splitlines()) if doc is not None else SOURCES.lines(path)
+        return tuple(split_lines(doc.source)) if doc is not None else SOURCES.lines(path)
 
     def positions(self, key: Optional[str]) -> positions.Positions:
         """Report ``key``'s positions moved from the text it was made against onto ours."""
@@ -502,8 +545,8 @@ class LspSession:
     def lsp_diagnostics(self, source: str) -> tuple[Optional[str], list[L.Diagnostic]]:
         key, diags = self.findings(source)
         row = self.core.meta.get(key) if key else None
-        return key, [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
-                     for d in diags]
+        return key, self.to_client([to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
+                                    for d in diags], source)
 
     def edited(self, uri: str) -> None:
         """A buffer changed: its findings move with the text (pushed once the typing pauses;
@@ -608,12 +651,33 @@ def _folders(params: L.InitializeParams) -> list[str]:
     return [params.root_path] if params.root_path else []
 
 
-def _action(uri: str, fx: quickfix.Fix, diag: L.Diagnostic) -> L.CodeAction:
+FIX_ALL = "source.fixAll.profd"
+
+
+def _wants(only: list[str], kind: str) -> bool:
+    """Whether a code-action request limited to ``only`` kinds (none: all) takes ``kind``
+    (kinds are hierarchical: ``source`` takes ``source.fixAll.profd``)."""
+    return not only or any(kind == k or kind.startswith(k + ".") for k in only)
+
+
+def _action(uri: str, fx: quickfix.Fix, diags: Optional[list[L.Diagnostic]], lines, enc: str,
+            kind: str = L.CodeActionKind.QuickFix) -> L.CodeAction:
+    """A fix as a code action; its edits' columns (characters on ``lines``) in the client's units."""
+    edits = [L.TextEdit(range=L.Range(L.Position(e.line, e.col), L.Position(e.end_line, e.end_col)),
+                        new_text=e.text) for e in fx.edits]
     return L.CodeAction(
-        title=fx.title, kind=L.CodeActionKind.QuickFix, diagnostics=[diag], is_preferred=fx.preferred or None,
-        edit=L.WorkspaceEdit(changes={uri: [
-            L.TextEdit(range=L.Range(L.Position(e.line, e.col), L.Position(e.end_line, e.end_col)),
-                       new_text=e.text) for e in fx.edits]}))
+        title=fx.title, kind=kind, diagnostics=diags, is_preferred=fx.preferred or None,
+        edit=L.WorkspaceEdit(changes={uri: encoding.edits(edits, lines, enc)}))
+
+
+def _edits_job(text: str, near: list[tuple[str, int]], everything: list[tuple[str, int]]) -> dict:
+    """(off the loop) Per finding its quick fixes then its suppression; the fix-all."""
+    each = []
+    for code, line in near:
+        fxs = quickfix.fixes(text, code, line)
+        sup = quickfix.suppress(text, code, line)
+        each.append(fxs + ([sup] if sup is not None else []))
+    return {"each": each, "all": quickfix.fix_all(text, everything) if everything else None}
 
 
 def _path_of(uri: str) -> str:
@@ -788,7 +852,8 @@ def build_server(session: LspSession) -> LanguageServer:
             parts.append(f"*This line changed since the trace was analysed* (it was line {was.line}"
                          + (f": `{then[:80]}`" if then else "") + "): the numbers are that code's.")
         return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value="\n\n".join(parts)),
-                       range=_line_range(source, line, session.current_lines))
+                       range=encoding.range_(session.current_lines(source),
+                                             _line_range(source, line, session.current_lines), session.encoding))
 
     @ls.feature(L.TEXT_DOCUMENT_INLAY_HINT, L.InlayHintOptions(resolve_provider=False))
     async def inlay_hints(ls_: LanguageServer, params: L.InlayHintParams):
@@ -797,6 +862,7 @@ def build_server(session: LspSession) -> LanguageServer:
         hots = session.positions(key).hot_lines(hots)
         n = _steps(core, key)
         lo, hi = params.range.start.line, params.range.end.line
+        lines, enc = session.current_lines(source), session.encoding
         out = []
         for h in hots:
             l0 = h.line - 1
@@ -806,8 +872,8 @@ def build_server(session: LspSession) -> LanguageServer:
             label = f"per step: GPU {us(g / n)} · CPU {us(c / n)}" + (" incl. calls" if (g, c) != (h.gpu_us, h.cpu_total_us) else "")
             if h.launches:
                 label += f" · {plural(h.launches / n, 'launch')}"
-            out.append(L.InlayHint(position=L.Position(l0, line_len(source, l0, session.current_lines)), label=label,
-                                   padding_left=True))
+            out.append(L.InlayHint(position=encoding.position(lines, L.Position(l0, line_len(source, l0, session.current_lines)), enc),
+                                   label=label, padding_left=True))
         return out
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_LENS, L.CodeLensOptions(resolve_provider=False))
@@ -859,33 +925,38 @@ def build_server(session: LspSession) -> LanguageServer:
         return out
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_ACTION,
-                L.CodeActionOptions(code_action_kinds=[L.CodeActionKind.QuickFix]))
+                L.CodeActionOptions(code_action_kinds=[L.CodeActionKind.QuickFix, FIX_ALL]))
     async def code_action(ls_: LanguageServer, params: L.CodeActionParams):
+        """Quick fixes and suppressions for the findings in the range, the file's fix-all
+        (``source.fixAll.profd``) and the annotated trace. The edits are computed off the loop
+        (each parses and compiles the file) and kept for the buffer's text: editors ask again at
+        every cursor move."""
         uri = params.text_document.uri
         source = await _lookup(core, uri)
         key, diags = session.findings(source)  # on the buffer's lines
         if key is None:
             return []
         row = core.meta[key]
+        only = [str(getattr(k, "value", k)) for k in (params.context.only or ())]
         lo, hi = params.range.start.line + 1, params.range.end.line + 1
         doc = ls_.workspace.text_documents.get(uri)
         text = doc.source if doc is not None else "\n".join(SOURCES.lines(source)) + "\n"
+        mine = [d for d in diags if d.location.path == source and d.location.line and d.code != UNMAPPED]
+        near = [d for d in mine if lo <= d.location.line <= hi] if _wants(only, L.CodeActionKind.QuickFix) else []
+        everything = [(d.code, d.location.line) for d in mine] if _wants(only, FIX_ALL) else []
+        found = await session.edits_for(text, [(d.code, d.location.line) for d in near], everything)
+        lines, enc = split_lines(text), session.encoding
         out: list[L.CodeAction] = []
-        near: list[L.Diagnostic] = []
-        for d in diags:
-            line = d.location.line if d.location.path == source else None
-            if line is None or not lo <= line <= hi or d.code == UNMAPPED:
-                continue
-            ld = to_lsp_diag(d, source, key, row.sources, session.current_lines)
-            near.append(ld)
-            for fx in quickfix.fixes(text, d.code, line):
-                out.append(_action(uri, fx, ld))
-            sup = quickfix.suppress(text, d.code, line)
-            if sup is not None:
-                out.append(_action(uri, sup, ld))
-        if out or any(d.location.path == source for d in diags):
+        lsp_near: list[L.Diagnostic] = []
+        for d, fxs in zip(near, found["each"]):
+            ld = session.to_client([to_lsp_diag(d, source, key, row.sources, session.current_lines)], source)[0]
+            lsp_near.append(ld)
+            out += [_action(uri, fx, [ld], lines, enc) for fx in fxs]
+        if found["all"] is not None:
+            out.append(_action(uri, found["all"], None, lines, enc, kind=FIX_ALL))
+        if (out or any(d.location.path == source for d in diags)) and not only:
             out.append(L.CodeAction(title=f"Open the annotated trace ({os.path.basename(row.path)})",
-                                    kind=L.CodeActionKind.Empty, diagnostics=near or None,
+                                    kind=L.CodeActionKind.Empty, diagnostics=lsp_near or None,
                                     command=L.Command(title="profd: open the annotated trace",
                                                       command=M.CMD_ANNOTATE, arguments=[key])))
         return out

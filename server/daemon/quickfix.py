@@ -6,8 +6,9 @@ the result still compiles. Positions are 0-based lines and character offsets in 
 
 - ``zero-grad-not-none``: ``zero_grad(set_to_none=True)``.
 - ``optimizer-foreach-off``: ``foreach=True`` or ``fused=True`` on the optimizer's constructor.
-- ``pageable-memcpy``: ``non_blocking=True`` on the copy, and pinned memory at the source
-  (``pin_memory=True`` on the file's DataLoader, else ``.pin_memory()`` before the copy).
+- ``pageable-memcpy``: ``non_blocking=True`` on the copy, and pinned memory at the source, once
+  (``pin_memory=True`` on the file's DataLoader, else ``.pin_memory()`` where the tensor is made,
+  outside the copy's loop; never at a copy inside the loop).
 - ``fp32-matmul``: ``torch.backends.cuda.matmul.allow_tf32 = True`` after the imports (or the
   existing assignment set to True), or the statement under ``torch.autocast`` (bf16).
 - ``conv-bias-before-bn``: ``bias=False`` on the convolutions built beside a batch norm.
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from typing import Callable, NamedTuple, Optional
 
-from ..engine.suppress import ALL, codes_on
+from ..engine.sourcemap import line_starts, split_lines
+from ..engine.suppress import ALL, Comments
 
 OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD",
               "Adadelta"}
@@ -49,19 +52,20 @@ class Fix(NamedTuple):
 
 
 def apply(text: str, edits: list[Edit]) -> str:
-    """``text`` with ``edits`` applied (non-overlapping; any order)."""
-    lines = text.splitlines(keepends=True)
-    starts = [0]
-    for ln in lines:
-        starts.append(starts[-1] + len(ln))
+    """``text`` with ``edits`` applied (non-overlapping; any order). Lines end at ``\n``,
+    ``\r\n`` or ``\r`` only (``sourcemap.split_lines``), columns are characters."""
+    starts = line_starts(text)
 
     def off(line: int, col: int) -> int:
-        return starts[min(line, len(lines))] + col
+        return min(starts[line] + col, len(text)) if line < len(starts) else len(text)
 
-    out = text
+    out, end = [], len(text)
     for e in sorted(edits, key=lambda e: (e.line, e.col), reverse=True):
-        out = out[:off(e.line, e.col)] + e.text + out[off(e.end_line, e.end_col):]
-    return out
+        a, b = off(e.line, e.col), off(e.end_line, e.end_col)
+        out += [text[b:end], e.text]
+        end = a
+    out.append(text[:end])
+    return "".join(reversed(out))
 
 
 def _compiles(text: str) -> bool:
@@ -75,8 +79,10 @@ def _compiles(text: str) -> bool:
 class _Src:
     def __init__(self, text: str):
         self.text = text
-        self.lines = text.splitlines()
+        self.lines = split_lines(text)
+        self.starts = line_starts(text)
         self.tree = ast.parse(text)
+        self._parents: Optional[dict[int, ast.AST]] = None
 
     def col(self, line1: int, byte_col: int) -> int:
         """AST byte offset -> character offset in the line."""
@@ -88,7 +94,26 @@ class _Src:
                 node.end_lineno - 1, self.col(node.end_lineno, node.end_col_offset))
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ""
+        """The node's source text (``ast.get_source_segment`` splits the whole text at each call:
+        quadratic over a file's assignments)."""
+        if getattr(node, "end_lineno", None) is None:
+            return ""
+        l, c, el, ec = self.span(node)
+        if el >= len(self.starts):
+            return ""
+        return self.text[self.starts[l] + c:self.starts[el] + ec]
+
+    def parent(self, node: ast.AST) -> Optional[ast.AST]:
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        return self._parents.get(id(node))
+
+    def inside(self, node: ast.AST, outer: ast.AST) -> bool:
+        while node is not None:
+            if node is outer:
+                return True
+            node = self.parent(node)
+        return False
 
     def calls(self, pred: Callable[[ast.Call], bool], within: Optional[ast.AST] = None):
         return [n for n in ast.walk(within or self.tree) if isinstance(n, ast.Call) and pred(n)]
@@ -187,10 +212,14 @@ def _copy_calls(src: _Src, line1: int) -> list[ast.Call]:
 
 
 def _pageable(src: _Src, line1: int) -> list[Fix]:
+    """Pinned memory where it costs once: the file's DataLoader (``pin_memory=True``), else the
+    statement that makes the copied tensor, when that runs outside the loop doing the copy. Never
+    ``.pin_memory()`` at a copy in the loop: it pins every batch on the main thread, which
+    PyTorch's pinned-memory tutorial warns can be slower than the pageable copy. With neither, no
+    quick fix (the finding says what to do)."""
     copies = _copy_calls(src, line1)
     if not copies:
         return []
-    nb = [e for c in copies for e in _set_kw(src, c, "non_blocking", "True")]
     loaders = src.calls(lambda c: _name(c) == "DataLoader")
     if loaders:
         pin = [e for c in loaders for e in _set_kw(src, c, "pin_memory", "True")]
@@ -199,13 +228,48 @@ def _pageable(src: _Src, line1: int) -> list[Fix]:
         pin = []
         for c in copies:
             recv = c.func.value if isinstance(c.func, ast.Attribute) else None
-            if recv is None or "pin_memory" in src.segment(recv):
-                continue
-            l, col, el, ec = src.span(recv)
-            pin.append(Edit(el, ec, el, ec, ".pin_memory()"))
-        title = "Copy from pinned memory (.pin_memory()) with non_blocking=True"
+            made = _made_once(src, c, recv) if isinstance(recv, ast.Name) else None
+            if made is None:
+                return []
+            if "pin_memory" not in src.segment(made):
+                l, col, el, ec = src.span(made)
+                simple = isinstance(made, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
+                pin += ([] if simple else [Edit(l, col, l, col, "(")]) + \
+                    [Edit(el, ec, el, ec, ("" if simple else ")") + ".pin_memory()")]
+        title = "Pin the tensor once where it is made, outside the loop (.pin_memory()), and copy with non_blocking=True"
+    nb = [e for c in copies for e in _set_kw(src, c, "non_blocking", "True")]
     edits = pin + nb
-    return [Fix(title, edits, True)] if edits else []
+    return [Fix(title, edits, True)] if edits and pin else []
+
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _made_once(src: _Src, copy: ast.Call, name: ast.Name) -> Optional[ast.expr]:
+    """The value of the plain assignment ``name = value`` that the copy reads, when it runs once
+    for all the copies: not inside a loop that holds the copy (the loop's own target and
+    unpacked batches are made per iteration), in the same function."""
+    scope = copy
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = src.parent(scope)
+    if scope is None:
+        return None
+    loops = []
+    n = src.parent(copy)
+    while n is not None and n is not scope:
+        if isinstance(n, LOOPS):
+            loops.append(n)
+        n = src.parent(n)
+    stores = [x for x in ast.walk(scope) if isinstance(x, ast.Name) and x.id == name.id
+              and isinstance(x.ctx, ast.Store) and (x.lineno, x.col_offset) < (copy.lineno, copy.col_offset)]
+    if not stores:
+        return None
+    last = max(stores, key=lambda x: (x.lineno, x.col_offset))
+    st = src.parent(last)
+    if not (isinstance(st, ast.Assign) and st.targets == [last]) or \
+            any(src.inside(st, loop) for loop in loops):
+        return None
+    return st.value
 
 
 def _after_imports(src: _Src) -> int:
@@ -338,33 +402,115 @@ FIXES: dict[str, Callable[[_Src, int], list[Fix]]] = {
 }
 
 
+MAX_TEXT = 1 << 20  # characters: a larger file gets no quick fixes (each parses and compiles it)
+
+
+@lru_cache(maxsize=4)
+def _parsed(text: str) -> _Src:
+    """The parsed text, once for the several findings of one code-action request."""
+    return _Src(text)
+
+
 def fixes(text: str, code: str, line1: int) -> list[Fix]:
     """Quick fixes for finding ``code`` on 1-based ``line1`` of ``text``; each one compiles."""
     fn = FIXES.get(code)
-    if fn is None:
+    if fn is None or len(text) > MAX_TEXT:
         return []
     try:
-        src = _Src(text)
-        found = fn(src, line1)
-    except (SyntaxError, ValueError, IndexError):
+        found = fn(_parsed(text), line1)
+    except (SyntaxError, ValueError, IndexError, RecursionError, MemoryError):
         return []
     return [f for f in found if f.edits and _compiles(apply(text, f.edits))]
 
 
+def _offsets(text: str, edits: list[Edit]) -> list[tuple[int, int]]:
+    starts = line_starts(text)
+    off = lambda l, c: starts[l] + c if l < len(starts) else len(text)  # noqa: E731
+    return [(off(e.line, e.col), off(e.end_line, e.end_col)) for e in edits]
+
+
+def fix_all(text: str, findings: list[tuple[str, int]]) -> Optional[Fix]:
+    """One fix for the file: each finding's preferred quick fix (``findings``: (code, 1-based
+    line)), the same edit once, a fix whose edits overlap one already taken left out, each taken
+    only if the text still compiles with it."""
+    taken: list[Edit] = []
+    spans: list[tuple[int, int]] = []
+    n = 0
+    for code, line1 in findings:
+        fx = next((f for f in fixes(text, code, line1) if f.preferred), None)
+        if fx is None:
+            continue
+        new = [e for e in fx.edits if e not in taken]
+        if not new:
+            n += 1  # the same fix as an earlier finding's (one optimizer for several steps)
+            continue
+        mine = _offsets(text, new)
+        if any(a < d and c < b or a == b == c == d for a, b in mine for c, d in spans):
+            continue
+        if not _compiles(apply(text, taken + new)):
+            continue
+        taken += new
+        spans += mine
+        n += 1
+    if not taken:
+        return None
+    return Fix(f"Fix all profd findings that have a mechanical fix ({n} in this file)", taken, True)
+
+
+RELATED = {"optimizer-foreach-off"}
+MAX_RELATED_TEXT = 1 << 19  # characters: diagnostics are made on the loop; a larger file goes without
+
+
+def related(text: str, code: str, line1: int) -> list[tuple[Edit, str]]:
+    """Places a finding's fix goes that are not its own line: (span, what is there). For
+    ``optimizer-foreach-off`` (found at ``optimizer.step()``) the optimizer's constructor."""
+    if code not in RELATED or len(text) > MAX_RELATED_TEXT:
+        return []
+    try:
+        src = _parsed(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out = []
+    for fx in _optimizer(src, line1)[:1]:
+        for e in fx.edits:
+            call = next((c for c in src.calls(lambda c: _name(c) in OPTIMIZERS)
+                         if c.lineno - 1 <= e.line <= c.end_lineno - 1), None)
+            if call is None or call.lineno == line1:
+                continue
+            span = Edit(*src.span(call), "")
+            if span not in [s for s, _ in out]:
+                out.append((span, f"the optimizer is built here ({_name(call)}): the fix goes here"))
+    return out
+
+
 def suppress(text: str, code: str, line1: int) -> Optional[Fix]:
-    """``# profd: ignore[code]`` at the end of the line (merged into one that is there)."""
-    lines = text.splitlines()
+    """``# profd: ignore[code]`` on the statement of 1-based ``line1`` (merged into one of its
+    comments that has one; else at the end of its last line, where a comment may stand: never
+    after a trailing backslash, never inside a string). Offered only if the result compiles and
+    the engine then reads the code as suppressed on ``line1``."""
+    lines = split_lines(text)
     if not 0 < line1 <= len(lines):
         return None
-    s = lines[line1 - 1]
-    already = codes_on(s)  # the engine's own reading of the comment
+    com = Comments(lines)
+    already = com.codes(line1)  # the engine's own reading of the comments
     if code in already or ALL in already:
         return None
-    m = SUPPRESS.search(s)
-    if m:
-        codes = [c.strip() for c in m.group(1).split(",") if c.strip()]
-        new = f"# profd: ignore[{', '.join(codes + [code])}]"
-        return Fix(f"Ignore {code} on this line", [Edit(line1 - 1, m.start(), line1 - 1, m.end(), new)])
-    end = len(s.rstrip())
-    return Fix(f"Ignore {code} on this line (# profd: ignore[{code}])",
-               [Edit(line1 - 1, end, line1 - 1, len(s), f"  # profd: ignore[{code}]")])
+    first, last = com.statement(line1)
+    edit = None
+    for n in range(first, last + 1):
+        for c in com.by_line.get(n, ()):
+            m = SUPPRESS.search(c.text)
+            if m:
+                codes = [x.strip() for x in m.group(1).split(",") if x.strip()]
+                new = f"# profd: ignore[{', '.join(codes + [code])}]"
+                edit = Edit(n - 1, c.col + m.start(), n - 1, c.col + m.end(), new)
+                break
+        if edit:
+            break
+    if edit is None:
+        s = lines[last - 1]
+        edit = Edit(last - 1, len(s.rstrip()), last - 1, len(s), f"  # profd: ignore[{code}]")
+    new_text = apply(text, [edit])
+    if not _compiles(new_text) or code not in Comments(split_lines(new_text)).codes(line1):
+        return None
+    return Fix(f"Ignore {code} on this line (# profd: ignore[{code}])", [edit])

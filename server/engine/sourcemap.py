@@ -15,6 +15,7 @@ file shorter than the frame's line is never the frame's file, whichever way it w
 from __future__ import annotations
 
 import os
+import re
 import stat
 from functools import lru_cache
 from typing import Iterable, Optional
@@ -157,6 +158,26 @@ class LibrarySources:
         return found
 
 
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines as Python's tokenizer, the LSP and every editor count them: a line ends at
+    ``\n``, ``\r\n`` or ``\r`` only (``str.splitlines`` also ends one at a form feed, ``\x0b``,
+    ``\x1c``-``\x1e``, ``\x85``, U+2028 and U+2029, which moved every finding below a docstring
+    holding one a line down). A final line end ends the last line, as with ``splitlines``."""
+    lines = _EOL.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset in ``text`` where each line starts (the ``split_lines`` lines, then the empty
+    one after a final line end)."""
+    return [0, *(m.end() for m in _EOL.finditer(text))]
+
+
 MAX_SOURCE_BYTES = 16 << 20  # a larger "source file" is not one (a trace can name any path)
 
 
@@ -175,7 +196,7 @@ def read_lines(path: str) -> tuple[str, ...]:
         while size < MAX_SOURCE_BYTES and (b := os.read(fd, min(1 << 20, MAX_SOURCE_BYTES - size))):
             chunks.append(b)
             size += len(b)
-        return tuple(b"".join(chunks).decode("utf-8", errors="replace").splitlines())
+        return tuple(split_lines(b"".join(chunks).decode("utf-8", errors="replace")))
     except OSError:
         return ()
     finally:

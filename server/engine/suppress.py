@@ -5,8 +5,10 @@
     torch.cuda.synchronize()  # profd: ignore            (every profd finding on this line)
     y = z.item()              # noqa: host-sync          (noqa style, beside other tools' codes)
 
-A finding on a statement that spans several lines is suppressed by a comment on any of them. A
-bare ``# noqa`` is other linters' and suppresses nothing here. The report keeps how many findings
+A finding on a statement that spans several lines (brackets, a trailing backslash) is suppressed
+by a comment on any of them. Comments are found by Python's tokenizer, so text inside a string
+(``s = "# profd: ignore[...]"``) is not one. A bare ``# noqa`` is other linters' and suppresses
+nothing here. The report keeps how many findings
 each code lost (``Report.suppressed``) so ``--statistics`` can say so. This runs in the engine's
 report assembly (``analyze.analyze_model``), so the CLI, the daemon and every other caller see
 the same findings; the daemon runs it again on the diagnostics it serves for a source, so that a
@@ -14,8 +16,12 @@ comment written after the report was made takes effect at the next publish or pu
 """
 from __future__ import annotations
 
+import bisect
+import io
 import re
-from typing import Callable, Iterable, Sequence
+import tokenize
+from collections import OrderedDict
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from ...protocol.types import Diagnostic
 from .sourcemap import source_lines
@@ -23,11 +29,12 @@ from .sourcemap import source_lines
 # `# profd: ignore`, `# profd: ignore[a, b]`, `# noqa: a, b` (codes are lower-case words with -)
 _PROFD = re.compile(r"#\s*profd:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa:\s*([A-Za-z0-9_\-]+(?:[\s,]+[A-Za-z0-9_\-]+)*)", re.IGNORECASE)
+_MAYBE = re.compile(r"profd:|noqa:", re.IGNORECASE)  # a line that could hold one
 ALL = "*"
 
 
 def codes_on(text: str) -> set[str]:
-    """The codes a line's comment suppresses (``ALL`` for a bare ``# profd: ignore``)."""
+    """The codes a comment's text suppresses (``ALL`` for a bare ``# profd: ignore``)."""
     if "#" not in text:
         return set()
     out: set[str] = set()
@@ -41,14 +48,92 @@ def codes_on(text: str) -> set[str]:
     return out
 
 
+class Comment(NamedTuple):
+    line: int  # 1-based
+    col: int  # character offset of the ``#``
+    text: str
+
+
+class Comments:
+    """A file's comments as Python's tokenizer finds them, and its statements' line spans (a
+    logical line: brackets and backslashes join physical ones). Where the text does not tokenize
+    (an edit half made), the lines after the failure are read as text, comment-like or not."""
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines = lines
+        self.by_line: dict[int, list[Comment]] = {}
+        self._firsts: list[int] = []  # statement spans, in order: first lines ...
+        self._lasts: list[int] = []  # ... and last lines
+        good = 0  # lines up to here were tokenized
+        first: Optional[int] = None
+        skip = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
+                tokenize.ENDMARKER)
+        try:
+            toks = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
+            for t in toks:
+                if t.type == tokenize.COMMENT:
+                    self.by_line.setdefault(t.start[0], []).append(Comment(t.start[0], t.start[1], t.string))
+                elif t.type == tokenize.NEWLINE:
+                    if first is not None:
+                        self._firsts.append(first)
+                        self._lasts.append(t.start[0])
+                    first = None
+                elif t.type not in skip and first is None:
+                    first = t.start[0]
+                good = t.end[0] if first is None else first - 1
+        except (tokenize.TokenError, SyntaxError, ValueError):
+            for n in list(self.by_line):
+                if n > good:
+                    del self.by_line[n]
+            for n in range(good + 1, len(lines) + 1):
+                k = lines[n - 1].find("#")
+                if k >= 0:
+                    self.by_line[n] = [Comment(n, k, lines[n - 1][k:])]
+
+    def statement(self, line: int) -> tuple[int, int]:
+        """(first, last) line of the statement ``line`` is part of (itself when none is)."""
+        i = bisect.bisect_right(self._firsts, line) - 1
+        if i >= 0 and self._lasts[i] >= line:
+            return self._firsts[i], self._lasts[i]
+        return line, line
+
+    def codes(self, line: int) -> set[str]:
+        """The codes suppressed on ``line``: its statement's comments' (``ALL`` for every code)."""
+        first, last = self.statement(line)
+        out: set[str] = set()
+        for n in range(first, last + 1):
+            for c in self.by_line.get(n, ()):
+                out |= codes_on(c.text)
+        return out
+
+
+_NONE = Comments(())
+_SCANNED: "OrderedDict[int, tuple[Sequence[str], Comments]]" = OrderedDict()
+
+
+def comments(lines: Sequence[str]) -> Comments:
+    """``lines``' comments, for ``codes`` (kept for the last few line tuples seen: a file's lines
+    are one tuple until it changes). Lines without ``profd:`` or ``noqa:`` anywhere are not
+    tokenized at all (so the statement spans are only there when a comment could be)."""
+    hit = _SCANNED.get(id(lines))
+    if hit is not None and hit[0] is lines:
+        return hit[1]
+    c = Comments(lines) if any(_MAYBE.search(ln) for ln in lines) else _NONE
+    _SCANNED[id(lines)] = (lines, c)  # holding ``lines`` keeps its id from being reused
+    if len(_SCANNED) > 64:
+        _SCANNED.popitem(last=False)
+    return c
+
+
 def _suppressed(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> bool:
     loc = d.location
     if not loc.line or not loc.path or loc.precision == "trace":
         return False
     lines = lines_of(loc.path)
+    com = comments(lines)
     last = loc.end_line if loc.end_line and loc.end_line >= loc.line else loc.line
     for n in range(loc.line, min(last, len(lines)) + 1):
-        codes = codes_on(lines[n - 1])
+        codes = com.codes(n)
         if ALL in codes or d.code in codes:
             return True
     return False
