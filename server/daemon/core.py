@@ -50,6 +50,8 @@ class Config:
     workspace: list[str] = field(default_factory=list)
     path_map: list[tuple[str, str]] = field(default_factory=list)
     disabled: set[str] = field(default_factory=set)
+    # per rule code, thresholds a team set ([tool.profd.rules.CODE], the editor's "rules" setting)
+    thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     state: str = "."
     allow: list[str] = field(default_factory=list)  # explicit allow-list for profd/analyze
     workers: int = 2
@@ -82,7 +84,8 @@ _jobs = 0
 
 
 def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
-                 disabled: list[str]) -> tuple[bytes, float, float, float, Optional[Sig]]:
+                 disabled: list[str], thresholds: Optional[dict] = None
+                 ) -> tuple[bytes, float, float, float, Optional[Sig]]:
     """(encoded report, wall s, CPU s, time.time() at the start, the signature of the file read
     or None: see _analyze_held) of one analysis, timed in the worker. The cyclic GC stays off
     until the result is on its way: its first pass after a big analysis (the engine runs with it
@@ -97,7 +100,7 @@ def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]
     try:
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
-                       disabled=set(disabled))
+                       disabled=set(disabled), thresholds=dict(thresholds or {}))
         report, read = _analyze_held(path, opts)
         return T.encode(report), time.perf_counter() - t0, time.process_time() - c0, start, read
     finally:
@@ -368,9 +371,12 @@ _HASH_CHILD = (
 BG_HASH_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
 
 
-def options_fp(workspace, path_map, disabled) -> str:
+def options_fp(workspace, path_map, disabled, thresholds=None) -> str:
+    """The options' part of a report's key (thresholds only when set: the keys made before
+    thresholds could be set stay valid)."""
     doc = json.dumps([sorted(os.path.abspath(w) for w in workspace),
-                      [list(p) for p in path_map], sorted(disabled)])
+                      [list(p) for p in path_map], sorted(disabled)]
+                     + ([thresholds] if thresholds else []), sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
@@ -500,7 +506,7 @@ class Core:
         self.analyses = 0
         self.running = 0
         self.started = time.time()
-        self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
+        self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)
         self._cache: OrderedDict[str, T.Report] = OrderedDict()
         # Reports made with one request's own options (profd/analyze {workspace, disabled, ...}):
         # kept for that client's repeats, never indexed, so no other client sees them.
@@ -575,12 +581,13 @@ class Core:
 
     def configure(self, *, workspace: Optional[list[str]] = None,
                   path_map: Optional[list[tuple[str, str]]] = None,
-                  disabled: Optional[set[str]] = None, watch: Optional[str] = None) -> bool:
+                  disabled: Optional[set[str]] = None, watch: Optional[str] = None,
+                  thresholds: Optional[dict[str, dict[str, float]]] = None) -> bool:
         """New options from the editor (``None``: keep). Reports made under the old ones stay
         stored (and come back if the options do); every watched trace is analysed again under
         the new ones. True when anything changed."""
         cfg = self.cfg
-        before = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch)
+        before = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch, cfg.thresholds)
         if workspace is not None:
             cfg.workspace = [os.path.abspath(w) for w in workspace]
         if path_map is not None:
@@ -589,11 +596,13 @@ class Core:
             cfg.disabled = set(disabled)
         if watch is not None:
             cfg.watch = os.path.abspath(watch)
-        if (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch) == before:
+        if thresholds is not None:
+            cfg.thresholds = {c: dict(kv) for c, kv in thresholds.items()}
+        if (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch, cfg.thresholds) == before:
             return False
-        old_fp, self.fp = self.fp, options_fp(cfg.workspace, cfg.path_map, cfg.disabled)
-        log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s",
-                 cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch)
+        old_fp, self.fp = self.fp, options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)
+        log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s thresholds=%s",
+                 cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch, cfg.thresholds)
         if self.loop is not None and not self._deferred:
             if self._fallback is None and old_fp != self.fp:
                 self._fallback = old_fp
@@ -906,7 +915,7 @@ class Core:
             return None  # gone or unreadable
         return digest, tuple(int(x) for x in st)
 
-    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled,
+    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled, thresholds,
                    hsig: Optional[Sig] = None) -> tuple[bytes, Optional[tuple[str, Sig]]]:
         """Analyse once per key: concurrent callers of the same content share one run. ``hsig``:
         the signature of the file ``key`` was hashed from. (report, (key it is the report of,
@@ -920,7 +929,8 @@ class Core:
         self.inflight[key] = fut
         try:
             return await self._share(fut, path, key, hsig,
-                                     self._analyse(path, size, workspace, path_map, disabled))
+                                     self._analyse(path, size, workspace, path_map, disabled,
+                                                   thresholds))
         finally:
             if self.inflight.get(key) is fut:
                 del self.inflight[key]
@@ -967,7 +977,7 @@ class Core:
         cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
         fut = self.loop.create_future()
         job = asyncio.ensure_future(self._analyse(path, size, cfg.workspace, cfg.path_map,
-                                                  cfg.disabled))
+                                                  cfg.disabled, cfg.thresholds))
         job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
         hashing = asyncio.ensure_future(self._hash_beside(path, size))
         self._unhashed.setdefault(size, []).append(hashing)
@@ -1015,7 +1025,7 @@ class Core:
             any(r.size == size for r in self.meta.values())
 
     async def _analyse(self, path: str, size: int, workspace, path_map,
-                       disabled) -> tuple[bytes, Optional[Sig]]:
+                       disabled, thresholds) -> tuple[bytes, Optional[Sig]]:
         """(report, signature of the file the worker read, None when it changed under it)."""
         token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
         big = size >= self.cfg.progress_min_bytes
@@ -1026,7 +1036,8 @@ class Core:
         self._busy_sizes[size] += 1
         t0 = time.time()
         try:
-            data, wall, cpu, start, read = await self._submit(path, workspace, path_map, disabled)
+            data, wall, cpu, start, read = await self._submit(path, workspace, path_map, disabled,
+                                                              thresholds)
             # The lines its findings sit on, read now (off the loop): while this analysis is still
             # in flight, so a repeat of its content joins it instead of starting another.
             await SOURCES.warm(line_sources(T.decode_report(data)))
@@ -1045,11 +1056,11 @@ class Core:
                 for s in list(self.sessions):
                     s.progress(token, None)
 
-    async def _submit(self, path, workspace, path_map, disabled) -> tuple[bytes, float, float,
-                                                                          float, Optional[Sig]]:
+    async def _submit(self, path, workspace, path_map, disabled, thresholds
+                      ) -> tuple[bytes, float, float, float, Optional[Sig]]:
         try:
             return await self._pool.run(_analyze_job, path, list(workspace),
-                                        [list(p) for p in path_map], sorted(disabled))
+                                        [list(p) for p in path_map], sorted(disabled), thresholds)
         except Budget as e:
             log.error("profd: %s: %s", path, e)
             report = T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
@@ -1099,7 +1110,7 @@ class Core:
         if known and known.endswith(":" + self.fp) and self._known(known):
             return None
         size, cfg, fp = sig[0], self.cfg, self.fp
-        opts = (cfg.workspace, cfg.path_map, cfg.disabled)  # configure() replaces, never mutates
+        opts = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)  # configure() replaces, never mutates
         if not self._may_repeat(size):
             got = await self._run_new(path, sig)
             if got is None:
@@ -1174,7 +1185,8 @@ class Core:
         ws = [os.path.abspath(w) for w in p.workspace] if p.workspace is not None else cfg.workspace
         pm = [tuple(x) for x in p.path_map] if p.path_map is not None else cfg.path_map
         dis = set(p.disabled) if p.disabled is not None else cfg.disabled
-        fp = options_fp(ws, pm, dis)
+        th = cfg.thresholds
+        fp = options_fp(ws, pm, dis, th)
         hashed = await self._hash(real)
         if hashed is None:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
@@ -1188,13 +1200,13 @@ class Core:
         if fp != self.fp:  # this request's own options: its result is this client's alone
             data = self._aside.get(key)
             if data is None:
-                data, made = await self._run(key, real, sig[0], ws, pm, dis, hsig=sig)
+                data, made = await self._run(key, real, sig[0], ws, pm, dis, th, hsig=sig)
                 if made is not None:
                     self._aside[made[0]] = data
                 while len(self._aside) > 32:
                     self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
-        data, made = await self._run(key, real, sig[0], ws, pm, dis, hsig=sig)
+        data, made = await self._run(key, real, sig[0], ws, pm, dis, th, hsig=sig)
         if made is not None and (made[0] != key or key not in self.meta or stale):
             report = relabel(T.decode_report(data), real)  # what was read, under its own key
             self._commit(made[0], real, made[1], T.encode(report) if report.error else data, report)

@@ -30,10 +30,10 @@ from pygls.uris import from_fs_path, to_fs_path
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ...protocol.catalog import RULES, UnknownCode, expand_code
+from ...protocol.catalog import RULES
 from ...protocol.diff import LineDelta, ReportDiff
-from ...protocol.options import path_map_item
-from . import encoding, outline, positions, publish as policy, quickfix
+from . import encoding, outline, positions, publish as policy, quickfix, settings as S
+from .settings import plain as _plain
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
@@ -264,17 +264,6 @@ def _get(params: Any, name: str, default=None):
     return getattr(params, name, default)
 
 
-def _plain(obj: Any) -> Any:
-    """pygls hands custom params over as namedtuples: back to JSON-like builtins."""
-    if hasattr(obj, "_asdict"):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 def _convert(params: Any, typ):
     try:
         params = _plain(params)
@@ -285,70 +274,6 @@ def _convert(params: Any, typ):
         return msgspec.convert(params, type=typ)
     except (msgspec.ValidationError, TypeError) as e:
         raise RpcError(-32602, f"profd: invalid params: {e}")
-
-
-# ---- settings -----------------------------------------------------------------------------------
-SETTING_KEYS = ("workspace", "path-map", "select", "ignore", "watch")
-
-
-def parse_settings(raw: Any) -> tuple[dict, list[str]]:
-    """Editor settings (the ``profd`` section; keys as in ``[tool.profd]``) -> (values, problems).
-    A bad value is reported and left out, never applied half."""
-    raw = _plain(raw)
-    if isinstance(raw, dict) and isinstance(raw.get(M.SETTINGS_SECTION), dict):
-        raw = raw[M.SETTINGS_SECTION]  # didChangeConfiguration sends the whole settings object
-    if not isinstance(raw, dict):
-        return {}, []
-    out: dict = {}
-    bad: list[str] = []
-    for k, v in raw.items():
-        if k == "token":
-            continue
-        if k not in SETTING_KEYS:
-            bad.append(f"unknown setting {k!r} (known: {', '.join(SETTING_KEYS)})")
-            continue
-        if k == "watch":
-            if isinstance(v, str) and v:
-                out[k] = os.path.abspath(os.path.expanduser(v))
-            else:
-                bad.append("watch wants a folder")
-            continue
-        vals = [v] if isinstance(v, str) else v
-        if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
-            bad.append(f"{k} wants a list of strings")
-            continue
-        if k == "workspace":
-            out[k] = [os.path.abspath(os.path.expanduser(x)) for x in vals]
-        elif k == "path-map":
-            try:
-                out[k] = [path_map_item(x) for x in vals]
-            except ValueError as e:
-                bad.append(str(e))
-        else:
-            unknown = [c for c in vals if not _known(c)]
-            if unknown:
-                bad.append(f"{k}: unknown rule code(s) {', '.join(unknown)}")
-            else:
-                out[k] = vals
-    return out, bad
-
-
-def _known(item: str) -> bool:
-    try:
-        expand_code(item)
-        return True
-    except UnknownCode:
-        return False
-
-
-def _codes(items) -> set[str]:
-    """The rule codes of a validated selection (codes, families, ALL), as the CLI reads them."""
-    return set().union(*(expand_code(c) for c in items)) if items else set()
-
-
-def disabled_by(select: Optional[list[str]], ignore: Optional[list[str]]) -> set[str]:
-    chosen = _codes(select) if select else set(RULES)
-    return (set(RULES) - chosen) | _codes(ignore)
 
 
 _DIFFS: dict[tuple[str, str], ReportDiff] = {}  # (old key, new key): keys name content + options
@@ -409,6 +334,9 @@ class LspSession:
         self._edits: dict[str, asyncio.TimerHandle] = {}  # uri -> its debounced publish
         self.folders: list[str] = []
         self.settings: dict = {}
+        self.project: dict = {}  # [tool.profd] of the workspace (settings.project)
+        self.project_files: list[str] = []
+        self._told: set[str] = set()
         self.init_settings: Any = None
         self.on_close = None
         self._refresh: Optional[asyncio.TimerHandle] = None
@@ -494,11 +422,24 @@ class LspSession:
         self.apply_settings(raw)
 
     def apply_settings(self, raw: Any) -> None:
-        vals, bad = parse_settings(raw)
+        vals, bad = S.parse(raw)
         for b in bad:
             self.tell(L.MessageType.Warning, f"profd: setting ignored: {b}")
         self.settings = vals
         self.reconfigure()
+
+    async def load_project(self) -> None:
+        """Read ``[tool.profd]`` from the workspace's ``pyproject.toml`` (off the loop); say
+        what is wrong with one, once per change."""
+        folders = self.folders or list(self.core.base.workspace)
+        vals, paths, bad = await self.core.io(S.project, folders)
+        for b in bad:
+            if b not in self._told:
+                self.tell(L.MessageType.Warning, f"profd: {b}")
+        self._told = set(bad)
+        if paths != self.project_files:
+            log.info("profd: [tool.profd] from %s", ", ".join(paths) or "no pyproject.toml")
+        self.project, self.project_files = vals, paths
 
     def reconfigure(self) -> None:
         """The core's options from the daemon's own (command line), the editor's folders and its
@@ -512,10 +453,11 @@ class LspSession:
             if self.folders and not base.workspace:
                 core.configure(workspace=_union(core.cfg.workspace, self.folders))
         else:
-            ws = _union(st.get("workspace", []), base.workspace, self.folders)
-            pm = list(st.get("path-map", [])) + [p for p in base.path_map]
-            dis = set(base.disabled) | disabled_by(st.get("select"), st.get("ignore"))
-            core.configure(workspace=ws, path_map=pm, disabled=dis,
+            pj = self.project
+            ws = _union(st.get("workspace", []), pj.get("workspace", []), base.workspace, self.folders)
+            pm = list(st.get("path-map", [])) + list(pj.get("path-map", [])) + [p for p in base.path_map]
+            dis, th = S.effective(st, pj, base.disabled)
+            core.configure(workspace=ws, path_map=pm, disabled=dis, thresholds={**base.thresholds, **th},
                            watch=st.get("watch", base.watch))
         # every session republishes once the reports under the new options are in (Core.configure:
         # what is shown stays until its replacement is ready)
@@ -721,6 +663,7 @@ def build_server(session: LspSession) -> LanguageServer:
         ls_.window_log_message(L.LogMessageParams(
             type=L.MessageType.Info,
             message=f"profd {__version__}: {len(core.meta)} reports; watching {core.cfg.watch}"))
+        await session.load_project()
         await session.load_settings()
         await SOURCES.warm(list(core.by_source))
         for source in list(core.by_source):
@@ -729,17 +672,18 @@ def build_server(session: LspSession) -> LanguageServer:
 
     @ls.feature(L.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls_: LanguageServer, params: L.DidChangeConfigurationParams):
-        vals, _ = parse_settings(params.settings)
+        vals, _ = S.parse(params.settings)
         if vals or not _cap(session.caps, "workspace", "configuration"):
             session.apply_settings(params.settings)
         else:  # the notification carries nothing usable (often null): ask for the section
             await session.load_settings()
 
     @ls.feature(L.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    def did_change_folders(ls_: LanguageServer, params: L.DidChangeWorkspaceFoldersParams):
+    async def did_change_folders(ls_: LanguageServer, params: L.DidChangeWorkspaceFoldersParams):
         gone = {to_fs_path(f.uri) for f in params.event.removed}
         session.folders = [f for f in session.folders if f not in gone] + \
             [p for p in (to_fs_path(f.uri) for f in params.event.added) if p]
+        await session.load_project()
         session.reconfigure()
 
     @ls.feature(L.TEXT_DOCUMENT_DID_OPEN)
@@ -765,7 +709,12 @@ def build_server(session: LspSession) -> LanguageServer:
     async def did_save(ls_: LanguageServer, params: L.DidSaveTextDocumentParams):
         """A saved source (an edit, a quick fix, a ``# profd: ignore[...]``): the report stays
         the trace's (it is never analysed again against text that did not run); its positions
-        are mapped onto the saved text and a new comment suppresses at once."""
+        are mapped onto the saved text and a new comment suppresses at once. A saved
+        ``pyproject.toml``: the ``[tool.profd]`` options are read again."""
+        if os.path.basename(_path_of(params.text_document.uri)) == "pyproject.toml":
+            await session.load_project()
+            session.reconfigure()
+            return
         source = await _lookup(core, params.text_document.uri)
         key = core.newest_for(source)
         if key is not None:
