@@ -12,10 +12,11 @@ import subprocess
 import sys
 
 from lsprotocol import types as L
-from pytest_lsp import client_capabilities, make_test_lsp_client
 
+import test_editor as editor
 from conftest import SRC, trace
-from daemon_util import await_for, drop, serve_cmd, uri
+from daemon_util import await_for, drop, uri
+from test_editor import stop
 
 PUSH = "neovim@v0.9.1"
 TRAIN = "train_tinygpt.py"
@@ -31,22 +32,7 @@ launches-per-step = 100000
 
 
 async def start(tmp_path, root, settings=None):
-    watch = tmp_path / "watch"
-    watch.mkdir(exist_ok=True)
-    client = make_test_lsp_client()
-    if settings is not None:
-        client.set_configuration(settings, section="profd")
-    await client.start_io(*serve_cmd(watch, tmp_path / "state", workspace=None))
-    params = L.InitializeParams(capabilities=client_capabilities(PUSH), root_uri=uri(root),
-                                workspace_folders=[L.WorkspaceFolder(uri=uri(root), name="ws")])
-    await client.initialize_session(params)
-    client.watch = str(watch)
-    return client
-
-
-async def stop(client):
-    await client.shutdown_session()
-    await client.stop()
+    return await editor.start(tmp_path, PUSH, workspace=None, root=root, settings=settings)
 
 
 def codes(client, path):

@@ -82,7 +82,7 @@ async def actions(client, path, line0, only=None):
         context=L.CodeActionContext(diagnostics=[], only=only)))
 
 
-# the client's side, written here on purpose (not profd's positions.py): columns in its units
+# the client's side, written here on purpose (not profd's encoding.py): columns in its units
 def units(s, enc):
     return len(s) if enc == "utf-32" else len(s.encode(enc.replace("utf-16", "utf-16-le"))) // (2 if enc == "utf-16" else 1)
 
@@ -182,6 +182,9 @@ async def test_lines_columns_and_edits_on_real_text_utf16(tmp_path, ws):
     train, ignored, client = await _findings_and_fixes(tmp_path, ws, PUSH, "utf-16")
     try:
         # and the comment it wrote does suppress the finding once saved
+        client.text_document_did_change(L.DidChangeTextDocumentParams(
+            text_document=L.VersionedTextDocumentIdentifier(uri=uri(train), version=2),
+            content_changes=[L.TextDocumentContentChangeWholeDocument(text=ignored)]))
         with open(train, "w", newline="") as f:
             f.write(ignored)
         client.text_document_did_save(L.DidSaveTextDocumentParams(text_document=doc_id(train)))

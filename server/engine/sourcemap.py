@@ -159,6 +159,7 @@ class LibrarySources:
 
 
 _EOL = re.compile(r"\r\n|\r|\n")
+_NOT_EOL = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines' other line ends
 
 
 def split_lines(text: str) -> list[str]:
@@ -166,6 +167,8 @@ def split_lines(text: str) -> list[str]:
     ``\n``, ``\r\n`` or ``\r`` only (``str.splitlines`` also ends one at a form feed, ``\x0b``,
     ``\x1c``-``\x1e``, ``\x85``, U+2028 and U+2029, which moved every finding below a docstring
     holding one a line down). A final line end ends the last line, as with ``splitlines``."""
+    if not any(c in text for c in _NOT_EOL):  # the common case: the same lines, faster
+        return text.splitlines()
     lines = _EOL.split(text)
     if lines[-1] == "":
         lines.pop()
