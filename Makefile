@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-daemon corpus corpus-baseline install clean
+.PHONY: demo test bench bench-daemon corpus corpus-baseline impact impact-baseline install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,3 +42,10 @@ corpus-baseline: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Impact you can trust (bench/impact.toml): predicted vs measured gain of real before/after pairs.
+impact: $(STAMP)
+	$(BIN)/python bench/impact.py $(IMPACT_ARGS)
+
+impact-baseline: $(STAMP)
+	$(BIN)/python bench/impact.py --write-baseline

@@ -10,6 +10,7 @@ import msgspec
 
 from ..protocol import types as T
 from ..protocol.catalog import RULES, docs_url
+from ..server.engine.impact import impact_text, top
 from ..server.engine.modules import render as render_modules
 from ..server.engine.rules.util import plural, us
 from ..server.engine.sourcemap import source_line
@@ -70,8 +71,7 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
                 width = max(1, (end or len(src.rstrip()) + 1) - loc.column)
                 lines.append(f"       | {' ' * (loc.column - 1)}{'^' * width}")
     if d.impact_us_per_step is not None:
-        lines.append(f"       = impact: a fix gives back ~{us(d.impact_us_per_step)} per step "
-                     f"({d.impact_pct:.1f}% of the step)")
+        lines.append(f"       = impact: {impact_text(d)}")
     if d.fix:
         lines.append(f"       = help: {d.fix}")
     for rel in d.related:
@@ -134,8 +134,11 @@ def _summary_line(r: T.Report, show_hints: bool = False) -> str:
               f" over {plural(n, 'step')}" + (f" (ms: {steps}{_bound(s.steps)})" if n else "") if n else
               f"no ProfilerStep# steps: CPU total {us(s.cpu_total_us)} vs CUDA total {us(s.cuda_total_us)} "
               "for the whole trace")
+    best = top(r.diagnostics)
+    most = ("; fixes that give back most: " + ", ".join(f"{d.code} ~{us(d.impact_us_per_step)}" for d in best)
+            if best else "")
     return (f"{path}: {s.verdict}: {timing}; {busy}" + (f"; GPU busy/step {spark}" if spark else "")
-            + f"; {found}")
+            + f"; {found}{most}")
 
 
 def _bound(steps: list[T.Step]) -> str:
@@ -302,7 +305,11 @@ def sarif(reports: Iterable[T.Report], jobs=()) -> dict:
                 "partialFingerprints": {"profdFinding/v1": _fingerprint(d, root, seen)},
                 "properties": {"evidence": camel_evidence(d.evidence), "precision": loc.precision,
                                **({"impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct}
-                                  if d.impact_us_per_step is not None else {}), **props}}
+                                  if d.impact_us_per_step is not None else {}),
+                               **({"impactNote": d.impact_note} if d.impact_note else {}),
+                               **({"impactHiddenBy": d.impact_hidden_by,
+                                   "impactThenUsPerStep": d.impact_then_us_per_step} if d.impact_hidden_by else {}),
+                               **props}}
 
     for r in reports:
         if r.error:

@@ -48,6 +48,12 @@ class Diagnostic(Struct):
     # for a finding with no time cost (memory, summaries, the profiler's own time).
     impact_us_per_step: Optional[float] = None
     impact_pct: Optional[float] = None
+    # A fix that gives back little of what it removes, because the other side bounds the step:
+    # why (``impact_note``: "hidden behind the CPU-bound step: fix X first (f.py:12); then ~Y per
+    # step"), the finding whose fix unhides it and what this one gives back after that.
+    impact_note: Optional[str] = None
+    impact_hidden_by: Optional[str] = None
+    impact_then_us_per_step: Optional[float] = None
 
 
 class KernelStat(Struct):

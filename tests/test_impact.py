@@ -9,7 +9,7 @@ from profd.protocol.catalog import RULES
 from profd.server.engine import Options, loader
 from profd.server.engine.analyses import analyse
 from profd.server.engine.context import Context
-from profd.server.engine.impact import SAVES, given_back, order, severity_for
+from profd.server.engine.impact import KEEP_SEVERITY, SAVES, given_back, order, severity_for
 from profd.server.engine.model import build
 
 from conftest import EXAMPLES, SRC, report_of
@@ -40,6 +40,8 @@ def test_every_finding_with_a_time_cost_has_its_impact_and_the_severity_it_earns
             assert d.impact_us_per_step is not None and d.impact_us_per_step >= 0, d
             assert 0 <= d.impact_pct <= 100.0
             assert d.severity == severity_for(d.impact_pct / 100), d
+        elif d.code in KEEP_SEVERITY:  # what restructuring the step gives back at most; catalog severity
+            assert d.severity == RULES[d.code].severity
         else:
             assert d.impact_us_per_step is None and d.impact_pct is None
     assert ds == sorted(ds, key=order)  # biggest impact first, then the findings with no time cost
@@ -68,8 +70,9 @@ def test_a_sync_that_drains_a_busy_gpu_gives_back_nothing():
     idle = one("sync_wait_idle", "sync-wait")  # 103 µs blocked per step on an idle GPU
     assert busy.evidence["blocked_us_per_step"] > 20 * idle.evidence["blocked_us_per_step"]
     assert busy.impact_us_per_step < 0.1 * busy.evidence["blocked_us_per_step"]
-    assert busy.severity == "information"
-    assert idle.impact_us_per_step == pytest.approx(idle.evidence["blocked_us_per_step"], rel=0.01)
+    assert busy.severity in ("information", "warning")  # the replay lets the next dispatch overlap: ~1%
+    # on an idle GPU each of the 40 syncs waits for a launch's round trip: at least the time blocked
+    assert idle.impact_us_per_step >= idle.evidence["blocked_us_per_step"]
     assert idle.severity in ("warning", "error")
 
 

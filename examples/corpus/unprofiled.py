@@ -6,13 +6,16 @@
 SRC_DIR holds the script and its ``_prof.py`` (examples/corpus/src or examples/recorded/src). The
 script runs as recorded (its warm-up, then its profiled loop), but ``_prof.profiler`` is a context
 that synchronises the GPU on entry and exit and counts ``step()`` calls, ``_prof.steps`` asks for
-20 steps, and nothing is exported. Prints ``RESULT <script> <args> steps=N us_per_step=T``: the
+20 steps (``UNPROFILED_STEPS`` to change it; scripts with a fixed loop keep theirs), and nothing
+is exported. Prints ``RESULT <script> <args> steps=N us_per_step=T``: the
 mean wall time of a step, GPU work included. Needs a GPU. Used for the verdict entries whose
 ``notes`` say "the profiler replaced by a timer".
 """
 import os, runpy, sys, time
 
 import torch
+
+SYNC = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)  # CPU: a smoke test
 
 
 def main():
@@ -25,7 +28,7 @@ def main():
             self.n = 0
 
         def __enter__(self):
-            torch.cuda.synchronize()
+            SYNC()
             self.t = time.perf_counter()
             return self
 
@@ -33,13 +36,13 @@ def main():
             self.n += 1
 
         def __exit__(self, *exc):
-            torch.cuda.synchronize()
+            SYNC()
             dt = time.perf_counter() - self.t
             print(f"RESULT {script} {' '.join(args)} steps={self.n} us_per_step={dt / max(self.n, 1) * 1e6:.1f}",
                   flush=True)
 
     _prof.profiler = lambda *a, **k: Timer()
-    _prof.steps = lambda *a, **k: 20
+    _prof.steps = lambda *a, **k: int(os.environ.get("UNPROFILED_STEPS", "20"))
     _prof.export = lambda *a, **k: None
     sys.argv = [script] + args + ["--out", os.devnull]
     runpy.run_path(os.path.join(src, script), run_name="__main__")

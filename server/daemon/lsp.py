@@ -37,6 +37,7 @@ from .settings import plain as _plain
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
+from ..engine.impact import impact_text, top
 from ..engine.modules import top_modules
 from ..engine.rules.util import plural, size, us
 from ..engine.sourcemap import split_lines
@@ -139,6 +140,8 @@ def to_lsp_diag(d: T.Diagnostic, source: str, key: str, sources=(), lines_of=Non
     else:
         rng = L.Range(L.Position(0, 0), L.Position(0, 0))
     msg = d.message
+    if d.impact_us_per_step is not None:  # what severity comes from, and what hides it
+        msg += f"\nimpact: {impact_text(d)}"
     if d.fix:
         msg += f"\nfix: {d.fix}"
     if not on_line and loc.path and loc.path != source:
@@ -226,6 +229,9 @@ def _modules_hover(out: list[str], trace: str, findings, modules, steps: int) ->
     for d in findings:
         out.append("")
         out.append(f"**{d.severity}[{d.code}]** {d.message}")
+        if d.impact_us_per_step is not None:
+            out.append("")
+            out.append(f"Impact: {impact_text(d)}")
     out.append("")
     out.append(f"Trace: `{trace}`")
     return "\n".join(out)
@@ -831,6 +837,7 @@ def build_server(session: LspSession) -> LanguageServer:
         key, hots = core.hot_lines_for(source)
         pos = session.positions(key)
         hots = pos.hot_lines(hots)
+        found = pos.diagnostics(core.diagnostics_for(source)[1])  # in the same lines as the hot lines
         src_lines = session.current_lines(source)
         fns = SOURCES.functions(source) if src_lines == SOURCES.lines(source) else \
             outline.functions(src_lines)  # an unsaved buffer: its own outline
@@ -851,6 +858,10 @@ def build_server(session: LspSession) -> LanguageServer:
             n = _steps(core, key)
             title = (f"profd: {name}: per step GPU {us(gpu / n)} · CPU {us(cpu / n)} · "
                      f"{plural(launches / n, 'launch')} ({plural(len(hs), 'hot line')})")
+            rows = {h.line for h in hs}
+            best = top([d for d in found or () if d.location.path == source and d.location.line in rows], 1)
+            if best:  # the fix in this function that gives back most
+                title += f" · top fix: {best[0].code} ~{us(best[0].impact_us_per_step)}/step"
             lines = [f"profd: {name} in {os.path.basename(source)}, per step "
                      f"(trace {os.path.basename(core.meta[key].path)}):"]
             for h in sorted(hs, key=lambda h: -(h.gpu_us + h.cpu_total_us))[:8]:

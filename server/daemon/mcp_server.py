@@ -100,6 +100,9 @@ def finding(d: T.Diagnostic) -> dict:
     return {"code": d.code, "severity": d.severity, "message": d.message,
             "file": loc.path, "line": loc.line, "column": loc.column, "function": loc.function,
             "precision": loc.precision, "evidence": d.evidence, "fix": d.fix,
+            # what a fix gives back per step (sortable; None: no time cost) and what hides it
+            "impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct, "impactNote": d.impact_note,
+            "impactHiddenBy": d.impact_hidden_by, "impactThenUsPerStep": d.impact_then_us_per_step,
             "related": [{"file": r.path, "line": r.line, "function": r.function} for r in d.related]}
 
 

@@ -19,10 +19,14 @@ profiler's own time) keeps its catalog severity (or the one its rule chose).
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional
 
 from ...protocol.types import Diagnostic
+from . import kernels
 from .analyses import profiler_inflation
+from .rules.util import us
+from .stepmodel import BLOCKING, NONBLOCKING, SYNC, Change, StepModel
 
 ERROR_SHARE = 0.10
 WARNING_SHARE = 0.01
@@ -102,26 +106,320 @@ def severity_for(share: float) -> str:
     return "error" if share >= ERROR_SHARE else "warning" if share >= WARNING_SHARE else "information"
 
 
+# Dense peak TFLOPS by compute capability: (fp32 on CUDA cores, TF32 tensor cores, 16-bit tensor
+# cores), from the vendors' data sheets (H100/H200 SXM: 67 / 495 / 989; the corpus's 4096³ fp32
+# GEMM ran 7.9x faster in TF32 on the H200, the peak ratio is 7.4). None: no such tensor cores.
+PEAK_TFLOPS = {(7, 0): (15.7, None, 125.0), (7, 5): (8.1, None, 65.0), (8, 0): (19.5, 156.0, 312.0),
+               (8, 6): (31.2, 62.5, 125.0), (8, 7): (5.3, 10.6, 21.2), (8, 9): (91.6, 183.0, 362.0),
+               (9, 0): (67.0, 495.0, 989.0), (10, 0): (80.0, 1100.0, 2250.0), (12, 0): (105.0, 210.0, 420.0)}
+GEMM_EFFICIENCY = 0.6  # of the 16-bit peak that an aligned large GEMM reaches (nvjet on H200: 0.67)
+KERNEL_FLOOR_US = 2.0  # the shortest a kernel runs, whatever it does
+PINNED_GBPS = {9: 40.0, 10: 40.0, 12: 40.0, 8: 20.0}  # host->device from pinned memory, PCIe 5 / 4
+PINNED_GBPS_OTHER = 10.0
+
+
+def _peaks(m) -> tuple:
+    cc = m.compute_capability
+    if cc is None:
+        return (None, None, None)
+    return PEAK_TFLOPS.get(tuple(cc)) or PEAK_TFLOPS.get((cc[0], 0)) or (None, None, None)
+
+
+def _line_loop(sm: StepModel, d) -> Change:
+    """A loop on the finding's line made one call (foreach, a vectorised op): the kernels the line
+    itself launches over and over (not its backward's, not its one-off ones) keep the CPU time of
+    one launch per kernel, and each loses the floor a launch costs the GPU (the shortest of them)
+    but keeps its work."""
+    m = sm.ctx.model
+    own = [p for p in sm.on_line(d) if p.ops and m.frame_of[p.i] >= 0]
+    count: dict = {}
+    for p in own:
+        for g, _, _ in p.ops:
+            count[m.gpu[g].name] = count.get(m.gpu[g].name, 0) + 1
+    n_steps = len(sm.steps)
+    loop = {name for name, c in count.items() if c > n_steps}
+    pts = [p for p in own if all(m.gpu[g].name in loop for g, _, _ in p.ops)]
+    if not pts:
+        return Change()
+    share = min(1.0, len(loop) * n_steps / len(pts))
+    floor = min(dd for p in pts for _, _, dd in p.ops)
+    ch = Change()
+    for p in pts:
+        ch.keep[p.i] = share
+        for g, _, dd in p.ops:
+            ch.dur[g] = max(0.0, dd - floor) + floor * share
+    return ch
+
+
+def _zero_grad(sm, d) -> Change:
+    pts = [p for p in sm.on_line(d) if p.ops]
+    return Change(keep={p.i: 0.0 for p in pts}, drop={p.i for p in pts})
+
+
+def _unblock(sm, d) -> Change:
+    """The line's syncs and blocking copies no longer wait (the value is read later, or not)."""
+    return Change(nonblock={p.i for p in sm.on_line(d) if p.kind in (SYNC, BLOCKING)})
+
+
+def _pinned(sm, d) -> Change:
+    m = sm.ctx.model
+    cc = m.compute_capability
+    gbps = PINNED_GBPS.get(cc[0], PINNED_GBPS_OTHER) if cc else PINNED_GBPS_OTHER
+    ch = Change()
+    for p in sm.on_line(d):
+        pageable = [(g, dd) for g, _, dd in p.ops if "Pageable" in m.gpu[g].name]
+        if not pageable:
+            continue
+        ch.nonblock.add(p.i)
+        for g, dd in pageable:
+            nbytes = float(m.gpu[g].args.nbytes or 0) if m.gpu[g].args else 0.0
+            if nbytes > 0:
+                ch.dur[g] = min(dd, nbytes / (gbps * 1e3) + KERNEL_FLOOR_US)
+    return ch
+
+
+def _fp32(sm, d) -> Change:
+    m, a = sm.ctx.model, sm.ctx.a
+    fp32, tf32, half = _peaks(m)
+    faster = (tf32 or half) / fp32 if fp32 else 4.0  # unknown device: a conservative 4x
+    ch = Change()
+    for p in sm.points():
+        for g, _, dd in p.ops:
+            if a.gpu_class[g] == kernels.GEMM and kernels.is_fp32_simt_gemm(m.gpu[g].name):
+                ch.dur[g] = dd / faster + KERNEL_FLOOR_US
+    return ch
+
+
+def _aligned(sm, d) -> Change:
+    """The misaligned GEMMs of the line at the aligned kernel's speed: 2·M·K·N FLOPs at the 16-bit
+    tensor cores' peak times GEMM_EFFICIENCY, never slower than they ran."""
+    m, a = sm.ctx.model, sm.ctx.a
+    half = _peaks(m)[2]
+    ev = d.evidence
+    try:
+        flops = 2.0 * float(ev["m"]) * float(ev["k"]) * float(ev["n"])
+    except (KeyError, TypeError, ValueError):
+        return Change()
+    if not half:
+        return Change()
+    t = flops / (half * 1e6 * GEMM_EFFICIENCY) + KERNEL_FLOOR_US
+    ch = Change()
+    for p in sm.on_line(d):
+        for g, _, dd in p.ops:
+            if a.gpu_class[g] == kernels.GEMM:
+                ch.dur[g] = min(dd, t)
+    return ch
+
+
+def _loader(sm, d) -> Change:
+    """The DataLoader's time on the main thread moves to workers: what it spent there (host
+    work: the profiler's cost per event it recorded inside taken out) is gone from the step."""
+    m = sm.ctx.model
+    per_step = float(d.evidence.get("loader_us_per_step") or 0.0)
+    return Change(cpu_cut_us=per_step * sm.mean_scale)
+
+
+def _cpu_cut(key: str, per_step: bool = False):
+    def f(sm, d):
+        v = float(d.evidence.get(key) or 0.0)
+        return Change(cpu_cut_us=(v / len(sm.steps) if per_step else v) * sm.mean_scale)
+    return f
+
+
+def _gpu_cut(key: str):
+    return lambda sm, d: Change(gpu_cut_us=float(d.evidence.get(key) or 0.0))
+
+
+# code -> the change its fix makes to the replayed step (engine/stepmodel.py)
+CHANGES: dict[str, Callable] = {
+    "optimizer-foreach-off": _line_loop,
+    "launch-storm": _line_loop,
+    "zero-grad-not-none": _zero_grad,
+    "host-sync": _unblock,
+    "sync-wait": _unblock,
+    "pageable-memcpy": _pinned,
+    "fp32-matmul": _fp32,
+    "misaligned-dims": _aligned,
+    "dataloader-bound": _loader,
+    "unfused-attention": _gpu_cut("other_us_per_step"),
+    "gpu-idle-gap": _cpu_cut("idle_us", per_step=True),
+    "compile-graph-break": _cpu_cut("gap_us_per_step"),
+    "compile-overhead": lambda sm, d: Change(cpu_cut_us=float(d.evidence.get("wrapper_us_per_call") or 0)
+                                             * float(d.evidence.get("regions") or 0) / len(sm.steps) * sm.mean_scale),
+    "gpu-contention": lambda sm, d: Change(gpu_cut_us=float(d.evidence.get("late_launches") or 0)
+                                           * float(d.evidence.get("late_delay_median_us") or 0) / len(sm.steps)),
+}
+
+def _graphed(sm, d) -> Change:
+    """The step captured as a CUDA graph (or compiled with mode="reduce-overhead"): one replay
+    launches its work, so the CPU time between its launches is gone; the GPU work stays."""
+    return Change(keep={p.i: 0.0 for p in sm.points() if p.kind == NONBLOCKING and p.ops})
+
+
+CHANGES["overhead-bound"] = _graphed
+# Summary findings whose impact is what their fix gives back at most, but whose fix is a
+# restructuring rather than a line's change: they keep their catalog severity.
+KEEP_SEVERITY = frozenset({"overhead-bound"})
+
+HIDDEN_SHARE = 0.25  # a fix that gives back under a quarter of what it removes is hidden ...
+HIDDEN_MIN = 0.01  # ... when what it removes is at least 1% of the step
+HIDDEN_MAX_FIRST = 4  # fixes named as what to do first, at most
+
+
+def change_for(sm: StepModel, d: Diagnostic) -> Optional[Change]:
+    f = CHANGES.get(d.code)
+    if f is None:
+        return None
+    try:
+        ch = f(sm, d)
+    except (TypeError, ValueError, KeyError, ZeroDivisionError):
+        return None
+    return None if ch.empty() else ch
+
+
 def assign(ctx, diagnostics: list[Diagnostic]) -> None:
     """Set each finding's impact (µs per step, % of the step) and, where it has a time cost, the
-    severity its impact earns."""
+    severity its impact earns; a finding whose fix is hidden behind what bounds the step says so,
+    names the fix that would unhide it and what it gives back then."""
+    sm = StepModel.of(ctx)
+    changes: dict[int, Change] = {}
+    after: dict[int, float] = {}  # the replayed step with each finding's fix alone
     for d in diagnostics:
-        fs = SAVES.get(d.code)
-        if fs is None:
+        if d.code not in SAVES and not (d.code in CHANGES and sm.ok):
             continue
-        try:
-            cpu, gpu = fs[0](d, ctx), fs[1](d, ctx)
-        except (TypeError, ValueError):  # evidence a rule did not fill: no impact rather than a crash
+        ch = change_for(sm, d) if sm.ok else None
+        if ch is None and d.code not in SAVES:
             continue
-        saved, step = given_back(ctx, max(0.0, cpu), max(0.0, gpu), d.code in WAITS)
-        share = saved / step if step > 0 else 0.0
-        d.impact_us_per_step = round(saved, 3)
+        if ch is not None:
+            changes[id(d)] = ch
+            after[id(d)] = sm.run(ch)
+            saved, step = max(0.0, sm.base - after[id(d)]), sm.base
+        else:
+            fs = SAVES[d.code]
+            try:
+                cpu, gpu = fs[0](d, ctx), fs[1](d, ctx)
+            except (TypeError, ValueError):  # evidence a rule did not fill: no impact rather than a crash
+                continue
+            saved, step = given_back(ctx, max(0.0, cpu), max(0.0, gpu), d.code in WAITS)
+            if sm.ok:  # shares of the replayed step, as the others
+                step = sm.base
+        share = min(1.0, saved / step) if step > 0 else 0.0
+        d.impact_us_per_step = round(min(saved, step), 3)
         d.impact_pct = round(100 * share, 2)
-        d.severity = severity_for(share)
+        if d.code not in KEEP_SEVERITY:
+            d.severity = severity_for(share)
+    if sm.ok:
+        _same_fix(diagnostics, changes)
+        _hidden(sm, diagnostics, changes, after)
+
+
+def _same_fix(diagnostics: list[Diagnostic], changes: dict) -> None:
+    """A symptom whose change is another finding's on the same line says it is the same fix."""
+    for d in diagnostics:
+        if d.code not in SYMPTOMS or id(d) not in changes:
+            continue
+        for o in diagnostics:
+            if (o is not d and o.code not in SYMPTOMS and id(o) in changes
+                    and (o.location.trace_path, o.location.line) == (d.location.trace_path, d.location.line)
+                    and changes[id(o)].keep == changes[id(d)].keep):
+                d.impact_note = f"the same loop as {o.code} on this line: its fix is this one's"
+                d.evidence["impact_same_fix_as"] = o.code
+                break
+
+
+def _hidden(sm: StepModel, diagnostics: list[Diagnostic], changes: dict, after: dict) -> None:
+    """For a fix that gives back little of what it removes: the other finding whose fix, made
+    first, lets it give back most, and how much then."""
+    base = sm.base
+    withc = [d for d in diagnostics if id(d) in changes]
+    for d in withc:
+        ch = changes[id(d)]
+        cpu_rm, gpu_rm = sm.removed(ch)
+        cost = max(cpu_rm, gpu_rm)
+        if cost < HIDDEN_MIN * base or (d.impact_us_per_step or 0.0) >= HIDDEN_SHARE * cost:
+            continue
+        side = "CPU" if gpu_rm >= cpu_rm else "GPU"  # a GPU saving hides behind a CPU-bound step
+        others = sorted((o for o in withc if o is not d and not _same_place(o, d)
+                         and "impact_same_fix_as" not in o.evidence), key=order)[:HIDDEN_MAX_FIRST]
+        best, then = [], 0.0
+        for o in others:  # the one fix made first that lets this one give back most
+            oc = changes[id(o)]
+            gain = after[id(o)] - sm.run(oc | ch)
+            if gain > then:
+                best, then = [o], gain
+        need = max(HIDDEN_MIN * base, 2 * (d.impact_us_per_step or 0.0))
+        if then < need:  # none alone: the others in the order profd ranks them, until it shows
+            acc = Change()
+            for k, o in enumerate(others):
+                acc = acc | changes[id(o)]
+                gain = sm.run(acc) - sm.run(acc | ch)
+                if gain >= need:
+                    best, then = others[:k + 1], gain
+                    break
+        d.evidence["impact_cost_us_per_step"] = round(cost, 3)
+        if best and then >= need:
+            d.impact_hidden_by = best[0].code
+            d.impact_then_us_per_step = round(then, 3)
+            first = ", ".join(f"{o.code}{_where(o)}" for o in best)
+            d.impact_note = f"hidden behind the {side}-bound step: fix {first} first; then ~{us(then)} per step"
+        else:
+            d.impact_note = (f"hidden behind the {side}-bound step: it removes {us(cost)} per step "
+                             f"that the step does not wait on")
+
+
+def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
+    return (a.location.trace_path, a.location.line) == (b.location.trace_path, b.location.line)
+
+
+def pair_gain(ctx, diagnostics: list[Diagnostic]) -> tuple[float, float]:
+    """(µs per step, the replayed step) that fixing all of ``diagnostics`` together gives back:
+    their changes applied at once, so two findings of one fix (a single-tensor optimizer's
+    launch storm and the optimizer finding itself) count once; findings the model cannot replay
+    add their own impact."""
+    sm = StepModel.of(ctx)
+    ch, extra = Change(), 0.0
+    for d in diagnostics:
+        c = change_for(sm, d) if sm.ok else None
+        if c is None:
+            extra += d.impact_us_per_step or 0.0
+        else:
+            ch = ch | c
+    base = sm.base if sm.ok else 0.0
+    gain = max(0.0, base - sm.run(ch)) if sm.ok and not ch.empty() else 0.0
+    return gain + extra, base
+
+
+def _where(d: Diagnostic) -> str:
+    loc = d.location
+    if loc.path and loc.line:
+        return f" ({os.path.basename(loc.path)}:{loc.line})"
+    return ""
+
+
+def impact_text(d: Diagnostic) -> Optional[str]:
+    """What a fix gives back, as every front end says it: "a fix gives back ~2.31 ms per step
+    (5.9% of the step)", and why it is small when it is hidden ("...; hidden behind the CPU-bound
+    step: fix optimizer-foreach-off first (fixes.py:47); then ~7.10 ms per step")."""
+    if d.impact_us_per_step is None:
+        return None
+    text = f"a fix gives back ~{us(d.impact_us_per_step)} per step ({d.impact_pct:.1f}% of the step)"
+    return text + (f"; {d.impact_note}" if d.impact_note else "")
+
+
+def top(diagnostics: list[Diagnostic], n: int = 3) -> list[Diagnostic]:
+    """The ``n`` findings whose fixes give back most, largest first, each fix once (a symptom
+    whose fix is another finding's on its line is left out)."""
+    return sorted((d for d in diagnostics if d.impact_us_per_step and "impact_same_fix_as" not in d.evidence),
+                  key=order)[:n]
 
 
 def order(d: Diagnostic) -> tuple:
     """Findings by what a fix gives back, largest first; those with no time cost after, by severity."""
     sev = {"error": 0, "warning": 1, "information": 2, "hint": 3}.get(d.severity, 9)
     imp: Optional[float] = d.impact_us_per_step
-    return (imp is None, -(imp or 0.0), sev, d.location.path or "", d.location.line or 0, d.code)
+    return (imp is None, -(imp or 0.0), d.code in SYMPTOMS, sev, d.location.path or "", d.location.line or 0, d.code)
+
+
+# Findings that describe a symptom another rule names the cause of (a launch storm on the line of a
+# single-tensor optimizer is that optimizer's loop): on a tie the cause comes first.
+SYMPTOMS = frozenset({"launch-storm"})
