@@ -36,17 +36,26 @@ def run(ns, out: K.Output) -> int:
     return _annotate(ns, out)
 
 
-def _diff(ns, out: K.Output) -> int:
+def diff_paths(ns, old_path: str, new_path: str):
+    """(old report, new report, their diff, the findings new in NEW), or None when either is not a
+    trace (its error said on stderr). ``diff`` and ``record --baseline`` print it."""
     from ..server.engine.diff import diff_reports
 
-    old, new = K.analyze_paths(ns, [ns.old, ns.new])
+    old, new = K.analyze_paths(ns, [old_path, new_path])
     for r in (old, new):
         if r.error:
             print(r.error, file=sys.stderr)
     if old.error or new.error:
-        return K.EXIT_ERROR
+        return None
     d = diff_reports(old, new)
-    came = [f.new for f in d.findings if f.change == "new" and f.new is not None]
+    return old, new, d, [f.new for f in d.findings if f.change == "new" and f.new is not None]
+
+
+def _diff(ns, out: K.Output) -> int:
+    got = diff_paths(ns, ns.old, ns.new)
+    if got is None:
+        return K.EXIT_ERROR
+    old, new, d, came = got
     if ns.format == "json":
         out.write(fmt.camel_json(d) + b"\n")
     elif ns.format == "sarif":

@@ -52,10 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     K.output_options(mo, ("text", "json"))
     K.analysis_options(mo, gate=False)
 
-    from . import jobs, workload
+    from . import jobs, record, workload
 
     jobs.add_subcommands(cmd)  # diff, annotate
     workload.add_subcommands(cmd)  # run
+    record.add_subcommands(cmd)  # record -- COMMAND...
 
     s = cmd("status", "what the running daemon is doing")
     h = cmd("hover", "the daemon's numbers for one source line")
@@ -224,6 +225,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             from . import workload
 
             return workload.run(ns, out)
+        if ns.cmd == "record":
+            from . import record
+
+            return record.run(ns, out)
     except UsageError as e:
         print(f"profd-client: error: {e}", file=sys.stderr)
         return K.EXIT_ERROR

@@ -22,6 +22,7 @@ RUN_WORKLOAD = "profd/runWorkload"  # {workload, params} -> {trace, table, wallS
 CMD_ANALYZE = "profd.analyze"      # workspace/executeCommand, arguments: [path]
 CMD_SHOW = "profd.show"            # arguments: [text]; shows it (window/showMessage), returns it
 CMD_ANNOTATE = "profd.annotate"    # arguments: [report key]; writes the annotated trace, opens it
+CMD_RECORD = "profd.record"        # arguments: [script path, {args, step, ...}]; records it (stdio / --allow-record)
 SETTINGS_SECTION = "profd"         # workspace/configuration section; keys as in [tool.profd]
 
 # JSON-RPC error codes used by the daemon (besides the standard -32700/-32600/-32601/-32602).
@@ -91,6 +92,6 @@ class RunWorkloadParams(Struct):
 
 
 __all__ = ["ANALYZE", "REPORTS", "REPORT", "STATUS", "REPORT_READY", "RUN_WORKLOAD", "CMD_ANALYZE",
-           "CMD_SHOW", "CMD_ANNOTATE", "SETTINGS_SECTION",
+           "CMD_SHOW", "CMD_ANNOTATE", "CMD_RECORD", "SETTINGS_SECTION",
            "AnalyzeParams", "ReportsParams", "ReportEntry", "ReportsResult", "ReportParams",
            "StatusResult", "ReportReady", "RunWorkloadParams", "Report"]

@@ -333,3 +333,18 @@ class Served:
         await asyncio.wait_for(old.shutdown_session(), 30)
         await asyncio.wait_for(old.stop(), 30)
         self.lsp = await lsp_client(doc=self.tcp.doc, ready=self.ready)
+
+
+def processes_with(marker: str) -> list[str]:
+    """Command lines of the live processes (other than pytest) that contain ``marker``."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if marker in cmd and "pytest" not in cmd:
+                out.append(cmd)
+    return out

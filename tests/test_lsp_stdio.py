@@ -67,7 +67,8 @@ async def test_dropped_trace_gives_diagnostics_and_hover_on_the_source_line(lsp)
     assert any(h.position.line == 20 and "GPU" in h.label for h in hints)
     lenses = await lsp.text_document_code_lens_async(L.CodeLensParams(
         text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
-    assert lenses and all(lens.command.title.startswith("profd:") for lens in lenses)
+    costs = [lens for lens in lenses if lens.command.command != "profd.record"]  # "Profile with profd": issue 31
+    assert costs and all(lens.command.title.startswith("profd:") for lens in costs)
 
     st = await status(lsp)
     assert field(st, "reports") == 1 and field(st, "analyses") == 1

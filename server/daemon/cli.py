@@ -4,7 +4,7 @@
               [--state DIR] [--allow DIR]...
   profd start [same options]   background TCP daemon (as dmypy): STATE/daemon.json, mode 0600
   profd stop | profd status
-  profd mcp [--root DIR]... [--workspace DIR]... [--allow-workloads]   MCP server over stdio
+  profd mcp [--root DIR]... [--workspace DIR]... [--allow-workloads] [--allow-record]   MCP server over stdio
 
 Over TCP the daemon writes ``STATE/daemon.json`` ({host, port, pid, token, ...}, owner-only) once
 it listens, and removes it when it stops. Clients send the token in
@@ -61,6 +61,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settle", type=float, default=0.3, help=argparse.SUPPRESS)
     p.add_argument("--quiet", type=float, default=2.0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (default: WARNING)")
+    p.add_argument("--allow-record", action="store_true",
+                   help="offer profd.record (run a workspace script under the profiler) to TCP clients "
+                        "too; the editor's own stdio session always has it")
     p.add_argument("--idle-exit", type=float, default=0.0, metavar="S",
                    help="TCP: exit after S seconds without any client (0: never)")
 
@@ -98,8 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-daemon", action="store_true", help="always analyse in this process")
     m.add_argument("--allow-workloads", action="store_true",
                    help="offer run_workload (the built-in workloads only)")
-    m.add_argument("--workload-dir", metavar="DIR", help="where run_workload writes traces "
+    m.add_argument("--workload-dir", metavar="DIR", help="where run_workload and record_program write traces "
                    "(default: ROOT/profd-traces)")
+    m.add_argument("--allow-record", action="store_true",
+                   help="offer record_program (run a Python program under the roots under the profiler)")
     return p
 
 
@@ -119,7 +124,7 @@ def _config(ns):
                   state=os.path.abspath(ns.state or default_state()),
                   allow=[os.path.abspath(a) for a in ns.allow], workers=max(1, ns.workers),
                   settle=ns.settle, quiet=ns.quiet, analysis_timeout=ns.analysis_timeout,
-                  analysis_mb=ns.analysis_mb)
+                  analysis_mb=ns.analysis_mb, allow_record=ns.allow_record)
 
 
 def disabled_codes(items: list[str]) -> set[str]:
@@ -380,6 +385,8 @@ def cmd_start(ns) -> int:
         opts += ["--disable", d]
     for a in ns.allow:
         opts += ["--allow", os.path.abspath(a)]
+    if ns.allow_record:
+        opts.append("--allow-record")
     opts += ["--workers", str(ns.workers), "--log-level", ns.log_level,
              "--idle-exit", str(ns.idle_exit), "--analysis-timeout", str(ns.analysis_timeout),
              "--analysis-mb", str(ns.analysis_mb)]
@@ -475,7 +482,7 @@ def cmd_mcp(ns) -> int:
     state = os.path.abspath(ns.state or default_state())
     serve(Config(roots=roots, workspace=[os.path.realpath(w) for w in ns.workspace],
                  find_daemon=(lambda: None) if ns.no_daemon else (lambda: running(state)),
-                 allow_workloads=ns.allow_workloads,
+                 allow_workloads=ns.allow_workloads, allow_record=ns.allow_record,
                  workload_dir=os.path.abspath(ns.workload_dir) if ns.workload_dir else None))
     return 0
 

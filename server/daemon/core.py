@@ -60,6 +60,7 @@ class Config:
     progress_min_bytes: int = 8 << 20  # $/progress for traces at least this big
     analysis_timeout: float = 300.0  # s one analysis may run before its process is ended
     analysis_mb: int = 0  # MB one analysis may hold (0: default_memory_budget)
+    allow_record: bool = False  # profd.record for TCP clients too (always for the stdio session)
 
 
 class Session(Protocol):

@@ -32,7 +32,7 @@ from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES
 from ...protocol.diff import LineDelta, ReportDiff
-from . import encoding, outline, positions, publish as policy, quickfix, settings as S
+from . import encoding, outline, positions, publish as policy, quickfix, record_lsp, settings as S
 from .settings import plain as _plain
 from .core import SOURCES, Core, PathError
 from .placement import UNMAPPED
@@ -882,7 +882,7 @@ def build_server(session: LspSession) -> LanguageServer:
             out.append(L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
                                   command=L.Command(title=delta_title(ld, old_trace), command=M.CMD_SHOW,
                                                     arguments=[before_after_markdown(ld, old_trace)])))
-        return out
+        return out + record_lsp.lenses(session, source)
 
     @ls.feature(L.TEXT_DOCUMENT_CODE_ACTION,
                 L.CodeActionOptions(code_action_kinds=[L.CodeActionKind.QuickFix, FIX_ALL]))
@@ -920,6 +920,8 @@ def build_server(session: LspSession) -> LanguageServer:
                                     command=L.Command(title="profd: open the annotated trace",
                                                       command=M.CMD_ANNOTATE, arguments=[key])))
         return out
+
+    record_lsp.register(ls, session, RpcError)  # profd.record
 
     @ls.command(M.CMD_SHOW)
     def cmd_show(ls_: LanguageServer, *args):

@@ -7,7 +7,8 @@ store), else through the same engine in this process; there is no second analysi
 
 Safety, as the daemon's: paths are confined to the configured roots (after resolving symlinks),
 nothing runs but the built-in workloads, and those only when the server was started with
-``--allow-workloads``. Results are bounded (``top`` with a ``cursor`` for more): an agent's context
+``--allow-workloads``, and the user's own programs under the roots (``record_program``) only with
+``--allow-record``. Results are bounded (``top`` with a ``cursor`` for more): an agent's context
 is small.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ TRACE_SUFFIXES = (".json", ".pt.trace.json", ".json.gz")
 MAX_TOP = 100  # the most items one answer carries, whatever the agent asks
 MAX_FOLDER_TRACES = 200
 WORKLOAD_TIMEOUT_S = 600
+RECORD_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Config:
     find_daemon: Callable[[], Optional[dict]] = lambda: None  # the running daemon's doc, if any
     allow_workloads: bool = False
     workload_dir: Optional[str] = None
+    allow_record: bool = False  # record_program: run a Python program under the roots under the profiler
 
 
 class Backend:
@@ -293,6 +296,50 @@ def build(cfg: Config) -> MCPServer:
             rep = await backend.analyze(res.trace_path, workspace_for(None), set())
             return {"trace": res.trace_path, "wallS": round(res.wall_s, 3), **verdict(rep),
                     "findings": [finding(d) for d in rep.diagnostics[:20]]}
+
+    if cfg.allow_record:
+        @mcp.tool()
+        async def record_program(command: list[str], cwd: Optional[str] = None, step: str = "optimizer",
+                                 warmup: int = 5, timed: int = 10, steps: int = 3, memory: bool = False,
+                                 timeout_s: float = RECORD_TIMEOUT_S, top: int = 20) -> dict[str, Any]:
+            """Run a Python program (`command`: ["python", "train.py", ...], ["python", "-m", "pkg"],
+            ["torchrun", ...]) unmodified under torch.profiler and analyse its trace. `step` says what
+            ends a step: optimizer (each Optimizer.step()), forward (each top-level nn.Module call,
+            for inference), MODULE:FUNCTION, or time. The first `warmup` steps run untouched, `timed`
+            more are timed without the profiler (unprofiledUsPerStep: the real step time), then
+            `steps` are profiled; the program is stopped then. Returns the trace paths (for
+            diff_traces after a fix), both step times, the verdict and the findings. `cwd` (default:
+            the first root) and the script must lie under the roots; at most `timeout_s` seconds."""
+            from ..workloads import record as R
+
+            if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+                raise ToolError("profd: command must be a non-empty list of strings, e.g. [\"python\", \"train.py\"]")
+            where = confined(cwd, "cwd") if cwd else cfg.roots[0]
+            if not os.path.isdir(where):
+                raise ToolError(f"profd: cwd {cwd}: not a folder")
+            try:
+                cmd = R.parse_command(command, where)
+            except R.RecordError as e:
+                raise ToolError(f"profd: record: {e}")
+            if cmd.script:
+                confined(cmd.script, "script")
+            opts = R.RecordOptions(step=step, warmup=warmup, timed=timed, steps=steps, memory=memory,
+                                   then="exit", timeout=max(1.0, min(float(timeout_s), RECORD_TIMEOUT_S)))
+            out = cfg.workload_dir or os.path.join(cfg.roots[0], "profd-traces")
+            try:
+                res = await anyio.to_thread.run_sync(lambda: R.record(command, opts, out, cwd=where))
+            except R.RecordError as e:
+                raise ToolError(f"profd: record: {e}" + (f"\n{e.log_tail[-1500:]}" if e.log_tail else ""))
+            reports = [await backend.analyze(t, workspace_for(None), set()) for t in res.traces]
+            bad = [r.error for r in reports if r.error]
+            if bad:
+                raise ToolError("; ".join(bad))
+            rep = reports[0]
+            diags = sorted((d for r in reports for d in r.diagnostics), key=lambda d: -(d.impact_us_per_step or 0.0)) \
+                if len(reports) > 1 else rep.diagnostics
+            items, _ = page(diags, top, 0)
+            return {**R.record_doc(res, reports), **verdict(rep), "total": len(diags),
+                    "findings": [finding(d) for d in items]}
 
     @mcp.resource("profd://rules/{code}", mime_type="text/markdown",
                   description="The page of one profd rule (evidence, threshold, fix)")

@@ -106,6 +106,8 @@ def is_user_path(path: str) -> bool:
         return False
     if "torchinductor" in p or "/triton/" in p:
         return False  # generated code (Inductor's output cache), not the user's
+    if p.endswith("/record_hook/sitecustomize.py"):
+        return False  # profd-client record's start-up hook: its step wrappers call the user's code
     if p.startswith("/"):
         return True  # an absolute path outside any python lib dir: the user's own file
     root = p.split("/", 1)[0]
