@@ -184,3 +184,14 @@ def test_torchrun_two_ranks_gloo(tmp_path):
     assert {r["trace"]["rank"] for r in doc["reports"]} == {0, 1}
     (job,) = doc["jobs"]
     assert len(job["ranks"]) == 2
+
+
+@needs_torch
+def test_python_dash_m(tmp_path):
+    """`python -m MODULE` runs the module as __main__; --step MODULE:FUNCTION names it by its module."""
+    p = record(tmp_path, *FAST, "--step", "train_small:train_step", "--then", "exit", "--format", "json",
+               "--", sys.executable, "-m", "train_small")
+    assert p.returncode == 1, p.stderr
+    doc = doc_of(p)
+    assert os.path.basename(doc["record"]["traces"][0]).startswith("train_small-")
+    assert ("zero-grad-not-none", "train_small.py", 8) in findings(doc)
