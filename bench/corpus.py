@@ -38,7 +38,10 @@ EXPECTATIONS = os.path.join(ROOT, "examples", "corpus", "expectations.toml")
 BASELINE = os.path.join(ROOT, "examples", "corpus", "baseline.json")
 
 _TRACE_KEYS = {"id", "file", "files", "workspace", "vendor", "format", "recorded", "verdict",
-               "expect", "absent", "notes", "path_map", "gpu_busy"}
+               "expect", "absent", "notes", "path_map", "gpu_busy", "part"}
+# recorded: traces recorded for the corpus the way DESIGN.md recommends (and the earlier recordings);
+# wild: recorded the way people really profile (no steps, cold calls, one activity), or by strangers
+PARTS = ("recorded", "wild")
 _BUSY_KEYS = {"pct", "within", "source"}
 _REQUIRED_TRACE = {"id", "workspace", "vendor", "format", "recorded"}
 _ENTRY_KEYS = {"id", "code", "file", "line", "rank", "why"}
@@ -72,6 +75,7 @@ class Trace:
     recorded: str
     entries: list[Entry]
     path_map: list[tuple[str, str]] = field(default_factory=list)
+    part: str = "recorded"
 
     @property
     def group(self) -> str:
@@ -136,6 +140,8 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
                 raise CorpusError(f"{where}: workspace {w} is not a folder")
         if t["vendor"] not in VENDORS:
             raise CorpusError(f"{where}: vendor must be one of {sorted(VENDORS)}")
+        if t.get("part", "recorded") not in PARTS:
+            raise CorpusError(f"{where}: part must be one of {list(PARTS)}")
         tid = t["id"]
         entries = []
         if "verdict" in t:
@@ -171,7 +177,8 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
             raise CorpusError(f"{where}: trace id {tid} clashes with an entry id")
         traces.append(Trace(id=tid, files=files, workspace=list(t["workspace"]), vendor=t["vendor"],
                             format=t["format"], recorded=t["recorded"], entries=entries,
-                            path_map=[tuple(p) for p in t.get("path_map", [])]))
+                            path_map=[tuple(p) for p in t.get("path_map", [])],
+                            part=t.get("part", "recorded")))
     return traces
 
 
@@ -382,6 +389,11 @@ def table(results: list[TraceResult]) -> str:
     lines.append("")
     lines.append(f"{n_ok} of {n_all} entries held (expect, absent, verdict, GPU busy); {ln_ok} of {ln_all} "
                  f"statement-level locations; {len(results)} traces")
+    for part in PARTS:
+        rs = [r for r in results if r.trace.part == part]
+        if rs:
+            held = sum(o.held for r in rs for o in r.outcomes)
+            lines.append(f"  {part}: {held} of {sum(len(r.outcomes) for r in rs)} entries held, {len(rs)} traces")
     return "\n".join(lines)
 
 

@@ -199,12 +199,17 @@ def classify_name(name: str, cat: str = "kernel") -> str:
 # Inductor's generated kernels say what they are in their prefix: pointwise, reduction, persistent
 # reduction, template (a GEMM or convolution); the fused op names after it are not the class.
 _TRITON = {"poi": ELEMENTWISE, "red": REDUCTION, "per": REDUCTION, "tem": GEMM}
+# max-autotune's benchmark candidates of the mm/bmm templates are named after the template alone
+# (``triton_mm``: 1,324 of them in one autotuning window, examples/corpus/traces/wild/compile_autotune)
+_TRITON_TEMPLATES = {"triton_mm": GEMM, "triton_bmm": GEMM}
 
 
 def _classify(name: str) -> str:
     base, targs = parse_name(name)
     if base.startswith("triton_") and base[7:10] in _TRITON:
         return _TRITON[base[7:10]]
+    if base in _TRITON_TEMPLATES:
+        return _TRITON_TEMPLATES[base]
     if _WRAPPERS.search(base) and targs:
         inner = _family(targs.split(",")[0])
         if inner != OTHER:
