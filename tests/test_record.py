@@ -195,3 +195,16 @@ def test_python_dash_m(tmp_path):
     doc = doc_of(p)
     assert os.path.basename(doc["record"]["traces"][0]).startswith("train_small-")
     assert ("zero-grad-not-none", "train_small.py", 8) in findings(doc)
+
+
+@needs_torch
+def test_time_windows_for_a_program_with_no_step(tmp_path):
+    """--step time: the program that never steps is recorded in fixed windows (SIGALRM), and stopped."""
+    marker = f"120.{os.getpid()}1"
+    p = record(tmp_path, "--warmup", "2", "--steps", "3", "--step", "time", "--window", "0.5", "--then", "exit",
+               "--format", "json", "--", sys.executable, "never_steps.py", "--seconds", marker)
+    assert p.returncode in (0, 1), p.stderr
+    doc = doc_of(p)
+    assert doc["record"]["rule"] == "each 0.5 s window is a step"
+    assert len(doc["reports"][0]["summary"]["steps"]) == 3
+    assert processes_with(marker) == []

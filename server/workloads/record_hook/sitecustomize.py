@@ -86,6 +86,7 @@ class Recorder:
         self.rule_desc = ""
         self.trace_path = None
         self.unprofiled_us = None
+        self._busy = False
         os.makedirs(cfg["status"], exist_ok=True)
         self._status = os.path.join(cfg["status"], f"{self.pid}.jsonl")
 
@@ -280,8 +281,17 @@ class Recorder:
             pass
 
     def boundary(self):
-        if self.phase == "done":
+        """One step ended. Not re-entered: a time window's SIGALRM may land while the profiler
+        starts or writes the trace; that boundary is skipped."""
+        if self.phase == "done" or self._busy:
             return
+        self._busy = True
+        try:
+            self._boundary()
+        finally:
+            self._busy = False
+
+    def _boundary(self):
         self.n += 1
         cfg = self.cfg
         if self.n == 1:
