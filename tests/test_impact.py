@@ -92,3 +92,27 @@ def test_given_back_is_bounded_by_the_step():
     # GPU-bound steps (the CPU only queues the GEMMs): CPU savings give back nothing
     assert given_back(ctx, 500.0, 0.0)[0] == 0.0
     assert given_back(ctx, 0.0, 500.0)[0] == pytest.approx(500.0)
+
+
+def test_a_large_cost_hidden_by_the_bound_side_says_what_hides_it():
+    """tinygpt_naive: fp32 GEMMs are 73.6% of its GPU time, but the single-tensor optimizer's
+    dispatch bounds the step; the finding names that fix and what TF32 gives back after it."""
+    d = one("tinygpt_naive", "fp32-matmul")
+    assert d.impact_note and d.impact_note.startswith("hidden behind the CPU-bound step: fix optimizer-foreach-off")
+    assert d.impact_hidden_by == "optimizer-foreach-off"
+    assert d.impact_then_us_per_step > 2 * d.impact_us_per_step
+    assert d.evidence["impact_cost_us_per_step"] > 4 * d.impact_us_per_step
+    # the optimizer's launch storm is the same loop: it says so and ranks after the optimizer
+    ds = rep("tinygpt_naive").diagnostics
+    storm = [x for x in ds if x.code == "launch-storm" and x.location.line == 67][0]
+    assert "same loop as optimizer-foreach-off" in storm.impact_note
+    assert ds.index(storm) > ds.index(one("tinygpt_naive", "optimizer-foreach-off"))
+
+
+@pytest.mark.parametrize("name", _shipped())
+def test_no_finding_reads_as_its_own_contradiction(name):
+    """A fix that gives back under a quarter of what it removes (1% of the step or more) says why."""
+    for d in rep(name).diagnostics:
+        cost = d.evidence.get("impact_cost_us_per_step")
+        if d.impact_us_per_step is not None and cost and d.impact_us_per_step < 0.25 * cost:
+            assert d.impact_note and d.impact_note.startswith("hidden behind"), d

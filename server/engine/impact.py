@@ -25,6 +25,7 @@ from typing import Callable, Optional
 from ...protocol.types import Diagnostic
 from . import kernels
 from .analyses import profiler_inflation
+from .rules.training import OPT_STEP, OPT_ZERO
 from .rules.util import us
 from .stepmodel import BLOCKING, NONBLOCKING, SYNC, Change, StepModel
 
@@ -125,20 +126,35 @@ def _peaks(m) -> tuple:
     return PEAK_TFLOPS.get(tuple(cc)) or PEAK_TFLOPS.get((cc[0], 0)) or (None, None, None)
 
 
-def _line_loop(sm: StepModel, d) -> Change:
-    """A loop on the finding's line made one call (foreach, a vectorised op): the kernels the line
-    itself launches over and over (not its backward's, not its one-off ones) keep the CPU time of
-    one launch per kernel, and each loses the floor a launch costs the GPU (the shortest of them)
-    but keeps its work."""
+def _in_ranges(sm: StepModel, prefix: str) -> list:
+    """The calls made inside the main thread's ``prefix`` annotations (``Optimizer.step#``),
+    whatever line they are on (a trace without stacks has none)."""
     m = sm.ctx.model
-    own = [p for p in sm.on_line(d) if p.ops and m.frame_of[p.i] >= 0]
+    spans = sorted((m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in m.named(prefix)
+                   if m.cpu[i].cat == "user_annotation")
+    if not spans:
+        return []
+    out, k = [], 0
+    for p in sm.points():  # both in time order
+        while k < len(spans) and spans[k][1] < p.ts:
+            k += 1
+        if k < len(spans) and spans[k][0] <= p.ts <= spans[k][1]:
+            out.append(p)
+    return out
+
+
+def _loop(sm: StepModel, own: list) -> Change:
+    """A loop made one call (foreach, a vectorised op): of ``own``, the kernels launched over and
+    over (not the one-off ones) keep the CPU time of one launch per kernel, and each loses the
+    floor a launch costs the GPU (the shortest of them) but keeps its work."""
+    m = sm.ctx.model
     count: dict = {}
     for p in own:
         for g, _, _ in p.ops:
             count[m.gpu[g].name] = count.get(m.gpu[g].name, 0) + 1
     n_steps = len(sm.steps)
     loop = {name for name, c in count.items() if c > n_steps}
-    pts = [p for p in own if all(m.gpu[g].name in loop for g, _, _ in p.ops)]
+    pts = [p for p in own if p.ops and all(m.gpu[g].name in loop for g, _, _ in p.ops)]
     if not pts:
         return Change()
     share = min(1.0, len(loop) * n_steps / len(pts))
@@ -151,8 +167,22 @@ def _line_loop(sm: StepModel, d) -> Change:
     return ch
 
 
+def _line_loop(sm: StepModel, d) -> Change:
+    """The loop of the finding's own line (not its backward's)."""
+    m = sm.ctx.model
+    return _loop(sm, [p for p in sm.on_line(d) if p.ops and m.frame_of[p.i] >= 0])
+
+
+def _optimizer(sm: StepModel, d) -> Change:
+    """The single-tensor optimizer's loop: what ``optimizer.step()`` launches (its annotation),
+    else what the finding's line launches."""
+    ch = _loop(sm, [p for p in _in_ranges(sm, OPT_STEP) if p.ops])
+    return ch if not ch.empty() else _line_loop(sm, d)
+
+
 def _zero_grad(sm, d) -> Change:
-    pts = [p for p in sm.on_line(d) if p.ops]
+    """Every launch of ``zero_grad()`` (its annotation, else the finding's line) gone."""
+    pts = [p for p in _in_ranges(sm, OPT_ZERO) if p.ops] or [p for p in sm.on_line(d) if p.ops]
     return Change(keep={p.i: 0.0 for p in pts}, drop={p.i for p in pts})
 
 
@@ -232,7 +262,7 @@ def _gpu_cut(key: str):
 
 # code -> the change its fix makes to the replayed step (engine/stepmodel.py)
 CHANGES: dict[str, Callable] = {
-    "optimizer-foreach-off": _line_loop,
+    "optimizer-foreach-off": _optimizer,
     "launch-storm": _line_loop,
     "zero-grad-not-none": _zero_grad,
     "host-sync": _unblock,
@@ -303,6 +333,10 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
             saved, step = given_back(ctx, max(0.0, cpu), max(0.0, gpu), d.code in WAITS)
             if sm.ok:  # shares of the replayed step, as the others
                 step = sm.base
+            cost = max(cpu, gpu)
+            if cost >= HIDDEN_MIN * step and saved < HIDDEN_SHARE * cost:
+                d.evidence["impact_cost_us_per_step"] = round(cost, 3)
+                d.impact_note = _not_waited(d, "CPU" if gpu >= cpu else "GPU", cost)
         share = min(1.0, saved / step) if step > 0 else 0.0
         d.impact_us_per_step = round(min(saved, step), 3)
         d.impact_pct = round(100 * share, 2)
@@ -363,8 +397,11 @@ def _hidden(sm: StepModel, diagnostics: list[Diagnostic], changes: dict, after: 
             first = ", ".join(f"{o.code}{_where(o)}" for o in best)
             d.impact_note = f"hidden behind the {side}-bound step: fix {first} first; then ~{us(then)} per step"
         else:
-            d.impact_note = (f"hidden behind the {side}-bound step: it removes {us(cost)} per step "
-                             f"that the step does not wait on")
+            d.impact_note = _not_waited(d, side, cost)
+
+
+def _not_waited(d: Diagnostic, side: str, cost: float) -> str:
+    return f"hidden behind the {side}-bound step: it removes {us(cost)} per step that the step does not wait on"
 
 
 def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
