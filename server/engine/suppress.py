@@ -108,19 +108,22 @@ class Comments:
 
 
 _NONE = Comments(())
-_SCANNED: "OrderedDict[int, tuple[Sequence[str], Comments]]" = OrderedDict()
+_SCANNED: "OrderedDict[tuple[str, ...], Comments]" = OrderedDict()
 
 
 def comments(lines: Sequence[str]) -> Comments:
-    """``lines``' comments, for ``codes`` (kept for the last few line tuples seen: a file's lines
-    are one tuple until it changes). Lines without ``profd:`` or ``noqa:`` anywhere are not
-    tokenized at all (so the statement spans are only there when a comment could be)."""
-    hit = _SCANNED.get(id(lines))
-    if hit is not None and hit[0] is lines:
-        return hit[1]
-    c = Comments(lines) if any(_MAYBE.search(ln) for ln in lines) else _NONE
-    _SCANNED[id(lines)] = (lines, c)  # holding ``lines`` keeps its id from being reused
-    if len(_SCANNED) > 64:
+    """``lines``' comments, for ``codes`` (kept by content for the last few texts seen: the
+    daemon asks again at each publish, with the same text read anew). Lines without ``profd:`` or
+    ``noqa:`` anywhere are not tokenized at all (so the statement spans are only there when a
+    comment could be)."""
+    key = tuple(lines)
+    hit = _SCANNED.get(key)
+    if hit is not None:
+        _SCANNED.move_to_end(key)
+        return hit
+    c = Comments(key) if any(_MAYBE.search(ln) for ln in key) else _NONE
+    _SCANNED[key] = c
+    if len(_SCANNED) > 16:
         _SCANNED.popitem(last=False)
     return c
 
