@@ -64,7 +64,7 @@ async def test_a_hung_source_file_does_not_stop_the_loop(tmp_path):
     os.environ["PROFD_TEST_HANG_FLAG"], os.environ["PROFD_TEST_HANG_DONE"] = flag, done
     client = make_test_lsp_client()
     await client.start_io(sys.executable, "-c", SHIM, "serve", "--stdio", "--watch", str(watch),
-                          "--state", str(state), *FAST)
+                          "--state", str(state), "--workspace", str(slow), *FAST)  # (frames outside it stay unmapped)
     try:
         await client.initialize_session(L.InitializeParams(
             capabilities=client_capabilities("neovim@v0.9.1")))

@@ -37,9 +37,12 @@ from ...protocol import methods as M
 from ...protocol import types as T
 from ..engine import impact
 from ..engine.sourcemap import read_lines, split_lines
+from . import confine
+from .confine import shown
 from .placement import local_sources, placed_path, unmapped_hint
-from .store import Row, Store, private_dir
-from .watcher import Intake, Outcome, Sig, Watcher, inside, sig_of, signature
+from .store import Lru, Row, Store, private_dir
+from .watcher import (Intake, Outcome, Sig, Watcher, inside, refusal, same_file, sig_of,
+                      signature)
 
 log = logging.getLogger("profd.core")
 
@@ -130,9 +133,9 @@ def _analyze_held(path: str, opts) -> tuple[T.Report, Optional[Sig]]:
         before = _fd_sig(fd)
         via = f"{_FD_DIR}/{fd}" if os.path.isdir(_FD_DIR) else path
         report = relabel(analyze_or_error(via, opts), path)
-        if via == path and signature(path) != before:
+        if via == path and not same_file(signature(path), before):
             return report, None
-        return report, before if _fd_sig(fd) == before else None
+        return report, before if same_file(_fd_sig(fd), before) else None
     finally:
         os.close(fd)
 
@@ -368,7 +371,7 @@ _HASH_CHILD = (
     "    st = os.fstat(f.fileno())\n"
     "    while chunk := f.read(1 << 20):\n"
     "        h.update(chunk)\n"
-    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino)\n")
+    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)\n")
 BG_HASH_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
 
 
@@ -448,7 +451,7 @@ class SourceLines:
             try:
                 st = os.stat(p)
                 mtime = st.st_mtime if stat.S_ISREG(st.st_mode) else None
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL byte in a frame's path
                 mtime = None
             old = self._snap.pop(p, None)
             if old is not None:
@@ -458,7 +461,7 @@ class SourceLines:
             funcs = old.functions if same else None
             if with_outline and funcs is None:
                 funcs = outline.functions(lines)
-            self._snap[p] = Snap(mtime, lines, os.path.realpath(p), funcs)
+            self._snap[p] = Snap(mtime, lines, confine.real(p) or p, funcs)
             self.chars += _chars(lines)
             while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and
                                                  len(self._snap) > 1):
@@ -475,6 +478,12 @@ class SourceLines:
 
     def isfile(self, path: str) -> bool:
         return self.mtime(path) is not None
+
+    def local(self, path: str, roots: list[str]) -> bool:
+        """Whether ``path`` is a regular file (as last read) inside one of the folders ``roots``
+        (warmed too: their real paths are known): only those get findings, hovers and edits."""
+        return self.isfile(path) and confine.within(
+            self.real(path), [self.real(r) for r in roots], resolved=True)
 
     def real(self, path: str) -> str:
         s = self._snap.get(path)
@@ -508,7 +517,7 @@ class Core:
         self.running = 0
         self.started = time.time()
         self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)
-        self._cache: OrderedDict[str, T.Report] = OrderedDict()
+        self._cache = Lru()  # decoded reports, bounded in count and bytes
         # Reports made with one request's own options (profd/analyze {workspace, disabled, ...}):
         # kept for that client's repeats, never indexed, so no other client sees them.
         self._aside: OrderedDict[str, bytes] = OrderedDict()
@@ -664,6 +673,15 @@ class Core:
         self._unsaved.pop(kind, None)
         try:
             return getattr(self.store, op[0])(*op[1:])
+        except sqlite3.DataError as e:  # this one row is over SQLite's limits: it alone is refused
+            log.error("profd: the results store refused the report of %s (%s); stored an error in "
+                      "its place, the other reports are kept", kind[1], e)
+            if op[0] == "put" and op[6] is None:
+                err = (f"profd: the report of {op[2]} ({len(op[5])} bytes) is more than the "
+                       f"results store takes ({e})")
+                stub = T.encode(T.Report(trace=T.TraceInfo(path=op[2], sha256="", size_bytes=op[4]),
+                                         error=err, profd_version=__version__))
+                return self._write((*op[:5], stub, err, *op[7:]))
         except sqlite3.OperationalError as e:
             if not self._unsaved:
                 log.error("profd: cannot write the results store %s (%s); keeping reports in "
@@ -757,7 +775,7 @@ class Core:
 
     def _link(self, path: str, key: str, sig: Sig) -> None:
         """The file at ``path`` now holds the content of the stored report ``key``."""
-        self._write(("link", path, key, sig[1] / 1e9, sig[0]))
+        self._write(("link", path, key, sig[1] / 1e9, sig[0], *sig[2:4]))
         self._index(self.meta[key], path)
         for s in list(self.sessions):
             try:
@@ -781,7 +799,6 @@ class Core:
     def report(self, key: str) -> Optional[T.Report]:
         r = self._cache.get(key)
         if r is not None:
-            self._cache.move_to_end(key)
             return r
         unsaved = self._unsaved.get(("put", self.meta[key].path)) if key in self.meta else None
         try:
@@ -789,15 +806,16 @@ class Core:
             if data is None:
                 return None
             r = T.decode_report(data)
+        except sqlite3.DataError as e:  # this row alone (over this SQLite's limits): not the store
+            self._undecodable(key, e)
+            return None
         except sqlite3.DatabaseError as e:
             self._rebuild(e)
             return None
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             self._undecodable(key, e)
             return None
-        self._cache[key] = r
-        if len(self._cache) > 64:
-            self._cache.popitem(last=False)
+        self._cache.put(key, r, len(data))
         return r
 
     def keys_for(self, source: str) -> list[str]:
@@ -912,7 +930,7 @@ class Core:
                 proc.kill()
             raise
         digest, *st = out.decode(errors="replace").split() or [""]
-        if proc.returncode != 0 or len(digest) != 64 or len(st) != 3:
+        if proc.returncode != 0 or len(digest) != 64 or len(st) != 4:
             return None  # gone or unreadable
         return digest, tuple(int(x) for x in st)
 
@@ -960,10 +978,10 @@ class Core:
         while being read: nobody can tell what it read)."""
         if read is None:
             return None
-        if read == hsig:
+        if same_file(read, hsig):
             return key, hsig
         again = await self._hash(path)
-        if again is None or again[1] != read:
+        if again is None or not same_file(again[1], read):
             log.info("profd: %s was replaced while it was read; looking at it again", path)
             return None
         return f"{again[0]}:{key.split(':', 1)[1]}", again[1]
@@ -1041,7 +1059,7 @@ class Core:
                                                               thresholds)
             # The lines its findings sit on, read now (off the loop): while this analysis is still
             # in flight, so a repeat of its content joins it instead of starting another.
-            await SOURCES.warm(line_sources(T.decode_report(data)))
+            await SOURCES.warm([*line_sources(T.decode_report(data)), *workspace])
             self.analyses += 1
             t1 = time.time()
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
@@ -1082,14 +1100,15 @@ class Core:
             if current:                                          # another name: the same content
                 self._link(path, key, sig)
             return
-        sources = local_sources(report, path, SOURCES.isfile)  # read by the analysis' warm()
+        ws = self.cfg.workspace  # files outside it are never shown on (confine)
+        sources = local_sources(report, path, lambda p: SOURCES.local(p, ws))  # warmed by _analyse
         size, mtime_ns = sig[0], sig[1]
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
         created = self._write(("put", key, path, mtime_ns / 1e9, size, data, report.error,
-                               sources, rec)) or time.time()
+                               sources, rec, *sig[2:4])) or time.time()
         self._keep_texts(key, [s for s in sources if s != path])
         row = Row(key, path, mtime_ns / 1e9, size, report.error, sources, created, rec)
-        self._cache[key] = report
+        self._cache.put(key, report, len(data))
         if not current:
             self.meta[key] = row
             return
@@ -1107,9 +1126,17 @@ class Core:
     async def _handle_watched(self, path: str, sig: Sig) -> Optional[Outcome]:
         if not inside(path, self.cfg.watch):  # became a symlink out of the folder meanwhile
             return None
-        known = self.store.known_file(path, sig[1] / 1e9, sig[0])
+        known = self.store.known_file(path, sig[1] / 1e9, sig[0], *sig[2:4])
         if known and known.endswith(":" + self.fp) and self._known(known):
             return None
+        why = await self.io(refusal, path, self._pool.mem_bytes)
+        if why is not None:  # not hashed: keyed by its signature, an error report said at once
+            key = "sig-%d-%d-%d-%d:%s" % (*sig[:4], self.fp)
+            if self._known(key):
+                return None
+            report = self._refused(path, sig[0], why)
+            return Outcome(ok=False, sig=sig, commit=functools.partial(
+                self._commit, key, path, sig, T.encode(report), report))
         size, cfg, fp = sig[0], self.cfg, self.fp
         opts = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)  # configure() replaces, never mutates
         if not self._may_repeat(size):
@@ -1156,23 +1183,19 @@ class Core:
 
     def check_path(self, path: str) -> str:
         """The real path of ``path`` if it lies under a root (symlinks resolved), else PathError."""
-        if not isinstance(path, str) or not path or "\0" in path:
-            raise PathError(-32602, "profd: analyze wants a path")
-        if path.startswith("file://"):
+        if isinstance(path, str) and path.startswith("file://"):
             from urllib.parse import unquote, urlparse
             path = unquote(urlparse(path).path)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise PathError(-32602, f"profd: analyze wants a path, got {shown(path)}")
         if not os.path.isabs(path):
-            raise PathError(-32602, f"profd: analyze wants an absolute path, got {path!r}")
-        real = os.path.realpath(path)
-        for root in self.roots():
-            r = os.path.realpath(root)
-            if real == r or real.startswith(r.rstrip(os.sep) + os.sep):
-                break
-        else:
+            raise PathError(-32602, f"profd: analyze wants an absolute path, got {shown(path)}")
+        real = confine.real(path)
+        if real is None or not confine.within(real, self.roots()):
             raise PathError(M.ERR_FORBIDDEN_PATH,
-                            f"profd: {path} is outside the watched folder and workspace roots")
+                            f"profd: {shown(path)} is outside the watched folder and workspace roots")
         if not os.path.isfile(real):
-            raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {path}")
+            raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {shown(path)}")
         return real
 
     async def io(self, fn, *args):
@@ -1180,8 +1203,17 @@ class Core:
         loop (a hung mount stalls that thread, not every client)."""
         return await self.loop.run_in_executor(self._io, fn, *args)
 
+    def _refused(self, path: str, size: int, why: str) -> T.Report:
+        log.warning("profd: %s: %s", path, why)
+        return T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=size),
+                        error=f"profd: bad trace {path}: {why}", profd_version=__version__)
+
     async def analyze(self, p: M.AnalyzeParams) -> T.Report:
         real = await self.io(self.check_path, p.path)
+        why = await self.io(refusal, real, self._pool.mem_bytes)
+        if why is not None:
+            sig = await self.io(signature, real)
+            return self._refused(p.path, sig[0] if sig else 0, why)
         cfg = self.cfg
         ws = [os.path.abspath(w) for w in p.workspace] if p.workspace is not None else cfg.workspace
         pm = [tuple(x) for x in p.path_map] if p.path_map is not None else cfg.path_map

@@ -35,6 +35,7 @@ from ...protocol.diff import LineDelta, ReportDiff
 from . import encoding, outline, positions, publish as policy, quickfix, record_lsp, settings as S
 from .settings import plain as _plain
 from .core import SOURCES, Core, PathError
+from .confine import shown
 from .placement import UNMAPPED
 from ..engine.diff import diff_reports
 from ..engine.impact import impact_text, top
@@ -92,6 +93,15 @@ class ProfdProtocol(LanguageServerProtocol):
             result.capabilities.diagnostic_provider = None
         return result
 
+    def _send_response(self, msg_id, result=None, error=None):
+        """A handler's exception goes back as a plain message, never its traceback (pygls sends
+        it in ``data``; the log has it): bad input (a NUL in a path, a list where a number goes)
+        is InvalidParams, anything else InternalError."""
+        if error is not None and isinstance(getattr(error, "data", None), dict) \
+                and "traceback" in error.data:
+            error = client_error(error)
+        return super()._send_response(msg_id, result, error)
+
     @lsp_method(L.EXIT)
     def lsp_exit(self, *args):  # type: ignore[override]
         s = getattr(self, "session", None)
@@ -100,6 +110,22 @@ class ProfdProtocol(LanguageServerProtocol):
             s.close()
         return None
         yield  # a generator, like pygls's
+
+
+_BAD_INPUT = ("ValueError", "TypeError", "KeyError", "IndexError", "OverflowError", "UnicodeError",
+              "UnicodeEncodeError", "UnicodeDecodeError", "AttributeError", "RecursionError")
+
+
+def client_error(error):
+    """pygls's error for an exception in a handler ("ValueError: embedded null byte" and its
+    traceback) as a client should get it: -32602 for bad input, -32603 otherwise, the message
+    plain and short, no ``data``."""
+    text = str(getattr(error, "message", "") or "")
+    kind = text.split(":", 1)[0].strip()
+    if kind in _BAD_INPUT:
+        return type(error)(code=-32602, message=f"profd: invalid params: {shown(text)}")
+    return type(error)(code=-32603, message=f"profd: internal error ({shown(kind, 60)}; the "
+                                           "daemon's log has the details)")
 
 
 # ---- formatting ---------------------------------------------------------------------------------

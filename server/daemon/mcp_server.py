@@ -30,11 +30,14 @@ from ..engine.diff import diff_reports
 from ..engine.job import analyze_job
 from ..engine.modules import tree_document
 from ..engine.rules.docs import rule_page
-from . import rpc
+from . import confine, rpc
+from .confine import shown
+from .store import Lru
 
 TRACE_SUFFIXES = (".json", ".pt.trace.json", ".json.gz")
 MAX_TOP = 100  # the most items one answer carries, whatever the agent asks
 MAX_FOLDER_TRACES = 200
+MAX_JOB_RANKS = 256  # rank traces one job_report reads (each is a whole analysis)
 WORKLOAD_TIMEOUT_S = 600
 RECORD_TIMEOUT_S = 600.0
 
@@ -56,7 +59,7 @@ class Backend:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self._local: dict[tuple, T.Report] = {}
+        self._local = Lru(max_items=16)  # bounded: in count and in the reports' bytes
 
     def daemon(self) -> Optional[dict]:
         try:
@@ -79,7 +82,7 @@ class Backend:
         if rep is None:
             opts = Options(workspace=workspace, disabled=disabled)
             rep = await anyio.to_thread.run_sync(lambda: analyze_or_error(path, opts))
-            self._local[key] = rep
+            self._local.put(key, rep, len(T.encode(rep)))
         return rep
 
     async def reports(self) -> list[dict]:
@@ -136,18 +139,18 @@ def build(cfg: Config) -> MCPServer:
         "analyze_trace; explain_rule gives a rule's page; diff_traces compares before/after."))
 
     def confined(path: str, what: str = "path") -> str:
-        if not isinstance(path, str) or not path or "\0" in path:
-            raise ToolError(f"profd: {what} must be a non-empty path")
-        real = os.path.realpath(os.path.expanduser(path))
-        if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in cfg.roots):
-            raise ToolError(f"profd: {path} is outside the roots this server may read "
+        real = confine.real(os.path.expanduser(path)) if isinstance(path, str) and "\0" not in path else None
+        if real is None:
+            raise ToolError(f"profd: {what} must be a non-empty path without NUL bytes, got {shown(path)}")
+        if not confine.within(real, cfg.roots, resolved=True):
+            raise ToolError(f"profd: {shown(path)} is outside the roots this server may read "
                             f"({', '.join(cfg.roots)}); start `profd mcp --root DIR` to allow it")
         return real
 
     def existing_file(path: str, what: str = "path") -> str:
         real = confined(path, what)
         if not os.path.isfile(real):
-            raise ToolError(f"profd: {path}: no such trace file")
+            raise ToolError(f"profd: {shown(path)}: no such trace file")
         return real
 
     def codes(items: list[str], allow_families: bool = True) -> set[str]:
@@ -157,7 +160,7 @@ def build(cfg: Config) -> MCPServer:
             try:
                 out |= expand_code(item, allow_families)
             except UnknownCode as e:
-                raise ToolError(f"profd: unknown rule code {item!r}"
+                raise ToolError(f"profd: unknown rule code {shown(item)}"
                                 + (f"; did you mean {e.nearest!r}?" if e.nearest else ""))
         return out
 
@@ -198,9 +201,12 @@ def build(cfg: Config) -> MCPServer:
                     "findings": [finding(d) for d in items], "nextCursor": nxt}
         root = confined(folder, "folder")
         if not os.path.isdir(root):
-            raise ToolError(f"profd: {folder}: not a folder")
+            raise ToolError(f"profd: {shown(folder)}: not a folder")
+        # each file as a path would be: a symlink in the folder that leads out of the roots is
+        # not read (os.walk does not enter linked folders; a linked file is resolved here)
         traces = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
-                        if f.endswith(TRACE_SUFFIXES))[:MAX_FOLDER_TRACES]
+                        if f.endswith(TRACE_SUFFIXES) and
+                        confine.within(os.path.join(d, f), cfg.roots))[:MAX_FOLDER_TRACES]
         chunk, nxt = page(traces, top, cursor)
         out = []
         for t in chunk:
@@ -260,6 +266,9 @@ def build(cfg: Config) -> MCPServer:
         time, exposed communication and wait, and which rank the others wait for (rank-straggler)."""
         if not paths:
             raise ToolError("profd: job_report wants the rank traces of one job")
+        if len(paths) > MAX_JOB_RANKS:
+            raise ToolError(f"profd: job_report takes at most {MAX_JOB_RANKS} rank traces, got "
+                            f"{len(paths)}")
         real = [existing_file(p) for p in paths]
         opts = Options(workspace=workspace_for(workspace))
         reports, jobs = await anyio.to_thread.run_sync(lambda: analyze_job(real, opts))
@@ -346,7 +355,7 @@ def build(cfg: Config) -> MCPServer:
     def rule_resource(code: str) -> str:
         text = rule_page(code)
         if text is None:
-            raise ToolError(f"profd: unknown rule code {code!r}")
+            raise ToolError(f"profd: unknown rule code {shown(code)}")
         return text
 
     @mcp.resource("profd://reports/latest", mime_type="application/json",

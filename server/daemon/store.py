@@ -3,8 +3,11 @@
 ``reports``: one row per key (raw-file sha256 + options fingerprint, see protocol.methods), the
 encoded Report and the absolute source files its findings point at (so a restart rebuilds the
 per-source index without decoding a single report). ``files``: trace path -> key of its newest
-content, with the size/mtime it had, so a restart skips hashing files it already knows.
-``texts``: the source files' text each report was made against (its positions' baseline).
+content, with the size/mtime/inode/ctime it had, so a restart skips hashing files it already
+knows (and hashes one whose content was replaced keeping its size and mtime).
+``texts``: the source files' text each report was made against (its positions' baseline). A report
+over SQLite's limits (``sqlite3.DataError``) is refused alone: the daemon stores an error in its
+place, never taking it for a corrupt store.
 Thread-safe (one connection, one lock); every call is short.
 
 The database is the daemon's alone (``locking_mode=EXCLUSIVE``): the WAL index then lives in the
@@ -24,6 +27,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from typing import Iterator, NamedTuple, Optional
 from urllib.parse import quote
 
@@ -46,7 +50,9 @@ CREATE TABLE IF NOT EXISTS files (
     key TEXT NOT NULL,
     mtime REAL NOT NULL,
     size INTEGER NOT NULL,
-    seen REAL NOT NULL
+    seen REAL NOT NULL,
+    ino INTEGER,
+    ctime_ns INTEGER
 );
 CREATE INDEX IF NOT EXISTS reports_created ON reports(created);
 CREATE TABLE IF NOT EXISTS texts (
@@ -140,6 +146,10 @@ class Store:
             cols = {r[1] for r in c.execute("PRAGMA table_info(reports)")}
             if "recorded" not in cols:  # a store from before recording times were kept
                 c.execute("ALTER TABLE reports ADD COLUMN recorded REAL")
+            fcols = {r[1] for r in c.execute("PRAGMA table_info(files)")}
+            for col in ("ino", "ctime_ns"):  # a store from before files were told by them
+                if col not in fcols:
+                    c.execute(f"ALTER TABLE files ADD COLUMN {col} INTEGER")
 
     def _open_read_only(self, why: OSError) -> None:
         """Nothing under the state dir can be written: serve the store as it is, read-only
@@ -207,15 +217,16 @@ class Store:
 
     # ---- writes -----------------------------------------------------------------------------
     def put(self, key: str, path: str, mtime: float, size: int, report: bytes,
-            error: Optional[str], sources: list[str], recorded: Optional[float] = None) -> float:
+            error: Optional[str], sources: list[str], recorded: Optional[float] = None,
+            ino: Optional[int] = None, ctime_ns: Optional[int] = None) -> float:
         """Store a report and point its trace path at it, in one transaction. Returns created."""
         now = time.time()
         with self._tx() as c:
             c.execute("INSERT OR REPLACE INTO reports(key, path, mtime, size, report, error, sources,"
                       " created, recorded) VALUES (?,?,?,?,?,?,?,?,?)",
                       (key, path, mtime, size, report, error, json.dumps(sources), now, recorded))
-            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen) VALUES (?,?,?,?,?)",
-                      (path, key, mtime, size, now))
+            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
+                      "VALUES (?,?,?,?,?,?,?)", (path, key, mtime, size, now, ino, ctime_ns))
         return now
 
     def put_texts(self, key: str, texts: dict[str, str]) -> None:
@@ -227,11 +238,12 @@ class Store:
     def texts(self, key: str) -> dict[str, str]:
         return dict(self._q("SELECT path, text FROM texts WHERE key=?", (key,)))
 
-    def link(self, path: str, key: str, mtime: float, size: int) -> None:
+    def link(self, path: str, key: str, mtime: float, size: int, ino: Optional[int] = None,
+             ctime_ns: Optional[int] = None) -> None:
         """Record that the file at ``path`` (as stat'ed) has the content of ``key``."""
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen) VALUES (?,?,?,?,?)",
-                      (path, key, mtime, size, time.time()))
+            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
+                      "VALUES (?,?,?,?,?,?,?)", (path, key, mtime, size, time.time(), ino, ctime_ns))
 
     # ---- reads ------------------------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -246,9 +258,14 @@ class Store:
                     (key,))
         return _row(r[0]) if r else None
 
-    def known_file(self, path: str, mtime: float, size: int) -> Optional[str]:
-        """The key of ``path`` if it is unchanged since it was last seen (same size and mtime)."""
-        r = self._q("SELECT key FROM files WHERE path=? AND mtime=? AND size=?", (path, mtime, size))
+    def known_file(self, path: str, mtime: float, size: int, ino: Optional[int] = None,
+                   ctime_ns: Optional[int] = None) -> Optional[str]:
+        """The key of ``path`` if it is unchanged since it was last seen: the same size and mtime,
+        and the same inode and change time (another content copied in with the old size and mtime,
+        ``rsync -a``/``cp -p``/``tar x``, has a new change time, and often a new inode). A file
+        recorded without them (an older store) is hashed once more."""
+        r = self._q("SELECT key FROM files WHERE path=? AND mtime=? AND size=? AND ino IS ? AND "
+                    "ctime_ns IS ?", (path, mtime, size, ino, ctime_ns))
         return r[0][0] if r else None
 
     def drop(self, key: str) -> None:
@@ -282,3 +299,44 @@ class Store:
 
 def _row(r: tuple) -> Row:
     return Row(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "[]"), r[6], r[7])
+
+
+class Lru:
+    """Decoded reports kept for their next use, least recently used dropped first, bounded in
+    count and in the encoded bytes they came from (a report is at most
+    ``engine.bound.MAX_REPORT_BYTES``; its objects take a few times that): the daemon's cache and
+    the MCP server's alike."""
+
+    def __init__(self, max_items: int = 64, max_bytes: int = 128 << 20):
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self._d: "OrderedDict[object, tuple[object, int]]" = OrderedDict()
+        self.bytes = 0
+
+    def get(self, key):
+        hit = self._d.get(key)
+        if hit is None:
+            return None
+        self._d.move_to_end(key)
+        return hit[0]
+
+    def put(self, key, value, nbytes: int) -> None:
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self._d[key] = (value, nbytes)
+        self.bytes += nbytes
+        while len(self._d) > 1 and (len(self._d) > self.max_items or self.bytes > self.max_bytes):
+            self.bytes -= self._d.popitem(last=False)[1][1]
+
+    def __contains__(self, key) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def values(self):
+        return [v for v, _ in self._d.values()]
+
+    def clear(self) -> None:
+        self._d.clear()
+        self.bytes = 0

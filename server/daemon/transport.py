@@ -8,10 +8,14 @@ before ``initialize`` -32002, and over TCP an ``initialize`` without the daemon'
 (-32001, logged) and the connection closed. Bodies are capped so no client can make us buffer
 gigabytes; header lines and header blocks too (answered -32600, one log line, no traceback).
 
-Strangers are kept out cheaply: a TCP connection has ``auth_timeout`` s to send ``initialize``
-with the token, at most ``MAX_UNAUTHED`` connections may be waiting to (the oldest is dropped for
-a new one, so idle sockets never lock out the owner), and at most ``max_conns`` in all, well
-under the process's file limit (no EMFILE storms in the accept loop).
+Strangers are kept out cheaply: until a TCP connection has sent ``initialize`` with the token it
+is only a socket whose frames are read (bodies up to ``MAX_UNAUTHED_BODY``) and checked; its LSP
+server is built after (issue 28: building one per connection first let 100 token-less connections
+a second slow the owner's requests from 1 ms to 0.34 s, and 250 a second lock him out). It has
+``auth_timeout`` s to do so, at most ``MAX_UNAUTHED`` connections may be waiting to (a new one
+makes room by dropping the oldest that has sent nothing yet, else the oldest: idle sockets never
+lock out the owner, and a burst of the owner's own clients fits), and at most ``max_conns`` in
+all, well under the process's file limit (no EMFILE storms in the accept loop).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import orjson
 from pygls.exceptions import JsonRpcException
 
 from ...protocol import methods as M
+from .confine import shown
 from .core import Core
 from .lsp import LspSession
 
@@ -35,7 +40,8 @@ log = logging.getLogger("profd.transport")
 
 MAX_BODY = 64 << 20
 MAX_HEADER = 8 << 10  # bytes of headers before a body (LSP sends two short lines)
-MAX_UNAUTHED = 32
+MAX_UNAUTHED = 128  # connections waiting to show the token (each a socket and a few KB)
+MAX_UNAUTHED_BODY = 1 << 20  # a message before the token: an initialize is a few KB
 # Output a TCP client has not read yet: past PAUSE_UNREAD its requests are not read until it reads
 # (back-pressure: its own requests cannot grow our buffer); past MAX_UNREAD (pushes to a client
 # that never reads, or many big answers at once) it is disconnected.
@@ -64,35 +70,31 @@ def _error(msg_id: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
 
 
-async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str,
-                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None) -> int:
-    """Run one client's session until it disconnects, sends ``exit``, or (TCP) has not sent the
-    token within ``auth_timeout`` s; ``on_auth()`` once it has. The exit status the spec asks
-    for: 1 after an ``exit`` that no ``shutdown`` came before, else 0."""
-    session = LspSession(core, token, peer)
-    proto = session.ls.protocol
-    done = asyncio.Event()
-    transport = getattr(writer, "transport", None)  # TCP: a socket's buffer we can see
-    if transport is not None:
-        writer = _Bounded(writer, peer, done)
-    proto.set_writer(writer)
-    session.on_close = done.set
+class _Framing:
+    """Reading and writing LSP frames on one connection: bodies capped at ``max_body`` (smaller
+    before a TCP client has shown the token: an ``initialize`` is a few KB), header lines and
+    header blocks too."""
 
-    def send_raw(obj: dict) -> None:
-        res = writer.write(_frame(obj))
+    def __init__(self, reader, writer, max_body: int = MAX_BODY):
+        self.reader, self.writer, self.max_body = reader, writer, max_body
+        self.heard = False  # the client has sent something
+
+    def send_raw(self, obj: dict) -> None:
+        res = self.writer.write(_frame(obj))
         if asyncio.iscoroutine(res):
             asyncio.ensure_future(res)
 
-    async def read_message() -> Optional[bytes]:
+    async def read_message(self) -> Optional[bytes]:
         length = None
         seen = 0
         while True:
             try:
-                line = await reader.readline()
+                line = await self.reader.readline()
             except (ValueError, asyncio.LimitOverrunError):  # one line past the stream's limit
                 raise _BadHeader("a header line is too long") from None
             if not line:
                 return None
+            self.heard = True
             seen += len(line)
             if seen > MAX_HEADER:
                 raise _BadHeader(f"more than {MAX_HEADER} bytes of headers")
@@ -103,77 +105,122 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
             m = _CL.match(line)
             if m:
                 length = int(m.group(1))
-        if length > MAX_BODY:
-            send_raw(_error(None, -32600, f"profd: message of {length} bytes refused"))
+        if length > self.max_body:
+            self.send_raw(_error(None, -32600, f"profd: message of {length} bytes refused"))
             return None
-        return await reader.readexactly(length)
+        return await self.reader.readexactly(length)
 
-    loop = asyncio.get_running_loop()
-    auth_deadline = loop.time() + auth_timeout
-    try:
-        while not done.is_set():
-            rd = asyncio.ensure_future(read_message())
-            stop = asyncio.ensure_future(done.wait())
-            wait = None if session.authed else max(0.0, auth_deadline - loop.time())
-            await asyncio.wait({rd, stop}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if not rd.done():
-                rd.cancel()
-                stop.cancel()
-                if not session.authed and not done.is_set():
-                    log.warning("profd: closed %s: no initialize with the token within %.0f s",
-                                peer, auth_timeout)
-                break
-            stop.cancel()
+    async def next_json(self, peer: str) -> tuple[str, Any]:
+        """The next message as ("msg", (raw dict, body)), or ("end", None) when the connection is
+        over; bodies that are not JSON or not JSON-RPC are answered here and skipped."""
+        while True:
             try:
-                body = rd.result()
+                body = await self.read_message()
             except (asyncio.IncompleteReadError, ConnectionError):
-                break
+                return "end", None
             except _BadHeader as e:
                 log.warning("profd: closed %s: %s", peer, e)
-                send_raw(_error(None, -32600, f"profd: {e}"))
-                await _drain(writer)
-                break
+                self.send_raw(_error(None, -32600, f"profd: {e}"))
+                await _drain(self.writer)
+                return "end", None
             if body is None:
-                break
+                return "end", None
             try:
                 raw = orjson.loads(body)
             except orjson.JSONDecodeError as e:
                 log.warning("profd: %s sent a body that is not JSON: %s", peer, e)
-                send_raw(_error(None, -32700, f"Parse error: {e}"))
+                self.send_raw(_error(None, -32700, f"Parse error: {e}"))
                 continue
             if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or not (
                     isinstance(raw.get("method"), str) or "id" in raw):
-                send_raw(_error(raw.get("id") if isinstance(raw, dict) else None, -32600,
-                                "Invalid Request: not a JSON-RPC 2.0 message"))
+                self.send_raw(_error(raw.get("id") if isinstance(raw, dict) else None, -32600,
+                                     "Invalid Request: not a JSON-RPC 2.0 message"))
                 continue
+            return "msg", (raw, body)
+
+
+async def _authenticate(io: _Framing, token: str, peer: str) -> Optional[tuple[dict, bytes]]:
+    """A TCP client before it is anyone: nothing but frames read and its ``initialize`` checked
+    against the token (no LSP server is built for a stranger). The initialize, or None when the
+    client went, sent ``exit`` or a wrong token (refused, logged)."""
+    while True:
+        kind, msg = await io.next_json(peer)
+        if kind == "end":
+            return None
+        raw, body = msg
+        method = raw.get("method")
+        if method == "initialize":
+            params = raw.get("params")
+            opts = params.get("initializationOptions") if isinstance(params, dict) else None
+            given = opts.get("token") if isinstance(opts, dict) else None
+            if token_ok(given, token):
+                return raw, body
+            log.warning("profd: refused %s: initialize without the daemon token", peer)
+            io.send_raw(_error(raw.get("id"), M.ERR_UNAUTHORIZED,
+                               "profd: unauthorized: initializationOptions.token is "
+                               "missing or wrong (see STATE/daemon.json)"))
+            await _drain(io.writer)
+            return None
+        if method == "exit":
+            return None
+        if "id" in raw and method is not None:
+            io.send_raw(_error(raw.get("id"), M.ERR_NOT_INITIALIZED, "profd: initialize first"))
+
+
+async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str,
+                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None,
+                        framing: Optional[_Framing] = None) -> int:
+    """Run one client's session until it disconnects, sends ``exit``, or (TCP, ``token`` given)
+    has not sent ``initialize`` with the token within ``auth_timeout`` s; ``on_auth()`` once it
+    has. Its LSP server is built only then. The exit status the spec asks for: 1 after an
+    ``exit`` that no ``shutdown`` came before, else 0."""
+    done = asyncio.Event()
+    transport = getattr(writer, "transport", None)  # TCP: a socket's buffer we can see
+    if transport is not None:
+        writer = _Bounded(writer, peer, done)
+    io = framing or _Framing(reader, writer)
+    io.writer = writer
+    first = None
+    if token is not None:
+        io.max_body = min(io.max_body, MAX_UNAUTHED_BODY)
+        try:
+            first = await asyncio.wait_for(_authenticate(io, token, peer), auth_timeout)
+        except asyncio.TimeoutError:
+            log.warning("profd: closed %s: no initialize with the token within %.0f s",
+                        peer, auth_timeout)
+            return 0
+        if first is None:
+            return 0
+        io.max_body = MAX_BODY
+        if on_auth:
+            on_auth()
+    session = LspSession(core, token, peer)
+    session.authed = True
+    proto = session.ls.protocol
+    proto.set_writer(writer)
+    session.on_close = done.set
+    send_raw = io.send_raw
+    try:
+        while not done.is_set():
+            if first is not None:
+                (raw, body), first = first, None
+            else:
+                rd = asyncio.ensure_future(io.next_json(peer))
+                stop = asyncio.ensure_future(done.wait())
+                await asyncio.wait({rd, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not rd.done():
+                    rd.cancel()
+                    break
+                stop.cancel()
+                kind, msg = rd.result()
+                if kind == "end":
+                    break
+                raw, body = msg
             method = raw.get("method")
             is_request = "id" in raw and method is not None
-            if not session.authed:
-                if method == "initialize":
-                    opts = (raw.get("params") or {}).get("initializationOptions") \
-                        if isinstance(raw.get("params"), dict) else None
-                    given = opts.get("token") if isinstance(opts, dict) else None
-                    if token_ok(given, token):
-                        session.authed = True
-                        if on_auth:
-                            on_auth()
-                    else:
-                        log.warning("profd: refused %s: initialize without the daemon token", peer)
-                        send_raw(_error(raw.get("id"), M.ERR_UNAUTHORIZED,
-                                        "profd: unauthorized: initializationOptions.token is "
-                                        "missing or wrong (see STATE/daemon.json)"))
-                        await _drain(writer)
-                        break
-                elif method == "exit":
-                    break
-                else:
-                    if is_request:
-                        send_raw(_error(raw.get("id"), M.ERR_NOT_INITIALIZED,
-                                        "profd: initialize first"))
-                    continue
             if is_request and method not in proto.fm.builtin_features \
                     and method not in proto.fm.features:
-                send_raw(_error(raw.get("id"), -32601, f"Method not found: {method}"))
+                send_raw(_error(raw.get("id"), -32601, f"Method not found: {shown(method)}"))
                 continue
             try:
                 message = json.loads(body, object_hook=proto.structure_message)
@@ -183,7 +230,7 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                 continue
             except Exception as e:  # pragma: no cover - structure failures not covered above
                 if is_request:
-                    send_raw(_error(raw.get("id"), -32600, f"Invalid Request: {e}"))
+                    send_raw(_error(raw.get("id"), -32600, f"Invalid Request: {shown(str(e))}"))
                 continue
             try:
                 proto.handle_message(message)
@@ -306,7 +353,7 @@ class TcpServer:
         self.auth_timeout = auth_timeout
         self.server: Optional[asyncio.base_events.Server] = None
         self.tasks: set[asyncio.Task] = set()
-        self.unauthed: dict[asyncio.Task, asyncio.StreamWriter] = {}  # oldest first
+        self.unauthed: dict[asyncio.Task, _Framing] = {}  # connections before the token, oldest first
         # Half the file limit for clients: the rest is the store, the watcher, the workers.
         self.max_conns = max(16, min(1024, _file_limit() // 2))
 
@@ -322,17 +369,19 @@ class TcpServer:
             log.warning("profd: refused %s: %d connections open", peer, len(self.tasks))
             writer.close()
             return
-        while len(self.unauthed) >= MAX_UNAUTHED:  # the oldest stranger makes room
-            old, w = next(iter(self.unauthed.items()))
-            del self.unauthed[old]
-            w.close()
+        while len(self.unauthed) >= MAX_UNAUTHED:  # a stranger makes room: the oldest silent one
+            old = next((t for t, f in self.unauthed.items() if not f.heard),  # (else the oldest)
+                       next(iter(self.unauthed)))
+            f = self.unauthed.pop(old)
+            f.writer.close()
             old.cancel()
+        io = _Framing(reader, writer)
         self.tasks.add(task)
-        self.unauthed[task] = writer
+        self.unauthed[task] = io
         try:
             await serve_session(self.core, reader, writer, token=self.token, peer=peer,
                                 auth_timeout=self.auth_timeout,
-                                on_auth=lambda: self.unauthed.pop(task, None))
+                                on_auth=lambda: self.unauthed.pop(task, None), framing=io)
         except asyncio.CancelledError:
             if task in self.tasks:  # evicted: not the server closing
                 log.warning("profd: dropped %s: too many connections waiting to authenticate",

@@ -38,6 +38,7 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
 from watchdog.observers import Observer
 
 from ..engine.sourcemap import nameable
+from .confine import within
 
 log = logging.getLogger("profd.watcher")
 
@@ -102,7 +103,7 @@ def _record_unwatched() -> bool:
 
 _record_unwatched()
 
-Sig = tuple  # (size, mtime_ns, ino)
+Sig = tuple  # (size, mtime_ns, ino, ctime_ns)
 WALK_LEVELS = 10_000
 
 
@@ -112,8 +113,59 @@ def matches(path: str) -> bool:
 
 
 def sig_of(st: os.stat_result) -> Sig:
-    """A file's signature from its stat: what says it is the same file, unchanged."""
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+    """A file's signature from its stat: what says it is the same file, unchanged. Size and
+    mtime alone do not (``rsync -a``, ``cp -p`` and ``tar x`` give another content the old ones):
+    the inode and the change time, which no tool can set back, do."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+HOLE_MIN = 1 << 20  # files from this size are asked for holes (a sparse file)
+
+
+def refusal(path: str, mem_bytes: int = 0) -> Optional[str]:
+    """Why the file at ``path`` is not read (not hashed, not analysed) at all, else None; asked
+    before the hash, off the loop, in a few syscalls whatever the size (issue 28: three 30 GB
+    sparse files were hashed byte by byte, 59 s in front of a new trace):
+
+    - a sparse file (a hole before its end, ``SEEK_HOLE``): a hole reads as NUL bytes, which no
+      trace holds (the reader refuses a NUL at once; hashing the holes first took ~20 s each);
+    - a file over twice the memory budget of an analysis: the engine's peak is ~0.8x an
+      uncompressed trace (README, make bench) and inflating only adds, so it cannot fit.
+    The error names the budget as the budget errors do: a bigger budget tries the file again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None  # the hash says what is wrong
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        size = st.st_size
+        if size >= HOLE_MIN and hasattr(os, "SEEK_HOLE"):
+            try:
+                hole = os.lseek(fd, 0, os.SEEK_HOLE)
+            except OSError:
+                hole = size
+            if hole < size:
+                return (f"it is a sparse file ({_size(size)}, a hole at byte {hole}): a hole reads "
+                        "as NUL bytes, which no trace holds: not read")
+        if mem_bytes and size > 2 * mem_bytes:
+            return (f"it is {_size(size)}; analysing a trace takes memory near its size (~0.8x "
+                    f"uncompressed), over the {mem_bytes >> 20} MB memory budget per analysis "
+                    "(profd serve --analysis-mb): not read")
+        return None
+    finally:
+        os.close(fd)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 1 << 30 else f"{n / 2**20:.1f} MB"
+
+
+def same_file(a: Optional[Sig], b: Optional[Sig]) -> bool:
+    """Whether two signatures of an open file say the same content: size, mtime and inode (its
+    change time moves when the file is renamed over or unlinked while open, content unchanged)."""
+    return a is not None and b is not None and a[:3] == b[:3]
 
 
 def signature(path: str) -> Optional[Sig]:
@@ -289,8 +341,7 @@ class _Events(FileSystemEventHandler):
 
 def inside(path: str, root: str) -> bool:
     """Whether ``path``, symlinks resolved, lies under the folder ``root`` (itself resolved)."""
-    real, r = os.path.realpath(path), os.path.realpath(root)
-    return real.startswith(r.rstrip(os.sep) + os.sep)
+    return within(path, [root], strict=True)
 
 
 class Watcher:

@@ -16,6 +16,7 @@ from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
 from . import impact, kernels, loader, modules, suppress
 from .analyses import Analysis, analyse, verdict
+from .bound import bound
 from .context import NO_LINE, Context, Options
 from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
@@ -84,8 +85,8 @@ def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
                                                   + max(h.cpu_total_us, h.cpu_inclusive_us)))[:MAX_HOT_LINES]
     if options.library_lines:  # off by default: the user's own lines first
         ranked += modules.library_lines(tree, diagnostics)
-    return Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
-                  modules=tree, profd_version=__version__, suppressed=suppressed)
+    return bound(Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
+                        modules=tree, profd_version=__version__, suppressed=suppressed))
 
 
 _BACKWARD = re.compile(r"(^|/)torch/(_tensor|autograd/__init__)\.py$")

@@ -48,6 +48,22 @@ OUTLIER_RATIO = 1.25
 OUTLIER_FLOOR = 0.01
 MIN_GROUP = 3  # a median of two says nothing about which one is off
 TOP_KERNELS = 3
+# What one tree may hold, whatever the trace says (issue 28: markers nested 1,430 deep with long
+# class names made each node's path name all its ancestors, a report over 1 GB). Real models nest
+# a dozen levels (GPT-2: 6) with class names of a few dozen characters; a marker deeper than
+# MAX_DEPTH counts in the module it is in (its time is there already), a class name is cut to
+# MAX_NAME characters and a path to MAX_PATH (its head and tail kept); the tree's note says so.
+MAX_DEPTH = 64
+MAX_NAME = 200
+MAX_PATH = 1000
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, its head and tail kept around an ellipsis."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 3
+    return text[:limit - tail - 1] + "…" + text[-tail:]
 
 
 class ModuleIndex:
@@ -74,14 +90,27 @@ class ModuleIndex:
         self.instance: list[str] = []
         self.first: list[int] = []  # each node's first marker event
         self.markers: list[list[int]] = []
+        self.depth: list[int] = []
+        self.folded = 0  # markers deeper than MAX_DEPTH, counted in the module they are in
+        self.clipped = 0  # class names cut to MAX_NAME
         key: dict[tuple[int, str], int] = {}
         fwd_of = m.fwd_of
         first_of: dict[str, int] = {}  # instance -> its first node
         for i in events:
             pe = self.above[i]
             inst = cpu[i].name[len(PREFIX):]
+            if len(inst) > MAX_NAME:  # the class cut, its instance number kept
+                mm = _INSTANCE_RE.match(inst)
+                cls, num = (mm.group(1), "_" + mm.group(2)[-12:]) if mm else (inst, "")
+                if len(cls) > MAX_NAME:
+                    inst = clip(cls, MAX_NAME) + num
+                    self.clipped += 1
             if pe >= 0:
                 pn = self.node_of_event[pe]
+                if pn >= 0 and self.depth[pn] >= MAX_DEPTH - 1:  # too deep: in its ancestor
+                    self.node_of_event[i] = pn
+                    self.folded += 1
+                    continue
             else:
                 pn = -1
                 if fwd_of[i] >= 0:  # a forward rerun inside backward (activation checkpointing):
@@ -101,6 +130,7 @@ class ModuleIndex:
                 n = key[k] = len(self.parent)
                 first_of.setdefault(inst, n)
                 self.parent.append(pn)
+                self.depth.append(self.depth[pn] + 1 if pn >= 0 else 0)
                 self.instance.append(inst)
                 self.first.append(i)
                 self.markers.append([])
@@ -254,10 +284,16 @@ def build_tree(ctx) -> ModuleTree:
                   "gpu_backward_us", "gpu_self_us"):
             setattr(nd, f, round(getattr(nd, f), 3))
         nd.kernel_classes = {c: round(v, 3) for c, v in sorted(nd.kernel_classes.items(), key=lambda kv: -kv[1])}
-    note = None
-    if m.steps and module_gpu < 0.5 * gpu_total:
-        note = (f"{100 * module_gpu / gpu_total:.0f}% of the GPU time ran inside a module; the rest "
-                "(optimizer, loss, data movement outside forward) is on the hot lines") if gpu_total else None
+    notes = []
+    if m.steps and module_gpu < 0.5 * gpu_total and gpu_total:
+        notes.append(f"{100 * module_gpu / gpu_total:.0f}% of the GPU time ran inside a module; the rest "
+                     "(optimizer, loss, data movement outside forward) is on the hot lines")
+    if idx.folded:
+        notes.append(f"{idx.folded} module call(s) nested deeper than {MAX_DEPTH} levels are counted "
+                     "in the module they ran in")
+    if idx.clipped:
+        notes.append(f"{idx.clipped} module class name(s) longer than {MAX_NAME} characters are cut")
+    note = "; ".join(notes) or None
     return ModuleTree(available=True, steps=steps, gpu_us=round(gpu_total, 3), module_gpu_us=round(module_gpu, 3),
                       nodes=nodes, roots=sorted(roots, key=lambda r: -nodes[r].gpu_us), groups=groups, note=note)
 
@@ -295,7 +331,7 @@ def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode], kids: list[list[int]],
     idx.labels = labels
     for k, nd in enumerate(nodes):  # parents first: ids grow downwards
         nd.name = labels[k]
-        nd.path = labels[k] if nd.parent < 0 else f"{nodes[nd.parent].path}.{labels[k]}"
+        nd.path = labels[k] if nd.parent < 0 else clip(f"{nodes[nd.parent].path}.{labels[k]}", MAX_PATH)
         nd.role = generic_name(idx, k)
 
 
