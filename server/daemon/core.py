@@ -390,6 +390,13 @@ def line_sources(report: T.Report) -> list[str]:
     return out + [h.path for h in report.hot_lines]
 
 
+def shown_roots(workspace, path_map) -> list[str]:
+    """The folders whose files may carry findings, hovers, lenses and edits: the workspace and
+    the local sides of the path map (where the user said the sources are); a frame's file outside
+    them stays unmapped (confine)."""
+    return list(dict.fromkeys([*workspace, *(local for _, local in path_map)]))
+
+
 def relabel(report: T.Report, path: str) -> T.Report:
     """The report as if the trace were at ``path`` (same content seen under another name)."""
     old = report.trace.path
@@ -1059,7 +1066,8 @@ class Core:
                                                               thresholds)
             # The lines its findings sit on, read now (off the loop): while this analysis is still
             # in flight, so a repeat of its content joins it instead of starting another.
-            await SOURCES.warm([*line_sources(T.decode_report(data)), *workspace])
+            await SOURCES.warm([*line_sources(T.decode_report(data)),
+                                *shown_roots(workspace, path_map)])
             self.analyses += 1
             t1 = time.time()
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
@@ -1100,8 +1108,8 @@ class Core:
             if current:                                          # another name: the same content
                 self._link(path, key, sig)
             return
-        ws = self.cfg.workspace  # files outside it are never shown on (confine)
-        sources = local_sources(report, path, lambda p: SOURCES.local(p, ws))  # warmed by _analyse
+        roots = shown_roots(self.cfg.workspace, self.cfg.path_map)  # only files inside are shown on
+        sources = local_sources(report, path, lambda p: SOURCES.local(p, roots))  # warmed by _analyse
         size, mtime_ns = sig[0], sig[1]
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
         created = self._write(("put", key, path, mtime_ns / 1e9, size, data, report.error,
