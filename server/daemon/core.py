@@ -681,8 +681,8 @@ class Core:
         try:
             return getattr(self.store, op[0])(*op[1:])
         except sqlite3.DataError as e:  # this one row is over SQLite's limits: it alone is refused
-            log.error("profd: the results store refused the report of %s (%s); stored an error in "
-                      "its place, the other reports are kept", kind[1], e)
+            log.error("profd: the results store refused a write (%s of %s: %s); the other "
+                      "reports are kept", op[0], kind[1], e)
             if op[0] == "put" and op[6] is None:
                 err = (f"profd: the report of {op[2]} ({len(op[5])} bytes) is more than the "
                        f"results store takes ({e})")
