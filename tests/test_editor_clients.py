@@ -243,3 +243,44 @@ async def test_an_edit_then_a_save_keeps_every_finding_on_its_statement(tmp_path
         assert "changed since the trace" in hover.contents.value and "it was line 34" in hover.contents.value
     finally:
         await stop(client)
+
+
+# ---- findings whose frames cannot be placed ------------------------------------------------------
+async def test_unplaced_findings_are_told_and_the_suggested_map_places_them(tmp_path):
+    """The same sources in two folders of the workspace and a trace recorded elsewhere (its
+    frames under /home/gpuuser/jobs/run42): nothing can be placed. Before, the findings and the
+    hint sat on the trace file only (eglot drops those, Neovim keeps them in a hidden buffer) and
+    the map the hint suggested (onto the workspace root) placed nothing."""
+    import shutil
+
+    from test_editor import REMOTE, remote_copy
+
+    ws = tmp_path / "ws"
+    for sub in ("a", "b"):
+        shutil.copytree(SRC, ws / sub)
+    client = await start(tmp_path, "neovim-0.7.2", root=str(ws))
+    try:
+        train_a = str(ws / "a" / "train_tinygpt.py")
+        did_open(client, train_a)
+        remote_copy(client.watch)
+        await await_for(lambda: client.ready, 60, "reportReady")
+        told = await await_for(lambda: [m for m in client.messages if m.type == L.MessageType.Warning
+                                        and "run42.json.gz" in m.message], 30, "a showMessage")
+        text = told[0].message
+        for sub in ("a", "b"):  # both folders hold the files: both maps, to pick from
+            assert f"--path-map {REMOTE}={ws / sub}" in text, text
+        # where the user looks: a note on the open file of that name
+        note = await await_for(lambda: [d for d in pushed(client, train_a) if d.code == "unmapped-source"],
+                               30, "a note on the open file")
+        assert "run42.json.gz" in note[0].message and f"{REMOTE}/train_tinygpt.py" in note[0].message
+        # the suggested map works: the findings land on their lines
+        client.workspace_did_change_configuration(L.DidChangeConfigurationParams(
+            settings={"profd": {"path-map": [f"{REMOTE}={ws / 'a'}"]}}))
+        diags = await await_for(lambda: has(pushed(client, train_a), "host-sync", 69) and
+                                pushed(client, train_a), 60, "the findings on their lines")
+        assert not any(d.code == "unmapped-source" for d in diags)
+        await asyncio.sleep(0.5)
+        assert len(told) == len([m for m in client.messages if m.type == L.MessageType.Warning
+                                 and "run42.json.gz" in m.message]) == 1  # said once
+    finally:
+        await stop(client)

@@ -39,7 +39,7 @@ from ..engine import impact
 from ..engine.sourcemap import read_lines, split_lines
 from . import confine
 from .confine import shown
-from .placement import local_sources, placed_path, unmapped_hint
+from .placement import local_sources, placed_path, suggest_maps, unmapped_hint, unmapped_paths
 from .store import Lru, Row, Store, private_dir
 from .watcher import (Intake, Outcome, Sig, Watcher, inside, refusal, same_file, sig_of,
                       signature)
@@ -70,6 +70,8 @@ class Session(Protocol):
     def report_ready(self, key: str, sources: list[str], report: T.Report) -> None: ...
 
     def republish(self) -> None: ...
+
+    def unplaced(self, key: str) -> None: ...
 
     def log_error(self, text: str) -> None: ...
 
@@ -544,6 +546,10 @@ class Core:
         self._fallback: Optional[str] = None
         self._settling: Optional[asyncio.Task] = None
         self._texts: OrderedDict[str, dict[str, tuple[str, ...]]] = OrderedDict()  # baselines
+        # Reports with findings that could not be placed on a file here: key -> (trace path,
+        # {frame base name: frame paths}); and the path maps found that would place them.
+        self.unplaced: OrderedDict[str, tuple[str, dict[str, list[str]]]] = OrderedDict()
+        self._maps: OrderedDict[str, Optional[list]] = OrderedDict()
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self, watch: bool = True) -> None:
@@ -878,10 +884,52 @@ class Core:
             here = transform(key, here)
         here = suppress.apply(here, lines_of or SOURCES.lines)[0]
         if cur:
-            hint = unmapped_hint(r, trace_path, sources, self.cfg.workspace)
+            hint = self.unmapped_hint(key, source)
             if hint is not None:
                 here.append(hint)
         return key, here
+
+    # ---- findings that could not be placed -------------------------------------------------
+    def unmapped_hint(self, key: str, trace_path: str) -> Optional[T.Diagnostic]:
+        """The ``unmapped-source`` finding of report ``key`` as the trace at ``trace_path`` has
+        it (None when every frame maps), suggesting a path map that works once the workspace was
+        searched for the files it names (``_search``, started here the first time)."""
+        r = self.report_at(key, trace_path)
+        if r is None or r.error:
+            return None
+        sources = self._sources_at(key, trace_path)
+        if key not in self._maps:
+            paths = unmapped_paths(r, sources)
+            self._maps[key] = None if paths else []
+            if paths:
+                names: dict[str, list[str]] = {}
+                for p in paths:
+                    names.setdefault(os.path.basename(p), []).append(p)
+                self.unplaced[key] = (trace_path, names)
+                if self.loop is not None:
+                    self.loop.create_task(self._search(key, paths))
+            while len(self._maps) > 256:
+                self.unplaced.pop(self._maps.popitem(last=False)[0], None)
+        return unmapped_hint(r, trace_path, sources, self.cfg.workspace, self._maps.get(key) or None)
+
+    async def _search(self, key: str, paths: list[str]) -> None:
+        """Look in the workspace for the files an unplaced report names (off the loop), keep the
+        path maps that would place them, and let every session tell its user."""
+        from ..engine.sourcemap import SourceMap
+
+        roots = list(self.cfg.workspace)
+        try:
+            maps = await self.io(lambda: suggest_maps(paths, SourceMap(roots).files_named))
+        except Exception:  # a workspace that cannot be walked: the hint keeps its generic map
+            log.exception("profd: looking for the files of %s failed", key[:16])
+            maps = []
+        if key in self._maps:
+            self._maps[key] = maps
+        for s in list(self.sessions):
+            try:
+                s.unplaced(key)
+            except Exception:
+                log.exception("profd: telling a session about unplaced findings failed")
 
     def hot_lines_for(self, source: str) -> tuple[Optional[str], list[T.HotLine]]:
         key = self.newest_for(source)
@@ -1121,6 +1169,7 @@ class Core:
             self.meta[key] = row
             return
         self._index(row)
+        self.unmapped_hint(key, path)  # starts the search for what its frames name
         if report.error:
             log.error("%s", report.error)
         for s in list(self.sessions):

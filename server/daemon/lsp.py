@@ -364,6 +364,7 @@ class LspSession:
         self.exit_code = 0
         self.shown = policy.Shown()  # what each file shows, as last sent (push clients)
         self._edits: dict[str, asyncio.TimerHandle] = {}  # uri -> its debounced publish
+        self._told_unplaced: set[str] = set()  # traces whose unplaced findings were told of
         self.folders: list[str] = []
         self.settings: dict = {}
         self.project: dict = {}  # [tool.profd] of the workspace (settings.project)
@@ -519,8 +520,55 @@ class LspSession:
     def lsp_diagnostics(self, source: str) -> tuple[Optional[str], list[L.Diagnostic]]:
         key, diags = self.findings(source)
         row = self.core.meta.get(key) if key else None
-        return key, self.to_client([to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
-                                    for d in diags], source)
+        items = [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
+                 for d in diags]
+        return key, self.to_client(items + self.unplaced_notes(source), source)
+
+    def is_open(self, path: str) -> bool:
+        docs = self.ls.workspace.text_documents
+        if from_fs_path(path) in docs:
+            return True
+        real = SOURCES.real(path)
+        return any(SOURCES.real(_path_of(u)) == real for u in docs)
+
+    def unplaced_notes(self, source: str) -> list[L.Diagnostic]:
+        """On an open file that a trace names by its base name but whose frames could not be
+        placed here (another machine's path, or the same file in two folders): one note saying
+        so, where the user looks (findings on a trace file are easily never seen)."""
+        core, name = self.core, os.path.basename(source)
+        out = []
+        for key, (trace_path, names) in list(core.unplaced.items()):
+            if name not in names or core.trace_key.get(trace_path) != key or \
+                    not core.current_fp(key) or not self.is_open(source):
+                continue
+            hint = core.unmapped_hint(key, trace_path)
+            if hint is None:
+                continue
+            frames = ", ".join(f"`{p}`" for p in names[name][:3])
+            out.append(L.Diagnostic(
+                range=L.Range(L.Position(0, 0), L.Position(0, 0)), severity=L.DiagnosticSeverity.Information,
+                code=UNMAPPED, source="profd",
+                message=(f"trace {os.path.basename(trace_path)} names {frames}, which profd could "
+                         f"not place on this file: {hint.message}\nfix: {hint.fix}"),
+                data={"key": key, "line": None}))
+        return out
+
+    def unplaced(self, key: str) -> None:
+        """Report ``key`` has findings no file here shows (the core searched for their files):
+        say so once per trace with ``window/showMessage``, and show the notes on open files."""
+        if not self.ready or key not in self.core.unplaced:
+            return
+        trace_path, names = self.core.unplaced[key]
+        hint = self.core.unmapped_hint(key, trace_path)
+        if hint is not None and trace_path not in self._told_unplaced:
+            self._told_unplaced.add(trace_path)
+            self.tell(L.MessageType.Warning, f"profd: {os.path.basename(trace_path)}: {hint.message}. "
+                                             f"To place them: {hint.fix}")
+        self.publish(trace_path)
+        for uri in list(self.ls.workspace.text_documents):
+            if os.path.basename(_path_of(uri)) in names:
+                self.publish(self._source_of(uri))
+        self.schedule_refresh()
 
     def edited(self, uri: str) -> None:
         """A buffer changed: its findings move with the text (pushed once the typing pauses;

@@ -62,9 +62,37 @@ def unmapped_paths(report: T.Report, sources: Iterable[str]) -> list[str]:
     return list(out)
 
 
+def suggest_maps(paths: list[str], files_named: Callable[[str], list[str]]) -> list[tuple[str, str, int]]:
+    """``--path-map REMOTE=LOCAL`` choices that map the unmapped absolute frame ``paths`` onto
+    files that exist here (``files_named(basename)``: the workspace's files of that name), best
+    first: (REMOTE, LOCAL, how many of the paths it maps). For each candidate file the shared tail
+    of path components decides the prefixes; a tie of two folders (the same file in both) gives
+    both, for the user to pick the one that ran."""
+    counts: dict[tuple[str, str], set[str]] = {}
+    for p in paths:
+        if not os.path.isabs(p):
+            continue
+        parts = p.split("/")
+        for c in files_named(parts[-1]):
+            cparts = c.split(os.sep)
+            k = 0
+            while k < len(parts) - 1 and k < len(cparts) - 1 and parts[-1 - k] == cparts[-1 - k]:
+                k += 1
+            remote = "/".join(parts[:len(parts) - k]) or "/"
+            local = os.sep.join(cparts[:len(cparts) - k]) or os.sep
+            counts.setdefault((remote, local), set()).add(p)
+    ranked = sorted(counts.items(), key=lambda kv: (-len(kv[1]), -len(kv[0][0]), kv[0]))
+    if not ranked:
+        return []
+    top = len(ranked[0][1])
+    return [(r, l, len(ps)) for (r, l), ps in ranked if len(ps) == top]
+
+
 def unmapped_hint(report: T.Report, trace_path: str, sources: Iterable[str],
-                  workspace: list[str]) -> Optional[T.Diagnostic]:
-    """One finding on the trace naming what could not be mapped and how to map it."""
+                  workspace: list[str], maps: Optional[list[tuple[str, str, int]]] = None
+                  ) -> Optional[T.Diagnostic]:
+    """One finding on the trace naming what could not be mapped and how to map it (``maps``:
+    suggest_maps's answer, when the workspace was searched for those files)."""
     paths = unmapped_paths(report, sources)
     if not paths:
         return None
@@ -73,7 +101,15 @@ def unmapped_hint(report: T.Report, trace_path: str, sources: Iterable[str],
     absolute = [p for p in paths if os.path.isabs(p)]
     shown = ", ".join(os.path.basename(p) for p in paths[:4]) + (" …" if len(paths) > 4 else "")
     where = workspace[0] if workspace else "/path/to/your/checkout"
-    if absolute:
+    if absolute and maps:
+        prefix = maps[0][0]
+        opts = " or ".join(f"`--path-map {r}={l}`" for r, l, _ in maps[:4])
+        fix = (f"map it onto your checkout: {opts} on `profd serve`, or the setting `path-map = "
+               f"[\"{maps[0][0]}={maps[0][1]}\"]` (editor settings or `[tool.profd]`)"
+               + ("; the same files are in more than one folder here: pick the one that ran"
+                  if len(maps) > 1 else ""))
+        what = f"under `{os.path.commonpath([os.path.dirname(p) for p in absolute])}`"
+    elif absolute:
         prefix = os.path.commonpath([os.path.dirname(p) for p in absolute])
         fix = (f"map it onto your checkout: `--path-map {prefix}={where}` on `profd serve`, or "
                f"the setting `path-map = [\"{prefix}={where}\"]` (editor settings or "

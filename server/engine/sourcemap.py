@@ -100,6 +100,10 @@ class SourceMap:
                 tie = True
         return None if tie else best
 
+    def files_named(self, name: str) -> list[str]:
+        """The workspace's Python files called ``name`` (what the suffix match chose among)."""
+        return [c for c, _ in self._index().get(name, [])]
+
     def _index(self) -> dict[str, list[tuple[str, int]]]:
         if self._by_name is None:
             idx: dict[str, list[tuple[str, int]]] = {}
