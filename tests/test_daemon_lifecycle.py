@@ -77,3 +77,29 @@ def test_start_status_reconfigure_hover_and_reports(tmp_path, state):
         assert "watching no folder" in run(PROFD, "status", "--state", str(tmp_path / "s2")).stdout
     finally:
         run(PROFD, "stop", "--state", str(tmp_path / "s2"))
+
+
+def test_start_from_a_folder_holding_a_profd_folder(tmp_path, state):
+    """``python -m`` put the current folder first on the daemon's sys.path: a ``profd/`` there
+    (a checkout of profd, a project of that name) was imported instead, the daemon died with an
+    ImportError and ``start`` pointed at a daemon.log that did not exist."""
+    (tmp_path / "profd" / "server").mkdir(parents=True)
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    p = run(PROFD, "start", "--watch", str(watch), "--state", str(state), cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((state / "daemon.json").read_text())["pid"]
+
+
+def test_a_daemon_that_dies_early_is_pointed_at_where_it_wrote(tmp_path):
+    from profd.server.daemon.cli import _see
+
+    log, err = tmp_path / "daemon.log", tmp_path / "daemon.err"
+    err.write_text("an old crash\n")
+    since = err.stat().st_size
+    assert _see(str(log), str(err), since) == "; it wrote nothing"
+    with open(err, "a") as f:
+        f.write("Traceback (most recent call last):\nImportError: cannot import name 'x'\n")
+    msg = _see(str(log), str(err), since)
+    assert str(err) in msg and str(log) not in msg  # no pointer at a log that does not exist
+    assert "ImportError: cannot import name 'x'" in msg and "an old crash" not in msg

@@ -284,3 +284,23 @@ async def test_unplaced_findings_are_told_and_the_suggested_map_places_them(tmp_
                                  and "run42.json.gz" in m.message]) == 1  # said once
     finally:
         await stop(client)
+
+
+async def test_every_analysis_reports_progress_with_percentages(tmp_path):
+    """$/progress was sent only for traces of 8 MB and more, with no percentage between begin
+    and end. A 3 MB trace (an FSDP rank of a real H200 run) now has its begin, reports in
+    between (estimated from the bytes per second of analyses before it) and its end."""
+    client = await start(tmp_path, "vscode")
+    try:
+        drop(client.watch, "fsdp_rank0")
+        await await_for(lambda: client.ready, 120, "reportReady")
+        await asyncio.sleep(0.3)
+        runs = {t: r for t, r in client.progress_reports.items() if str(t).startswith("profd-analyze-")}
+        assert len(runs) == 1, client.progress_reports
+        (reports,) = runs.values()
+        kinds = [r.kind for r in reports]
+        assert kinds[0] == "begin" and kinds[-1] == "end" and kinds.count("report") >= 1, kinds
+        pcts = [r.percentage for r in reports if r.kind == "report"]
+        assert all(0 <= p < 100 for p in pcts) and pcts == sorted(pcts) and pcts[-1] > 0, pcts
+    finally:
+        await stop(client)

@@ -102,6 +102,10 @@ async def test_agent_session_over_stdio(tmp_path):
 
         text = await s.read_resource("profd://rules/fp32-matmul")
         assert "fp32" in text.contents[0].text
+        # an unknown rule: a helpful error (was "Error creating resource from template" and a
+        # server traceback)
+        with pytest.raises(Exception, match="did you mean profd://rules/host-sync"):
+            await s.read_resource("profd://rules/host-synk")
 
         listed, _ = await call(s, "list_reports")
         assert any(r["path"] == naive for r in listed["reports"])

@@ -325,7 +325,10 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
     log_path = os.path.join(state, "daemon.log")  # rotated by the daemon
     err_path = os.path.join(state, "daemon.err")  # what bypasses logging (a crash's stacks)
     fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    proc = subprocess.Popen([sys.executable, "-m", "profd.server.daemon.cli", "serve", *argv_opts,
+    since = os.fstat(fd).st_size  # what this start writes there comes after
+    # -c, not -m: -m puts the current folder first on sys.path, and a folder there named profd/
+    # (a checkout, a project of that name) was imported instead of profd (ImportError)
+    proc = subprocess.Popen([sys.executable, "-c", _DAEMON_MAIN, "serve", *argv_opts,
                              "--state", state, "--log-file", log_path], stdin=subprocess.DEVNULL,
                             stdout=fd, stderr=fd, start_new_session=True, close_fds=True)
     os.close(fd)
@@ -335,9 +338,27 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
         if doc and doc.get("pid") == proc.pid:
             return doc
         if proc.poll() is not None:
-            raise SystemExit(f"profd: the daemon exited ({proc.returncode}); see {log_path}")
+            raise SystemExit(f"profd: the daemon exited ({proc.returncode}){_see(log_path, err_path, since)}")
         time.sleep(0.05)
-    raise SystemExit(f"profd: the daemon did not start within {timeout:.0f} s; see {log_path}")
+    raise SystemExit(f"profd: the daemon did not start within {timeout:.0f} s{_see(log_path, err_path, since)}")
+
+
+_DAEMON_MAIN = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+                "from profd.server.daemon.cli import main; sys.exit(main())")
+
+
+def _see(log_path: str, err_path: str, since: int = 0) -> str:
+    """Where to look: the files that exist and say something, and the last lines this start
+    wrote to its stderr (a daemon that dies before its logging is set up writes only there)."""
+    size = lambda p: os.path.getsize(p) if os.path.isfile(p) else 0  # noqa: E731
+    said = [p for p, n in ((log_path, 0), (err_path, since)) if size(p) > n]
+    out = f"; see {' and '.join(said)}" if said else "; it wrote nothing"
+    if err_path in said:
+        with open(err_path, "rb") as f:
+            f.seek(max(since, size(err_path) - 2000))
+            tail = f.read().decode(errors="replace").strip().splitlines()[-3:]
+        out += ":\n  " + "\n  ".join(tail)
+    return out
 
 
 def _check_folders(ns) -> Optional[str]:

@@ -60,7 +60,6 @@ class Config:
     workers: int = 2
     settle: float = 0.3  # s a file's size/mtime must hold still before it is read
     quiet: float = 2.0  # s a file that did not parse must stay unchanged before it is an error
-    progress_min_bytes: int = 8 << 20  # $/progress for traces at least this big
     analysis_timeout: float = 300.0  # s one analysis may run before its process is ended
     analysis_mb: int = 0  # MB one analysis may hold (0: default_memory_budget)
     allow_record: bool = False  # profd.record for TCP clients too (always for the stdio session)
@@ -76,6 +75,8 @@ class Session(Protocol):
     def log_error(self, text: str) -> None: ...
 
     def progress(self, token: str, title: Optional[str]) -> None: ...
+
+    def progress_at(self, token: str, percentage: int, message: str) -> None: ...
 
 
 class PathError(Exception):
@@ -523,6 +524,7 @@ class Core:
         self._busy_sizes: Counter = Counter()  # file sizes of analyses in flight
         self._unhashed: dict[int, list[asyncio.Future]] = {}  # size -> hashes still running
         self.analyses = 0
+        self._rate = 0.0  # trace bytes analysed per second (an average), for progress estimates
         self.running = 0
         self.started = time.time()
         self.fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)
@@ -1102,10 +1104,9 @@ class Core:
                        disabled, thresholds) -> tuple[bytes, Optional[Sig]]:
         """(report, signature of the file the worker read, None when it changed under it)."""
         token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
-        big = size >= self.cfg.progress_min_bytes
-        if big:
-            for s in list(self.sessions):
-                s.progress(token, f"profd: analysing {os.path.basename(path)}")
+        for s in list(self.sessions):
+            s.progress(token, f"profd: analysing {os.path.basename(path)}")
+        ticker = self.loop.create_task(self._progress(token, size))
         self.running += 1
         self._busy_sizes[size] += 1
         t0 = time.time()
@@ -1117,6 +1118,8 @@ class Core:
             await SOURCES.warm([*line_sources(T.decode_report(data)),
                                 *shown_roots(workspace, path_map)])
             self.analyses += 1
+            if wall > 0.05:  # what the next analyses' progress is estimated from
+                self._rate = 0.5 * self._rate + 0.5 * (size / wall) if self._rate else size / wall
             t1 = time.time()
             log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
                      "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
@@ -1127,9 +1130,23 @@ class Core:
             self._busy_sizes[size] -= 1
             if self._busy_sizes[size] <= 0:
                 del self._busy_sizes[size]
-            if big:
+            ticker.cancel()
+            for s in list(self.sessions):
+                s.progress(token, None)
+
+    async def _progress(self, token: str, size: int, every: float = 0.25) -> None:
+        """``$/progress`` reports while one analysis runs: the share done, estimated from the
+        bytes per second of the analyses before it (the worker cannot say how far it is), held
+        below 100% until the result is in."""
+        t0, last = time.monotonic(), -1
+        while True:
+            await asyncio.sleep(every)
+            rate = self._rate or 4e6  # bytes/s before any analysis was timed (a 1 MB gz: ~0.3 s)
+            pct = min(95, int(100 * (time.monotonic() - t0) * rate / max(1, size)))
+            if pct != last:
+                last = pct
                 for s in list(self.sessions):
-                    s.progress(token, None)
+                    s.progress_at(token, pct, f"~{pct}% of {size / 1e6:.1f} MB (estimated)")
 
     async def _submit(self, path, workspace, path_map, disabled, thresholds
                       ) -> tuple[bytes, float, float, float, Optional[Sig]]:

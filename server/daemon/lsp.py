@@ -365,6 +365,7 @@ class LspSession:
         self.shown = policy.Shown()  # what each file shows, as last sent (push clients)
         self._edits: dict[str, asyncio.TimerHandle] = {}  # uri -> its debounced publish
         self._told_unplaced: set[str] = set()  # traces whose unplaced findings were told of
+        self._begun: set[str] = set()  # progress tokens begun (reports only after the begin)
         self.folders: list[str] = []
         self.settings: dict = {}
         self.project: dict = {}  # [tool.profd] of the workspace (settings.project)
@@ -648,11 +649,26 @@ class LspSession:
         if not self.ready or not self.can_progress:
             return
         wdp = self.ls.work_done_progress
+
+        def begin(*_):
+            if token in wdp.tokens:  # not ended before the client answered
+                wdp.begin(token, L.WorkDoneProgressBegin(title=title, cancellable=False,
+                                                         percentage=0))
+                self._begun.add(token)
+
         if title is not None:
-            wdp.create(token, callback=lambda *a: wdp.begin(
-                token, L.WorkDoneProgressBegin(title=title, cancellable=False)))
+            wdp.create(token, callback=begin)
         elif token in wdp.tokens:
-            wdp.end(token, L.WorkDoneProgressEnd(message="done"))
+            if token in self._begun:
+                wdp.end(token, L.WorkDoneProgressEnd(message="done"))
+            self._begun.discard(token)
+            wdp.tokens.pop(token, None)
+
+    def progress_at(self, token: str, percentage: int, message: str) -> None:
+        """A ``$/progress`` report for a begun ``token`` (an analysis: Core._progress)."""
+        if self.ready and token in self._begun:
+            self.ls.work_done_progress.report(token, L.WorkDoneProgressReport(
+                percentage=percentage, message=message))
 
 
 def _union(*lists: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from ... import __version__
 from ...protocol import methods as M
@@ -353,9 +353,16 @@ def build(cfg: Config) -> MCPServer:
     @mcp.resource("profd://rules/{code}", mime_type="text/markdown",
                   description="The page of one profd rule (evidence, threshold, fix)")
     def rule_resource(code: str) -> str:
-        text = rule_page(code)
-        if text is None:
-            raise ToolError(f"profd: unknown rule code {shown(code)}")
+        text = rule_page(code) if code in RULES else None
+        if text is None:  # not found (an error the client is shown, no server traceback)
+            try:
+                expand_code(code, False)
+                nearest = None
+            except UnknownCode as e:
+                nearest = e.nearest
+            raise ResourceNotFoundError(
+                f"profd: no rule {shown(code)}" + (f"; did you mean profd://rules/{nearest}?" if nearest else "")
+                + f" (the {len(RULES)} rules: `profd-client rule --all`, or explain_rule)")
         return text
 
     @mcp.resource("profd://reports/latest", mime_type="application/json",
