@@ -509,6 +509,10 @@ def _chars(lines: tuple[str, ...]) -> int:
 
 
 SOURCES = SourceLines()
+# The source texts kept with a report (the baselines positions are mapped from): files of at
+# most BASELINE_FILE_CHARS, BASELINE_CHARS in all; a larger one is mapped as it is now.
+BASELINE_FILE_CHARS = 1 << 20
+BASELINE_CHARS = 8 << 20
 
 
 class Core:
@@ -764,10 +768,14 @@ class Core:
     def _keep_texts(self, key: str, sources: list[str]) -> None:
         """Keep the text of each source as the analysis of ``key`` read it (warmed right after
         it, in _analyse): the baseline its positions are mapped from after the user edits."""
-        texts = {s: SOURCES.lines(s) for s in sources if SOURCES.isfile(s)}
+        texts, room = {}, BASELINE_CHARS
+        for s in sources:  # a "source" of megabytes is not one a user edits (any file can be named)
+            n = _chars(SOURCES.lines(s))
+            if SOURCES.isfile(s) and n <= min(room, BASELINE_FILE_CHARS):
+                texts[s], room = SOURCES.lines(s), room - n
         self._texts[key] = texts
         self._texts.move_to_end(key)
-        while len(self._texts) > 64:
+        while len(self._texts) > 16:
             self._texts.popitem(last=False)
         if texts:
             self._write(("put_texts", key, {p: "".join(ln + "\n" for ln in t) for p, t in texts.items()}))
@@ -782,7 +790,7 @@ class Core:
             except sqlite3.Error:
                 raw = {}
             texts = self._texts[key] = {p: tuple(split_lines(t)) for p, t in raw.items()}
-            while len(self._texts) > 64:
+            while len(self._texts) > 16:
                 self._texts.popitem(last=False)
         else:
             self._texts.move_to_end(key)
