@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 PY ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 

@@ -28,7 +28,10 @@ import json
 import os
 import sys
 import time
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the same parser from PyPI (a dependency of profd there)
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 

@@ -23,19 +23,39 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TRACE_SUFFIXES = (".json", ".pt.trace.json", ".json.gz")
 DEFAULT_FAIL_ON = "warning"
 
-ENVIRONMENT = """environment:
-  NO_COLOR              any value: no colour (as --color never), unless --color always
-  PROFD_NO_DAEMON       any value: analyse in-process, as --no-daemon
-  PROFD_STATE           the daemon's state folder (default: the user cache dir, profd)
-  PROFD_MAX_TRACE_BYTES largest trace, inflated, profd reads before refusing it (default: 16 GiB)
-  PROFD_DOCS_URL        base URL of the rule docs for links (default: the docs installed with profd)
+ENV_VARS = {
+    "NO_COLOR": "any value: no colour (as --color never), unless --color always",
+    "PROFD_NO_DAEMON": "1/true/yes: analyse in-process, as --no-daemon; 0/false/no/empty: as unset",
+    "PROFD_STATE": "the daemon's state folder (default: the user cache dir, profd)",
+    "PROFD_MAX_TRACE_BYTES": "largest trace, inflated, profd reads before refusing it (default: 16 GiB)",
+    "PROFD_DOCS_URL": "base URL of the rule docs for links (default: the docs installed with profd)",
+}
+ENVIRONMENT = "environment:\n" + "\n".join(f"  {k:<21} {v}" for k, v in ENV_VARS.items())
+DAEMON_ENV = ("NO_COLOR", "PROFD_STATE")
 
-exit status: 0 no finding at or above --fail-on (or --exit-zero), 1 findings at or above
---fail-on, 2 bad usage, a file that is not a trace, or no trace found."""
+EXIT_GATE = """exit status: 0 no finding at or above --fail-on (or --exit-zero), 1 findings at or above
+--fail-on, 2 bad usage, a file that is not a trace, no trace found, or an internal error."""
+EXIT_PLAIN = """exit status: 0 done, 2 bad usage or input, or an internal error."""
+EXIT_DAEMON = """exit status: 0 answered, 1 no daemon running (or, for hover, no data for the line),
+2 bad usage, or an internal error."""
+
+
+def epilog(exit_text: str = EXIT_PLAIN, env=True) -> str:
+    """A subcommand's --help epilog: the environment variables that apply to it (``env``: all, or
+    a tuple of names) and its own exit statuses."""
+    if env is True:
+        env = tuple(ENV_VARS)
+    head = "environment:\n" + "\n".join(f"  {k:<21} {ENV_VARS[k]}" for k in env) + "\n\n" if env else ""
+    return head + exit_text
 
 
 def warn(msg: str) -> None:
     print(f"profd-client: {msg}", file=sys.stderr)
+
+
+def verbose(ns, msg: str) -> None:
+    if getattr(ns, "verbose", False):
+        warn(msg)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -57,7 +77,7 @@ def output_options(p: argparse.ArgumentParser, formats=("text", "json"), statist
     command that prints results (``annotate``'s ``-o`` is the annotated trace it writes)."""
     p.set_defaults(_formats=tuple(formats))
     g = p.add_argument_group("output")
-    g.add_argument("--format", choices=list(formats), default=None,
+    g.add_argument("--format", "--output-format", dest="format", choices=list(formats), default=None,
                    help=f"output format: {', '.join(formats)} (default: text)")
     if output_file:
         g.add_argument("-o", "--output-file", metavar="FILE", default=None,
@@ -69,9 +89,15 @@ def output_options(p: argparse.ArgumentParser, formats=("text", "json"), statist
     if statistics:
         g.add_argument("--statistics", action="store_true", default=None,
                        help="print the number of findings per rule (and those suppressed inline) instead of the findings")
-    g.add_argument("--config", metavar="FILE", default=None,
-                   help="read [tool.profd] from FILE (default: the nearest pyproject.toml with one, upwards from the current folder)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="say on stderr which configuration file is used, how each trace is analysed and how long it took")
+    g.add_argument("--config", metavar="FILE|KEY=VALUE", action="append", default=None,
+                   help="read [tool.profd] from FILE (default: the nearest pyproject.toml with one, upwards from the "
+                        "current folder), or override one setting with a TOML pair, as ruff's: "
+                        "--config 'fail-on = \"error\"' (repeatable)")
     g.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    g.add_argument("--show-settings", action="store_true",
+                   help="print the configuration file used and the settings in effect, and exit")
 
 
 def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool = True) -> None:
@@ -95,8 +121,12 @@ def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool
         g.add_argument("--exit-zero", action="store_true",
                        help="exit 0 even when there are findings (2 still means bad input)")
     if daemon:
-        g.add_argument("--no-daemon", action="store_true",
-                       help="analyse in this process (default: through the running daemon, started if none runs)")
+        d = g.add_mutually_exclusive_group()
+        d.add_argument("--no-daemon", action="store_true",
+                       help="analyse in this process (default: through a running daemon; one is started only "
+                            "at a terminal, never in CI or a script)")
+        d.add_argument("--daemon", action="store_true",
+                       help="go through the daemon, starting one if none runs (also in CI or a script)")
         g.add_argument("--state", metavar="DIR", default=None,
                        help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)")
 
@@ -106,6 +136,10 @@ def resolve(ns) -> argparse.Namespace:
     Raises ``config.UsageError`` (exit 2)."""
     cfg = C.load(getattr(ns, "config", None), getattr(ns, "isolated", False))
     ns.config_path = cfg.path
+    ns.per_file_ignores = cfg.get("per-file-ignores", {})
+    if getattr(ns, "verbose", False):
+        warn(f"configuration: {cfg.path}" if cfg.path else "configuration: none (defaults and flags only)"
+             + (" (--isolated)" if getattr(ns, "isolated", False) else ""))
 
     def pick(attr, key, default):
         v = getattr(ns, attr, None)
@@ -155,8 +189,22 @@ def engine_options(ns):
                    thresholds=dict(ns.thresholds or {}), library_lines=bool(getattr(ns, "library_lines", False)))
 
 
+def env_flag(name: str) -> bool:
+    """An on/off environment variable: 1/true/yes/on is on; unset, empty, 0/false/no/off is off."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def no_daemon(ns) -> bool:
-    return bool(getattr(ns, "no_daemon", False) or os.environ.get("PROFD_NO_DAEMON"))
+    return bool(getattr(ns, "no_daemon", False) or env_flag("PROFD_NO_DAEMON"))
+
+
+def interactive() -> bool:
+    """A person at a terminal: stderr is a TTY and ``CI`` is not set (CI systems set it)."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and not env_flag("CI")
 
 
 # ---- where output goes -------------------------------------------------------------------------
@@ -225,9 +273,54 @@ def not_a_trace(r: T.Report) -> bool:
 def analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list] = None) -> list[T.Report]:
     """One report per file, through the daemon (started if none runs) or in-process. In-process,
     ``summaries`` (when given) gets each trace's rank summary from the same read of the file."""
+    return per_file_ignores(ns, _analyze_paths(ns, files, progress, summaries))
+
+
+def per_file_ignores(ns, reports: list[T.Report]) -> list[T.Report]:
+    """``[tool.profd.per-file-ignores]``: drop the findings located in a file a glob matches (the
+    glob against the absolute path, or a bare name's against the file name)."""
+    import fnmatch
+
+    pfi = getattr(ns, "per_file_ignores", None) or {}
+    if not pfi:
+        return reports
+    from ..protocol.catalog import UnknownCode, expand_code
+
+    def codes(cs):
+        out = set()
+        for c in cs:
+            try:
+                out |= expand_code(c, True)
+            except UnknownCode:
+                pass
+        return out
+
+    rules = [(pat, codes(cs)) for pat, cs in pfi.items()]
+    out = []
+    for r in reports:
+        keep, dropped = [], 0
+        for d in r.diagnostics:
+            path = d.location.path or ""
+            name = os.path.basename(path)
+            if any(d.code in cs and (fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(name, pat)) for pat, cs in rules):
+                dropped += 1
+            else:
+                keep.append(d)
+        if dropped:
+            verbose(ns, f"{r.trace.path}: {dropped} finding(s) dropped by per-file-ignores")
+            import msgspec
+
+            r = msgspec.structs.replace(r, diagnostics=keep)
+        out.append(r)
+    return out
+
+
+def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list] = None) -> list[T.Report]:
     progress = progress or (lambda path: None)
     opts = engine_options(ns)
     if no_daemon(ns) or opts.thresholds or opts.library_lines:  # the daemon runs with its own options
+        verbose(ns, "analysing in-process" + (" (--no-daemon)" if no_daemon(ns) else
+                                               " (per-rule thresholds or --library-lines: the daemon runs with its own)"))
         return analyze_local(files, opts, progress, summaries)
     from . import daemon_client as dc
 
@@ -235,7 +328,14 @@ def analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list]
         return analyze_local([p], opts)[0]
 
     try:
-        doc = dc.ensure_daemon(ns.state, ns.workspace, files, announce=not getattr(ns, "quiet", False))
+        if getattr(ns, "daemon", False) or interactive():  # start one only when asked or at a terminal
+            doc = dc.ensure_daemon(ns.state, ns.workspace, files, announce=not getattr(ns, "quiet", False))
+        else:  # CI, a script, a pipe: use a daemon already running, never leave one behind
+            doc = dc.find_daemon(ns.state)
+            if doc is None:
+                verbose(ns, "no daemon running and not at a terminal: analysing in-process")
+                return analyze_local(files, opts, progress, summaries)
+        verbose(ns, f"analysing through the daemon (pid {doc.get('pid')})")
         return dc.analyze_sync(doc, files, ns.workspace, ns.path_map, ns.disabled, local, progress)
     except (OSError, SystemExit, dc.RpcError, TimeoutError) as e:
         warn(f"daemon unavailable ({e}); analysing in-process")
@@ -277,6 +377,9 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
         if r.error:
             print(r.error, file=sys.stderr)
     if getattr(ns, "statistics", False):
+        if ns.format not in ("text", "json"):
+            raise C.UsageError(f"--statistics prints text or json, not {ns.format} "
+                               f"(--format {ns.format} without --statistics prints the findings)")
         rows = fmt.statistics(reports, jobs, show_hints=ns.hints)
         if ns.format == "json":
             out.json(rows)
@@ -287,6 +390,10 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
         out.write(fmt.json_doc(reports, jobs) + b"\n")
     elif ns.format == "sarif":
         out.json(fmt.sarif(reports, jobs))
+    elif ns.format in ("github", "junit"):
+        from . import ci_formats
+
+        out.write(getattr(ci_formats, ns.format)([r for r in reports if not r.error], jobs, show_hints=ns.hints))
     else:
         ok = [r for r in reports if not r.error]
         if ok:
@@ -294,3 +401,5 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
                                modules=bool(getattr(ns, "modules", False))))
         if jobs:
             out.write(("\n" if ok else "") + fmt.job_text(jobs, color=out.color))
+        if not out.quiet and (ok or jobs):
+            out.write(fmt.closing_line(ok, jobs, show_hints=ns.hints) + "\n")

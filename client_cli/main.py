@@ -5,7 +5,7 @@ Every command that prints results takes the same output options (--format, -o/--
 -q/--quiet, --color, --config, --isolated); those that analyse take the same analysis options
 (--workspace, --path-map, --select/--extend-select/--ignore, --fail-on/--exit-zero, --no-daemon).
 Flags win over [tool.profd] in pyproject.toml. Exit status as ruff: 0 no finding at or above
---fail-on, 1 findings at or above it, 2 bad usage or input.
+--fail-on, 1 findings at or above it, 2 bad usage or input, or an internal error.
 """
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ from .config import UsageError
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="profd-client", description=__doc__, formatter_class=K.Formatter,
-                                epilog=K.ENVIRONMENT)
+                                epilog=K.epilog(K.EXIT_GATE))
     p.add_argument("--version", action="version", version=f"profd-client {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    def cmd(name, help, description=None):
-        return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                              formatter_class=K.Formatter, epilog=K.ENVIRONMENT)
+    def cmd(name, help, description=None, exit_text=None, env=True):
+        """A subcommand; its epilog says its own exit statuses (those with --fail-on: the gate's)."""
+        x = sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
+                           formatter_class=K.Formatter)
+        x.set_defaults(_epilog=(exit_text, env))
+        return x
 
     a = cmd("analyze", "analyse trace files or folders of them and print the findings",
             "Analyse torch.profiler traces and print the findings on your source lines.\n\n"
@@ -35,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
             "recursively (a JSON file there that is not a trace is skipped and said). Traces that are\n"
             "ranks of one distributed job also get a job report.")
     a.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
-    K.output_options(a, ("text", "json", "sarif"), statistics=True)
+    K.output_options(a, ("text", "json", "sarif", "github", "junit"), statistics=True)
     K.analysis_options(a)
     j = a.add_argument_group("multi-rank jobs")
     j.add_argument("--cluster", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786): summarise the "
@@ -58,23 +61,61 @@ def _parser() -> argparse.ArgumentParser:
     workload.add_subcommands(cmd)  # run
     record.add_subcommands(cmd)  # record -- COMMAND...
 
-    s = cmd("status", "what the running daemon is doing")
-    h = cmd("hover", "the daemon's numbers for one source line")
+    s = cmd("status", "what the running daemon is doing", exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
+    h = cmd("hover", "the daemon's numbers for one source line", exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
     h.add_argument("where", metavar="FILE:LINE", help="a source file (relative to the current folder or "
                    "a workspace root) and a 1-based line")
     h.add_argument("--workspace", action="append", default=None, metavar="DIR",
                    help="where to look for FILE besides the current folder (default: the daemon's workspace)")
-    r = cmd("reports", "the reports the daemon holds, with their verdicts and finding counts")
+    r = cmd("reports", "the reports the daemon holds, with their verdicts and finding counts",
+            exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
     r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
     for x in (s, h, r):
         K.output_options(x, ("text", "json"))
         x.add_argument("--state", metavar="DIR", help="the daemon's state folder (default: $PROFD_STATE or "
                        "the user cache dir)")
-    ru = cmd("rule", "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it")
+    ru = cmd("rule", "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it",
+             env=("NO_COLOR", "PROFD_DOCS_URL"))
     ru.add_argument("code", nargs="?", metavar="CODE", help="a rule code (host-sync)")
     ru.add_argument("--all", action="store_true", help="every rule (with --format text: one line each)")
     K.output_options(ru, ("text", "json"))
+    for name, x in sub.choices.items():  # epilogs, once every subcommand's options are known
+        exit_text, env = x.get_default("_epilog") or (None, True)
+        dests = {a.dest for a in x._actions}
+        if env is True and "state" not in dests:  # no daemon involved: its variables do not apply
+            env = tuple(k for k in K.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
+        x.epilog = K.epilog(exit_text or (K.EXIT_GATE if "fail_on" in dests else K.EXIT_PLAIN), env)
     return p
+
+
+def parse(p: argparse.ArgumentParser, argv: Optional[list[str]]) -> argparse.Namespace:
+    """As ``parse_args``, but a flag a subcommand does not know prints that subcommand's usage."""
+    ns, extra = p.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[ns.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+    return ns
+
+
+def show_settings(ns, out: K.Output) -> int:
+    """``--show-settings``: the configuration file used and every setting in effect (as ruff's)."""
+    skip = {"cmd", "show_settings", "_formats", "_epilog", "config", "disable"}
+    vals = {k: (sorted(v) if isinstance(v, set) else v) for k, v in sorted(vars(ns).items()) if k not in skip}
+    if "disabled" in vals:
+        from ..protocol.catalog import RULES
+
+        vals["rules"] = sorted(set(RULES) - set(ns.disabled))
+        del vals["disabled"]
+    if ns.format == "json":
+        out.json({"configFile": ns.config_path, "settings": vals})
+        return K.EXIT_CLEAN
+    lines = [f"Settings path: {ns.config_path or 'none (no [tool.profd] found; defaults and flags only)'}"]
+    for k, v in vals.items():
+        if k == "config_path":
+            continue
+        lines.append(f"{k.replace('_', '-')} = {v!r}")
+    out.write("\n".join(lines) + "\n")
+    return K.EXIT_CLEAN
 
 
 def cmd_daemon(ns, out: K.Output) -> int:
@@ -83,9 +124,9 @@ def cmd_daemon(ns, out: K.Output) -> int:
     from . import format as fmt
 
     doc = dc.find_daemon(ns.state)
-    if doc is None:
-        K.warn("no daemon running (start one with `profd start --watch DIR`, or run `profd-client analyze`)")
-        return K.EXIT_ERROR
+    if doc is None:  # as `profd status` and `profd stop`: 1 says none runs
+        K.warn("no daemon running (start one with `profd start --watch DIR`, or `profd-client analyze --daemon`)")
+        return K.EXIT_FINDINGS
     if ns.cmd == "status":
         st = dc.status_sync(doc)
         if ns.format == "json":
@@ -204,11 +245,13 @@ def cmd_analyze(ns, out: K.Output) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ns = _parser().parse_args(argv)
+    ns = parse(_parser(), argv)
     out = None
     try:
         K.resolve(ns)
         out = K.Output(ns)
+        if getattr(ns, "show_settings", False):
+            return show_settings(ns, out)
         if ns.cmd == "analyze":
             return cmd_analyze(ns, out)
         if ns.cmd in ("diff", "annotate"):
@@ -236,6 +279,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return K.EXIT_CLEAN
+    except Exception:  # a bug: exit 2 with one line and the traceback in a log, never a finding's 1
+        from ..server.daemon.cli import internal_error
+
+        return internal_error("profd-client", getattr(ns, "state", None))
     finally:
         if out is not None:
             try:

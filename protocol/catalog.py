@@ -68,6 +68,7 @@ _RULES = [
     RuleInfo("conv-bias-before-bn", "Convolution bias feeding batch norm", "information", "training"),
     RuleInfo("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning", "training"),
     RuleInfo("rank-straggler", "One rank much slower than the others", "warning", "ranks"),
+    RuleInfo("unmapped-source", "Frames that map onto no file of this machine (editors)", "information", "sources"),
 ]
 
 RULES: dict[str, RuleInfo] = {r.code: r for r in _RULES}

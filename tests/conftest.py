@@ -44,3 +44,26 @@ def codes(report) -> set:
 @pytest.fixture
 def examples_dir():
     return EXAMPLES
+
+
+def pty_run(argv, env, timeout=120):
+    """``argv`` with stdout and stderr on a terminal (what a user at a terminal sees), stdin empty;
+    ``env`` the whole environment. Returns (exit status, what the terminal showed)."""
+    import pty
+    import subprocess
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    proc.wait(timeout=timeout)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode(errors="replace")

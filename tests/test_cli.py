@@ -26,7 +26,7 @@ def test_text_output_is_compiler_style_with_the_source_line():
     assert path.endswith("train_tinygpt.py") and int(line) == 70 and int(col) >= 1
     nxt = lines[lines.index(sync) + 1]
     assert "loss.item()" in nxt  # the source line under the finding
-    assert any("balanced" in l or "overhead-bound" in l for l in lines if "CPU total" in l)
+    assert any("balanced" in l or "overhead-bound" in l for l in lines if "CPU ops" in l)
 
 
 def test_json_output_matches_the_protocol():

@@ -3,7 +3,6 @@ subprocess: folders, exit codes, rule selection, [tool.profd], common options, c
 machine output (JSON schema, SARIF), diff as a CI gate, and the advice on how a trace was recorded."""
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import ROOT, SRC, trace
+from conftest import ROOT, SRC, pty_run, trace
 
 CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
 PROFD = shutil.which("profd", path=os.path.dirname(sys.executable))
@@ -168,7 +167,11 @@ def test_every_command_that_prints_takes_the_common_options(cmd):
     if cmd in ("analyze", "diff", "run"):
         for opt in ("--select", "--ignore", "--extend-select", "--fail-on", "--exit-zero"):
             assert opt in p.stdout, (cmd, opt)
-    assert "PROFD_NO_DAEMON" in p.stdout and "PROFD_STATE" in p.stdout and "exit status" in p.stdout
+    assert ("PROFD_STATE" in p.stdout) == (cmd not in ("rule", "annotate", "run")), cmd
+    assert "exit status" in p.stdout
+    # each epilog says its own command's exit statuses: the --fail-on gate only where there is one
+    assert ("--fail-on" in p.stdout.split("\nexit status")[-1]) == (cmd in ("analyze", "diff", "run")), cmd
+    assert ("PROFD_NO_DAEMON" in p.stdout) == (cmd in ("analyze", "diff")), cmd
 
 
 def test_version_in_both_commands():
@@ -200,22 +203,7 @@ def test_output_file_quiet_and_statistics(tmp_path):
 
 def _pty_run(args, env=None):
     """profd-client with stdout and stderr on a terminal: what a user at a terminal sees."""
-    master, slave = pty.openpty()
-    e = dict(os.environ, **(env or {}))
-    proc = subprocess.Popen([CLIENT, *args], stdout=slave, stderr=slave, env=e)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            b = os.read(master, 65536)
-        except OSError:
-            break
-        if not b:
-            break
-        chunks.append(b)
-    proc.wait(timeout=120)
-    os.close(master)
-    return proc.returncode, b"".join(chunks).decode(errors="replace")
+    return pty_run([CLIENT, *args], dict(os.environ, **(env or {})))
 
 
 def test_colour_and_progress_at_a_terminal_and_no_color(tmp_path):
@@ -260,7 +248,8 @@ def test_units_and_plurals():
         assert "0.0 MiB" not in out and "0.000 µs" not in out
     assert "1 copy per step" in outs[0] and "32.0 KiB per step" in outs[0]
     summary = next(l for l in outs[0].splitlines() if "of the active window" in l)
-    assert "per step CPU total" in summary and "over 3 steps" in summary
+    assert "per step CPU ops" in summary and "over 3 steps" in summary and "total" not in summary
+    assert "-bound" not in summary.split(": ", 2)[2]  # the verdict's word only: "paced by" says which side
 
 
 def test_an_empty_trace_is_said_plainly(tmp_path):

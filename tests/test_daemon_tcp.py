@@ -145,7 +145,7 @@ def test_ten_cli_runs_served_by_the_daemon(daemon):
     t = drop(daemon.watch, "seed_n64_bf16")
     hover = None
     for i in range(10):
-        p = subprocess.run([CLIENT, "analyze", "--workspace", SRC, "--fail-on", "never", t],
+        p = subprocess.run([CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
                            capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 0 and "warning[overhead-bound]" in p.stdout, p.stderr
     hover = subprocess.run([CLIENT, "hover", f"{SEED_SRC}:21"], capture_output=True, text=True,
@@ -229,7 +229,7 @@ def test_client_starts_a_daemon_when_none_runs(tmp_path):
     env.pop("PROFD_NO_DAEMON", None)
     t = trace("seed_n64_bf16")
     try:
-        p = subprocess.run([CLIENT, "analyze", "--workspace", SRC, "--fail-on", "never", t],
+        p = subprocess.run([CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
                            capture_output=True, text=True, env=env, timeout=60)
         assert p.returncode == 0 and "warning[overhead-bound]" in p.stdout, p.stderr
         doc = json.load(open(os.path.join(state, "daemon.json")))

@@ -4,7 +4,10 @@ started with its arguments and its ``config`` as ``initializationOptions`` (what
 stdio with pytest-lsp's client."""
 import os
 import sys
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the same parser from PyPI (a dependency of profd there)
+    import tomli as tomllib
 
 from lsprotocol import types as L
 from pytest_lsp import client_capabilities, make_test_lsp_client

@@ -31,6 +31,12 @@ def test_the_shipped_trace_a_page_names_shows_the_rule(code):
 
         _, jobs = job.analyze_job(paths, Options(workspace=WORKSPACE))
         assert any(x.code == code for j in jobs for x in j.diagnostics)
+    elif RULES[code].family == "sources":  # placed by the daemon, which knows what exists here
+        from profd.server.daemon.placement import unmapped_hint
+
+        rep = analyze_file(paths[0], Options(workspace=[os.path.dirname(paths[0])]))
+        hint = unmapped_hint(rep, paths[0], sources=[], workspace=[])
+        assert hint is not None and hint.code == code
     else:
         rep = analyze_file(paths[0], Options(workspace=WORKSPACE))
         assert code in {x.code for x in rep.diagnostics}, f"{code} does not fire on {d.traces[0]}"

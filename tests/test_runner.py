@@ -169,7 +169,7 @@ def test_no_stack_and_sweep_table(tmp_path):
     assert [r.n for r in res.rows] == [64, 96]
     assert all(r.verdict == "cpu-only" and r.cpu_total_us > 0 and not r.error for r in res.rows)
     text = R.format_table(res.rows)
-    assert "CPU total" in text and "cpu-only" in text and "96" in text
+    assert "CPU ops/step" in text and "cpu-only" in text and "96" in text
 
 
 @needs_torch
@@ -199,5 +199,5 @@ def test_cli_run_prints_findings(tmp_path, capsys):
                "--no-daemon", "--out", str(tmp_path)])  # -q would drop the summary line, as ruff -q does
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "cpu-only: per step CPU total" in out
+    assert "cpu-only: per step CPU ops" in out
     assert "ran on the CPU" in err

@@ -88,7 +88,7 @@ def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
     env = dict(os.environ, PROFD_STATE=str(tmp_path / "state"))
     env.pop("PROFD_NO_DAEMON", None)
     try:
-        served = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
+        served = subprocess.run([CLIENT, *args, "--daemon", "--format", "json", NAIVE], capture_output=True, text=True,
                                 env=env, timeout=120)
         assert "started a daemon for later runs" in served.stderr and "profd stop" in served.stderr
         srep = json.loads(served.stdout)["reports"][0]

@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="a daemon already runs with other settings: stop it and start this one")
     _common(st)
     for name in ("stop", "status"):
-        x = sub.add_parser(name, help=f"{name} the background daemon")
+        x = sub.add_parser(name, help=f"{name} the background daemon",
+                           epilog="exit status: 0 done, 1 no daemon running, 2 bad usage or an internal error")
         x.add_argument("--state", metavar="DIR", help="its state dir (default: $PROFD_STATE or user cache dir / profd)")
     m = sub.add_parser("mcp", help="serve the findings to coding agents over MCP (stdio)")
     m.add_argument("--root", action="append", default=[], metavar="DIR",
@@ -424,9 +425,9 @@ def _watching(watch: Optional[str]) -> str:
 def cmd_stop(ns) -> int:
     state = os.path.abspath(ns.state or default_state())
     doc = running(state)
-    if not doc:
-        print("profd: no daemon running")
-        return 0
+    if not doc:  # as `profd status` and `profd-client status`: 1 says none runs
+        print("profd: no daemon running", file=sys.stderr)
+        return 1
     pid = doc["pid"]
     os.kill(pid, signal.SIGTERM)
     if not _wait_gone(pid, 10):
@@ -476,7 +477,7 @@ def cmd_status(ns) -> int:
     state = os.path.abspath(ns.state or default_state())
     doc = running(state)
     if not doc:
-        print("profd: no daemon running")
+        print("profd: no daemon running", file=sys.stderr)
         return 1
     from .rpc import status_sync
 
@@ -508,10 +509,57 @@ def cmd_mcp(ns) -> int:
     return 0
 
 
+def internal_error(prog: str, state: Optional[str] = None) -> int:
+    """An uncaught exception: one line on stderr naming where the traceback went (STATE/error.log,
+    else the temp folder), exit 2, never a finding's status (1). Call from an ``except``."""
+    import tempfile
+    import traceback
+
+    e = sys.exc_info()[1]
+    text = f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {prog} {__version__} {' '.join(sys.argv[1:])[:2000]}\n" \
+        + traceback.format_exc()
+    log = None
+    for d in (state or _state_or_none(), tempfile.gettempdir()):
+        if not d:
+            continue
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            path = os.path.join(d, "error.log")
+            if os.path.exists(path) and os.path.getsize(path) > 1 << 20:
+                os.replace(path, path + ".1")
+            with open(path, "a", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+            log = path
+            break
+        except OSError:
+            continue
+    what = f"{type(e).__name__}: {e}".splitlines()[0][:300] if e else "unknown error"
+    print(f"{prog}: internal error: {what}" + (f" (traceback in {log}; please report it)" if log else ""),
+          file=sys.stderr)
+    return 2
+
+
+def _state_or_none() -> Optional[str]:
+    try:
+        return default_state()
+    except Exception:  # platformdirs missing or broken: the temp folder will do
+        return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    ns = _parser().parse_args(argv)
-    return {"serve": cmd_serve, "start": cmd_start, "stop": cmd_stop,
-            "status": cmd_status, "mcp": cmd_mcp}[ns.cmd](ns)
+    p = _parser()
+    ns, extra = p.parse_known_args(argv)
+    if extra:
+        p._subparsers._group_actions[0].choices[ns.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return {"serve": cmd_serve, "start": cmd_start, "stop": cmd_stop,
+                "status": cmd_status, "mcp": cmd_mcp}[ns.cmd](ns)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except Exception:
+        return internal_error("profd", getattr(ns, "state", None))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from ..engine import impact
 from ..engine.sourcemap import read_lines, split_lines
 from . import confine
 from .confine import shown
-from .placement import local_sources, placed_path, suggest_maps, unmapped_hint, unmapped_paths
+from .placement import UNMAPPED, local_sources, placed_path, suggest_maps, unmapped_hint, unmapped_paths
 from .store import Lru, Row, Store, private_dir
 from .watcher import (Intake, Outcome, Sig, Watcher, inside, refusal, same_file, sig_of,
                       signature)
@@ -893,7 +893,7 @@ class Core:
         if transform is not None:
             here = transform(key, here)
         here = suppress.apply(here, lines_of or SOURCES.lines)[0]
-        if cur:
+        if cur and UNMAPPED not in self.cfg.disabled:  # a rule like the others: --disable/ignore know it
             hint = self.unmapped_hint(key, source)
             if hint is not None:
                 here.append(hint)

@@ -1,7 +1,7 @@
 """The options an editor session runs with, as the CLI reads them: the editor's settings (the
 ``profd`` section, keys as in ``[tool.profd]``) over the ``[tool.profd]`` table of the
 workspace's ``pyproject.toml`` (found as the CLI finds it: from each workspace folder upwards,
-read by the CLI's own parser, ``client_cli/config.py``) over the daemon's command line.
+read by the CLI's own parser, ``server/config.py``) over the daemon's command line.
 
 - ``workspace``, ``path-map``: the settings', the file's and the command line's together.
 - ``select``, ``extend-select``, ``ignore``: resolved as ruff does (``config.selection``), from the
@@ -20,7 +20,7 @@ import difflib
 import os
 from typing import Any, Optional
 
-from ...client_cli import config as C
+from .. import config as C
 from ...protocol import methods as M
 from ...protocol.catalog import RULES
 from ...protocol.options import path_map_item

@@ -9,7 +9,7 @@ Python API (what ``profd/runWorkload`` and ``profd-client run`` call)::
     res.trace_path, res.table_path, res.meta   # or WorkloadError(kind, message) is raised
 
     sweep = run_sweep(spec, [64, 512, 4096], out_dir)   # one run per size, then
-    print(format_table(sweep.rows))                     # CPU total, CUDA total, GPU busy %, verdict
+    print(format_table(sweep.rows))                     # CPU ops and GPU per step, GPU busy %, verdict
 
 Only the workloads named in ``WORKLOADS`` run, with parameters validated against their schema:
 no code and no free-form arguments come from a request. A crash, an out-of-memory, a missing
@@ -345,8 +345,8 @@ class Row:
     dtype: str
     mode: str  # eager / compiled / graphs
     device: str
-    cpu_total_us: Optional[float] = None
-    cuda_total_us: Optional[float] = None
+    cpu_total_us: Optional[float] = None  # per profiled step: CPU op time (all threads)
+    cuda_total_us: Optional[float] = None  # per profiled step: GPU time (kernels, copies, memsets)
     gpu_busy_pct: Optional[float] = None
     verdict: str = ""
     unprofiled_us: Optional[float] = None
@@ -420,8 +420,9 @@ def row_of(trace_path: str, meta: Optional[dict] = None, workspace: Optional[lis
         row.error = rep.error
         return row
     s = rep.summary
+    n = max(1, len(s.steps))  # per step, as every number profd prints unless it says "total"
     row.cpu_total_us, row.cuda_total_us, row.gpu_busy_pct, row.verdict = (
-        s.cpu_total_us, s.cuda_total_us, s.gpu_busy_pct, s.verdict)
+        s.cpu_total_us / n, s.cuda_total_us / n, s.gpu_busy_pct, s.verdict)
     row.findings = sorted({d.code for d in rep.diagnostics if d.severity in ("error", "warning", "information")})
     return row
 
@@ -443,7 +444,7 @@ def _f(us: Optional[float]) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
-    head = ["n", "dtype", "mode", "device", "CPU total", "CUDA total", "GPU busy", "verdict",
+    head = ["n", "dtype", "mode", "device", "CPU ops/step", "GPU/step", "GPU busy", "verdict",
             "unprofiled/iter", "findings"]
     body = []
     for r in rows:

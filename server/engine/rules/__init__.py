@@ -14,7 +14,7 @@ Check = Callable[..., Iterable]
 REGISTRY: dict[str, Check] = {}
 
 FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "training", "ranks",
-            "attention"]
+            "attention", "sources"]
 
 
 def rule(code: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..analyses import COPY_CATS, host_stages, verdict
 from ..kernels import COMMUNICATION, GEMM, short_name
 from . import rule
-from .util import pct, r3, shapes, size, us
+from .util import pct, plural, r3, shapes, size, us
 
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -30,8 +30,9 @@ def _inflation_note(m) -> str:
 
 @rule("overhead-bound")
 def overhead_bound(ctx):
-    """Evidence: GPU busy share of the active window (collectives left out), CPU total vs CUDA total,
-    launches per step, and the line that launches most.
+    """Evidence: GPU busy share of the active window (collectives left out), CPU op time vs GPU time
+    per step (the evidence's ``cpu_total_us``/``cuda_total_us``: over all active steps), launches
+    per step, and the line that launches most.
 
     Threshold: busy < 30% of the window. Below that the GPU waits for the CPU most of the time: a
     faster kernel cannot shorten the step, fewer or larger launches can.
@@ -56,12 +57,14 @@ def overhead_bound(ctx):
     a, m = ctx.a, ctx.model
     top = _top_launch_line(ctx)
     loc = ctx.location_of_hot(top) if top else ctx.trace_location()
-    per_step = a.launches / ctx.n_steps
-    where = f"; {top.launches / ctx.n_steps:.0f} of them from this line" if top else ""
+    n = ctx.n_steps
+    per_step = a.launches / n
+    where = f"; {top.launches / n:.0f} of them from this line" if top else ""
     yield ctx.diag(
         "overhead-bound",
-        f"GPU busy {pct(a.busy_pct)} of the active steps{_copies_note(a)}: CPU total {us(a.cpu_total_us)} vs CUDA total "
-        f"{us(a.cuda_total_us)}; the CPU dispatches {per_step:.0f} launches per step{where}"
+        f"GPU busy {pct(a.busy_pct)} of the active steps{_copies_note(a)}: per step CPU ops "
+        f"{us(a.cpu_total_us / n)} vs GPU {us(a.cuda_total_us / n)}; the CPU dispatches "
+        f"{plural(per_step, 'launch')} per step{where}"
         + _inflation_note(m),
         loc,
         evidence={"gpu_busy_pct": r3(a.busy_pct), "copy_busy_pct": r3(a.copy_pct or 0.0),

@@ -380,7 +380,9 @@ def launch_storm(ctx):
     optimizer), or the user's line itself run many times by one call of its function (a loop over
     time steps calling a module: ``for t in ...: h, c = self.cell(x[:, t], (h, c))``).
 
-    Threshold: 10 or more iterations launching one kernel per call and step (distinct ops, or
+    Threshold: ``launches-per-step`` (default 10) tiny launches per step from the line, counted as
+    the message counts them (over its kernels), found as 10 or more iterations (fewer when the
+    threshold is set lower) launching one kernel per call and step (distinct ops, or
     distinct runs of the user's statement), with the kernel's median duration below the median
     launch call's. Counting per innermost Python call keeps a model of 48 layers out (each
     layer's forward launches its kernel once), and counting the user's statement's runs keeps out
@@ -420,7 +422,10 @@ def launch_storm(ctx):
         if k is None or step is None:
             continue
         per.setdefault(k, {}).setdefault((e.name, step.number), []).append((e.dur, call.dur, li))
-    least = ctx.threshold("launch-storm", "launches-per-step")
+    # the knob is what the message says (tiny launches per step from the line, over its kernels);
+    # a loop is found by its iterations of one kernel, at most that many (10 unless set lower)
+    wanted = ctx.threshold("launch-storm", "launches-per-step")
+    least = min(STORM_PER_STEP, wanted)
     for k, groups in per.items():
         storm: dict = {}
         for (name, _), launched in groups.items():
@@ -445,6 +450,8 @@ def launch_storm(ctx):
             continue
         runs_all = [x for r in storm.values() for x in r]
         launches = len(runs_all) / ctx.n_steps
+        if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
+            continue
         gpu = sum(x[0] for x in runs_all) / ctx.n_steps
         cpu = sum(x[1] for x in runs_all) / ctx.n_steps
         name, runs = max(storm.items(), key=lambda kv: len(kv[1]))

@@ -1,0 +1,36 @@
+"""Placement rules: ``unmapped-source``.
+
+Only the daemon knows which of a trace's source files exist on this machine (it keeps a snapshot of
+them, read off its loop), so the finding is made in ``server/daemon/placement.py``
+(``unmapped_hint``). It is registered here, like ``rank-straggler``, so that the catalog, the
+registry, ``profd-client rule`` and ``--ignore`` know it as every other rule; the engine itself
+finds nothing for it.
+"""
+from __future__ import annotations
+
+from . import rule
+
+
+@rule("unmapped-source")
+def unmapped_source(ctx):
+    """Evidence: the trace's frame paths that map onto no file here (``unmapped``) and their common
+    folder (``prefix``), with how many findings therefore sit on the trace instead of their lines.
+
+    Threshold: one frame path of a finding or hot line that no workspace root or ``path-map`` leads
+    to an existing file. Shown once per trace, on the trace, in editors (the CLI says the same in a
+    ``note:`` under the summary line).
+
+    Why it costs time: it costs none by itself; it says why the findings are not on your lines (the
+    trace was recorded on another machine or in a container, under another path).
+
+    Example:
+        # recorded in a container as /workspace/train.py, opened here as ~/proj/train.py
+
+    Fix: map the recorded prefix onto your checkout: ``path-map = ["/workspace=/home/me/proj"]``
+    (``[tool.profd]`` or the editor's settings), or ``--path-map`` / ``--workspace`` on ``profd serve``.
+
+    Ignore when: the frames are a library's that you do not have locally.
+
+    Shown by: examples/tinygpt_naive.json.gz (served by a daemon whose workspace is not examples/src)
+    """
+    return ()
