@@ -381,6 +381,8 @@ def job_text(jobs, color: bool = False) -> str:
     for j in jobs:
         out.append(f"job: {len(j.ranks)} of {j.world_size} ranks ({j.backend}); "
                    f"{j.collectives_matched} collectives matched across ranks")
+        out.append("  traces: " + ", ".join(f"rank {r.rank if r.rank is not None else '?'} {_rel(r.path)}"
+                                            for r in j.ranks))
         out.append(f"  {'rank':>4} {'step':>9} {'cpu own':>9} {'compute':>9} {'comm':>9} {'exposed':>9} "
                    f"{'overlap':>7} {'wait':>9} {'last':>5}  (ms per step)")
         for r in j.ranks:
@@ -410,12 +412,14 @@ def diff_text(d, max_lines: int = 20) -> str:
     """A before/after diff: summary, rules gone/new, findings gone/new with their lines, line costs."""
     s = d.summary
     out = [f"diff {_rel(d.old_path)} -> {_rel(d.new_path)}"]
+    if d.different_programs:
+        out.append(f"  = warning: {d.different_programs}")
     if s.old_step_us is not None and s.new_step_us is not None:
         out.append(f"  step (median): {s.old_step_us / 1000:.2f} ms -> {s.new_step_us / 1000:.2f} ms "
                    f"({_pct_change(s.old_step_us, s.new_step_us)}); verdict {s.old_verdict} -> {s.new_verdict}")
     if s.old_cuda_per_step_us is not None and s.new_cuda_per_step_us is not None:
-        out.append(f"  per step: CPU total {us(s.old_cpu_per_step_us)} -> {us(s.new_cpu_per_step_us)}, "
-                   f"CUDA total {us(s.old_cuda_per_step_us)} -> {us(s.new_cuda_per_step_us)}")
+        out.append(f"  per step: CPU ops {us(s.old_cpu_per_step_us)} -> {us(s.new_cpu_per_step_us)}, "
+                   f"GPU {us(s.old_cuda_per_step_us)} -> {us(s.new_cuda_per_step_us)}")
     for r in d.rules:
         if r.change != "kept":
             out.append(f"  {'-' if r.change == 'gone' else '+'} [{r.code}] {r.change} "
@@ -435,7 +439,7 @@ def diff_text(d, max_lines: int = 20) -> str:
     moved = [ln for ln in d.lines if ln.trend != "same"][:max_lines]
     if moved:
         out.append("")
-        out.append("lines (CPU total + GPU per step):")
+        out.append("lines (CPU + GPU per step, with what each line calls):")
         for ln in moved:
             old, new = ln.old_cpu_us + ln.old_gpu_us, ln.new_cpu_us + ln.new_gpu_us
             out.append(f"  {_TREND[ln.trend]} {_rel(ln.path)}:{ln.line} ({ln.function}) {ln.trend}: "

@@ -62,3 +62,6 @@ class ReportDiff(Struct):
     rules: list[RuleDelta] = []
     findings: list[FindingDelta] = []
     lines: list[LineDelta] = []
+    # "" when the two traces look like runs of one program; else why they do not (their source files
+    # share nothing): a diff of two programs compares nothing line by line
+    different_programs: str = ""

@@ -153,3 +153,24 @@ def test_unmapped_source_is_a_rule_that_rule_and_ignore_know():
         assert p.returncode == 0, p.stderr
     p = run(PROFD, "start", "--disable", "unmapped-sourse", "--state", "/nonexistent/x")
     assert p.returncode == 2 and "unmapped-source" in p.stderr  # the nearest code, also for the daemon
+
+
+def test_a_diff_of_two_different_programs_says_so():
+    def diff(a, b, *args):
+        return run(CLIENT, "diff", "--no-daemon", "--isolated", "--fail-on", "never", *args, a, b)
+    other = diff(NAIVE, trace("seed_n64_bf16"))
+    assert other.returncode == 0 and "these look like two different programs" in other.stdout.splitlines()[1]
+    js = json.loads(diff(NAIVE, trace("seed_n64_bf16"), "--format", "json").stdout)
+    assert "seed_matmul.py" in js["differentPrograms"]
+    same = diff(NAIVE, TUNED)
+    assert "different programs" not in same.stdout
+    assert json.loads(diff(NAIVE, TUNED, "--format", "json").stdout)["differentPrograms"] == ""
+
+
+def test_each_job_names_its_traces():
+    p = run(CLIENT, "analyze", "--no-daemon", "--isolated", "--fail-on", "never", trace("balanced_rank0"),
+            trace("balanced_rank1"), trace("fsdp_rank0"), trace("fsdp_rank1"))
+    heads = [l for l in p.stdout.splitlines() if l.startswith("  traces: ")]
+    assert len(heads) == 2, p.stdout
+    assert "rank 0 " in heads[0] and "balanced_rank0" in heads[0] and "balanced_rank1" in heads[0]
+    assert "fsdp_rank0" in heads[1] and "fsdp_rank1" in heads[1] and "balanced" not in heads[1]

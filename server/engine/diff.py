@@ -62,7 +62,28 @@ def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: floa
                                delta_us=_r(delta), codes_gone=sorted(set(gone)), codes_new=sorted(set(appeared))))
     lines.sort(key=lambda d: (d.trend == "same", -abs(d.delta_us)))
     out.lines = lines
+    out.different_programs = _different_programs(old, new)
     return out
+
+
+def _different_programs(old: Report, new: Report) -> str:
+    """Why OLD and NEW are not two runs of one program ("" when they may be): the source files their
+    lines run in (frame file names, wherever each was recorded) have less than a fifth in common."""
+    import os
+
+    def files(r: Report) -> set[str]:
+        return {os.path.basename(h.trace_path or h.path) for h in r.hot_lines if (h.trace_path or h.path)}
+
+    a, b = files(old), files(new)
+    if not a or not b:
+        return ""
+    common = a & b
+    if len(common) >= 0.2 * min(len(a), len(b)):
+        return ""
+    show = lambda s: ", ".join(sorted(s)[:4]) + (" …" if len(s) > 4 else "")
+    return (f"these look like two different programs: their lines run in {show(a)} and {show(b)}"
+            + (f" (only {show(common)} in common)" if common else " (no source file in common)")
+            + "; a diff compares two runs of one program")
 
 
 def _cpu(h) -> float:

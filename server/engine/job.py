@@ -107,7 +107,10 @@ def _group_key(dist: dict) -> str:
     for pg in dist.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_desc") == "default_pg":
             ranks = str(pg.get("ranks"))
-    return f"world={world};backend={backend};ranks={ranks}" if world is not None else ""
+    # what else one job's ranks share: its process groups and the NCCL build (a job id, when the
+    # trace carries one); ranks of unrelated jobs of the same size differ in these more often than not
+    extra = "".join(f";{k}={dist[k]}" for k in ("job_id", "pg_count", "nccl_version") if dist.get(k) is not None)
+    return f"world={world};backend={backend};ranks={ranks}{extra}" if world is not None else ""
 
 
 def _step_of_launch(m: TraceModel) -> list[int]:
@@ -223,7 +226,8 @@ class JobGroup(list):
 def group_jobs(summaries: Iterable[RankSummary]) -> list[JobGroup]:
     """Summaries of distributed traces grouped by job; single-process traces are left out.
 
-    Traces of one job share world size, backend and the default group's ranks. Two jobs of the same
+    Traces of one job share world size, backend, the default group's ranks, the process-group count and
+    the NCCL version (and a job id when the trace has one). Two jobs of the same
     shape (the balanced and the FSDP pair here) are told apart by time: the ranks of one job enter
     their profiled steps together (collectives hold them within a step of each other), so a start
     more than 10 s after the previous trace's, or a rank seen twice, begins another job. 10 s

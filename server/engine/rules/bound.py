@@ -110,8 +110,8 @@ def compute_bound(ctx):
     loc = ctx.location_of_hot(hot) if hot and hot.gpu_us > 0 else ctx.trace_location()
     yield ctx.diag(
         "compute-bound",
-        f"GPU busy {pct(a.busy_pct)} of the active steps (CUDA total {us(a.cuda_total_us)} vs CPU "
-        f"total {us(a.cpu_total_us)}); held by {names}",
+        f"GPU busy {pct(a.busy_pct)} of the active steps (per step GPU {us(a.cuda_total_us / ctx.n_steps)} "
+        f"vs CPU ops {us(a.cpu_total_us / ctx.n_steps)}); held by {names}",
         loc,
         evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
                   "cuda_total_us": r3(a.cuda_total_us),
