@@ -148,3 +148,27 @@ def test_a_comment_added_later_clears_the_editor_diagnostic_at_the_next_pull(src
         assert "host-sync" not in after and "zero-grad-not-none" in after
     finally:
         subprocess.run([PROFD, "stop", "--state", str(state)], capture_output=True, timeout=30)
+
+
+def test_a_file_level_comment_suppresses_its_codes_in_the_whole_file(src):
+    """``# profd: ignore-file[...]`` on a line of its own (as ruff's ``# ruff: noqa``); a trailing one
+    after code is not file-level, and ``ignore-file`` is never read as a line's bare ``ignore``."""
+    base = analyze_file(NAIVE, Options(workspace=[src]))
+    train = os.path.join(src, "train_tinygpt.py")
+    in_train = [d.code for d in base.diagnostics if d.location.path == train]
+    assert in_train.count("launch-storm") >= 2 and "host-sync" in in_train
+    p = os.path.join(src, "train_tinygpt.py")
+    text = open(p).read()
+    with open(p, "w") as f:
+        f.write(text + "\n# profd: ignore-file[launch-storm]\n")  # at the end: the lines keep their numbers
+    rep = analyze_file(NAIVE, Options(workspace=[src]))
+    after = [d.code for d in rep.diagnostics if d.location.path == train]
+    assert "launch-storm" not in after and "host-sync" in after
+    assert rep.suppressed.get("launch-storm") == in_train.count("launch-storm")
+    # the other file's launch storms (none here) and findings are untouched
+    other = lambda r: [d.code for d in r.diagnostics if d.location.path != train]
+    assert other(rep) == other(base)
+    with open(p, "w") as f:
+        f.write(text + "\nimport os  # profd: ignore-file\n")  # not a line of its own: not file-level
+    assert [d.code for d in analyze_file(NAIVE, Options(workspace=[src])).diagnostics
+            if d.location.path == train] == [c for c in in_train]

@@ -5,7 +5,9 @@
     torch.cuda.synchronize()  # profd: ignore            (every profd finding on this line)
     y = z.item()              # noqa: host-sync          (noqa style, beside other tools' codes)
 
-A finding on a statement that spans several lines (brackets, a trailing backslash) is suppressed
+A comment line of its own ``# profd: ignore-file`` (or ``# profd: ignore-file[host-sync, ...]``)
+anywhere in a file drops every finding (or those codes') located in that file, as ruff's
+``# ruff: noqa``. A finding on a statement that spans several lines (brackets, a trailing backslash) is suppressed
 by a comment on any of them. Comments are found by Python's tokenizer, so text inside a string
 (``s = "# profd: ignore[...]"``) is not one. A bare ``# noqa`` is other linters' and suppresses
 nothing here. The report keeps how many findings
@@ -27,7 +29,8 @@ from ...protocol.types import Diagnostic
 from .sourcemap import source_lines
 
 # `# profd: ignore`, `# profd: ignore[a, b]`, `# noqa: a, b` (codes are lower-case words with -)
-_PROFD = re.compile(r"#\s*profd:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
+_PROFD = re.compile(r"#\s*profd:\s*ignore(?!-file)(?:\[([^\]]*)\])?", re.IGNORECASE)
+_FILE = re.compile(r"#\s*profd:\s*ignore-file(?:\[([^\]]*)\])?\s*$", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa:\s*([A-Za-z0-9_\-]+(?:[\s,]+[A-Za-z0-9_\-]+)*)", re.IGNORECASE)
 _MAYBE = re.compile(r"profd:|noqa:", re.IGNORECASE)  # a line that could hold one
 ALL = "*"
@@ -97,6 +100,19 @@ class Comments:
             return self._firsts[i], self._lasts[i]
         return line, line
 
+    def file_codes(self) -> set[str]:
+        """The codes the file's own ``# profd: ignore-file[...]`` comment lines suppress in all of it
+        (a comment after code on its line is not one)."""
+        if not hasattr(self, "_file"):
+            self._file: set[str] = set()
+            for n, cs in self.by_line.items():
+                for c in cs:
+                    m = _FILE.match(c.text)
+                    if m and not self.lines[n - 1][:c.col].strip():
+                        self._file |= {ALL} if m.group(1) is None else \
+                            {x.strip().lower() for x in m.group(1).split(",") if x.strip()}
+        return self._file
+
     def codes(self, line: int) -> set[str]:
         """The codes suppressed on ``line``: its statement's comments' (``ALL`` for every code)."""
         first, last = self.statement(line)
@@ -134,6 +150,9 @@ def _suppressed(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> bool
         return False
     lines = lines_of(loc.path)
     com = comments(lines)
+    whole = com.file_codes()
+    if ALL in whole or d.code in whole:
+        return True
     last = loc.end_line if loc.end_line and loc.end_line >= loc.line else loc.line
     for n in range(loc.line, min(last, len(lines)) + 1):
         codes = com.codes(n)
