@@ -1,6 +1,6 @@
 """The editor configures profd as the CLI does (issue 26): ``[tool.profd]`` in the workspace's
 ``pyproject.toml`` (found from each workspace folder upwards, read by the CLI's own parser,
-``client_cli/config.py``), per-rule thresholds from the editor's settings over the file's, and
+``server/config.py``), per-rule thresholds from the editor's settings over the file's, and
 the CLI's "did you mean" for a misspelt code or key. ``profd serve --stdio`` driven by pytest-lsp
 with Neovim 0.9's capabilities (pushed diagnostics, ``workspace/configuration``), on the shipped
 tinygpt_naive trace (H200), whose findings the CLI gives as: host-sync on line 70, launch-storm on

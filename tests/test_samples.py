@@ -189,5 +189,5 @@ def test_mcp_doc_sample_and_tool_table():
 
     text = open(os.path.join(ROOT, "docs", "mcp.md"), encoding="utf-8").read()
     table = set(re.findall(r"^\| `([a-z_]+)` \|", text, re.M))
-    assert table == asyncio.run(tools("--allow-workloads")), "docs/mcp.md's tool table vs the server's tools"
+    assert table == asyncio.run(tools("--allow-workloads", "--allow-record")), "docs/mcp.md's tool table vs the server's tools"
     assert "module_tree" in table
