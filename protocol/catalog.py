@@ -45,6 +45,7 @@ _RULES = [
     RuleInfo("transfer-bound", "Host/device copies fill the step", "warning", "bound"),
     RuleInfo("small-problem", "Overhead-bound with small GEMM shapes", "information", "bound"),
     RuleInfo("cold-start-step", "First active step much wider than the rest", "warning", "steps"),
+    RuleInfo("one-time-setup", "One-time set-up inside the profiled window", "warning", "steps"),
     RuleInfo("profiler-artifact", "Time that belongs to the profiler, not the program", "information", "artifacts"),
     RuleInfo("sync-wait", "A synchronising call blocks the CPU", "warning", "sync"),
     RuleInfo("host-sync", "Device-to-host synchronisation forced from user code", "warning", "sync"),

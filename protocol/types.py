@@ -171,6 +171,11 @@ class Summary(Struct):
     # of the active window, the time the copy engines ran host/device copies or memsets (their own
     # engines: not in gpu_busy_pct, which counts kernels); None without GPU events
     copy_busy_pct: Optional[float] = None
+    # how the window was cut into steps: ProfilerStep markers, a loop's iterations, or one step
+    steps_from: str = ""
+    # of the active window, the share that is one-time set-up (compiling, CUDA
+    # context and module loading, first-call library set-up): left out of the steady-state verdict
+    setup_pct: Optional[float] = None
 
 
 class TraceInfo(Struct):

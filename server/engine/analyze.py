@@ -164,8 +164,19 @@ def _summary(ctx: Context) -> Summary:
                    window_us=round(a.window_us, 3), steps=steps,
                    kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
                    launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
-                   notes=_unread_notes(m) + ctx.unmapped_notes(),
-                   copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None)
+                   notes=_window_notes(m, a) + _unread_notes(m) + ctx.unmapped_notes(),
+                   copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None,
+                   steps_from=m.steps_from,
+                   setup_pct=round(100.0 * a.setup_us / a.window_us, 2) if a.window_us > 0 else None)
+
+
+def _window_notes(m: TraceModel, a: Analysis) -> list[str]:
+    """How the window was cut into steps when the trace has no markers, and its set-up share."""
+    out = [] if m.steps_from == "ProfilerStep markers" else [f"steps: {m.steps_from}"]
+    if a.setup_us > 0 and a.window_us > 0:
+        out.append(f"set-up: {100.0 * a.setup_us / a.window_us:.0f}% of the active window is one-time "
+                   f"set-up ({us(a.setup_us)}), left out of the verdict")
+    return out
 
 
 def _unread_notes(m: TraceModel) -> list[str]:

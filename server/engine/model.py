@@ -157,6 +157,7 @@ class TraceModel:
     main_thread: Optional[tuple] = None
     t0: float = 0.0
     unread: dict[str, int] = field(default_factory=dict)  # complete events of categories not read: count
+    steps_from: str = "ProfilerStep markers"  # how the window was cut into steps (windows.infer_steps)
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -358,6 +359,11 @@ def build(doc: TraceDoc) -> TraceModel:
     m.has_call_from = call_from
     m.tindex = tindex
     m._launched = _children(launcher, len(cpu))
+    if not m.steps:  # no ProfilerStep markers: the loop's iterations, else the window as one step
+        from .windows import infer_steps
+
+        m.steps, m.steps_from = infer_steps(m)
+        m._step_starts = [s.ts for s in m.steps]
     return m
 
 

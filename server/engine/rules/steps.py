@@ -1,4 +1,4 @@
-"""Step-shape rules: ``cold-start-step``."""
+"""Step-shape rules: ``cold-start-step``, ``one-time-setup``."""
 from __future__ import annotations
 
 import bisect
@@ -105,4 +105,63 @@ def cold_start_step(ctx):
         fix="run a few warm-up iterations before the profiler starts and use "
             "schedule(wait=1, warmup=1, active=N); judge steady state from the later steps",
         severity="warning" if work else "information",
+    )
+
+
+@rule("one-time-setup")
+def one_time_setup(ctx):
+    """Evidence: the one-time host work inside the active window (``windows.setup_intervals``): long
+    CUDA context and module calls (``cudaFree``, ``cuModuleLoadData``, ``hipModuleLoadData``, stream
+    creation), launches many times their API's median (lazy kernel loading: one 626 ms
+    ``cudaLaunchKernel`` at a first ``conv1d``), first calls of an op many times its later calls
+    (cuDNN/cuBLAS handles and heuristics), and torch.compile compiling (Dynamo's timed phases,
+    Inductor's ``compile_fx_inner``, codegen, autotuning); its share of the window.
+
+    Threshold: 5 ms and 10% of the active window (merged). Also in windows without steps. The
+    verdict leaves this stretch out (the shares are of the rest of the window).
+
+    Why it costs time: it does not: it happens once per process. But inside the profiled window it
+    dwarfs the steady state, and read as dispatch it makes a GPU-bound program look overhead-bound.
+
+    Example:
+        model = torch.compile(model)
+        with profile() as prof:
+            for x in batches[:5]:
+                model(x)            # the first call compiles inside the window
+
+    Fix: warm up before profiling (run the model, the loss, the optimizer step and the compiled
+    function a few times first) or profile with ``schedule(wait=1, warmup=1, active=N)``; for
+    torch.compile, cache compiled artifacts (``TORCHINDUCTOR_FX_GRAPH_CACHE``, the default, and
+    ``TORCHINDUCTOR_AUTOGRAD_CACHE``) or run the compile before the profiler.
+
+    Ignore when: start-up time is what you are measuring.
+
+    Shown by: examples/corpus/traces/wild/compile_cold.json.gz
+    """
+    from ..windows import setup_intervals
+
+    m, a = ctx.model, ctx.a
+    if a.setup_us <= 0:
+        return
+    lo, hi = a.window
+    kinds: dict[str, float] = {}
+    for x, y, what in setup_intervals(m):
+        x, y = max(x, lo), min(y, hi)
+        if y > x:
+            kind = "torch.compile compiling" if what.startswith("torch.compile") else (
+                "lazy kernel loading" if "lazy" in what else (
+                    "CUDA context/module set-up" if not what.startswith("first") else "first-call library set-up"))
+            kinds[kind] = kinds.get(kind, 0.0) + (y - x)
+    share = 100.0 * a.setup_us / a.window_us
+    parts = ", ".join(k for k, _ in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    yield ctx.diag(
+        "one-time-setup",
+        f"{us(a.setup_us)} of the {us(a.window_us)} window ({share:.0f}%) is one-time set-up ({parts}); "
+        f"the verdict judges the rest",
+        ctx.trace_location(),
+        evidence={"setup_us": r3(a.setup_us), "window_us": r3(a.window_us), "setup_pct": r3(share),
+                  "kinds": sorted(kinds)},
+        fix="warm up before profiling (a few calls of the model, loss and optimizer step, and of the compiled "
+            "function) or use schedule(wait=1, warmup=1, active=N); keep torch.compile's caches "
+            "(TORCHINDUCTOR_FX_GRAPH_CACHE) so compilation is not repeated",
     )

@@ -1,0 +1,179 @@
+"""How a trace's window is cut into steps, and which of it is one-time set-up.
+
+Most traces people publish have no ``ProfilerStep`` markers: one ``with profile():`` around an
+epoch, a few calls or a single forward. ``infer_steps`` finds the steps such a trace has: the
+iterations of the outermost loop on the main thread, as the repetition of one call (a frame, a
+module, an op, a ``record_function`` label, ``Optimizer.step`` or a DataLoader ``__next__``) that
+starts segments of the same composition; failing that, the whole window is one step, and the
+reason says so. ``setup_intervals`` finds one-time host work (CUDA context and module loading,
+first-call cuDNN/cuBLAS set-up, torch.compile compiling and autotuning) wherever it lies.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from typing import Optional
+
+# ---- steps without markers --------------------------------------------------------------------
+_NOT_STEPS = ("cuda_runtime", "cuda_driver", "Runtime", "overhead", "Trace")
+MIN_SIMILARITY = 0.6  # median multiset overlap of consecutive iterations
+MIN_COVER = 0.3  # the iterations hold this share of the level's time at least (cold set-up may hold the rest)
+MAX_DEPTH = 12
+
+
+def _label(m, i: int) -> str:
+    return m.cpu[i].name
+
+
+def infer_steps(m) -> tuple[list, str]:
+    """(steps, how they were found) for a trace without ProfilerStep markers."""
+    from .model import Step
+
+    key = m.main_thread
+    starts = m.tindex.starts.get(key) if key is not None else None
+    if not starts:
+        return [], "no CPU events: no steps"
+    base = m.tindex.base[key]
+    level = [i for i in range(base, base + len(starts)) if m.parent[i] < 0]
+    under = None
+    for _ in range(MAX_DEPTH):
+        level = [i for i in level if m.cpu[i].cat not in _NOT_STEPS and m.cpu[i].dur > 0]
+        if not level:
+            break
+        found = _loop(m, level)
+        if found:
+            cuts, anchor = found
+            steps = [Step(f"iteration {k + 1}", k + 1, a, b) for k, (a, b) in enumerate(cuts)]
+            where = f" in {_label(m, under)}" if under is not None else ""
+            return steps, (f"{len(steps)} iterations of a loop on the main thread{where}, each starting "
+                           f"at {_label(m, anchor)} (no ProfilerStep markers)")
+        lo = min(m.cpu[i].ts for i in level)
+        hi = max(m.cpu[i].ts + m.cpu[i].dur for i in level)
+        big = max(level, key=lambda i: m.cpu[i].dur)
+        if hi <= lo or m.cpu[big].dur < 0.5 * (hi - lo):
+            break
+        under, level = big, list(m.children(big))
+    lo, hi = m.window()
+    if hi <= lo:
+        return [], "an empty window: no steps"
+    return [Step("window", 0, lo, hi)], ("no ProfilerStep markers and no repeated loop found: the "
+                                          "whole window analysed as one step")
+
+
+def _loop(m, level: list[int]):
+    ids = [_label(m, i) for i in level]
+    counts = Counter(ids)
+    total = sum(m.cpu[i].dur for i in level)
+    # Without Python frames a single forward repeats its layers' ops: only a label that marks an
+    # iteration (record_function, Optimizer.step, DataLoader __next__) makes op repeats a loop.
+    framed = any(m.cpu[i].cat == "python_function" for i in level)
+    labels = Counter(ids[k] for k, i in enumerate(level) if m.cpu[i].cat == "user_annotation")
+    first = {}
+    for k, n in enumerate(ids):
+        first.setdefault(n, k)
+    # the most iterations first: an inner loop's cuts fail the composition test, the outer's pass
+    for c in sorted({c for c in counts.values() if c >= 2}, reverse=True):
+        if not framed and c not in labels.values():
+            continue
+        for name in sorted((n for n, v in counts.items() if v == c), key=first.get):
+            occ = [k for k, n in enumerate(ids) if n == name]
+            segs = [level[a:b] for a, b in zip(occ, occ[1:])]
+            seen = set(_label(m, i) for s in segs for i in s)
+            tail = []
+            for i in level[occ[-1]:]:
+                if tail and _label(m, i) not in seen:
+                    break
+                tail.append(i)
+            segs.append(tail)
+            bags = [Counter(_label(m, i) for i in s) for s in segs]
+            sims = [sum((x & y).values()) / max(1, sum((x | y).values())) for x, y in zip(bags, bags[1:])]
+            if not sims or statistics.median(sims) < MIN_SIMILARITY:
+                continue
+            if sum(m.cpu[i].dur for s in segs for i in s) < MIN_COVER * total:
+                continue
+            cuts = [(m.cpu[s[0]].ts, max(m.cpu[i].ts + m.cpu[i].dur for i in s)) for s in segs]
+            cuts = [(a, min(b, cuts[k + 1][0]) if k + 1 < len(cuts) else b) for k, (a, b) in enumerate(cuts)]
+            return cuts, level[occ[0]]
+    return None
+
+
+# ---- one-time set-up ----------------------------------------------------------------------------
+# Runtime calls that are set-up when they take long: the CUDA context (cudaFree(0) is the idiom),
+# module loading, stream creation, HIP's module loads.
+SETUP_CALLS = {"cudaFree", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuLibraryLoadData",
+               "cudaStreamCreateWithFlags", "cudaStreamCreate", "cudaStreamCreateWithPriority", "cuCtxCreate",
+               "hipModuleLoadData", "hipModuleLoad", "hipFree", "hipStreamCreateWithFlags", "cuInit", "cudaSetDevice"}
+SETUP_CALL_US = 1000.0  # one such call of 1 ms or more
+# torch.compile compiling: Dynamo's timed phases (record_function labels), Inductor's frames
+_COMPILE = re.compile(r"\(dynamo_timed\)$|^entire_frame_compile$|^dynamo$|^backend_compile$|"
+                      r"compile_fx_inner|^async_compile|autotune|select_algorithm|"
+                      r"torch/_dynamo/convert_frame\.py\(\d+\): _compile|torch/_inductor/compile_fx\.py")
+# A call that is its kind's first and FIRST_FACTOR times its kind's median, by FIRST_US or more
+# (cuDNN/cuBLAS handles and heuristics, lazy kernel loading, workspace allocation on first use);
+# a launch of LAUNCH_US or more at FIRST_FACTOR times its API's median is lazy module loading.
+FIRST_FACTOR = 20.0
+FIRST_US = 2000.0
+LAUNCH_US = 1000.0
+
+
+KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                   "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel"}
+
+
+def _waiting(m, i: int) -> float:
+    """Time event i spends in calls that wait on the GPU (syncs, copies)."""
+    t = 0.0
+    for j in m.subtree(i):
+        e = m.cpu[j]
+        if e.cat in ("cuda_runtime", "cuda_driver") and ("Synchronize" in e.name or "Memcpy" in e.name
+                                                         or "EventQuery" in e.name):
+            t += e.dur
+    return t
+
+
+def setup_intervals(m) -> list[tuple[float, float, str]]:
+    """(start, end, what) of one-time host work, in time order (they may nest; merge to measure)."""
+    from .model import LAUNCH_CATS
+
+    out = []
+    by_name: dict[str, list[int]] = {}
+    for i, e in enumerate(m.cpu):
+        if e.cat == "python_function":
+            fr = m.frames.get(i)
+            if fr is not None and _COMPILE.search(e.name):
+                out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
+            continue
+        if _COMPILE.search(e.name):
+            out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
+            continue
+        if e.name in SETUP_CALLS and e.dur >= SETUP_CALL_US:
+            out.append((e.ts, e.ts + e.dur, e.name))
+            continue
+        if e.cat in LAUNCH_CATS or (e.cat == "cpu_op" and m.enclosing_op(i) < 0):
+            by_name.setdefault(e.name, []).append(i)
+    for name, idx in by_name.items():
+        durs = [m.cpu[i].dur for i in idx]
+        if len(durs) < 2:
+            continue
+        med = statistics.median(durs)
+        launch = m.cpu[idx[0]].cat in LAUNCH_CATS
+        if launch and name not in KERNEL_LAUNCHES:
+            continue  # a long copy or sync call waits on the GPU: not set-up
+        seen = set()
+        for k, i in enumerate(idx):
+            d = m.cpu[i].dur
+            if launch:
+                gs = m.gpu_of_launch(i)
+                kern = m.gpu[gs[0]].name if len(gs) else None
+                if kern in seen:
+                    continue  # lazy loading happens at a kernel's first launch only (a full queue
+                seen.add(kern)  # blocks any launch, and is the GPU's backlog, not set-up)
+                if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
+                    out.append((m.cpu[i].ts, m.cpu[i].ts + d - med, f"first {name} (lazy loading)"))
+            elif k == 0:
+                d -= _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up
+                if d - med >= FIRST_US and d >= FIRST_FACTOR * med:
+                    out.append((m.cpu[i].ts, m.cpu[i].ts + d - med, f"first {name}"))
+    out.sort()
+    return out
