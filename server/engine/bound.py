@@ -76,14 +76,19 @@ def bound(report: T.Report, max_bytes: int = MAX_REPORT_BYTES) -> T.Report:
     tree = report.modules
     if tree is not None and len(tree.nodes) > MAX_NODES:
         _keep_nodes(tree, MAX_NODES, cuts)
-    size = len(T.encode(report))
-    while size > max_bytes:
+    # the notes that say the cuts count too: a report cut to just under the bound went over it
+    # once its notes were added
+    while len(T.encode(report)) + _notes_bytes(cuts) > max_bytes:
         if not _halve(report, cuts):
             break
-        size = len(T.encode(report))
     if cuts:
         say(report, cuts)
     return report
+
+
+def _notes_bytes(cuts: list[str]) -> int:
+    """What the notes saying ``cuts`` add to the encoded report (quotes, comma, escapes' slack)."""
+    return sum(len((CUT + c).encode()) + 8 for c in cuts)
 
 
 def say(report: T.Report, cuts: list[str]) -> None:
