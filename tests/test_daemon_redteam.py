@@ -189,7 +189,8 @@ async def test_a_trace_naming_huge_sources_does_not_grow_the_daemon(folders, tmp
         await wait_status(d.doc, lambda st: st["reports"] == 1, "the report", timeout=60)
         await asyncio.sleep(2.5)  # the warm-up of its sources (at most 2 s waited for) is over
         r = await _report(d.doc, t)
-        assert r["error"] is None and len({h["path"] for h in r["hotLines"]}) == 60
+        # every named source has its hot line (the <module> frame may have one too: inclusive costs)
+        assert r["error"] is None and set(paths) <= {h["path"] for h in r["hotLines"]}
         grown = rss_mb(d.proc.pid) - before
         assert grown < 450, f"the daemon grew by {grown} MB"
     finally:
