@@ -153,6 +153,7 @@ class TraceDoc(msgspec.Struct, gc=False):
 # by what it carries as well as by category (model.ROLES), and names what it does not analyse.
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})  # the runtime calls that launch GPU work
 KEEP = (
     None,  # ph X: all
     frozenset({"fwdbwd"}),  # ph s/f: forward->backward flows

@@ -27,7 +27,7 @@ from .loader import _scan, column, scanned
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
 NEST_SLACK_US = 0.01
 
-LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+from .loader import LAUNCH_CATS  # noqa: F401  (model.LAUNCH_CATS is read across the engine)
 
 # What each producer's category means, as the category the model reads. Kineto writes the same
 # names for CUDA and ROCm; the 2021-era profiler wrote "Operator", "Runtime", "Kernel", "Memcpy" and
@@ -362,7 +362,8 @@ def build(doc: TraceDoc) -> TraceModel:
     if not m.steps:  # no ProfilerStep markers: the loop's iterations, else the window as one step
         from .windows import infer_steps
 
-        m.steps, m.steps_from = infer_steps(m)
+        found, m.steps_from = infer_steps(m)
+        m.steps = [Step(*s) for s in found]
         m._step_starts = [s.ts for s in m.steps]
     return m
 

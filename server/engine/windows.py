@@ -15,6 +15,8 @@ import statistics
 from collections import Counter
 from typing import Optional
 
+from .loader import LAUNCH_CATS
+
 # ---- steps without markers --------------------------------------------------------------------
 _NOT_STEPS = ("cuda_runtime", "cuda_driver", "Runtime", "overhead", "Trace")
 MIN_SIMILARITY = 0.6  # median multiset overlap of consecutive iterations
@@ -27,9 +29,8 @@ def _label(m, i: int) -> str:
 
 
 def infer_steps(m) -> tuple[list, str]:
-    """(steps, how they were found) for a trace without ProfilerStep markers."""
-    from .model import Step
-
+    """(steps as (name, number, start, end), how they were found) for a trace without
+    ProfilerStep markers (the model makes its Steps of them: this module imports nothing of it)."""
     key = m.main_thread
     starts = m.tindex.starts.get(key) if key is not None else None
     if not starts:
@@ -44,7 +45,7 @@ def infer_steps(m) -> tuple[list, str]:
         found = _loop(m, level)
         if found:
             cuts, anchor = found
-            steps = [Step(f"iteration {k + 1}", k + 1, a, b) for k, (a, b) in enumerate(cuts)]
+            steps = [(f"iteration {k + 1}", k + 1, a, b) for k, (a, b) in enumerate(cuts)]
             where = f" in {_label(m, under)}" if under is not None else ""
             return steps, (f"{len(steps)} iterations of a loop on the main thread{where}, each starting "
                            f"at {_label(m, anchor)} (no ProfilerStep markers)")
@@ -57,7 +58,7 @@ def infer_steps(m) -> tuple[list, str]:
     lo, hi = m.window()
     if hi <= lo:
         return [], "an empty window: no steps"
-    return [Step("window", 0, lo, hi)], ("no ProfilerStep markers and no repeated loop found: the "
+    return [("window", 0, lo, hi)], ("no ProfilerStep markers and no repeated loop found: the "
                                           "whole window analysed as one step")
 
 
@@ -134,8 +135,6 @@ def _waiting(m, i: int) -> float:
 
 def setup_intervals(m) -> list[tuple[float, float, str]]:
     """(start, end, what) of one-time host work, in time order (they may nest; merge to measure)."""
-    from .model import LAUNCH_CATS
-
     out = []
     by_name: dict[str, list[int]] = {}
     for i, e in enumerate(m.cpu):
