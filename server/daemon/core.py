@@ -463,16 +463,18 @@ class SourceLines:
                 mtime = st.st_mtime if stat.S_ISREG(st.st_mode) else None
             except (OSError, ValueError):  # ValueError: a NUL byte in a frame's path
                 mtime = None
-            old = self._snap.pop(p, None)
-            if old is not None:
-                self.chars -= _chars(old.lines)
+            # The old snapshot stays in place until the new one replaces it (one assignment): the
+            # loop reads SOURCES while this thread works (and after a warm that timed out), and a
+            # file missing here reads as empty, every finding's line "deleted" (an empty pull).
+            old = self._snap.get(p)
             same = old is not None and old.mtime == mtime
             lines = old.lines if same else read_lines(p) if mtime is not None else ()
             funcs = old.functions if same else None
             if with_outline and funcs is None:
                 funcs = outline.functions(lines)
             self._snap[p] = Snap(mtime, lines, confine.real(p) or p, funcs)
-            self.chars += _chars(lines)
+            self._snap.move_to_end(p)
+            self.chars += _chars(lines) - (_chars(old.lines) if old is not None else 0)
             while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and
                                                  len(self._snap) > 1):
                 self.chars -= _chars(self._snap.popitem(last=False)[1].lines)
