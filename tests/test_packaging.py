@@ -1,6 +1,7 @@
 """The wheel: built with the C scanner inside, installed into a fresh venv with no compiler at
 install time (a binary wheel never compiles), both commands run from it with their version, the
 rule docs ship inside it (the links point at them), and the extras are declared."""
+import json
 import os
 import subprocess
 import sys
@@ -110,7 +111,20 @@ def test_built_from_source_without_a_compiler_it_falls_back_to_the_pure_python_r
                           cwd=str(tmp_path), timeout=300)
     here = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profd-client"), *args],
                           capture_output=True, env=dict(os.environ, PROFD_NO_DAEMON="1"), cwd=str(tmp_path), timeout=300)
-    assert pure.returncode == 0 and pure.stdout == here.stdout, pure.stderr[-2000:]
+    assert pure.returncode == 0, pure.stderr[-2000:]
+    # A library frame's file is found in the running interpreter's own site-packages: CI's dev venv
+    # has torch (torch/nn/modules/sparse.py resolves), the test venv reaches its dependencies through
+    # a .pth and does not. That is the environment, not the reader: library paths are left out.
+    assert _without_library_paths(json.loads(pure.stdout)) == _without_library_paths(json.loads(here.stdout))
+
+
+def _without_library_paths(node):
+    if isinstance(node, dict):
+        return {k: (None if k == "path" and node.get("library") else _without_library_paths(v))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_library_paths(v) for v in node]
+    return node
 
 
 def test_auditwheel_makes_the_wheel_manylinux_and_it_runs_without_a_compiler(wheel, tmp_path):
