@@ -28,7 +28,7 @@ def main(path: str) -> None:
     m = M.build(doc)
     T["model.build"] = time.perf_counter() - t
     t = time.perf_counter()
-    a = A.analyse(m)
+    a = A.analyze(m)
     T["analyse"] = time.perf_counter() - t
     t = time.perf_counter()
     ctx = Context(m, a, path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))

@@ -40,7 +40,7 @@ _spec.loader.exec_module(corpus)
 
 from profd.server.engine import loader  # noqa: E402
 from profd.server.engine.analyze import analyze_model, trace_info  # noqa: E402
-from profd.server.engine.analyses import analyse  # noqa: E402
+from profd.server.engine.analyses import analyze  # noqa: E402
 from profd.server.engine.context import Options  # noqa: E402
 from profd.server.engine.impact import pair_gain  # noqa: E402
 from profd.server.engine.model import build  # noqa: E402
@@ -107,7 +107,7 @@ def _analysed(trace) -> tuple:
     path = os.path.join(ROOT, trace.files[0])
     doc, sha, size = loader.load(path)
     m = build(doc)
-    a = analyse(m)
+    a = analyze(m)
     opts = Options(workspace=[os.path.join(ROOT, w) for w in trace.workspace],
                    path_map=[(r, os.path.join(ROOT, l)) for r, l in trace.path_map])
     report = analyze_model(m, trace_info(path, sha, size, m), opts, analysis=a)

@@ -15,7 +15,7 @@ import pytest
 
 from profd.server.engine import kernels as K
 from profd.server.engine import job, loader, model
-from profd.server.engine.analyses import analyse
+from profd.server.engine.analyses import analyze
 from profd.server.engine.analyze import analyze_file
 from profd.server.engine.rules.bound import kernel_families
 
@@ -72,7 +72,7 @@ def _ep_trace(path, rank=0, comm_us=400.0):
 def _model(path):
     doc, _, _ = loader.load(path)
     m = model.build(doc)
-    return m, analyse(m)
+    return m, analyze(m)
 
 
 def test_expert_parallel_and_custom_all_reduce_kernels_are_communication(tmp_path):

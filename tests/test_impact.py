@@ -7,7 +7,7 @@ import pytest
 
 from profd.protocol.catalog import RULES
 from profd.server.engine import Options, loader
-from profd.server.engine.analyses import analyse
+from profd.server.engine.analyses import analyze
 from profd.server.engine.context import Context
 from profd.server.engine.impact import KEEP_SEVERITY, SAVES, given_back, order, severity_for
 from profd.server.engine.model import build
@@ -85,7 +85,7 @@ def test_findings_without_a_time_cost_keep_the_catalog_severity():
 def test_given_back_is_bounded_by_the_step():
     doc, _, _ = loader.load(os.path.join(REC, "sync_wait_none.json.gz"))
     m = build(doc)
-    ctx = Context(m, analyse(m), "t", Options())
+    ctx = Context(m, analyze(m), "t", Options())
     assert given_back(ctx, 0.0, 0.0)[0] == 0.0
     saved, step = given_back(ctx, 1e9, 1e9)
     assert saved == pytest.approx(step)  # removing everything gives back the whole step, no more

@@ -8,7 +8,7 @@ import pytest
 
 from profd.server.engine import kernels as K
 from profd.server.engine import loader, model
-from profd.server.engine.analyses import analyse
+from profd.server.engine.analyses import analyze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "tests", "data", "kernel_names.tsv")
@@ -74,7 +74,7 @@ def test_the_launching_op_classes_names_that_say_nothing():
     # aten::convolution_backward, so it is convolution time
     doc, _, _ = loader.load(os.path.join(ROOT, "examples", "recorded", "conv_bias_bn.json.gz"))
     m = model.build(doc)
-    a = analyse(m)
+    a = analyze(m)
     hits = [g for g, e in enumerate(m.gpu) if "init_device_workspace_kernel" in e.name]
     assert hits and all(K.classify_name(m.gpu[g].name) == K.OTHER for g in hits)
     assert all(a.gpu_class[g] == K.CONV for g in hits)
@@ -92,7 +92,7 @@ def test_classes_explain_the_gpu_time_of_every_shipped_trace(path):
     m = model.build(doc)
     if not m.gpu:
         return
-    a = analyse(m)
+    a = analyze(m)
     total = sum(e.dur for e in m.gpu) or 1.0
     # torch.cuda._sleep's spin kernel (HTA's cuda_event_sync test trace) computes nothing by design:
     # "other" is its true class, so it is left out of the budget

@@ -86,12 +86,12 @@ def test_steps_measured_on_the_gpu_timeline_when_the_cpu_runs_ahead():
 
 def test_step_share_uses_the_bounding_side():
     """Shares of 'the step' divide by the step the program lives, not the CPU's range."""
-    from profd.server.engine.analyses import analyse
+    from profd.server.engine.analyses import analyze
     from profd.server.engine.context import Context
 
     doc, _, _ = loader.load(os.path.join(REC, "sync_wait_none.json.gz"))
     m = build(doc)
-    ctx = Context(m, analyse(m), "t", Options())
+    ctx = Context(m, analyze(m), "t", Options())
     cpu_mean = sum(s.dur for s in m.steps) / len(m.steps)
     assert ctx.mean_step_us > 3 * cpu_mean
 
@@ -126,21 +126,21 @@ def test_a_lambda_keeps_its_own_line():
 def test_cpu_far_ahead_steps_are_gpu_bound():
     """cpu_ahead.py queues 24 8192³ bf16 GEMMs a step and never waits: ProfilerStep ranges of
     ~1.7 ms, GPU work of ~38 ms a step."""
-    from profd.server.engine.analyses import analyse
+    from profd.server.engine.analyses import analyze
 
     m = corpus_model("cpu_ahead")
-    for g in analyse(m).step_gpu:
+    for g in analyze(m).step_gpu:
         assert g.bound == "gpu" and g.work_us > 10 * g.cpu_us and g.step_us >= g.work_us
 
 
 def test_held_by_families_on_resnet():
     """ResNet-18: batch norm's kernels are the largest by exact name, but the 26 conv variants
     together hold the GPU longest."""
-    from profd.server.engine.analyses import analyse
+    from profd.server.engine.analyses import analyze
     from profd.server.engine.rules.bound import kernel_families
 
     m = corpus_model("resnet18_train")
-    a = analyse(m)
+    a = analyze(m)
     per: dict = {}
     for e in m.gpu:
         per[e.name] = per.get(e.name, 0.0) + e.dur
@@ -155,14 +155,14 @@ def test_verdict_takes_the_profilers_cpu_slowdown_out(name, unprofiled_us):
     """Both run at their GPU work's pace unprofiled (the recording's own timing, in its meta), but
     the profiled CPU ranges are longer than the GPU work and the busy share is 'balanced': with the
     profiler's slowdown taken out of the CPU side, the GPU bounds most steps."""
-    from profd.server.engine.analyses import analyse, verdict
+    from profd.server.engine.analyses import analyze, verdict
 
     m = corpus_model(name)
-    a = analyse(m)
+    a = analyze(m)
     assert 30 <= a.busy_pct < 80  # the busy share alone would say balanced
     work = [g.work_us for g in a.step_gpu][1:]
     assert all(abs(w - unprofiled_us) < 0.2 * unprofiled_us for w in work)  # GPU work = the real step
     assert verdict(m, a) == "compute-bound"
     # and a launch-bound twin stays overhead-bound (graphs_eager: 487 µs unprofiled, 54 µs of GPU work)
     m2 = corpus_model("graphs_eager")
-    assert verdict(m2, analyse(m2)) == "overhead-bound"
+    assert verdict(m2, analyze(m2)) == "overhead-bound"

@@ -118,7 +118,7 @@ def test_2021_bare_array_same_report_both_ways(monkeypatch):
 def test_rocm_hip_launches_and_amd_kernel_families():
     doc, _, _ = loader.load(AMD)
     m = model.build(doc)
-    a = engine.analyses.analyse(m)
+    a = engine.analyses.analyze(m)
     by_api = {}
     for g, e in enumerate(m.gpu):
         li = m.launcher[g]

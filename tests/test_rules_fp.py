@@ -278,11 +278,11 @@ def test_gloo_collectives_count_and_the_straggler_is_found():
     assert b.collectives_matched >= 6 and b.straggler is None and not b.diagnostics
     # one rank's own analysis counts them as communication too
     from profd.server.engine import loader, model
-    from profd.server.engine.analyses import analyse
+    from profd.server.engine.analyses import analyze
 
     doc, _, _ = loader.load(os.path.join(CORPUS, "traces", "gloo_balanced_rank0.json.gz"))
     m = model.build(doc)
-    a = analyse(m)
+    a = analyze(m)
     assert len(a.cpu_comm) >= 9 and not m.gpu
     assert a.cpu_comm_us > 0.3 * sum(s.dur for s in m.steps)
 

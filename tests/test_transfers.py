@@ -10,7 +10,7 @@ import os
 import pytest
 
 from profd.server.engine import Options, analyze_file, loader, model
-from profd.server.engine.analyses import analyse, verdict
+from profd.server.engine.analyses import analyze, verdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCHBENCH = os.path.join(ROOT, "examples", "wild", "torchbench__trace.json.gz")
@@ -44,7 +44,7 @@ def test_a_step_of_copies_is_transfer_bound_not_overhead_bound():
 def test_kernel_steps_with_some_copies_are_not_transfer_bound(path):
     doc, _, _ = loader.load(path)
     m = model.build(doc)
-    a = analyse(m)
+    a = analyze(m)
     assert a.copy_us > 0  # they do copy ...
     assert verdict(m, a) != "transfer-bound"  # ... but kernels, not copies, hold the GPU
     assert a.work_us >= a.busy_us and a.work_us >= a.copy_us

@@ -127,7 +127,7 @@ class Analysis:
         return 100.0 * self.busy_us / self.window_us
 
 
-def analyse(m: TraceModel) -> Analysis:
+def analyze(m: TraceModel) -> Analysis:
     gpu_class = _classes(m)
     # Collectives spin while they wait for a peer: their time is not the GPU computing, so the
     # busy share that decides the verdict leaves them out (they are reported on their own). So do

@@ -15,7 +15,7 @@ from typing import Optional
 from ... import __version__
 from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
 from . import impact, kernels, loader, modules, suppress
-from .analyses import Analysis, analyse, verdict
+from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import NO_LINE, Context, Options
 from .loader import _scan, column, scanned
@@ -62,7 +62,7 @@ def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
 def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
                   analysis: Optional[Analysis] = None) -> Report:
     """Rules and hot lines over a built model; pass ``analysis`` when the caller has it already."""
-    analysis = analysis or analyse(model)
+    analysis = analysis or analyze(model)
     ctx = Context(model, analysis, info.path, options)
     hot = _hot_lines(ctx)
     ctx.hot = hot

@@ -19,7 +19,7 @@ import orjson
 
 from ...protocol.types import Diagnostic, Report
 from . import kernels, loader
-from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyse
+from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyze
 from .model import TraceModel, build
 
 STEPS_TID = 1
@@ -45,7 +45,7 @@ def annotate_file(path: str, out_path: str, options=None) -> Report:
     data = loader.read_bytes(path)
     doc = loader.decode(path, data)
     m = build(doc)
-    a = analyse(m)
+    a = analyze(m)
     report = analyze_model(m, trace_info(path, loader.sha256_of(data), len(data), m), options, a)
     ctx = Context(m, a, path, options)
     raw = orjson.loads(bytes(data))

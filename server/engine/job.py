@@ -28,7 +28,7 @@ from ...protocol.catalog import RULES as CATALOG
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
 from ...protocol.types import Diagnostic, Location, Report
 from . import kernels, loader
-from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, analyse, covered, merge
+from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, analyze, covered, merge
 from .model import TraceModel
 
 DATALOADER_MARK = "enumerate(DataLoader)#"
@@ -66,7 +66,7 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
 
     m = build(doc)
     doc.drop_events()
-    a = analyse(m)
+    a = analyze(m)
     report = analyze_model(m, trace_info(path, sha, size, m), options, a)
     return report, summarize_model(m, a, report)
 
