@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-daemon corpus corpus-baseline impact impact-baseline install clean
+.PHONY: demo test lint bench bench-daemon corpus corpus-baseline impact impact-baseline install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The linter and the type checker, as .ci/run runs them ([tool.ruff], [tool.mypy] in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python .ci/typecheck.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py

@@ -5,9 +5,7 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
-from conftest import EXAMPLES, SRC, trace
+from conftest import SRC, trace
 
 CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
 

@@ -95,7 +95,6 @@ def test_cli_cluster_sends_absolute_paths_and_names_each_failed_task(jobs, tmp_p
     distributed = pytest.importorskip("distributed")
     import subprocess
     import sys
-    import time
 
     from profd.client_cli.main import main
 

@@ -16,7 +16,6 @@ import pytest
 from profd.server.engine import kernels as K
 from profd.server.engine import job, loader, model
 from profd.server.engine.analyses import analyze
-from profd.server.engine.analyze import analyze_file
 from profd.server.engine.rules.bound import kernel_families
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

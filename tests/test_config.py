@@ -6,7 +6,6 @@ a rule off (nan, inf) or make it fire everywhere (negative) are refused; ruff's 
 KEY=VALUE``, ``--show-settings``, ``per-file-ignores`` and ``-v`` work."""
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys

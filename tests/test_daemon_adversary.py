@@ -20,7 +20,7 @@ import sqlite3
 import pytest
 
 from conftest import SRC, trace
-from daemon_util import await_for, call, connect, drop, put, trace_bytes, variant
+from daemon_util import await_for, call, connect, drop, put, trace_bytes
 from test_daemon_hostile import core, folders, served, trace_naming  # noqa: F401 (fixtures)
 
 from profd.protocol import methods as M

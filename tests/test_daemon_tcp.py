@@ -70,7 +70,7 @@ async def read_frame(reader):
 async def test_malformed_json_rpc_and_unknown_method_get_errors(daemon):
     doc = daemon.doc
     c = await connect(doc)
-    w, r = c.writer, None
+    w = c.writer
     # raw frames on the authenticated connection, answers collected by the client's reader
     got = []
     orig = c._waiting
@@ -164,7 +164,6 @@ async def test_restart_serves_from_sqlite_without_reanalysis(tmp_path):
     d.start()
     try:
         drop(watch, "seed_n64_bf16")
-        await_rows = lambda: asyncio.run  # noqa: E731
         for _ in range(200):
             if (await call(d.doc, M.STATUS))["reports"] == 1:
                 break

@@ -7,7 +7,6 @@ an emoji and an "é" before the ``zero_grad`` call (columns in UTF-16 or UTF-8 u
 negotiated), a statement continued by a trailing backslash, and a string holding the
 suppression comment's text. No line is added or removed: the trace's lines stay the source's.
 """
-import ast
 import os
 import shutil
 

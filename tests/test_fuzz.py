@@ -26,7 +26,6 @@ import tempfile
 
 import msgspec
 import orjson
-import pytest
 import hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

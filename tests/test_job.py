@@ -10,7 +10,6 @@ What a performance engineer reads in them, measured before writing these tests:
   spinning while it waits: rank 0 is the straggler, on the CPU side.
 """
 import pickle
-import statistics
 
 import msgspec
 import pytest

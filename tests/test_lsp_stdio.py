@@ -2,7 +2,6 @@
 import asyncio
 import os
 import urllib.parse
-import sys
 
 import pytest
 from lsprotocol import types as L

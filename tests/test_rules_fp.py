@@ -4,7 +4,6 @@ import gzip
 import json
 import os
 
-import pytest
 
 from conftest import ROOT, codes, report_of, trace
 from profd.server.engine import Options, analyze_file

@@ -2,7 +2,6 @@
 each planted problem fires at the user's line, and its fixed twin stays silent."""
 import os
 
-import pytest
 
 from profd.server.engine import Options, analyze_file
 from profd.server.engine.impact import severity_for

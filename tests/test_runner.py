@@ -2,7 +2,6 @@
 out of memory, timeout) with no torch needed, and real CPU runs when torch is importable."""
 import importlib.util
 import os
-import sys
 import textwrap
 import time
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any, Optional
+from typing import Any
 
 from .. import config as C
 from ...protocol import methods as M

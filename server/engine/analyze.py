@@ -192,7 +192,7 @@ def _unread_notes(m: TraceModel) -> list[str]:
 
 
 def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
-    m, a = ctx.model, ctx.a
+    m = ctx.model
     hot: dict[tuple, HotLine] = {}
     kstats: dict[tuple, dict[str, list]] = {}
 

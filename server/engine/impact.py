@@ -244,7 +244,6 @@ def _aligned(sm, d) -> Change:
 def _loader(sm, d) -> Change:
     """The DataLoader's time on the main thread moves to workers: what it spent there (host
     work: the profiler's cost per event it recorded inside taken out) is gone from the step."""
-    m = sm.ctx.model
     per_step = float(d.evidence.get("loader_us_per_step") or 0.0)
     return Change(cpu_cut_us=per_step * sm.mean_scale)
 

@@ -27,7 +27,7 @@ from .loader import _scan, column, scanned
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
 NEST_SLACK_US = 0.01
 
-from .loader import LAUNCH_CATS  # noqa: F401  (model.LAUNCH_CATS is read across the engine)
+from .loader import LAUNCH_CATS  # noqa: E402, F401  (model.LAUNCH_CATS is read across the engine)
 
 # What each producer's category means, as the category the model reads. Kineto writes the same
 # names for CUDA and ROCm; the 2021-era profiler wrote "Operator", "Runtime", "Kernel", "Memcpy" and

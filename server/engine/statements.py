@@ -284,7 +284,6 @@ class StatementResolver:
         """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``;
         ``direct``: ``event`` is a call the frame makes itself (a user function it calls)."""
         m = self.model
-        fr = m.frames[frame]
         if m.has_call_from:
             call_from = self._call_from(event)
             if call_from is not None:

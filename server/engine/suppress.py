@@ -28,7 +28,7 @@ from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 from ...protocol.types import Diagnostic
 from .sourcemap import source_lines
 
-# `# profd: ignore`, `# profd: ignore[a, b]`, `# noqa: a, b` (codes are lower-case words with -)
+# `# profd: ignore`, `# profd: ignore[a, b]`, flake8's noqa with a colon and codes (codes are lower-case words with -)
 _PROFD = re.compile(r"#\s*profd:\s*ignore(?!-file)(?:\[([^\]]*)\])?", re.IGNORECASE)
 _FILE = re.compile(r"#\s*profd:\s*ignore-file(?:\[([^\]]*)\])?\s*$", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa:\s*([A-Za-z0-9_\-]+(?:[\s,]+[A-Za-z0-9_\-]+)*)", re.IGNORECASE)

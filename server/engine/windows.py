@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
-from typing import Optional
 
 from .loader import LAUNCH_CATS
 

@@ -160,7 +160,7 @@ def unfused_attention(ctx):
         where = ctx.modules_where([(x["qk"], 1.0) for x in cs])  # a library model's attention module
         yield ctx.diag(
             "unfused-attention",
-            f"attention written out" + (f" in {where}" if where else "") + f": {m.cpu[c['qk']].name} -> "
+            "attention written out" + (f" in {where}" if where else "") + f": {m.cpu[c['qk']].name} -> "
             f"{m.cpu[c['softmax']].name} -> {m.cpu[c['pv']].name} ({len(cs) / n:.0f} per step), {size}; "
             f"the chain's GPU time is "
             f"{us((gemm + other) / n)} per step, {us(other / n)} of it outside its GEMMs "
