@@ -51,7 +51,7 @@ def ensure_daemon(state: Optional[str], workspace: list[str], paths: list[str], 
 
 
 def _relabel(rep: T.Report, typed: str) -> T.Report:
-    from ..server.daemon.core import relabel
+    from ..server.daemon.index import relabel
     return relabel(rep, typed)
 
 

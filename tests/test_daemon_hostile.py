@@ -273,11 +273,11 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
 async def test_an_allocation_faster_than_the_poll_meets_the_ceiling():
     """The daemon polls a worker's RSS every 50 ms; one allocation can outrun that (a buffer
     doubled at once, or memory reserved before it is touched, which RSS does not show). Each
-    worker also has a hard heap ceiling a quarter above its budget: a job reserving 2 GB under a
-    400 MB budget ends with the budget's error, and the next job runs on a fresh worker. (The job
+    worker also has a hard heap ceiling a quarter above its budget: a task reserving 2 GB under a
+    400 MB budget ends with the budget's error, and the next task runs on a fresh worker. (The task
     is ``eval`` of an allocation: a stand-in for what a hostile trace makes the reader do.)"""
-    from profd.server.daemon.core import Budget, Workers
-    pool = Workers(1, True, 60.0, 400 << 20)
+    from profd.server.daemon.pool import Budget, WorkerPool
+    pool = WorkerPool(1, True, 60.0, 400 << 20)
     try:
         with pytest.raises(Budget, match="over the 400 MB memory budget .*--analysis-mb"):
             await pool.run(eval, "len(bytes(2 << 30))")

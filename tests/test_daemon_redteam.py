@@ -159,7 +159,7 @@ def test_source_text_held_is_bounded(tmp_path):
     """In process: the daemon's source snapshot keeps at most MAX_CHARS of text, the newest
     files first, and the engine's own cache is not filled as well (it held 256 files of up
     to 16 MB each, again)."""
-    from profd.server.daemon.core import SourceLines
+    from profd.server.daemon.sources import SourceLines
     from profd.server.engine import sourcemap
     paths = sparse_sources(tmp_path / "src", 6, 4 << 20)
     small = tmp_path / "small.py"

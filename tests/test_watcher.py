@@ -138,13 +138,13 @@ async def test_files_next_to_the_watched_folder_are_ignored(core):
 
 
 async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch):
-    from profd.server.daemon import core as core_mod
+    from profd.server.daemon import hashing
 
-    monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)  # every file counts as big here
+    monkeypatch.setattr(hashing, "BACKGROUND_MIN_BYTES", 0)  # every file counts as big here
     path = drop(core.watch, "seed_n64_bf16")
     await await_for(lambda: core.rec.ready, 20, "report")
     key = core.rec.ready[0][0]
-    assert key == f"{core_mod.sha_file(path)[0]}:{core.fp}" and core.analyses == 1
+    assert key == f"{hashing.sha_file(path)[0]}:{core.fp}" and core.analyses == 1
     assert core.rec.ready[0][2] is None
     # the same content under another name: hashed first (same size), linked, not analysed
     drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
@@ -154,9 +154,9 @@ async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch)
 
 
 async def test_same_new_content_twice_at_once_analysed_once(core, monkeypatch):
-    from profd.server.daemon import core as core_mod
+    from profd.server.daemon import hashing
 
-    monkeypatch.setattr(core_mod, "BG_HASH_MIN_BYTES", 0)
+    monkeypatch.setattr(hashing, "BACKGROUND_MIN_BYTES", 0)
     drop(core.watch, "tinygpt_naive", as_name="a.json.gz")
     drop(core.watch, "tinygpt_naive", as_name="b.json.gz")
     await await_for(lambda: len(core.rec.ready) == 2, 30, "two reports")
@@ -169,7 +169,7 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
     back by the time the result came. B's report stands for B (a later file holding B is linked
     to it, not analysed again), the path ends with A's report, and each content is analysed once.
     The swap is made at that instant by wrapping the analysis: no timing can place it there."""
-    from profd.server.daemon import core as core_mod
+    from profd.server.daemon import hashing
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     path = os.path.join(core.watch, "aba.json.gz")
     submit = core._submit
@@ -198,7 +198,7 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
     os.replace(tmp, later)
     await await_for(lambda: core.trace_key.get(later) == key_b, 20, "B linked")
     assert core.analyses == 2
-    assert core_mod.sha_file(later)[0] == key_b.split(":")[0]
+    assert hashing.sha_file(later)[0] == key_b.split(":")[0]
 
 
 def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_path, monkeypatch):
@@ -209,7 +209,7 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
     import gzip
     import hashlib
 
-    from profd.server.daemon import core as core_mod
+    from profd.server.daemon import pool
     from profd.server.engine import analyze as engine
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     path = str(tmp_path / "t.json.gz")
@@ -222,7 +222,7 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
         os.replace(tmp_path / ".b", path)  # B is at the path now
         return real(p, opts)
     monkeypatch.setattr(engine, "analyze_or_error", swapped_first)
-    report, read = core_mod._analyze_held(path, engine.Options())
+    report, read = pool._analyze_held(path, engine.Options())
     assert report.trace.sha256 == hashlib.sha256(gzip.decompress(a)).hexdigest()
     assert report.trace.path == path and read is not None and read[2] == ino_a
     assert os.stat(path).st_ino != ino_a

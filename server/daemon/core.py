@@ -14,35 +14,29 @@ import asyncio
 import concurrent.futures as cf
 import copy
 import functools
-import gc
-import hashlib
-import json
 import logging
-import multiprocessing
 import os
-import re
 import sqlite3
-import stat
-import sys
-import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Protocol
+from typing import Optional, Protocol
 
 import msgspec
 
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ..engine import impact
-from ..engine.sourcemap import read_lines, split_lines
+from ..engine.sourcemap import split_lines
 from . import confine
 from .confine import shown
+from .hashing import Hasher
+from .index import options_fp, relabel
 from .placement import UNMAPPED, local_sources, placed_path, suggest_maps, unmapped_hint, unmapped_paths
+from .pool import BUDGET, Budget, WorkerPool, analyze_task, default_memory_budget
+from .sources import SOURCES, text_chars
 from .store import Lru, Row, Store, private_dir
-from .watcher import (Intake, Outcome, Sig, Watcher, inside, refusal, same_file, sig_of,
-                      signature)
+from .watcher import Intake, Outcome, Sig, Watcher, inside, refusal, same_file, signature
 
 log = logging.getLogger("profd.core")
 
@@ -85,308 +79,6 @@ class PathError(Exception):
         self.code = code
 
 
-# ---- in the worker processes -------------------------------------------------------------------
-_gc_lock = threading.Lock()
-_jobs = 0
-
-
-def _analyze_job(path: str, workspace: list[str], path_map: list[tuple[str, str]],
-                 disabled: list[str], thresholds: Optional[dict] = None
-                 ) -> tuple[bytes, float, float, float, Optional[Sig]]:
-    """(encoded report, wall s, CPU s, time.time() at the start, the signature of the file read
-    or None: see _analyze_held) of one analysis, timed in the worker. The cyclic GC stays off
-    until the result is on its way: its first pass after a big analysis (the engine runs with it
-    off) took ~10-20 ms per 250 MB of trace, and it would run on the first allocation after the
-    return, i.e. while the pool pickles the result."""
-    global _jobs
-    from ..engine.analyze import Options
-
-    with _gc_lock:
-        _jobs += 1
-        gc.disable()
-    try:
-        start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
-        opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
-                       disabled=set(disabled), thresholds=dict(thresholds or {}))
-        report, read = _analyze_held(path, opts)
-        return T.encode(report), time.perf_counter() - t0, time.process_time() - c0, start, read
-    finally:
-        with _gc_lock:
-            _jobs -= 1
-        t = threading.Timer(0.1, _gc_on_when_idle)
-        t.daemon = True
-        t.start()
-
-
-_FD_DIR = "/proc/self/fd"  # Linux: opening /proc/self/fd/N opens the file N already has open
-
-
-def _analyze_held(path: str, opts) -> tuple[T.Report, Optional[Sig]]:
-    """The report of the file at ``path`` and that file's signature: the file is opened once and
-    the engine reads that very file (through /proc/self/fd), so a rename over ``path`` meanwhile
-    cannot make the report another content's. The signature is None when the file was written in
-    place while it was read (or where the descriptor cannot be reopened and it changed)."""
-    from ..engine.analyze import analyze_or_error
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        return analyze_or_error(path, opts), None  # the engine says what is wrong with it
-    try:
-        before = _fd_sig(fd)
-        via = f"{_FD_DIR}/{fd}" if os.path.isdir(_FD_DIR) else path
-        report = relabel(analyze_or_error(via, opts), path)
-        if via == path and not same_file(signature(path), before):
-            return report, None
-        return report, before if same_file(_fd_sig(fd), before) else None
-    finally:
-        os.close(fd)
-
-
-def _fd_sig(fd: int) -> Sig:
-    return sig_of(os.fstat(fd))
-
-
-def _gc_on_when_idle() -> None:
-    with _gc_lock:
-        if _jobs == 0:
-            gc.enable()
-
-
-def _cap_memory(budget: int) -> None:
-    """A hard ceiling on the process's heap (RLIMIT_DATA: brk and private writable mappings), a
-    quarter above the budget the daemon polls for: the poll (every 50 ms) gives the friendly
-    ending, the ceiling stops an allocation faster than the poll (one realloc can double a
-    buffer) with a MemoryError before it takes the machine's memory."""
-    try:
-        import resource
-
-        cap = budget + budget // 4 + (256 << 20)  # the interpreter and the engine: ~100 MB
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        if hard != resource.RLIM_INFINITY:
-            cap = min(cap, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
-    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: the poll still holds
-        pass
-
-
-def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
-    """In each analysis process: let go of the daemon's stdio (an editor waits for those pipes to
-    close), exit when the daemon is gone (even after kill -9: nothing else would tell us), cap
-    its memory, and import the engine before the first trace."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2) if quiet_stderr else (0, 1):
-        os.dup2(null, fd)
-    os.close(null)
-    parent = os.getppid()
-
-    def watch_parent():
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                os._exit(0)
-
-    threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
-    if mem_bytes:
-        _cap_memory(mem_bytes)
-    try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
-        from ..engine import analyze  # noqa: F401
-    except Exception:  # pragma: no cover - the job itself will say what is wrong
-        pass
-
-
-def _worker_main(conn, quiet_stderr: bool, mem_bytes: int = 0) -> None:
-    """An analysis process: jobs from the pipe, one at a time, until the daemon says stop (or
-    its memory ceiling is hit: it answers so and exits, its heap goes with it)."""
-    _worker_init(quiet_stderr, mem_bytes)
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        try:
-            fn, args = job
-            out = ("ok", fn(*args))
-        except MemoryError:
-            out = ("memory", None)
-        except BaseException as e:  # analyze_or_error catches trace errors; this is a bug
-            out = ("error", f"{type(e).__name__}: {e}")
-        try:
-            conn.send(out)
-        except (OSError, ValueError):
-            return
-        if out[0] == "memory":
-            return
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def default_memory_budget(workers: int) -> int:
-    """Bytes one analysis may hold: half the machine's memory shared by the workers, at least 1 GiB
-    (the engine's peak is about the trace's inflated size)."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        total = 8 << 30
-    return max(1 << 30, total // 2 // max(1, workers))
-
-
-# How a budget's error names its budget (Worker.run writes them): "over the 400 MB memory budget",
-# "over the 300 s budget".
-_BUDGET = re.compile(r"over the (\d+) (MB memory|s) budget")
-
-
-class Budget(Exception):
-    """An analysis ended by the daemon: over its time or memory budget, or its process died."""
-
-
-class Worker:
-    """One spawned analysis process and the pipe to it; one job at a time. Waiting for a result
-    (in a thread, never on the loop) also watches the job's wall time and the process's RSS and
-    kills the process the moment either is over budget: that job alone ends, with a clear error."""
-
-    def __init__(self, ctx, quiet_stderr: bool, mem_bytes: int = 0):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, quiet_stderr, mem_bytes),
-                                daemon=True,
-                                name="profd-analysis")
-        self.proc.start()
-        child.close()
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.exitcode is None
-
-    def run(self, job: tuple, time_s: float, mem_bytes: int):
-        """The result of ``job`` ((fn, args)); Budget when it was ended."""
-        t0 = time.monotonic()
-        try:
-            self.conn.send(job)
-            while not self.conn.poll(0.05):
-                if not self.proc.is_alive():
-                    self.kill()
-                    raise Budget("the analysis process died (out of memory?)")
-                took = time.monotonic() - t0
-                if took > time_s:
-                    self.kill()
-                    raise Budget(f"analysis stopped after {took:.0f} s, over the {time_s:.0f} s "
-                                 "budget per analysis (profd serve --analysis-timeout)")
-                rss = _rss_bytes(self.proc.pid)
-                if rss > mem_bytes:
-                    self.kill()
-                    raise Budget(f"analysis stopped at {rss >> 20} MB, over the "
-                                 f"{mem_bytes >> 20} MB memory budget per analysis "
-                                 "(profd serve --analysis-mb)")
-            kind, value = self.conn.recv()
-        except (EOFError, OSError):
-            self.kill()
-            raise Budget("the analysis process died (out of memory?)") from None
-        if kind == "memory":  # its ceiling (_cap_memory) stopped an allocation; it has exited
-            self.kill()
-            raise Budget(f"analysis stopped allocating over the {mem_bytes >> 20} MB memory "
-                         "budget per analysis (profd serve --analysis-mb)")
-        if kind != "ok":
-            raise Budget(f"the analysis failed: {value}")
-        return value
-
-    def kill(self) -> None:
-        if self.proc.exitcode is None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-        self.proc.join(5)
-        self.conn.close()
-
-
-class Workers:
-    """A fixed number of analysis processes. A worker ended by its budget is replaced; the others
-    and their jobs go on (a ProcessPoolExecutor breaks every job when one process dies)."""
-
-    def __init__(self, n: int, quiet_stderr: bool, time_s: float, mem_bytes: int):
-        self.ctx = multiprocessing.get_context("spawn")
-        self.quiet = quiet_stderr
-        self.time_s, self.mem_bytes = time_s, mem_bytes
-        self.all: list[Worker] = []
-        self.idle: asyncio.Queue = asyncio.Queue()
-        self.threads = cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="profd-wait")
-        self.closed = False
-        for _ in range(n):
-            self._add()
-
-    def _add(self) -> None:
-        w = Worker(self.ctx, self.quiet, self.mem_bytes)
-        self.all.append(w)
-        self.idle.put_nowait(w)
-
-    async def run(self, fn, *args):
-        """``fn(*args)`` (a module-level function) in a worker, within the budgets."""
-        job = (fn, args)
-        w = await self.idle.get()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.threads, w.run, job, self.time_s, self.mem_bytes)
-        finally:
-            if w.alive and not self.closed:
-                self.idle.put_nowait(w)
-            else:
-                self.all.remove(w)
-                if not self.closed:
-                    self._add()
-
-    def close(self) -> None:
-        """Every process ends now, jobs in flight included (their waits raise Budget)."""
-        self.closed = True
-        for w in list(self.all):
-            if w.proc.exitcode is None:
-                w.proc.kill()
-        for w in list(self.all):
-            w.proc.join(5)
-        self.threads.shutdown(wait=False, cancel_futures=True)
-
-
-def sha_file(path: str) -> tuple[str, Sig]:
-    """sha256 of the file at ``path`` and the signature of the very file it read (a rename over
-    ``path`` meanwhile does not mix two contents)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest(), sig_of(st)
-
-
-# The hash beside an analysis runs in a child at a lower priority: a thread of the daemon would
-# compete with the event loop for CPU while the analysis already keeps the cores busy.
-_HASH_CHILD = (
-    "import hashlib, os, sys\n"
-    "os.nice(10)\n"
-    "h = hashlib.sha256()\n"
-    "with open(sys.argv[1], 'rb') as f:\n"
-    "    st = os.fstat(f.fileno())\n"
-    "    while chunk := f.read(1 << 20):\n"
-    "        h.update(chunk)\n"
-    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)\n")
-BG_HASH_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
-
-
-def options_fp(workspace, path_map, disabled, thresholds=None) -> str:
-    """The options' part of a report's key (thresholds only when set: the keys made before
-    thresholds could be set stay valid)."""
-    doc = json.dumps([sorted(os.path.abspath(w) for w in workspace),
-                      [list(p) for p in path_map], sorted(disabled)]
-                     + ([thresholds] if thresholds else []), sort_keys=True)
-    return hashlib.sha256(doc.encode()).hexdigest()[:12]
-
-
 def line_sources(report: T.Report) -> list[str]:
     """The local files whose lines the report's findings and hot lines are shown on."""
     out = [loc.path for d in report.diagnostics for loc in [d.location, *d.related] if loc.line]
@@ -400,117 +92,6 @@ def shown_roots(workspace, path_map) -> list[str]:
     return list(dict.fromkeys([*workspace, *(local for _, local in path_map)]))
 
 
-def relabel(report: T.Report, path: str) -> T.Report:
-    """The report as if the trace were at ``path`` (same content seen under another name)."""
-    old = report.trace.path
-    if old == path:
-        return report
-    report.trace.path = path
-    if report.error:
-        report.error = report.error.replace(old, path)
-    for d in report.diagnostics:
-        for loc in [d.location, *d.related]:
-            if loc.path == old:
-                loc.path = path
-    report.diagnostics.sort(key=impact.order)  # ties go by path: ordered as if analysed there
-    return report
-
-
-class Snap(NamedTuple):
-    """A source file as last read off the loop."""
-
-    mtime: Optional[float]  # None: not a regular file here (missing, a FIFO, unreadable)
-    lines: tuple[str, ...]
-    real: str  # its real path
-    functions: Optional[tuple] = None  # outline.functions, once asked for
-
-
-class SourceLines:
-    """The source files findings point at, read on one thread of its own into a snapshot the
-    LSP handlers read from memory: the loop never stats, reads or resolves a source file (a
-    frame naming a FIFO, /dev/zero or a file on a hung mount cannot stall anything). Handlers
-    ``await warm(paths)`` first; the engine's reader (``sourcemap.read_lines``) reads only
-    regular files. This is the daemon's one cache of source text (not the engine's as well), and
-    it is bounded in text, not only in files: a trace naming 200 files of 16 MB each (any file
-    can be named) would otherwise keep gigabytes for good."""
-
-    MAX = 8192  # files kept (least recently warmed dropped first)
-    MAX_CHARS = 256 << 20  # and at most this much text in all
-
-    def __init__(self):
-        self._reader = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="profd-src")
-        self._snap: OrderedDict[str, Snap] = OrderedDict()
-        self.chars = 0  # text held in _snap
-
-    async def warm(self, paths, timeout: float = 2.0, outline: bool = False) -> None:
-        """Read (or re-stat) ``paths`` off the loop, waiting at most ``timeout`` s; ``outline``:
-        their functions too (code lenses name them)."""
-        paths = [p for p in dict.fromkeys(paths) if p and os.path.isabs(p)]
-        if not paths:
-            return
-        fut = asyncio.get_running_loop().run_in_executor(self._reader, self._read, paths, outline)
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
-            log.warning("profd: reading %d source file(s) took over %.0f s", len(paths), timeout)
-
-    def _read(self, paths: list[str], with_outline: bool) -> None:
-        from . import outline  # the AST outline, parsed here: never on the loop
-
-        for p in paths:
-            try:
-                st = os.stat(p)
-                mtime = st.st_mtime if stat.S_ISREG(st.st_mode) else None
-            except (OSError, ValueError):  # ValueError: a NUL byte in a frame's path
-                mtime = None
-            # The old snapshot stays in place until the new one replaces it (one assignment): the
-            # loop reads SOURCES while this thread works (and after a warm that timed out), and a
-            # file missing here reads as empty, every finding's line "deleted" (an empty pull).
-            old = self._snap.get(p)
-            same = old is not None and old.mtime == mtime
-            lines = old.lines if same else read_lines(p) if mtime is not None else ()
-            funcs = old.functions if same else None
-            if with_outline and funcs is None:
-                funcs = outline.functions(lines)
-            self._snap[p] = Snap(mtime, lines, confine.real(p) or p, funcs)
-            self._snap.move_to_end(p)
-            self.chars += _chars(lines) - (_chars(old.lines) if old is not None else 0)
-            while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and
-                                                 len(self._snap) > 1):
-                self.chars -= _chars(self._snap.popitem(last=False)[1].lines)
-
-    # ---- on the loop: memory only -----------------------------------------------------------
-    def lines(self, path: str) -> tuple[str, ...]:
-        s = self._snap.get(path)
-        return s.lines if s is not None else ()
-
-    def mtime(self, path: str) -> Optional[float]:
-        s = self._snap.get(path)
-        return s.mtime if s is not None else None
-
-    def isfile(self, path: str) -> bool:
-        return self.mtime(path) is not None
-
-    def local(self, path: str, roots: list[str]) -> bool:
-        """Whether ``path`` is a regular file (as last read) inside one of the folders ``roots``
-        (warmed too: their real paths are known): only those get findings, hovers and edits."""
-        return self.isfile(path) and confine.within(
-            self.real(path), [self.real(r) for r in roots], resolved=True)
-
-    def real(self, path: str) -> str:
-        s = self._snap.get(path)
-        return s.real if s is not None else path
-
-    def functions(self, path: str) -> tuple:
-        s = self._snap.get(path)
-        return s.functions or () if s is not None else ()
-
-
-def _chars(lines: tuple[str, ...]) -> int:
-    return sum(map(len, lines))
-
-
-SOURCES = SourceLines()
 # The source texts kept with a report (the baselines positions are mapped from): files of at
 # most BASELINE_FILE_CHARS, BASELINE_CHARS in all; a larger one is mapped as it is now.
 BASELINE_FILE_CHARS = 1 << 20
@@ -545,8 +126,9 @@ class Core:
         self.store: Optional[Store] = None
         self.watcher: Optional[Watcher] = None
         self.intake: Optional[Intake] = None
-        self._pool: Optional[Workers] = None
+        self._pool: Optional[WorkerPool] = None
         self._io = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="profd-io")
+        self.hasher = Hasher(self._io)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._deferred = False  # the watcher waits for the editor's options (watch_now)
         # While reports under new options are on their way: the options fingerprint whose
@@ -571,7 +153,7 @@ class Core:
         self._load_index()
         # The workers spawn and import the engine now, not on the first trace.
         mem = (self.cfg.analysis_mb << 20) or default_memory_budget(self.cfg.workers)
-        self._pool = Workers(self.cfg.workers, self.transport == "stdio",
+        self._pool = WorkerPool(self.cfg.workers, self.transport == "stdio",
                              self.cfg.analysis_timeout, mem)
         self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
                              quiet=self.cfg.quiet, workers=self.cfg.workers)
@@ -772,7 +354,7 @@ class Core:
         it, in _analyse): the baseline its positions are mapped from after the user edits."""
         texts, room = {}, BASELINE_CHARS
         for s in sources:  # a "source" of megabytes is not one a user edits (any file can be named)
-            n = _chars(SOURCES.lines(s))
+            n = text_chars(SOURCES.lines(s))
             if SOURCES.isfile(s) and n <= min(room, BASELINE_FILE_CHARS):
                 texts[s], room = SOURCES.lines(s), room - n
         self._texts[key] = texts
@@ -972,35 +554,6 @@ class Core:
                               uptime_s=round(time.time() - self.started, 3))
 
     # ---- analysis ---------------------------------------------------------------------------
-    async def _hash(self, path: str) -> Optional[tuple[str, Sig]]:
-        """(sha256, signature of the file read), or None when it is gone."""
-        try:
-            return await self.loop.run_in_executor(self._io, sha_file, path)
-        except OSError:
-            return None
-
-    async def _hash_beside(self, path: str, size: int) -> Optional[tuple[str, Sig]]:
-        """sha256 of ``path`` while an analysis runs: a niced child for big files."""
-        if size < BG_HASH_MIN_BYTES:
-            return await self._hash(path)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-c", _HASH_CHILD, path,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL)
-        except OSError:
-            return await self._hash(path)
-        try:
-            out, _ = await proc.communicate()
-        except asyncio.CancelledError:
-            if proc.returncode is None:
-                proc.kill()
-            raise
-        digest, *st = out.decode(errors="replace").split() or [""]
-        if proc.returncode != 0 or len(digest) != 64 or len(st) != 4:
-            return None  # gone or unreadable
-        return digest, tuple(int(x) for x in st)
-
     async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled, thresholds,
                    hsig: Optional[Sig] = None) -> tuple[bytes, Optional[tuple[str, Sig]]]:
         """Analyse once per key: concurrent callers of the same content share one run. ``hsig``:
@@ -1047,7 +600,7 @@ class Core:
             return None
         if same_file(read, hsig):
             return key, hsig
-        again = await self._hash(path)
+        again = await self.hasher.hash(path)
         if again is None or not same_file(again[1], read):
             log.info("profd: %s was replaced while it was read; looking at it again", path)
             return None
@@ -1065,7 +618,7 @@ class Core:
         job = asyncio.ensure_future(self._analyse(path, size, cfg.workspace, cfg.path_map,
                                                   cfg.disabled, cfg.thresholds))
         job.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
-        hashing = asyncio.ensure_future(self._hash_beside(path, size))
+        hashing = asyncio.ensure_future(self.hasher.hash_beside(path, size))
         self._unhashed.setdefault(size, []).append(hashing)
         try:
             hashed = await hashing
@@ -1099,7 +652,7 @@ class Core:
         row = self.meta.get(key)
         if row is None:
             return False
-        m = _BUDGET.search(row.error) if row.error else None
+        m = BUDGET.search(row.error) if row.error else None
         if m is None:
             return True
         now = self._pool.mem_bytes >> 20 if m[2] == "MB memory" else self.cfg.analysis_timeout
@@ -1161,7 +714,7 @@ class Core:
     async def _submit(self, path, workspace, path_map, disabled, thresholds
                       ) -> tuple[bytes, float, float, float, Optional[Sig]]:
         try:
-            return await self._pool.run(_analyze_job, path, list(workspace),
+            return await self._pool.run(analyze_task, path, list(workspace),
                                         [list(p) for p in path_map], sorted(disabled), thresholds)
         except Budget as e:
             log.error("profd: %s: %s", path, e)
@@ -1229,7 +782,7 @@ class Core:
                 return None
             key, data, made = got
         else:
-            hashed = await self._hash(path)
+            hashed = await self.hasher.hash(path)
             if hashed is None:
                 return None
             sha, hsig = hashed
@@ -1304,7 +857,7 @@ class Core:
         dis = set(p.disabled) if p.disabled is not None else cfg.disabled
         th = cfg.thresholds
         fp = options_fp(ws, pm, dis, th)
-        hashed = await self._hash(real)
+        hashed = await self.hasher.hash(real)
         if hashed is None:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
         sha, sig = hashed

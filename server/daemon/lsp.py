@@ -34,9 +34,10 @@ from ...protocol.catalog import RULES
 from ...protocol.diff import LineDelta, ReportDiff
 from . import encoding, outline, positions, publish as policy, quickfix, record_lsp, settings as S
 from .settings import plain as _plain
-from .core import SOURCES, Core, PathError
+from .core import Core, PathError
 from .confine import shown
 from .placement import UNMAPPED
+from .sources import SOURCES
 from ..engine.diff import diff_reports
 from ..engine.impact import impact_text, top
 from ..engine.modules import top_modules
@@ -335,7 +336,7 @@ def line_deltas(core: Core, source: str) -> tuple[Optional[str], list[LineDelta]
     return core.meta[old].path, [ld for ld in d.lines if ld.path == source]
 
 
-def _annotate_job(trace: str, out: str, workspace, path_map, disabled) -> str:
+def _annotate_task(trace: str, out: str, workspace, path_map, disabled) -> str:
     """In an analysis process: write the annotated copy of ``trace`` to ``out``."""
     from ..engine.annotate import annotate_file
     from ..engine.context import Options
@@ -409,12 +410,12 @@ class LspSession:
 
     async def edits_for(self, text: str, near: list[tuple[str, int]],
                         everything: list[tuple[str, int]]) -> dict:
-        """``_edits_job`` in a thread, one at a time per client, the last few kept by text."""
+        """``_edits_task`` in a thread, one at a time per client, the last few kept by text."""
         k = (hash(text), len(text), tuple(near), tuple(everything))
         async with self._fixes_lock:
             hit = self._fixes.get(k)
             if hit is None:
-                hit = await asyncio.get_running_loop().run_in_executor(None, _edits_job, text, near, everything)
+                hit = await asyncio.get_running_loop().run_in_executor(None, _edits_task, text, near, everything)
                 self._fixes[k] = hit
                 while len(self._fixes) > 8:
                     self._fixes.pop(next(iter(self._fixes)))
@@ -708,7 +709,7 @@ def _action(uri: str, fx: quickfix.Fix, diags: Optional[list[L.Diagnostic]], lin
         edit=L.WorkspaceEdit(changes={uri: encoding.edits(edits, lines, enc)}))
 
 
-def _edits_job(text: str, near: list[tuple[str, int]], everything: list[tuple[str, int]]) -> dict:
+def _edits_task(text: str, near: list[tuple[str, int]], everything: list[tuple[str, int]]) -> dict:
     """(off the loop) Per finding its quick fixes then its suppression; the fix-all."""
     each = []
     for code, line in near:
@@ -1033,7 +1034,7 @@ def build_server(session: LspSession) -> LanguageServer:
         out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
         if not await core.io(os.path.exists, out):
             try:
-                await core.run_in_worker(_annotate_job, row.path, out, cfg.workspace,
+                await core.run_in_worker(_annotate_task, row.path, out, cfg.workspace,
                                          [list(p) for p in cfg.path_map], sorted(cfg.disabled))
             except Exception as e:
                 raise RpcError(-32603, f"profd: annotating {row.path} failed: {e}")

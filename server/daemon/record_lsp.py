@@ -26,7 +26,7 @@ from pygls.lsp.server import LanguageServer
 
 from ...protocol import methods as M
 from ..workloads import record as R
-from .core import SOURCES
+from .sources import SOURCES
 
 log = logging.getLogger("profd.lsp")
 MAIN_RE = re.compile(r"""^if\s+__name__\s*==\s*(['"])__main__\1\s*:""")
