@@ -42,7 +42,7 @@ def analyze_task(path: str, workspace: list[str], path_map: list[tuple[str, str]
         gc.disable()
     try:
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
-        opts = Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
+        opts = Options(workspace=list(workspace), path_map=[(p[0], p[1]) for p in path_map],
                        disabled=set(disabled), thresholds=dict(thresholds or {}))
         report, read = _analyze_held(path, opts)
         return T.encode(report), time.perf_counter() - t0, time.process_time() - c0, start, read

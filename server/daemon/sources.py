@@ -71,9 +71,10 @@ class SourceLines:
             # loop reads SOURCES while this thread works (and after a warm that timed out), and a
             # file missing here reads as empty, every finding's line "deleted" (an empty pull).
             old = self._snap.get(p)
-            same = old is not None and old.mtime == mtime
-            lines = old.lines if same else read_lines(p) if mtime is not None else ()
-            funcs = old.functions if same else None
+            if old is not None and old.mtime == mtime:
+                lines, funcs = old.lines, old.functions
+            else:
+                lines, funcs = read_lines(p) if mtime is not None else (), None
             if with_outline and funcs is None:
                 funcs = outline.functions(lines)
             self._snap[p] = Snap(mtime, lines, confine.real(p) or p, funcs)
