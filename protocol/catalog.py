@@ -1,5 +1,9 @@
 """The rule catalog: stable codes, titles, default severities and doc anchors.
 
+Each rule is declared once, beside its check, in its family module (``server/engine/rules/``);
+``rules_table.py`` is generated from those declarations so that the front ends read the catalog
+without importing the engine (``python -m profd.server.engine.rules`` writes it).
+
 Codes never change meaning; a new finding gets a new code. The doc anchor is the link target the
 LSP ``codeDescription`` and SARIF ``helpUri`` carry: ``rules.md#<code>`` in the docs installed with
 the package (``docs/`` ships as ``profd/docs``), or under ``$PROFD_DOCS_URL`` when set (a base URL
@@ -10,6 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+
+from .rules_table import TABLE
 
 
 @lru_cache(maxsize=None)
@@ -32,45 +38,15 @@ class RuleInfo:
     code: str
     title: str
     severity: str  # default: error | warning | information | hint
-    family: str  # the server/rules module that implements it
+    family: str  # the server/engine/rules module that declares it
 
     @property
     def doc_url(self) -> str:
         return f"{docs_url()}#{self.code}"
 
 
-_RULES = [
-    RuleInfo("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning", "bound"),
-    RuleInfo("compute-bound", "GPU busy for most of the active steps", "information", "bound"),
-    RuleInfo("transfer-bound", "Host/device copies fill the step", "warning", "bound"),
-    RuleInfo("small-problem", "Overhead-bound with small GEMM shapes", "information", "bound"),
-    RuleInfo("cold-start-step", "First active step much wider than the rest", "warning", "steps"),
-    RuleInfo("one-time-setup", "One-time set-up inside the profiled window", "warning", "steps"),
-    RuleInfo("profiler-artifact", "Time that belongs to the profiler, not the program", "information", "artifacts"),
-    RuleInfo("sync-wait", "A synchronising call blocks the CPU", "warning", "sync"),
-    RuleInfo("host-sync", "Device-to-host synchronisation forced from user code", "warning", "sync"),
-    RuleInfo("gpu-idle-gap", "GPU idle gaps inside steps", "warning", "gaps"),
-    RuleInfo("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning", "gaps"),
-    RuleInfo("kernel-class", "GPU time by kernel class", "hint", "kernels"),
-    RuleInfo("kernel-jitter", "One kernel configuration with widely spread durations", "warning", "kernels"),
-    RuleInfo("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning", "kernels"),
-    RuleInfo("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning", "kernels"),
-    RuleInfo("launch-storm", "One line launching many tiny kernels per step", "warning", "kernels"),
-    RuleInfo("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning", "compile"),
-    RuleInfo("compile-fusion", "What dispatcher-level fusion really ran on the GPU", "information", "compile"),
-    RuleInfo("compile-graph-break", "A compiled function runs as several graphs with eager code between", "warning", "compile"),
-    RuleInfo("memory-child-pressure", "Large allocation made by a call's children", "information", "memory"),
-    RuleInfo("memory-peak", "Peak allocated memory and the line that reached it", "information", "memory"),
-    RuleInfo("memory-growth", "Allocated memory rises step over step and is not freed", "warning", "memory"),
-    RuleInfo("unfused-attention", "Attention written out with the scores materialised", "warning", "attention"),
-    RuleInfo("pageable-memcpy", "Host/device copies from pageable memory", "warning", "training"),
-    RuleInfo("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning", "training"),
-    RuleInfo("zero-grad-not-none", "zero_grad writes zeros every step", "warning", "training"),
-    RuleInfo("conv-bias-before-bn", "Convolution bias feeding batch norm", "information", "training"),
-    RuleInfo("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning", "training"),
-    RuleInfo("rank-straggler", "One rank much slower than the others", "warning", "ranks"),
-    RuleInfo("unmapped-source", "Frames that map onto no file of this machine (editors)", "information", "sources"),
-]
+# generated from the rule declarations (server/engine/rules/<family>.py): protocol/ reads no engine
+_RULES = [RuleInfo(*row) for row in TABLE]
 
 RULES: dict[str, RuleInfo] = {r.code: r for r in _RULES}
 

@@ -293,7 +293,7 @@ def _rebase_map(m: str, base: str, path: str) -> str:
 
 def _thresholds(t, path: str) -> dict[str, dict[str, float]]:
     """``[tool.profd.rules.CODE] name = number``: each code and name checked against the rule's own
-    ``THRESHOLDS`` (the knobs it documents)."""
+    declared thresholds (the knobs it documents)."""
     from .engine.rules import thresholds
 
     known = thresholds()

@@ -17,6 +17,7 @@ import pytest
 from conftest import trace
 from profd.protocol.job import JobReport, RankSummary
 from profd.server.engine import job
+from profd.server.engine.rules import ranks
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_balanced_pair_has_no_straggler(summaries):
     assert j.straggler is None and not j.diagnostics
     assert j.collectives_matched == 51  # 17 buckets x 3 steps, every one on both ranks
     last = [r.last_arrivals for r in j.ranks]
-    assert sum(last) == 51 and max(last) / 51 < job.LAST_SHARE  # who arrives last alternates
+    assert sum(last) == 51 and max(last) / 51 < ranks.LAST_SHARE  # who arrives last alternates
     # both ranks wait at some point: the waits are a phase offset, not one slow rank
     assert all(r.wait_us > 1000 for r in j.ranks)
     c0, c1 = (r.compute_us for r in j.ranks)
@@ -81,7 +82,7 @@ def test_fsdp_pair_names_rank0_the_straggler_on_the_cpu_side(summaries):
     r0, r1 = j.ranks
     assert r0.wait_us < 0.01 * r1.wait_us  # the straggler never waits ...
     assert r1.wait_us > 0.8 * r1.comm_us  # ... and rank 1's NCCL time is mostly waiting for it
-    assert r0.cpu_own_us > job.DIFF_RATIO * r1.cpu_own_us
+    assert r0.cpu_own_us > ranks.DIFF_RATIO * r1.cpu_own_us
     assert r0.compute_us < r1.compute_us  # not GPU work: the GPU side would not explain it
     assert "rank 0" in d.message and "144 of 144" in d.message
     assert d.location.path == trace("fsdp_rank0")

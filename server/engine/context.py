@@ -29,7 +29,7 @@ class Options:
     library_roots: Optional[list[str]] = None
     library_sources: Optional[LibrarySources] = None
     # per rule code, thresholds a team set ([tool.profd.rules.CODE]); the names a rule reads are
-    # the keys of its module's THRESHOLDS[code] (see Context.threshold)
+    # the ones its declaration lists (``@rule(..., thresholds=...)``, see Context.threshold)
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # also place hot lines and related locations on library lines (a module's forward) found here
     library_lines: bool = False
@@ -204,11 +204,12 @@ class Context:
         return Location(path=self.trace_path, line=None, precision="trace")
 
     def threshold(self, code: str, name: str) -> float:
-        """A rule's threshold: the team's value from the options, else the rule's documented default
-        (its module's ``THRESHOLDS[code][name]``)."""
-        from .rules import thresholds
+        """A rule's threshold: the team's value from the options, else the default its declaration
+        documents (``@rule(..., thresholds={name: default})``)."""
+        from .rules import load_all
 
-        return self.options.thresholds.get(code, {}).get(name, thresholds()[code][name])
+        team = self.options.thresholds.get(code, {})
+        return team[name] if name in team else load_all()[code].thresholds[name]
 
     def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
              fix: str | None = None, severity: str | None = None,

@@ -20,26 +20,19 @@ so nothing depends on the ranks' clocks agreeing):
 """
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from typing import Iterable, Optional
 
-from ...protocol.catalog import RULES as CATALOG
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
-from ...protocol.types import Diagnostic, Location, Report
+from ...protocol.types import Report
 from . import kernels, loader
 from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, analyze, covered, merge
 from .model import TraceModel
+from .rules.ranks import rank_straggler
+from .rules.util import ms as _ms
 
 DATALOADER_MARK = "enumerate(DataLoader)#"
 HOT_LINES_PER_RANK = 50
-
-# rank-straggler thresholds (see ``straggler`` for why these values)
-LAST_SHARE = 0.75
-MIN_MATCHED = 6
-WAIT_SHARE = 0.30
-DIFF_RATIO = 1.05
-LAUNCH_RATIO = 1.2
 
 
 # ---- map: one trace -> RankSummary ---------------------------------------------------------------
@@ -308,7 +301,7 @@ def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
         present = {r.rank for r in rows}
         job.missing_ranks = [k for k in range(world) if k not in present]
     job.hot_lines = sorted(lines.values(), key=lambda h: -(h.cpu_total_us + h.gpu_us))[:HOT_LINES_PER_RANK]
-    d = straggler(job)
+    d = rank_straggler.check(job)  # the job-level rule (rules/ranks.py)
     if d is not None:
         job.diagnostics.append(d)
         job.straggler = d.evidence.get("rank")
@@ -362,99 +355,6 @@ def _waits(rows: list[RankRow], coll: dict[str, list[tuple[int, float]]]) -> Non
         r.last_arrivals = last[k]
 
 
-def straggler(job: JobReport) -> Optional[Diagnostic]:
-    """Evidence: per rank, the share of matched collectives it arrived last at; the other ranks'
-    collective wait per step (each collective's duration beyond the shortest rank's: NCCL kernels
-    and gloo calls spin until every peer arrives) against their step; and what differs on the late
-    rank against the median of the others: CPU own time per step (step wall time minus blocking
-    syncs), GPU compute, DataLoader time, launches.
-
-    Threshold: fires on the rank that arrives last most often when (1) it is last at ≥ 75% of at
-    least 6 matched collectives: with two ranks chance alone gives 50% (the balanced DDP pair splits
-    23/28), a rank that really lags gates nearly every one (the FSDP pair: 144 of 144); (2) the others
-    wait ≥ 30% of their step in collectives for it: jobs balanced by design show up to ~25% from
-    phase jitter alone (the balanced NCCL pair: 25% and 19%, both ranks waiting in turn; the balanced
-    gloo pair: 21%), a real straggler more (34% to all of the step on the recorded ones); and (3)
-    something in its own work per step is larger than on the others (time ≥ 5% above their median,
-    launches ≥ 20%: a rank-dependent code path shows as many more, a few are noise): a
-    rank the others wait for is a straggler whatever the reason, and the message says how much wait
-    it causes and what differs (a rank that is last while doing less than the others, as in the
-    CPU-bound DDP pair, is a phase offset of the profiled window, not a slow rank). Absolute
-    collective durations are never compared, only matched collectives across ranks; a rank that
-    waits in a blocking collective has as long a step as the one it waits for, so step time alone
-    says nothing.
-
-    Why it costs time: a synchronous job runs at its slowest rank's pace: every other rank waits in
-    its collectives for the straggler each step.
-
-    Example:
-        batch = per_rank_batch * (2 if rank == 1 else 1)   # uneven shards
-
-    Fix: balance the work (equal shards, equal sequence lengths per rank), check the straggler's
-    host (CPU contention, data loading, thermal throttling), or pin its processes.
-
-    Ignore when: the imbalance is inherent and accepted (a rank that also logs or evaluates).
-
-    Shown by: examples/nccl/fsdp_rank0.1796064976619326162.pt.trace.json.gz with
-    examples/nccl/fsdp_rank1.1796064976475768587.pt.trace.json.gz (the two ranks of one job)
-    """
-    rows = [r for r in job.ranks if r.wait_us is not None]
-    if len(rows) < 2 or job.collectives_matched < MIN_MATCHED:
-        return None
-    cand = max(rows, key=lambda r: (r.last_arrivals, r.cpu_own_us + r.compute_us))
-    share = cand.last_arrivals / job.collectives_matched
-    others = [r for r in rows if r is not cand]
-    med = statistics.median
-    o_step = med(r.step_us for r in others)
-    o_wait = med(r.wait_us for r in others)
-    if share < LAST_SHARE or o_step <= 0 or o_wait < WAIT_SHARE * o_step:
-        return None
-    axes = [("cpu", "CPU own time", "cpu_own_us"), ("gpu", "GPU compute", "compute_us"),
-            ("data", "DataLoader time", "data_us"), ("launches", "launches", "launches")]
-    diffs = []
-    for side, label, f in axes:
-        mine, theirs = getattr(cand, f), med(getattr(r, f) for r in others)
-        if mine > 0 and mine > theirs and mine >= (LAUNCH_RATIO if side == "launches" else DIFF_RATIO) * theirs:
-            # time axes rank by the µs they add; launches by what ~5 µs of CPU each costs
-            cost = (mine - theirs) * (5.0 if side == "launches" else 1.0)
-            diffs.append((cost, side, label, mine, theirs))
-    if not diffs:
-        return None
-    diffs.sort(reverse=True)
-    parts = [f"{label} {_count(mine) if side == 'launches' else _ms(mine)} vs {_count(theirs) if side == 'launches' else _ms(theirs)}"
-             + (f" ({mine / theirs:.2f}x)" if theirs > 0 else "")
-             for _, side, label, mine, theirs in diffs]
-    msg = (f"rank {cand.rank} is the straggler: it arrives last at {cand.last_arrivals} of "
-           f"{job.collectives_matched} matched collectives and the other ranks' collectives wait "
-           f"{_ms(o_wait)} per step for it (their step: {_ms(o_step)}); what differs on rank {cand.rank} "
-           f"per step: {', '.join(parts)}")
-    side = diffs[0][1]
-    fix = {"cpu": "find what rank {r} does more of on the CPU (logging, rank-0-only work, a busier core, a "
-                  "slower data path) and move it off the step; fewer, larger collectives cut per-step dispatch",
-           "gpu": "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
-                  "kernels run longer (clocks, a shared GPU)",
-           "data": "rank {r}'s input pipeline is slower: more DataLoader workers, pinned memory, or balance "
-                   "the data shards",
-           "launches": "rank {r} launches more GPU work per step: look for rank-dependent code paths or "
-                       "unfused per-parameter work"}[side].format(r=cand.rank)
-    evidence = {"rank": cand.rank, "last_arrivals": cand.last_arrivals,
-                "collectives_matched": job.collectives_matched, "last_share": _r(share, 3),
-                "side": side, "differs": [d[1] for d in diffs],
-                "compute_us": cand.compute_us, "others_compute_us": _r(med(r.compute_us for r in others)),
-                "cpu_own_us": cand.cpu_own_us, "others_cpu_own_us": _r(med(r.cpu_own_us for r in others)),
-                "data_us": cand.data_us, "others_data_us": _r(med(r.data_us for r in others)),
-                "launches": cand.launches, "others_launches": _r(med(r.launches for r in others)),
-                "step_us": cand.step_us, "others_step_us": _r(o_step),
-                "others_wait_us": _r(o_wait), "others_wait_share": _r(o_wait / o_step, 3),
-                "straggler_wait_us": cand.wait_us}
-    return Diagnostic(code="rank-straggler", severity=CATALOG["rank-straggler"].severity, message=msg,
-                      location=Location(path=cand.path, precision="trace"), evidence=evidence, fix=fix)
-
-
-def _count(v: float) -> str:
-    return f"{v:.0f}"
-
-
 def comm_findings(job: JobReport) -> list[str]:
     """One line per rank: communication vs computation and how much of it overlaps compute."""
     out = []
@@ -484,10 +384,6 @@ def _error_report(path: str, error: str) -> Report:
 
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error, profd_version=__version__)
-
-
-def _ms(v: float) -> str:
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
 
 
 def _r(v: float, nd: int = 3) -> float:

@@ -1,15 +1,19 @@
 """Time that belongs to the profiler, not the program: ``profiler-artifact``."""
 from __future__ import annotations
 
+from typing import Iterable
+
+from ....protocol.types import Diagnostic
 from ..analyses import INFLATION, covered, profiler_inflation, verdict
+from ..context import Context
 from . import rule
 from .util import median, pct, plural, r3, us
 
 LANE_OFFSET_MIN_US = 100.0
 
 
-@rule("profiler-artifact")
-def profiler_artifact(ctx):
+@rule("profiler-artifact", "Time that belongs to the profiler, not the program", "information")
+def profiler_artifact(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``Activity Buffer Request`` events; the CPU->GPU lane offset (first GPU event vs
     first CPU event of the window); the closing flush sync after the last step, judged by what the
     GPU did during it; and, when the verdict is overhead-bound, the profiler options that inflate

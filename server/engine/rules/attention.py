@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from itertools import compress
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
+from ..context import Context
 from ..kernels import GEMM
 from . import rule
 from .util import mib, pct, r3, shapes, us
@@ -12,8 +15,6 @@ SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 CHAIN_WINDOW = 8  # ops between the score GEMM and the softmax, and the softmax and the value GEMM
 # The fix must give back at least this share of the step (the chain's non-GEMM GPU time).
 MIN_STEP_SHARE = 0.01
-# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
-THRESHOLDS = {"unfused-attention": {"step-share": MIN_STEP_SHARE}}
 _ELEM_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8}
 
 
@@ -101,8 +102,9 @@ def _backward_map(m, fwd: set) -> dict[int, list[int]]:
     return out
 
 
-@rule("unfused-attention")
-def unfused_attention(ctx):
+@rule("unfused-attention", "Attention written out with the scores materialised", "warning",
+      thresholds={"step-share": MIN_STEP_SHARE})
+def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: on one call of a user function, a batched GEMM whose output is softmaxed and fed
     to a second batched GEMM (with ``record_shapes`` the shapes must chain: [.., Tq, D] x [.., D, Tk],
     softmax over [.., Tq, Tk], [.., Tq, Tk] x [.., Tk, Dv]), not inside another op (SDPA's own math

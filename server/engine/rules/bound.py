@@ -2,7 +2,11 @@
 ``small-problem``."""
 from __future__ import annotations
 
+from typing import Iterable
+
+from ....protocol.types import Diagnostic
 from ..analyses import COPY_CATS, host_stages, verdict
+from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
 from . import rule
 from .util import pct, plural, r3, shapes, size, us
@@ -28,8 +32,8 @@ def _inflation_note(m) -> str:
     return ("; the profiler itself inflates CPU time (options on: " + ", ".join(opts) + ")") if opts else ""
 
 
-@rule("overhead-bound")
-def overhead_bound(ctx):
+@rule("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning")
+def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU busy share of the active window (collectives left out), CPU op time vs GPU time
     per step (the evidence's ``cpu_total_us``/``cuda_total_us``: over all active steps), launches
     per step, and the line that launches most.
@@ -76,8 +80,8 @@ def overhead_bound(ctx):
     )
 
 
-@rule("compute-bound")
-def compute_bound(ctx):
+@rule("compute-bound", "GPU busy for most of the active steps", "information")
+def compute_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU busy share of the active window and the kernel families that hold it (conv,
     GEMM, attention, elementwise, reduction, copy, communication: many small variants of one
     family hold the GPU together), each with its largest kernel.
@@ -128,8 +132,8 @@ def _copies_note(a) -> str:
     return f" (copy engines {pct(cp)} more)" if cp >= 1.0 else ""
 
 
-@rule("transfer-bound")
-def transfer_bound(ctx):
+@rule("transfer-bound", "Host/device copies fill the step", "warning")
+def transfer_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: the share of the active window in which the copy engines ran host<->device copies
     or memsets, against the kernels' share; per direction the bytes and copy time per step and
     the rate they reached; whether the host side was pinned or pageable; the line that issued
@@ -249,8 +253,8 @@ def _gemm_shapes(m):
     return out
 
 
-@rule("small-problem")
-def small_problem(ctx):
+@rule("small-problem", "Overhead-bound with small GEMM shapes", "information")
+def small_problem(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: overhead-bound, and the GEMMs are tiny: from ``record_shapes`` their FLOPs, else
     their kernel durations.
 

@@ -1,9 +1,12 @@
 """torch.compile rules: ``compile-overhead``, ``compile-fusion`` and ``compile-graph-break``."""
 from __future__ import annotations
 
+from typing import Iterable
+
+from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import covered, profiler_inflation
-from ..context import LineKey
+from ..context import Context, LineKey
 from ..statements import RESUME_RE
 from . import rule
 from .util import median, plural, r3, us
@@ -92,8 +95,8 @@ def breaks(m, in_steps: bool = True) -> list[dict]:
     return out
 
 
-@rule("compile-overhead")
-def compile_overhead(ctx):
+@rule("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning")
+def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: per call of a compiled function (an outermost ``Torch-Compiled Region``), the
     wrapper's CPU time (the region and its Dynamo cache lookup, minus the aten ops the compiled
     graph dispatches) against the GPU time of the kernels it runs.
@@ -159,8 +162,8 @@ def compile_overhead(ctx):
     )
 
 
-@rule("compile-fusion")
-def compile_fusion(ctx):
+@rule("compile-fusion", "What dispatcher-level fusion really ran on the GPU", "information")
+def compile_fusion(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: a fused aten op (``aten::addmm`` for ``mm + add``) dispatched inside a compiled
     region, and what the GPU ran for it: a bias copy (``Memcpy DtoD``) before the GEMM (older
     stacks) or the bias folded into the GEMM epilogue (``*_bias_*`` kernels on Hopper/CUDA 13).
@@ -211,8 +214,8 @@ def compile_fusion(ctx):
 
 
 # ---- compile-graph-break ---------------------------------------------------------------------
-@rule("compile-graph-break")
-def compile_graph_break(ctx):
+@rule("compile-graph-break", "A compiled function runs as several graphs with eager code between", "warning")
+def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: compiled regions nested in a compiled region (or a further
     ``## Call CompiledFxGraph`` one region runs), each the code after a graph break that Dynamo
     compiled apart and resumes in (its ``torch_dynamo_resume_in_<fn>_at_<line>`` frame names the

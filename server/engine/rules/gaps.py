@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import bisect
 from operator import attrgetter
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
 from ..analyses import covered, gaps, host_stages, merge, verdict
+from ..context import Context
 from . import rule
 from .util import pct, plural, quantile, r3, us
 
@@ -12,8 +15,6 @@ from .util import pct, plural, quantile, r3, us
 GAP_MIN_US = 50.0
 # ... and the gaps inside the steps add up to this share of the window.
 GAP_TOTAL_SHARE = 0.10
-# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
-THRESHOLDS = {"gpu-idle-gap": {"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE}}
 # gpu-contention: a kernel waits this long after its launch returned while our lane is idle.
 CONTENTION_DELAY_US = 100.0
 CONTENTION_MIN_SAMPLES = 3
@@ -72,8 +73,9 @@ def _main_during(m, lo: float, hi: float) -> int:
     return i
 
 
-@rule("gpu-idle-gap")
-def gpu_idle_gap(ctx):
+@rule("gpu-idle-gap", "GPU idle gaps inside steps", "warning",
+      thresholds={"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE})
+def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: holes between GPU work inside the active steps, each with what the main thread
     was doing meanwhile (the op and the user line), largest first.
 
@@ -150,8 +152,8 @@ def gpu_idle_gap(ctx):
         )
 
 
-@rule("gpu-contention")
-def gpu_contention(ctx):
+@rule("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning")
+def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: launch-to-start delays (kernel start minus the launch call's start) of kernels
     that waited while this trace's own GPU work was idle, with p50/p90/max; the kernels' own
     durations stay steady.

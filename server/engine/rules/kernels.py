@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import covered
+from ..context import Context
 from . import rule
 from .util import inputs, median, pct, plural, quantile, r3, us
 
@@ -17,14 +20,12 @@ JITTER_MIN_LOST_SHARE = 0.01  # and the time above p50 is at least this share of
 FP32_GEMM_SHARE = 0.10  # of GPU time
 MISALIGNED_SHARE = 0.01  # of GPU time in the misaligned GEMMs
 STORM_PER_STEP = 10  # launches of one kernel from one line per step
-# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
-THRESHOLDS = {"launch-storm": {"launches-per-step": STORM_PER_STEP}}
 _HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
 _GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 
 
-@rule("kernel-class")
-def kernel_class(ctx):
+@rule("kernel-class", "GPU time by kernel class", "hint")
+def kernel_class(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU time per kernel class (GEMM, attention, conv, elementwise, reduction, copy,
     communication), from kernel-name families and the op that launched each kernel (a convolution
     lowered to GEMMs is convolution time; the launch API is never evidence).
@@ -96,8 +97,8 @@ def _problems(ctx, gs: list[int]) -> dict:
     return by
 
 
-@rule("kernel-jitter")
-def kernel_jitter(ctx):
+@rule("kernel-jitter", "One kernel configuration with widely spread durations", "warning")
+def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: one kernel configuration (name, grid, block, launching op, source line, forward or
     backward), its runs split by problem (the launching op's input shapes with ``record_shapes``;
     else the module instance; else the launch's position in its step), each run compared with the
@@ -183,8 +184,8 @@ def kernel_jitter(ctx):
         )
 
 
-@rule("fp32-matmul")
-def fp32_matmul(ctx):
+@rule("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning")
+def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU time in fp32 GEMM kernels that run on CUDA cores (``sgemm``, ``*_f32f32_*``
     with FFMA, SIMT kernels) on a GPU with tensor cores for TF32/bf16 (compute capability >= 8).
 
@@ -274,8 +275,8 @@ def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
     return a[-2], a[-1], b[-1]
 
 
-@rule("misaligned-dims")
-def misaligned_dims(ctx):
+@rule("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning")
+def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: fp16/bf16 GEMM ops (``record_shapes``) whose M, K or N, as the kernel sees them
     (the leading dimensions of an N-d input multiplied into M), is not a multiple of 8, and whose
     kernels show the fallback: a declared operand alignment under 16 bytes (``..._align1``) or
@@ -372,8 +373,9 @@ def _iteration(m, li: int, how: str, f: int) -> int:
     return i
 
 
-@rule("launch-storm")
-def launch_storm(ctx):
+@rule("launch-storm", "One line launching many tiny kernels per step", "warning",
+      thresholds={"launches-per-step": STORM_PER_STEP})
+def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: one source line whose code launches the same kernel many times in one step from
     a Python loop, each run shorter than the CPU call that launched it: many ops dispatched by one
     call of one Python function (over rows in the user's code, over parameters in a single-tensor

@@ -5,7 +5,10 @@ from __future__ import annotations
 import bisect
 from array import array
 from itertools import compress
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
+from ..context import Context
 from ..loader import _scan, column
 from . import rule
 from .util import mib, plural, r3
@@ -23,49 +26,6 @@ def _device_rows(m) -> array:
     dt = m.memory.device_type
     rows = array("i", compress(range(len(dt)), (d == CUDA for d in dt)))
     return rows or array("i", compress(range(len(dt)), (d != CUDA for d in dt)))
-
-
-@rule("memory-peak")
-def memory_peak(ctx):
-    """Evidence: the largest ``Total Allocated`` among the ``[memory]`` events (GPU first, else
-    CPU), the allocation that reached it and its line. Traces whose samples carry only ``Bytes``
-    (the 2021-era profiler) get the running sum of the allocations, a lower bound, and say so.
-
-    Threshold: none; information whenever the trace was recorded with ``profile_memory``.
-
-    Why it costs time: not directly; the peak and the line that reached it tell how close the run is
-    to out-of-memory and where activation memory comes from.
-
-    Example:
-        logits = self.out(h)             # [batch, seq, vocab] activations: the peak
-
-    Fix: to lower it: activation checkpointing, smaller micro-batches with gradient accumulation,
-    bf16 activations, or chunked loss computation.
-
-    Ignore when: memory is not a constraint (information).
-
-    Shown by: examples/seed_n4096_bf16.json.gz
-    """
-    m = ctx.model
-    rows = _device_rows(m)
-    if not rows:
-        return
-    peak = m.memory[max(rows, key=m.memory.total_allocated.__getitem__)]
-    total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
-    share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
-    summed = m.memory.totals_summed
-    yield ctx.diag(
-        "memory-peak",
-        f"peak allocated memory {'at least ' if summed else ''}{mib(peak.total_allocated)}{share}"
-        f"{' (summed from the allocations: the trace records no totals)' if summed else ''}, reached by an allocation of "
-        f"{mib(peak.nbytes)}" + (f" in {ctx.model.cpu[peak.owner].name}" if peak.owner >= 0 else ""),
-        ctx.location(peak.owner) if peak.owner >= 0 else ctx.trace_location(),
-        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes, **({"summed": True} if summed else {}),
-                  "device": "cuda" if peak.device_type == CUDA else "cpu",
-                  "device_total_bytes": total_mem},
-        fix="to lower it: activation checkpointing, smaller micro-batches, bf16 activations, or "
-            "freeing references earlier (del, set_to_none=True)",
-    )
 
 
 # record_function labels torch and its libraries put on their own work: not the user's scopes
@@ -89,8 +49,8 @@ def _scope_name(m, i: int) -> str:
     return f"record_function({m.cpu[i].name!r})"
 
 
-@rule("memory-child-pressure")
-def memory_child_pressure(ctx):
+@rule("memory-child-pressure", "Large allocation made by a call's children", "information")
+def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: a user-level scope (a function of the user's code, or a ``record_function``
     region) whose allocations in total are large while its own statements allocate little: the
     memory comes from the helpers it calls. Its own = what the ops it calls directly allocate
@@ -240,15 +200,57 @@ def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
     return total
 
 
+@rule("memory-peak", "Peak allocated memory and the line that reached it", "information")
+def memory_peak(ctx: Context) -> Iterable[Diagnostic]:
+    """Evidence: the largest ``Total Allocated`` among the ``[memory]`` events (GPU first, else
+    CPU), the allocation that reached it and its line. Traces whose samples carry only ``Bytes``
+    (the 2021-era profiler) get the running sum of the allocations, a lower bound, and say so.
+
+    Threshold: none; information whenever the trace was recorded with ``profile_memory``.
+
+    Why it costs time: not directly; the peak and the line that reached it tell how close the run is
+    to out-of-memory and where activation memory comes from.
+
+    Example:
+        logits = self.out(h)             # [batch, seq, vocab] activations: the peak
+
+    Fix: to lower it: activation checkpointing, smaller micro-batches with gradient accumulation,
+    bf16 activations, or chunked loss computation.
+
+    Ignore when: memory is not a constraint (information).
+
+    Shown by: examples/seed_n4096_bf16.json.gz
+    """
+    m = ctx.model
+    rows = _device_rows(m)
+    if not rows:
+        return
+    peak = m.memory[max(rows, key=m.memory.total_allocated.__getitem__)]
+    total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
+    share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
+    summed = m.memory.totals_summed
+    yield ctx.diag(
+        "memory-peak",
+        f"peak allocated memory {'at least ' if summed else ''}{mib(peak.total_allocated)}{share}"
+        f"{' (summed from the allocations: the trace records no totals)' if summed else ''}, reached by an allocation of "
+        f"{mib(peak.nbytes)}" + (f" in {ctx.model.cpu[peak.owner].name}" if peak.owner >= 0 else ""),
+        ctx.location(peak.owner) if peak.owner >= 0 else ctx.trace_location(),
+        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes, **({"summed": True} if summed else {}),
+                  "device": "cuda" if peak.device_type == CUDA else "cpu",
+                  "device_total_bytes": total_mem},
+        fix="to lower it: activation checkpointing, smaller micro-batches, bf16 activations, or "
+            "freeing references earlier (del, set_to_none=True)",
+    )
+
+
 # ---- memory-growth ---------------------------------------------------------------------------
 GROWTH_MIN_BYTES = 1024**2  # per step: below a MiB a run of 100k steps still fits
 GROWTH_STEP_SHARE = 0.75  # of the steps compared, this share must leave survivors
-# What a team may set in [tool.profd.rules.CODE] (read through ctx.threshold; defaults above).
-THRESHOLDS = {"memory-growth": {"min-bytes-per-step": GROWTH_MIN_BYTES}}
 
 
-@rule("memory-growth")
-def memory_growth(ctx):
+@rule("memory-growth", "Allocated memory rises step over step and is not freed", "warning",
+      thresholds={"min-bytes-per-step": GROWTH_MIN_BYTES})
+def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: per active step, the bytes it allocated (``[memory]`` samples, GPU first, else
     CPU) whose block is never freed later in the trace (a free names the block by ``Addr``),
     the allocated level at each step's end, and the lines that made the surviving allocations.
@@ -309,8 +311,8 @@ def memory_growth(ctx):
     least = ctx.threshold("memory-growth", "min-bytes-per-step")
     leaking = sum(1 for b in compared if b >= least)
     level = []
-    for s in steps:
-        k = bisect.bisect_right(ts, s.end, 0, len(ts)) - 1
+    for step in steps:
+        k = bisect.bisect_right(ts, step.end, 0, len(ts)) - 1
         while k >= 0 and mem.device_type[k] != mem.device_type[rows[0]]:
             k -= 1
         level.append(mem.total_allocated[k] if k >= 0 else 0)

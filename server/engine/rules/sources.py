@@ -8,11 +8,15 @@ finds nothing for it.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
+from ....protocol.types import Diagnostic
+from ..context import Context
 from . import rule
 
 
-@rule("unmapped-source")
-def unmapped_source(ctx):
+@rule("unmapped-source", "Frames that map onto no file of this machine (editors)", "information")
+def unmapped_source(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: the trace's frame paths that map onto no file here (``unmapped``) and their common
     folder (``prefix``), with how many findings therefore sit on the trace instead of their lines.
 

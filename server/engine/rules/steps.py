@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import bisect
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
+from ..context import Context
 from ..model import LAUNCH_CATS
 from . import rule
 from .util import median, r3, us
@@ -48,8 +51,8 @@ def _first_time_work(m) -> list[str]:
     return out
 
 
-@rule("cold-start-step")
-def cold_start_step(ctx):
+@rule("cold-start-step", "First active step much wider than the rest", "warning")
+def cold_start_step(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: the first ProfilerStep's duration against the median of the other steps, the
     delay before its first op dispatches, and the first-time work only it does (runtime calls no
     later step makes, allocator growth).
@@ -108,8 +111,8 @@ def cold_start_step(ctx):
     )
 
 
-@rule("one-time-setup")
-def one_time_setup(ctx):
+@rule("one-time-setup", "One-time set-up inside the profiled window", "warning")
+def one_time_setup(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: the one-time host work inside the active window (``windows.setup_intervals``): long
     CUDA context and module calls (``cudaFree``, ``cuModuleLoadData``, ``hipModuleLoadData``, stream
     creation), launches many times their API's median (lazy kernel loading: one 626 ms

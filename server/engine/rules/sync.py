@@ -3,9 +3,12 @@ from user code by reading a GPU value on the host)."""
 from __future__ import annotations
 
 import bisect
+from typing import Iterable
 
+from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import SYNC_CALLS, covered  # SYNC_CALLS: other families import it from here
+from ..context import Context
 from . import rule
 from .util import pct, plural, r3, us
 
@@ -81,73 +84,8 @@ def _loop_syncs(m, names=SYNC_CALLS) -> list[int]:
             if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)]
 
 
-@rule("host-sync")
-def host_sync(ctx):
-    """Evidence: sync calls (or copies that block, as ``hipMemcpyWithStream`` does on ROCm) inside
-    the steps whose enclosing aten op reads a device value on the host (``aten::item``,
-    ``aten::is_nonzero``, ``aten::nonzero``, a DtoH copy), grouped by source line: how many per step
-    and how long the CPU was blocked per step.
-
-    Threshold: one or more per step in user code. Each one drains the GPU queue and stops the CPU
-    from running ahead, so its cost is the lost overlap more than the blocked time: a warning when
-    it happens every step or blocks at least 1% of the step, else information.
-
-    Why it costs time: reading a device value on the host (``.item()``, ``float(t)``, ``if t:``)
-    waits for every queued kernel to finish and stops the CPU from running ahead, so the GPU idles
-    at the start of every step.
-
-    Example:
-        for step, (x, y) in enumerate(loader):
-            loss = model(x, y)
-            print("loss", loss.item())   # a device->host sync every step
-
-    Fix: keep the value on the device and read it every N steps
-    (``if step % 100 == 0: print(loss.item())``), accumulate on the GPU
-    (``total += loss.detach()``), or use ``non_blocking`` copies to pinned memory.
-
-    Ignore when: the value decides control flow that cannot wait (early stopping on this step's
-    loss) and the step is long enough for the sync not to matter.
-
-    Shown by: examples/tinygpt_naive.json.gz
-    """
-    m = ctx.model
-    if not m.steps:
-        return
-    groups: dict = {}
-    for i in _loop_syncs(m, HOST_READ_WAITS):
-        e = m.cpu[i]
-        hit = host_read_op(m, i)
-        if hit is None:
-            continue
-        op, what = hit
-        k = ctx.line_id(op)
-        g = groups.setdefault(k, {"ops": set(), "what": set(), "sync": e.name, "first": op})
-        if op not in g["ops"]:
-            g["ops"].add(op)
-            g["what"].add(what)
-    step_us = ctx.mean_step_us
-    for k, g in groups.items():
-        ops = sorted(g["ops"])
-        blocked = sum(m.cpu[o].dur for o in ops) / ctx.n_steps
-        per_step = len(ops) / ctx.n_steps
-        names = sorted({m.cpu[o].name for o in ops})
-        share = blocked / step_us if step_us else 0.0
-        yield ctx.diag(
-            "host-sync",
-            f"{plural(per_step, 'device->host sync')} per step from {', '.join(sorted(g['what']))} "
-            f"({', '.join(names)} -> {g['sync']}): the CPU blocks {us(blocked)} per step "
-            f"({pct(100 * share)} of the step) and cannot queue work ahead of the GPU",
-            ctx.location(g["first"]),
-            evidence={"sync_call": g["sync"], "ops": names, "per_step": r3(per_step),
-                      "blocked_us_per_step": r3(blocked), "step_share": r3(share)},
-            fix="keep values on the GPU inside the loop (accumulate losses as tensors, log every N "
-                "steps), avoid data-dependent shapes and Python conditions on tensors",
-            severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
-        )
-
-
-@rule("sync-wait")
-def sync_wait(ctx):
+@rule("sync-wait", "A synchronising call blocks the CPU", "warning")
+def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: explicit synchronising calls inside the steps (``torch.cuda.synchronize``,
     stream/event syncs) that are not host reads, with how long they block and what the GPU did
     meanwhile: draining a busy queue (the CPU ran ahead, fine unless repeated), waiting on a
@@ -215,6 +153,71 @@ def sync_wait(ctx):
                  "synchronise only where a result is needed (timing, logging every N steps); use events "
                  "(torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU"),
             related=related,
+        )
+
+
+@rule("host-sync", "Device-to-host synchronisation forced from user code", "warning")
+def host_sync(ctx: Context) -> Iterable[Diagnostic]:
+    """Evidence: sync calls (or copies that block, as ``hipMemcpyWithStream`` does on ROCm) inside
+    the steps whose enclosing aten op reads a device value on the host (``aten::item``,
+    ``aten::is_nonzero``, ``aten::nonzero``, a DtoH copy), grouped by source line: how many per step
+    and how long the CPU was blocked per step.
+
+    Threshold: one or more per step in user code. Each one drains the GPU queue and stops the CPU
+    from running ahead, so its cost is the lost overlap more than the blocked time: a warning when
+    it happens every step or blocks at least 1% of the step, else information.
+
+    Why it costs time: reading a device value on the host (``.item()``, ``float(t)``, ``if t:``)
+    waits for every queued kernel to finish and stops the CPU from running ahead, so the GPU idles
+    at the start of every step.
+
+    Example:
+        for step, (x, y) in enumerate(loader):
+            loss = model(x, y)
+            print("loss", loss.item())   # a device->host sync every step
+
+    Fix: keep the value on the device and read it every N steps
+    (``if step % 100 == 0: print(loss.item())``), accumulate on the GPU
+    (``total += loss.detach()``), or use ``non_blocking`` copies to pinned memory.
+
+    Ignore when: the value decides control flow that cannot wait (early stopping on this step's
+    loss) and the step is long enough for the sync not to matter.
+
+    Shown by: examples/tinygpt_naive.json.gz
+    """
+    m = ctx.model
+    if not m.steps:
+        return
+    groups: dict = {}
+    for i in _loop_syncs(m, HOST_READ_WAITS):
+        e = m.cpu[i]
+        hit = host_read_op(m, i)
+        if hit is None:
+            continue
+        op, what = hit
+        k = ctx.line_id(op)
+        g = groups.setdefault(k, {"ops": set(), "what": set(), "sync": e.name, "first": op})
+        if op not in g["ops"]:
+            g["ops"].add(op)
+            g["what"].add(what)
+    step_us = ctx.mean_step_us
+    for k, g in groups.items():
+        ops = sorted(g["ops"])
+        blocked = sum(m.cpu[o].dur for o in ops) / ctx.n_steps
+        per_step = len(ops) / ctx.n_steps
+        names = sorted({m.cpu[o].name for o in ops})
+        share = blocked / step_us if step_us else 0.0
+        yield ctx.diag(
+            "host-sync",
+            f"{plural(per_step, 'device->host sync')} per step from {', '.join(sorted(g['what']))} "
+            f"({', '.join(names)} -> {g['sync']}): the CPU blocks {us(blocked)} per step "
+            f"({pct(100 * share)} of the step) and cannot queue work ahead of the GPU",
+            ctx.location(g["first"]),
+            evidence={"sync_call": g["sync"], "ops": names, "per_step": r3(per_step),
+                      "blocked_us_per_step": r3(blocked), "step_share": r3(share)},
+            fix="keep values on the GPU inside the loop (accumulate losses as tensors, log every N "
+                "steps), avoid data-dependent shapes and Python conditions on tensors",
+            severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
         )
 
 

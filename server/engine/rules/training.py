@@ -2,9 +2,13 @@
 ``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``."""
 from __future__ import annotations
 
+from typing import Iterable
+
 import msgspec
 
+from ....protocol.types import Diagnostic
 from ..analyses import covered
+from ..context import Context
 from . import rule
 from .util import mib, pct, plural, r3, us
 
@@ -26,8 +30,8 @@ BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batc
           "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit"}
 
 
-@rule("pageable-memcpy")
-def pageable_memcpy(ctx):
+@rule("pageable-memcpy", "Host/device copies from pageable memory", "warning")
+def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
     them: count per step, bytes, and the CPU time their copy calls block, against the step.
 
@@ -101,8 +105,8 @@ def _optimizer_steps(m):
     return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
 
-@rule("optimizer-foreach-off")
-def optimizer_foreach_off(ctx):
+@rule("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning")
+def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: inside ``Optimizer.step``, the single-tensor implementation on GPU parameters: its
     frame (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update
     ops (``aten::lerp_``, ``aten::addcdiv_`` ...) that each launch GPU work, and no grouped
@@ -166,8 +170,8 @@ def optimizer_foreach_off(ctx):
     )
 
 
-@rule("zero-grad-not-none")
-def zero_grad_not_none(ctx):
+@rule("zero-grad-not-none", "zero_grad writes zeros every step", "warning")
+def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``aten::zero_``/``aten::fill_``/``aten::_foreach_zero_`` ops inside
     ``Optimizer.zero_grad`` (or ``Module.zero_grad``): gradients are overwritten with zeros.
 
@@ -218,8 +222,8 @@ def _has_bias(e) -> bool:
     return bool(dims) and len(dims) >= 3 and isinstance(dims[2], list) and len(dims[2]) == 1
 
 
-@rule("conv-bias-before-bn")
-def conv_bias_before_bn(ctx):
+@rule("conv-bias-before-bn", "Convolution bias feeding batch norm", "information")
+def conv_bias_before_bn(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: a convolution op with a bias input (``record_shapes``) whose next op on the same
     thread is a batch norm: the bias is subtracted right back out by the norm's mean.
 
@@ -267,8 +271,8 @@ def conv_bias_before_bn(ctx):
         )
 
 
-@rule("dataloader-bound")
-def dataloader_bound(ctx):
+@rule("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning")
+def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: time inside the DataLoader's ``__next__`` (``enumerate(DataLoader)#...``) within
     the steps, and how idle the GPU was meanwhile.
 

@@ -11,6 +11,11 @@ def us(v: float) -> str:
     return f"{v:.1f} µs"
 
 
+def ms(v: float) -> str:
+    """A duration for a job's summary: whole µs below 1 ms, ms above."""
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+
+
 def size(nbytes: float) -> str:
     """Bytes for a message: B, KiB, MiB or GiB, whichever keeps the number readable."""
     a = abs(nbytes)
