@@ -9,8 +9,9 @@ from profd.protocol.catalog import RULES
 from profd.server.engine import Options, loader
 from profd.server.engine.analyses import analyze
 from profd.server.engine.context import Context
-from profd.server.engine.impact import KEEP_SEVERITY, SAVES, given_back, order, severity_for
+from profd.server.engine.impact import given_back, order, severity_for
 from profd.server.engine.model import build
+from profd.server.engine.rules import load_all
 
 from conftest import EXAMPLES, SRC, report_of
 
@@ -35,12 +36,13 @@ def _shipped():
 @pytest.mark.parametrize("name", _shipped())
 def test_every_finding_with_a_time_cost_has_its_impact_and_the_severity_it_earns(name):
     ds = rep(name).diagnostics
+    rules = load_all()
     for d in ds:
-        if d.code in SAVES:
+        if rules[d.code].saves is not None:
             assert d.impact_us_per_step is not None and d.impact_us_per_step >= 0, d
             assert 0 <= d.impact_pct <= 100.0
             assert d.severity == severity_for(d.impact_pct / 100), d
-        elif d.code in KEEP_SEVERITY:  # what restructuring the step gives back at most; catalog severity
+        elif rules[d.code].keep_severity:  # what restructuring the step gives back at most; catalog severity
             assert d.severity == RULES[d.code].severity
         else:
             assert d.impact_us_per_step is None and d.impact_pct is None

@@ -1,8 +1,11 @@
 """What fixing a finding would give back: time per step and its share of the step, and the
 severity that follows from it.
 
-Each rule with a time cost states, from its own evidence, the CPU and GPU time per step a fix
-removes (``SAVES``). A step lasts as long as the longer of its CPU time and its GPU work
+Each rule with a time cost declares, beside its check (``server/engine/rules/<family>.py``), the
+change its fix makes to the replayed step (``@rule.replay``: faster GEMMs, a loop made one call, a
+sync that no longer waits; ``stepmodel.py`` replays it), and from its own evidence the CPU and GPU
+time per step a fix removes (``saves=``), the estimate when the step cannot be replayed. This module
+holds the machinery they share. A step lasts as long as the longer of its CPU time and its GPU work
 (``analyses.step_gpu``), so a saving counts only where it shortens that: a step that is
 ``wall = max(cpu, gpu)`` becomes ``max(cpu - saved_cpu, gpu - saved_gpu)``. Removing a sync that
 waits on a busy GPU gives back nothing; speeding up a kernel in a launch-bound step gives back
@@ -23,31 +26,26 @@ import os
 from typing import Callable, Optional
 
 from ...protocol.types import Diagnostic
-from . import kernels
 from .analyses import profiler_inflation
-from .rules.training import OPT_STEP, OPT_ZERO
+from .rules import Rule, declared
 from .rules.util import us
-from .stepmodel import BLOCKING, NONBLOCKING, SYNC, Change, StepModel
+from .stepmodel import Change, StepModel
 
 ERROR_SHARE = 0.10
 WARNING_SHARE = 0.01
 
-# Measured on H200 (docs/workloads.md, examples/recorded/README.md), used as conservative factors:
-TF32_GIVES_BACK = 0.75  # fp32 GEMMs on CUDA cores: bf16 was 7-14x faster at 4096-8192; TF32 >= 4x
-ALIGNED_GIVES_BACK = 0.5  # misaligned fallback GEMMs: the aligned twin ran 5.6x faster; claim 2x
-PER_PARAM_GIVES_BACK = 0.8  # foreach/fused and set_to_none remove the per-parameter dispatch
-PINNED_GPU_GIVES_BACK = 0.5  # pinned copies run at full bandwidth (about 2x pageable's)
-
-
-def _ev(key: str, scale: float = 1.0) -> Callable:
+# ---- what a fix removes, from a finding's evidence (a rule's ``saves=``) ----------------------
+def ev(key: str, scale: float = 1.0) -> Callable:
+    """Evidence ``key`` (µs per step), scaled."""
     return lambda d, ctx: float(d.evidence.get(key) or 0.0) * scale
 
 
-def _per_step(key: str, scale: float = 1.0) -> Callable:
+def per_step(key: str, scale: float = 1.0) -> Callable:
+    """Evidence ``key`` (µs over the steps) per step, scaled."""
     return lambda d, ctx: float(d.evidence.get(key) or 0.0) * scale / ctx.n_steps
 
 
-def _line_cpu(scale: float) -> Callable:
+def line_cpu(scale: float) -> Callable:
     """The CPU time per step of the finding's own line (its hot line), scaled."""
     def f(d, ctx):
         loc = d.location
@@ -56,34 +54,8 @@ def _line_cpu(scale: float) -> Callable:
     return f
 
 
-def _zero(d, ctx) -> float:
+def zero(d, ctx) -> float:
     return 0.0
-
-
-# code -> (CPU µs per step a fix removes, GPU µs per step a fix removes)
-SAVES: dict[str, tuple[Callable, Callable]] = {
-    "host-sync": (_ev("blocked_us_per_step"), _zero),
-    "sync-wait": (_ev("blocked_us_per_step"), _zero),
-    "gpu-idle-gap": (_per_step("idle_us"), _zero),  # the CPU work the GPU waits on
-    "dataloader-bound": (lambda d, ctx: _ev("loader_us_per_step")(d, ctx) * float(d.evidence.get("gpu_idle_share") or 0),
-                         _zero),
-    "pageable-memcpy": (_per_step("launch_cpu_us"), _per_step("gpu_us", PINNED_GPU_GIVES_BACK)),
-    "optimizer-foreach-off": (_line_cpu(PER_PARAM_GIVES_BACK), _zero),
-    "zero-grad-not-none": (_line_cpu(PER_PARAM_GIVES_BACK), _ev("gpu_us_per_step")),
-    "launch-storm": (_ev("launch_cpu_us_per_step"), _zero),
-    "fp32-matmul": (_zero, _per_step("fp32_gemm_us", TF32_GIVES_BACK)),
-    "misaligned-dims": (_zero, _per_step("gpu_us", ALIGNED_GIVES_BACK)),
-    "gpu-contention": (_zero, lambda d, ctx: float(d.evidence.get("late_launches") or 0)
-                       * float(d.evidence.get("late_delay_median_us") or 0) / ctx.n_steps),
-    "compile-overhead": (lambda d, ctx: float(d.evidence.get("wrapper_us_per_call") or 0)
-                         * float(d.evidence.get("regions") or 0) / ctx.n_steps, _zero),
-    "compile-graph-break": (_ev("gap_us_per_step"), _zero),
-    "unfused-attention": (_zero, _ev("other_us_per_step")),
-}
-
-
-# Rules whose CPU saving is time blocked waiting on the GPU (not inflated by the profiler).
-WAITS = frozenset({"host-sync", "sync-wait"})
 
 
 def given_back(ctx, cpu_us: float, gpu_us: float, wait: bool = False) -> tuple[float, float]:
@@ -115,18 +87,17 @@ PEAK_TFLOPS = {(7, 0): (15.7, None, 125.0), (7, 5): (8.1, None, 65.0), (8, 0): (
                (9, 0): (67.0, 495.0, 989.0), (10, 0): (80.0, 1100.0, 2250.0), (12, 0): (105.0, 210.0, 420.0)}
 GEMM_EFFICIENCY = 0.6  # of the 16-bit peak that an aligned large GEMM reaches (nvjet on H200: 0.67)
 KERNEL_FLOOR_US = 2.0  # the shortest a kernel runs, whatever it does
-PINNED_GBPS = {9: 40.0, 10: 40.0, 12: 40.0, 8: 20.0}  # host->device from pinned memory, PCIe 5 / 4
-PINNED_GBPS_OTHER = 10.0
 
 
-def _peaks(m) -> tuple:
+def peaks(m) -> tuple:
     cc = m.compute_capability
     if cc is None:
         return (None, None, None)
     return PEAK_TFLOPS.get(tuple(cc)) or PEAK_TFLOPS.get((cc[0], 0)) or (None, None, None)
 
 
-def _in_ranges(sm: StepModel, prefix: str) -> list:
+# ---- the changes a fix makes to the replayed step (a rule's ``@rule.replay``) -----------------
+def in_ranges(sm: StepModel, prefix: str) -> list:
     """The calls made inside the main thread's ``prefix`` annotations (``Optimizer.step#``),
     whatever line they are on (a trace without stacks has none)."""
     m = sm.ctx.model
@@ -143,7 +114,7 @@ def _in_ranges(sm: StepModel, prefix: str) -> list:
     return out
 
 
-def _loop(sm: StepModel, own: list) -> Change:
+def loop(sm: StepModel, own: list) -> Change:
     """A loop made one call (foreach, a vectorised op): of ``own``, the kernels launched over and
     over (not the one-off ones) keep the CPU time of one launch per kernel, and each loses the
     floor a launch costs the GPU (the shortest of them) but keeps its work."""
@@ -167,128 +138,24 @@ def _loop(sm: StepModel, own: list) -> Change:
     return ch
 
 
-def _line_loop(sm: StepModel, d) -> Change:
+def line_loop(sm: StepModel, d) -> Change:
     """The loop of the finding's own line (not its backward's)."""
     m = sm.ctx.model
-    return _loop(sm, [p for p in sm.on_line(d) if p.ops and m.frame_of[p.i] >= 0])
+    return loop(sm, [p for p in sm.on_line(d) if p.ops and m.frame_of[p.i] >= 0])
 
 
-def _optimizer(sm: StepModel, d) -> Change:
-    """The single-tensor optimizer's loop: what ``optimizer.step()`` launches (its annotation),
-    else what the finding's line launches."""
-    ch = _loop(sm, [p for p in _in_ranges(sm, OPT_STEP) if p.ops])
-    return ch if not ch.empty() else _line_loop(sm, d)
-
-
-def _zero_grad(sm, d) -> Change:
-    """Every launch of ``zero_grad()`` (its annotation, else the finding's line) gone."""
-    pts = [p for p in _in_ranges(sm, OPT_ZERO) if p.ops] or [p for p in sm.on_line(d) if p.ops]
-    return Change(keep={p.i: 0.0 for p in pts}, drop={p.i for p in pts})
-
-
-def _unblock(sm, d) -> Change:
-    """The line's syncs and blocking copies no longer wait (the value is read later, or not)."""
-    return Change(nonblock={p.i for p in sm.on_line(d) if p.kind in (SYNC, BLOCKING)})
-
-
-def _pinned(sm, d) -> Change:
-    m = sm.ctx.model
-    cc = m.compute_capability
-    gbps = PINNED_GBPS.get(cc[0], PINNED_GBPS_OTHER) if cc else PINNED_GBPS_OTHER
-    ch = Change()
-    for p in sm.on_line(d):
-        pageable = [(g, dd) for g, _, dd in p.ops if "Pageable" in m.gpu[g].name]
-        if not pageable:
-            continue
-        ch.nonblock.add(p.i)
-        for g, dd in pageable:
-            nbytes = float(m.gpu[g].args.nbytes or 0) if m.gpu[g].args else 0.0
-            if nbytes > 0:
-                ch.dur[g] = min(dd, nbytes / (gbps * 1e3) + KERNEL_FLOOR_US)
-    return ch
-
-
-def _fp32(sm, d) -> Change:
-    m, a = sm.ctx.model, sm.ctx.a
-    fp32, tf32, half = _peaks(m)
-    faster = (tf32 or half) / fp32 if fp32 else 4.0  # unknown device: a conservative 4x
-    ch = Change()
-    for p in sm.points():
-        for g, _, dd in p.ops:
-            if a.gpu_class[g] == kernels.GEMM and kernels.is_fp32_simt_gemm(m.gpu[g].name):
-                ch.dur[g] = dd / faster + KERNEL_FLOOR_US
-    return ch
-
-
-def _aligned(sm, d) -> Change:
-    """The misaligned GEMMs of the line at the aligned kernel's speed: 2·M·K·N FLOPs at the 16-bit
-    tensor cores' peak times GEMM_EFFICIENCY, never slower than they ran."""
-    m, a = sm.ctx.model, sm.ctx.a
-    half = _peaks(m)[2]
-    ev = d.evidence
-    try:
-        flops = 2.0 * float(ev["m"]) * float(ev["k"]) * float(ev["n"])
-    except (KeyError, TypeError, ValueError):
-        return Change()
-    if not half:
-        return Change()
-    t = flops / (half * 1e6 * GEMM_EFFICIENCY) + KERNEL_FLOOR_US
-    ch = Change()
-    for p in sm.on_line(d):
-        for g, _, dd in p.ops:
-            if a.gpu_class[g] == kernels.GEMM:
-                ch.dur[g] = min(dd, t)
-    return ch
-
-
-def _loader(sm, d) -> Change:
-    """The DataLoader's time on the main thread moves to workers: what it spent there (host
-    work: the profiler's cost per event it recorded inside taken out) is gone from the step."""
-    per_step = float(d.evidence.get("loader_us_per_step") or 0.0)
-    return Change(cpu_cut_us=per_step * sm.mean_scale)
-
-
-def _cpu_cut(key: str, per_step: bool = False):
+def cpu_cut(key: str, over_steps: bool = False) -> Callable:
+    """Evidence ``key`` (µs per step, or over the steps) of host work gone from the step."""
     def f(sm, d):
         v = float(d.evidence.get(key) or 0.0)
-        return Change(cpu_cut_us=(v / len(sm.steps) if per_step else v) * sm.mean_scale)
+        return Change(cpu_cut_us=(v / len(sm.steps) if over_steps else v) * sm.mean_scale)
     return f
 
 
-def _gpu_cut(key: str):
+def gpu_cut(key: str) -> Callable:
+    """Evidence ``key`` (µs per step) of GPU work gone from the step."""
     return lambda sm, d: Change(gpu_cut_us=float(d.evidence.get(key) or 0.0))
 
-
-# code -> the change its fix makes to the replayed step (engine/stepmodel.py)
-CHANGES: dict[str, Callable] = {
-    "optimizer-foreach-off": _optimizer,
-    "launch-storm": _line_loop,
-    "zero-grad-not-none": _zero_grad,
-    "host-sync": _unblock,
-    "sync-wait": _unblock,
-    "pageable-memcpy": _pinned,
-    "fp32-matmul": _fp32,
-    "misaligned-dims": _aligned,
-    "dataloader-bound": _loader,
-    "unfused-attention": _gpu_cut("other_us_per_step"),
-    "gpu-idle-gap": _cpu_cut("idle_us", per_step=True),
-    "compile-graph-break": _cpu_cut("gap_us_per_step"),
-    "compile-overhead": lambda sm, d: Change(cpu_cut_us=float(d.evidence.get("wrapper_us_per_call") or 0)
-                                             * float(d.evidence.get("regions") or 0) / len(sm.steps) * sm.mean_scale),
-    "gpu-contention": lambda sm, d: Change(gpu_cut_us=float(d.evidence.get("late_launches") or 0)
-                                           * float(d.evidence.get("late_delay_median_us") or 0) / len(sm.steps)),
-}
-
-def _graphed(sm, d) -> Change:
-    """The step captured as a CUDA graph (or compiled with mode="reduce-overhead"): one replay
-    launches its work, so the CPU time between its launches is gone; the GPU work stays."""
-    return Change(keep={p.i: 0.0 for p in sm.points() if p.kind == NONBLOCKING and p.ops})
-
-
-CHANGES["overhead-bound"] = _graphed
-# Summary findings whose impact is what their fix gives back at most, but whose fix is a
-# restructuring rather than a line's change: they keep their catalog severity.
-KEEP_SEVERITY = frozenset({"overhead-bound"})
 
 HIDDEN_SHARE = 0.25  # a fix that gives back under a quarter of what it removes is hidden ...
 HIDDEN_MIN = 0.01  # ... when what it removes is at least 1% of the step
@@ -296,7 +163,9 @@ HIDDEN_MAX_FIRST = 4  # fixes named as what to do first, at most
 
 
 def change_for(sm: StepModel, d: Diagnostic) -> Optional[Change]:
-    f = CHANGES.get(d.code)
+    """The change finding ``d``'s fix makes to the replayed step, as its rule declares it."""
+    r = declared(d.code)
+    f = r.change if r else None
     if f is None:
         return None
     try:
@@ -314,22 +183,24 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
     changes: dict[int, Change] = {}
     after: dict[int, float] = {}  # the replayed step with each finding's fix alone
     for d in diagnostics:
-        if d.code not in SAVES and not (d.code in CHANGES and sm.ok):
+        r = declared(d.code)
+        if r is None or (r.saves is None and not (r.change is not None and sm.ok)):
             continue
         ch = change_for(sm, d) if sm.ok else None
-        if ch is None and d.code not in SAVES:
+        if ch is None and r.saves is None:
             continue
         if ch is not None:
             changes[id(d)] = ch
             after[id(d)] = sm.run(ch)
             saved, step = max(0.0, sm.base - after[id(d)]), sm.base
         else:
-            fs = SAVES[d.code]
+            fs = r.saves
+            assert fs is not None  # ch is None here only when the rule declares saves
             try:
                 cpu, gpu = fs[0](d, ctx), fs[1](d, ctx)
             except (TypeError, ValueError):  # evidence a rule did not fill: no impact rather than a crash
                 continue
-            saved, step = given_back(ctx, max(0.0, cpu), max(0.0, gpu), d.code in WAITS)
+            saved, step = given_back(ctx, max(0.0, cpu), max(0.0, gpu), r.waits)
             if sm.ok:  # shares of the replayed step, as the others
                 step = sm.base
             cost = max(cpu, gpu)
@@ -339,7 +210,7 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
         share = min(1.0, saved / step) if step > 0 else 0.0
         d.impact_us_per_step = round(min(saved, step), 3)
         d.impact_pct = round(100 * share, 2)
-        if d.code not in KEEP_SEVERITY:
+        if not r.keep_severity:
             d.severity = severity_for(share)
     if sm.ok:
         _same_fix(diagnostics, changes)
@@ -349,10 +220,10 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
 def _same_fix(diagnostics: list[Diagnostic], changes: dict) -> None:
     """A symptom whose change is another finding's on the same line says it is the same fix."""
     for d in diagnostics:
-        if d.code not in SYMPTOMS or id(d) not in changes:
+        if not _symptom(d) or id(d) not in changes:
             continue
         for o in diagnostics:
-            if (o is not d and o.code not in SYMPTOMS and id(o) in changes
+            if (o is not d and not _symptom(o) and id(o) in changes
                     and (o.location.trace_path, o.location.line) == (d.location.trace_path, d.location.line)
                     and changes[id(o)].keep == changes[id(d)].keep):
                 d.impact_note = f"the same loop as {o.code} on this line: its fix is this one's"
@@ -453,9 +324,11 @@ def order(d: Diagnostic) -> tuple:
     """Findings by what a fix gives back, largest first; those with no time cost after, by severity."""
     sev = {"error": 0, "warning": 1, "information": 2, "hint": 3}.get(d.severity, 9)
     imp: Optional[float] = d.impact_us_per_step
-    return (imp is None, -(imp or 0.0), d.code in SYMPTOMS, sev, d.location.path or "", d.location.line or 0, d.code)
+    return (imp is None, -(imp or 0.0), _symptom(d), sev, d.location.path or "", d.location.line or 0, d.code)
 
 
-# Findings that describe a symptom another rule names the cause of (a launch storm on the line of a
-# single-tensor optimizer is that optimizer's loop): on a tie the cause comes first.
-SYMPTOMS = frozenset({"launch-storm"})
+def _symptom(d: Diagnostic) -> bool:
+    """A finding that describes a symptom another rule names the cause of (a launch storm on the
+    line of a single-tensor optimizer is that optimizer's loop): on a tie the cause comes first."""
+    r: Optional[Rule] = declared(d.code)
+    return r is not None and r.symptom

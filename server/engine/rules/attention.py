@@ -6,6 +6,7 @@ from typing import Iterable
 
 from ....protocol.types import Diagnostic
 from ..context import Context
+from ..impact import ev, gpu_cut, zero
 from ..kernels import GEMM
 from . import rule
 from .util import mib, pct, r3, shapes, us
@@ -103,7 +104,8 @@ def _backward_map(m, fwd: set) -> dict[int, list[int]]:
 
 
 @rule("unfused-attention", "Attention written out with the scores materialised", "warning",
-      thresholds={"step-share": MIN_STEP_SHARE})
+      thresholds={"step-share": MIN_STEP_SHARE},
+      saves=(zero, ev("other_us_per_step")))
 def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: on one call of a user function, a batched GEMM whose output is softmaxed and fed
     to a second batched GEMM (with ``record_shapes`` the shapes must chain: [.., Tq, D] x [.., D, Tk],
@@ -177,3 +179,5 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
             related=[ctx.related(c["softmax"], "the softmax over these scores"),
                      ctx.related(c["pv"], "the probabilities times V")],
         )
+
+unfused_attention.replay(gpu_cut("other_us_per_step"))  # the chain's GPU time outside its GEMMs, gone

@@ -8,6 +8,7 @@ from ....protocol.types import Diagnostic
 from ..analyses import COPY_CATS, host_stages, verdict
 from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
+from ..stepmodel import NONBLOCKING, Change, StepModel
 from . import rule
 from .util import pct, plural, r3, shapes, size, us
 
@@ -32,7 +33,8 @@ def _inflation_note(m) -> str:
     return ("; the profiler itself inflates CPU time (options on: " + ", ".join(opts) + ")") if opts else ""
 
 
-@rule("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning")
+@rule("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning",
+      keep_severity=True)
 def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU busy share of the active window (collectives left out), CPU op time vs GPU time
     per step (the evidence's ``cpu_total_us``/``cuda_total_us``: over all active steps), launches
@@ -78,6 +80,13 @@ def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
         fix="launch less and bigger: batch the work, fuse ops (torch.compile), capture the step in a "
             "CUDA graph (mode='reduce-overhead'), or raise the problem size",
     )
+
+@overhead_bound.replay
+def _graphed(sm: StepModel, d: Diagnostic) -> Change:
+    """The step captured as a CUDA graph (or compiled with mode="reduce-overhead"): one replay
+    launches its work, so the CPU time between its launches is gone; the GPU work stays. What
+    that gives back is the most a restructuring does, so the finding keeps its severity."""
+    return Change(keep={p.i: 0.0 for p in sm.points() if p.kind == NONBLOCKING and p.ops})
 
 
 @rule("compute-bound", "GPU busy for most of the active steps", "information")

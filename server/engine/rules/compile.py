@@ -7,7 +7,9 @@ from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import covered, profiler_inflation
 from ..context import Context, LineKey
+from ..impact import cpu_cut, ev, zero
 from ..statements import RESUME_RE
+from ..stepmodel import Change, StepModel
 from . import rule
 from .util import median, plural, r3, us
 
@@ -95,7 +97,9 @@ def breaks(m, in_steps: bool = True) -> list[dict]:
     return out
 
 
-@rule("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning")
+@rule("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning",
+      saves=(lambda d, ctx: float(d.evidence.get("wrapper_us_per_call") or 0)
+             * float(d.evidence.get("regions") or 0) / ctx.n_steps, zero))
 def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: per call of a compiled function (an outermost ``Torch-Compiled Region``), the
     wrapper's CPU time (the region and its Dynamo cache lookup, minus the aten ops the compiled
@@ -161,6 +165,12 @@ def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
             "wrapper, or leave one- and two-op functions eager",
     )
 
+@compile_overhead.replay
+def _eager(sm: StepModel, d: Diagnostic) -> Change:
+    """The tiny regions run eagerly: their wrappers' time per step is gone from the CPU."""
+    return Change(cpu_cut_us=float(d.evidence.get("wrapper_us_per_call") or 0)
+                  * float(d.evidence.get("regions") or 0) / len(sm.steps) * sm.mean_scale)
+
 
 @rule("compile-fusion", "What dispatcher-level fusion really ran on the GPU", "information")
 def compile_fusion(ctx: Context) -> Iterable[Diagnostic]:
@@ -214,7 +224,8 @@ def compile_fusion(ctx: Context) -> Iterable[Diagnostic]:
 
 
 # ---- compile-graph-break ---------------------------------------------------------------------
-@rule("compile-graph-break", "A compiled function runs as several graphs with eager code between", "warning")
+@rule("compile-graph-break", "A compiled function runs as several graphs with eager code between", "warning",
+      saves=(ev("gap_us_per_step"), zero))
 def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: compiled regions nested in a compiled region (or a further
     ``## Call CompiledFxGraph`` one region runs), each the code after a graph break that Dynamo
@@ -294,3 +305,5 @@ def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
                 "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
                 "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",
         )
+
+compile_graph_break.replay(cpu_cut("gap_us_per_step"))  # the eager code between the graphs, gone

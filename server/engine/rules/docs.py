@@ -183,8 +183,9 @@ def render() -> str:
            "A finding with no time cost (memory, the verdict and its summaries, the profiler's own time)",
            "keeps the default severity below, so `--fail-on error` fails on the problems that cost a",
            "tenth of the step or more (`overhead-bound` carries what replaying the step as a CUDA graph",
-           "gives back at most, and keeps its severity). `server/engine/impact.py` says how each rule's",
-           "fix changes the replay.", "",
+           "gives back at most, and keeps its severity). Each rule declares, beside its check, how its",
+           "fix changes the replay (`@rule.replay` in `server/engine/rules/<family>.py`);",
+           "`server/engine/impact.py` replays it.", "",
            "| code | default severity | family | fires when |", "|---|---|---|---|"]
     for code, r in load_all().items():
         out.append(f"| [`{code}`](#{code}) | {r.severity} | {r.family} | {r.title} |")

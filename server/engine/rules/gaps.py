@@ -8,6 +8,8 @@ from typing import Iterable
 from ....protocol.types import Diagnostic
 from ..analyses import covered, gaps, host_stages, merge, verdict
 from ..context import Context
+from ..impact import cpu_cut, per_step, zero
+from ..stepmodel import Change, StepModel
 from . import rule
 from .util import pct, plural, quantile, r3, us
 
@@ -74,7 +76,8 @@ def _main_during(m, lo: float, hi: float) -> int:
 
 
 @rule("gpu-idle-gap", "GPU idle gaps inside steps", "warning",
-      thresholds={"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE})
+      thresholds={"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE},
+      saves=(per_step("idle_us"), zero))
 def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: holes between GPU work inside the active steps, each with what the main thread
     was doing meanwhile (the op and the user line), largest first.
@@ -151,8 +154,12 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
                 "with workers, no host syncs) or overlap it with GPU work queued ahead",
         )
 
+gpu_idle_gap.replay(cpu_cut("idle_us", over_steps=True))  # the CPU work the GPU waits on, gone
 
-@rule("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning")
+
+@rule("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning",
+      saves=(zero, lambda d, ctx: float(d.evidence.get("late_launches") or 0)
+             * float(d.evidence.get("late_delay_median_us") or 0) / ctx.n_steps))
 def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: launch-to-start delays (kernel start minus the launch call's start) of kernels
     that waited while this trace's own GPU work was idle, with p50/p90/max; the kernels' own
@@ -212,3 +219,9 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
         fix="profile on a dedicated GPU (check nvidia-smi for other processes, MPS or MIG "
             "neighbours); the kernels themselves are not slow",
     )
+
+@gpu_contention.replay
+def _uncontended(sm: StepModel, d: Diagnostic) -> Change:
+    """The late launches start on time: their median delay each, gone from the GPU side."""
+    return Change(gpu_cut_us=float(d.evidence.get("late_launches") or 0)
+                  * float(d.evidence.get("late_delay_median_us") or 0) / len(sm.steps))

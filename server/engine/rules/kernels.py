@@ -9,6 +9,8 @@ from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import covered
 from ..context import Context
+from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
+from ..stepmodel import Change, StepModel
 from . import rule
 from .util import inputs, median, pct, plural, quantile, r3, us
 
@@ -19,6 +21,9 @@ JITTER_MIN_SPREAD_US = 5.0  # and p90 - p50 at least this (timer and launch nois
 JITTER_MIN_LOST_SHARE = 0.01  # and the time above p50 is at least this share of GPU busy time
 FP32_GEMM_SHARE = 0.10  # of GPU time
 MISALIGNED_SHARE = 0.01  # of GPU time in the misaligned GEMMs
+# Measured on H200 (docs/workloads.md, examples/recorded/README.md), used as conservative factors:
+TF32_GIVES_BACK = 0.75  # fp32 GEMMs on CUDA cores: bf16 was 7-14x faster at 4096-8192; TF32 >= 4x
+ALIGNED_GIVES_BACK = 0.5  # misaligned fallback GEMMs: the aligned twin ran 5.6x faster; claim 2x
 STORM_PER_STEP = 10  # launches of one kernel from one line per step
 _HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
 _GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -184,7 +189,8 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         )
 
 
-@rule("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning")
+@rule("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning",
+      saves=(zero, per_step("fp32_gemm_us", TF32_GIVES_BACK)))
 def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU time in fp32 GEMM kernels that run on CUDA cores (``sgemm``, ``*_f32f32_*``
     with FFMA, SIMT kernels) on a GPU with tensor cores for TF32/bf16 (compute capability >= 8).
@@ -246,6 +252,19 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
                  for k, v in sorted(lines.items(), key=lambda kv: -kv[1][0]) if v[1] != li and v[1] >= 0][:5],
     )
 
+@fp32_matmul.replay
+def _tf32(sm: StepModel, d: Diagnostic) -> Change:
+    """Every fp32 CUDA-core GEMM at the TF32 (else 16-bit) tensor cores' speed."""
+    m, a = sm.ctx.model, sm.ctx.a
+    fp32, tf32, half = peaks(m)
+    faster = (tf32 or half) / fp32 if fp32 else 4.0  # unknown device: a conservative 4x
+    ch = Change()
+    for p in sm.points():
+        for g, _, dd in p.ops:
+            if a.gpu_class[g] == K.GEMM and K.is_fp32_simt_gemm(m.gpu[g].name):
+                ch.dur[g] = dd / faster + KERNEL_FLOOR_US
+    return ch
+
 
 def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
     """(M, K, N) of a GEMM op as its kernel sees them, from its ``record_shapes`` inputs: the
@@ -275,7 +294,8 @@ def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
     return a[-2], a[-1], b[-1]
 
 
-@rule("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning")
+@rule("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning",
+      saves=(zero, per_step("gpu_us", ALIGNED_GIVES_BACK)))
 def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: fp16/bf16 GEMM ops (``record_shapes``) whose M, K or N, as the kernel sees them
     (the leading dimensions of an N-d input multiplied into M), is not a multiple of 8, and whose
@@ -350,6 +370,27 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
                 "round the vocabulary up to a multiple of 64",
         )
 
+@misaligned_dims.replay
+def _aligned(sm: StepModel, d: Diagnostic) -> Change:
+    """The misaligned GEMMs of the line at the aligned kernel's speed: 2·M·K·N FLOPs at the 16-bit
+    tensor cores' peak times GEMM_EFFICIENCY, never slower than they ran."""
+    m, a = sm.ctx.model, sm.ctx.a
+    half = peaks(m)[2]
+    evd = d.evidence
+    try:
+        flops = 2.0 * float(evd["m"]) * float(evd["k"]) * float(evd["n"])
+    except (KeyError, TypeError, ValueError):
+        return Change()
+    if not half:
+        return Change()
+    t = flops / (half * 1e6 * GEMM_EFFICIENCY) + KERNEL_FLOOR_US
+    ch = Change()
+    for p in sm.on_line(d):
+        for g, _, dd in p.ops:
+            if a.gpu_class[g] == K.GEMM:
+                ch.dur[g] = min(dd, t)
+    return ch
+
 
 def _iterations(m, runs: list, how: str, f: int, least: int) -> bool:
     """Whether these launches come from at least ``least`` loop iterations (``_iteration``)."""
@@ -374,7 +415,8 @@ def _iteration(m, li: int, how: str, f: int) -> int:
 
 
 @rule("launch-storm", "One line launching many tiny kernels per step", "warning",
-      thresholds={"launches-per-step": STORM_PER_STEP})
+      thresholds={"launches-per-step": STORM_PER_STEP},
+      symptom=True, saves=(ev("launch_cpu_us_per_step"), zero))
 def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: one source line whose code launches the same kernel many times in one step from
     a Python loop, each run shorter than the CPU call that launched it: many ops dispatched by one
@@ -470,3 +512,5 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
                 "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
         )
+
+launch_storm.replay(line_loop)  # the line's loop made one call

@@ -9,6 +9,8 @@ from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import SYNC_CALLS, covered  # SYNC_CALLS: other families import it from here
 from ..context import Context
+from ..impact import ev, zero
+from ..stepmodel import BLOCKING, SYNC, Change, StepModel
 from . import rule
 from .util import pct, plural, r3, us
 
@@ -84,7 +86,8 @@ def _loop_syncs(m, names=SYNC_CALLS) -> list[int]:
             if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)]
 
 
-@rule("sync-wait", "A synchronising call blocks the CPU", "warning")
+@rule("sync-wait", "A synchronising call blocks the CPU", "warning",
+      saves=(ev("blocked_us_per_step"), zero), waits=True)
 def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: explicit synchronising calls inside the steps (``torch.cuda.synchronize``,
     stream/event syncs) that are not host reads, with how long they block and what the GPU did
@@ -155,8 +158,14 @@ def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
             related=related,
         )
 
+@sync_wait.replay
+def _unblock(sm: StepModel, d: Diagnostic) -> Change:
+    """The line's syncs and blocking copies no longer wait (the value is read later, or not)."""
+    return Change(nonblock={p.i for p in sm.on_line(d) if p.kind in (SYNC, BLOCKING)})
 
-@rule("host-sync", "Device-to-host synchronisation forced from user code", "warning")
+
+@rule("host-sync", "Device-to-host synchronisation forced from user code", "warning",
+      saves=(ev("blocked_us_per_step"), zero), waits=True)
 def host_sync(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: sync calls (or copies that block, as ``hipMemcpyWithStream`` does on ROCm) inside
     the steps whose enclosing aten op reads a device value on the host (``aten::item``,
@@ -219,6 +228,8 @@ def host_sync(ctx: Context) -> Iterable[Diagnostic]:
                 "steps), avoid data-dependent shapes and Python conditions on tensors",
             severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
         )
+
+host_sync.replay(_unblock)  # as sync-wait's: the line's syncs no longer wait
 
 
 def _waited_on(m, i: int) -> int:

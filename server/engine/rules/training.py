@@ -9,6 +9,8 @@ import msgspec
 from ....protocol.types import Diagnostic
 from ..analyses import covered
 from ..context import Context
+from ..impact import KERNEL_FLOOR_US, ev, in_ranges, line_cpu, line_loop, loop, per_step, zero
+from ..stepmodel import Change, StepModel
 from . import rule
 from .util import mib, pct, plural, r3, us
 
@@ -22,6 +24,11 @@ UPDATE_OPS = {"aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::mul_", "
 SINGLE_TENSOR_MIN_OPS = 20  # per-parameter update ops per step that give the loop away
 PAGEABLE_BYTES_PER_STEP = 1 << 20
 PAGEABLE_STEP_SHARE = 0.01
+# Measured on H200 (docs/workloads.md, examples/recorded/README.md), used as conservative factors:
+PER_PARAM_GIVES_BACK = 0.8  # foreach/fused and set_to_none remove the per-parameter dispatch
+PINNED_GPU_GIVES_BACK = 0.5  # pinned copies run at full bandwidth (about 2x pageable's)
+PINNED_GBPS = {9: 40.0, 10: 40.0, 12: 40.0, 8: 20.0}  # host->device from pinned memory, PCIe 5 / 4
+PINNED_GBPS_OTHER = 10.0
 DATALOADER_MARK = "enumerate(DataLoader)#"
 DATALOADER_STEP_SHARE = 0.10
 CONV_OPS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
@@ -30,7 +37,8 @@ BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batc
           "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit"}
 
 
-@rule("pageable-memcpy", "Host/device copies from pageable memory", "warning")
+@rule("pageable-memcpy", "Host/device copies from pageable memory", "warning",
+      saves=(per_step("launch_cpu_us"), per_step("gpu_us", PINNED_GPU_GIVES_BACK)))
 def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
     them: count per step, bytes, and the CPU time their copy calls block, against the step.
@@ -100,12 +108,31 @@ def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
                 "and copy with .to(device, non_blocking=True)",
         )
 
+@pageable_memcpy.replay
+def _pinned(sm: StepModel, d: Diagnostic) -> Change:
+    """The line's pageable copies from pinned memory: no longer blocking, at the pinned rate."""
+    m = sm.ctx.model
+    cc = m.compute_capability
+    gbps = PINNED_GBPS.get(cc[0], PINNED_GBPS_OTHER) if cc else PINNED_GBPS_OTHER
+    ch = Change()
+    for p in sm.on_line(d):
+        pageable = [(g, dd) for g, _, dd in p.ops if "Pageable" in m.gpu[g].name]
+        if not pageable:
+            continue
+        ch.nonblock.add(p.i)
+        for g, dd in pageable:
+            nbytes = float(m.gpu[g].args.nbytes or 0) if m.gpu[g].args else 0.0
+            if nbytes > 0:
+                ch.dur[g] = min(dd, nbytes / (gbps * 1e3) + KERNEL_FLOOR_US)
+    return ch
+
 
 def _optimizer_steps(m):
     return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
 
-@rule("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning")
+@rule("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning",
+      saves=(line_cpu(PER_PARAM_GIVES_BACK), zero))
 def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: inside ``Optimizer.step``, the single-tensor implementation on GPU parameters: its
     frame (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update
@@ -169,8 +196,16 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
         fix="construct the optimizer with foreach=True (the default on CUDA) or fused=True",
     )
 
+@optimizer_foreach_off.replay
+def _optimizer(sm: StepModel, d: Diagnostic) -> Change:
+    """The single-tensor optimizer's loop: what ``optimizer.step()`` launches (its annotation),
+    else what the finding's line launches."""
+    ch = loop(sm, [p for p in in_ranges(sm, OPT_STEP) if p.ops])
+    return ch if not ch.empty() else line_loop(sm, d)
 
-@rule("zero-grad-not-none", "zero_grad writes zeros every step", "warning")
+
+@rule("zero-grad-not-none", "zero_grad writes zeros every step", "warning",
+      saves=(line_cpu(PER_PARAM_GIVES_BACK), ev("gpu_us_per_step")))
 def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``aten::zero_``/``aten::fill_``/``aten::_foreach_zero_`` ops inside
     ``Optimizer.zero_grad`` (or ``Module.zero_grad``): gradients are overwritten with zeros.
@@ -212,6 +247,12 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
         evidence={"fill_ops_per_step": r3(n_ops / ctx.n_steps), "gpu_us_per_step": r3(gpu / ctx.n_steps)},
         fix="call zero_grad(set_to_none=True) (the default): no kernels, and less memory traffic",
     )
+
+@zero_grad_not_none.replay
+def _zero_grad(sm: StepModel, d: Diagnostic) -> Change:
+    """Every launch of ``zero_grad()`` (its annotation, else the finding's line) gone."""
+    pts = [p for p in in_ranges(sm, OPT_ZERO) if p.ops] or [p for p in sm.on_line(d) if p.ops]
+    return Change(keep={p.i: 0.0 for p in pts}, drop={p.i for p in pts})
 
 
 def _has_bias(e) -> bool:
@@ -271,7 +312,9 @@ def conv_bias_before_bn(ctx: Context) -> Iterable[Diagnostic]:
         )
 
 
-@rule("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning")
+@rule("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning",
+      saves=(lambda d, ctx: ev("loader_us_per_step")(d, ctx) * float(d.evidence.get("gpu_idle_share") or 0),
+             zero))
 def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: time inside the DataLoader's ``__next__`` (``enumerate(DataLoader)#...``) within
     the steps, and how idle the GPU was meanwhile.
@@ -317,3 +360,10 @@ def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
         fix="use DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2+) "
             "and move per-sample work (decoding, augmentation) out of the training process",
     )
+
+@dataloader_bound.replay
+def _loader(sm: StepModel, d: Diagnostic) -> Change:
+    """The DataLoader's time on the main thread moves to workers: what it spent there (host
+    work: the profiler's cost per event it recorded inside taken out) is gone from the step."""
+    per_step = float(d.evidence.get("loader_us_per_step") or 0.0)
+    return Change(cpu_cut_us=per_step * sm.mean_scale)
