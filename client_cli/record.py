@@ -88,6 +88,13 @@ def _ms(us) -> str:
     return "-" if us is None else f"{us / 1000:.2f} ms"
 
 
+def _spread(meta: dict) -> str:
+    """The timed steps' range (CPU time between their boundaries, the first one left out: it holds
+    the synchronisation before timing), so a reader can tell a noisy timing from a change."""
+    gaps = (meta.get("timed_intervals_us") or [])[1:]
+    return f"; one step {_ms(min(gaps))} to {_ms(max(gaps))}" if len(gaps) >= 2 else ""
+
+
 def step_line(res, reports) -> str:
     from ..server.workloads.record import profiled_us
 
@@ -96,7 +103,7 @@ def step_line(res, reports) -> str:
     ratio = f" ({p / res.unprofiled_us:.2f}x)" if p and res.unprofiled_us else ""
     timed = res.metas[0].get("timed") if res.metas else None
     return (f"record: {res.command.program}: {res.rule_desc}; step time unprofiled {_ms(res.unprofiled_us)}"
-            + (f" (mean of {timed} steps)" if res.unprofiled_us and timed else "")
+            + (f" (mean of {timed} steps{_spread(res.metas[0])})" if res.unprofiled_us and timed else "")
             + f", profiled {_ms(p)}{ratio}; " + ", ".join(res.traces) + "\n")
 
 

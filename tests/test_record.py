@@ -96,6 +96,11 @@ def test_training_script(tmp_path):
     assert rec["unprofiledUsPerStep"] > 0 and rec["profiledUsPerStep"] > 0 and rec["exitStatus"] == 0
     meta = json.load(open(trace.replace(".pt.trace.json.gz", ".profd-meta")))
     assert meta["unprofiled_us_per_step"] == rec["unprofiledUsPerStep"] and meta["with_stack"] is True
+    # each timed step's CPU interval is kept (the spread the record line prints); together they are
+    # the timed block less its closing synchronisation
+    gaps = meta["timed_intervals_us"]
+    assert len(gaps) == meta["timed"] and min(gaps) > 0
+    assert sum(gaps) <= meta["unprofiled_us_per_step"] * meta["timed"] * 1.001
     assert "final loss" in p.stderr  # the program ran on to its end (--then continue), its output on stderr
 
 

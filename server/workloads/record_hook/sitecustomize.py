@@ -86,6 +86,7 @@ class Recorder:
         self.rule_desc = ""
         self.trace_path = None
         self.unprofiled_us = None
+        self.intervals_us = []  # CPU time between the timed steps' boundaries (the closing sync apart)
         self._busy = False
         os.makedirs(cfg["status"], exist_ok=True)
         self._status = os.path.join(cfg["status"], f"{self.pid}.jsonl")
@@ -301,15 +302,18 @@ class Recorder:
                 if cfg["timed"] > 0 and cfg["rule"] != "time":
                     self._sync()
                     self.phase, self.t0, self.n_timed0 = "timed", time.perf_counter(), self.n
+                    self.stamps = [self.t0]
                     self.say("timing", step=self.n)
                 else:
                     self._start_profiler()
             return
         if self.phase == "timed":
+            self.stamps.append(time.perf_counter())
             if self.n - self.n_timed0 >= cfg["timed"]:
                 self._sync()
                 dt = time.perf_counter() - self.t0
                 self.unprofiled_us = dt / cfg["timed"] * 1e6
+                self.intervals_us = [round((b - a) * 1e6, 1) for a, b in zip(self.stamps, self.stamps[1:])]
                 self.say("unprofiled", us_per_step=self.unprofiled_us, steps=cfg["timed"])
                 self._start_profiler()
             return
@@ -354,6 +358,7 @@ class Recorder:
         meta = {"program": cfg.get("program"), "argv": _argv(), "cwd": os.getcwd(), "rule": cfg["rule"],
                 "rule_desc": self.rule_desc, "warmup": cfg["warmup"], "timed": cfg["timed"],
                 "steps": self.active_done, "unprofiled_us_per_step": self.unprofiled_us,
+                "timed_intervals_us": self.intervals_us,
                 "torch": self.torch.__version__, "python": sys.version.split()[0], "rank": os.environ.get("RANK"),
                 "world": world, "with_stack": cfg["stack"], "record_shapes": cfg["shapes"],
                 "profile_memory": cfg["memory"], "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
