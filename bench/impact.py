@@ -38,12 +38,9 @@ corpus = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = corpus
 _spec.loader.exec_module(corpus)
 
-from profd.server.engine import loader  # noqa: E402
-from profd.server.engine.analyze import analyze_model, trace_info  # noqa: E402
-from profd.server.engine.analyses import analyze  # noqa: E402
+from profd.server.engine.analyze import analyze_trace  # noqa: E402
 from profd.server.engine.context import Options  # noqa: E402
 from profd.server.engine.impact import pair_gain  # noqa: E402
-from profd.server.engine.model import build  # noqa: E402
 
 
 @dataclass
@@ -102,16 +99,11 @@ def load(path: str = PAIRS) -> list[Pair]:
 
 def _analysed(trace) -> tuple:
     """(report, context) of a corpus trace, analysed as the corpus does."""
-    from profd.server.engine.context import Context
-
     path = os.path.join(ROOT, trace.files[0])
-    doc, sha, size = loader.load(path)
-    m = build(doc)
-    a = analyze(m)
     opts = Options(workspace=[os.path.join(ROOT, w) for w in trace.workspace],
                    path_map=[(r, os.path.join(ROOT, l)) for r, l in trace.path_map])
-    report = analyze_model(m, trace_info(path, sha, size, m), opts, analysis=a)
-    return report, Context(m, a, path, opts)
+    done = analyze_trace(path, opts)
+    return done.report, done.context
 
 
 def score(pairs: list[Pair]) -> list[Result]:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import gc
 import logging
-from array import array
 import os
 import re
+from array import array
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional
 
 from ... import __version__
@@ -28,22 +30,67 @@ log = logging.getLogger("profd.engine")
 MAX_HOT_LINES = 200
 
 
-def analyze_file(path: str, options: Optional[Options] = None) -> Report:
-    """Analyse one trace file. Raises ``loader.TraceError`` for a file that is not a trace."""
-    options = options or Options()
-    # Building the model creates millions of small objects and no cycles: the cyclic GC would
-    # only rescan them again and again (it tripled the time on the 36 MB trace).
+@dataclass
+class Analyzed:
+    """One trace through the pipeline: its report, and what it was made from for the callers that
+    take more than the report from the same read (a rank's summary, the annotated copy)."""
+
+    report: Report
+    model: TraceModel
+    analysis: Analysis
+    context: Context
+
+
+@contextmanager
+def _cyclic_gc_paused():
+    """Loading and building the model create millions of small objects and no cycles: the cyclic
+    GC would only rescan them again and again (it tripled the time on the 36 MB trace)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        doc, sha, size = loader.load(path)
-        model = build(doc)
-        doc.drop_events()
-        info = trace_info(path, sha, size, model)
-        return analyze_model(model, info, options)
+        yield
     finally:
         if enabled:
             gc.enable()
+
+
+def analyze_trace(path: str, options: Optional[Options] = None) -> Analyzed:
+    """load -> model -> analyses -> rules -> report: the one pipeline behind every front end (the
+    report, a rank's summary, the annotated copy). Raises ``loader.TraceError`` for a file that is
+    not a trace."""
+    with _cyclic_gc_paused():
+        doc, sha, size = loader.load(path)
+        return analyze_document(path, doc, sha, size, options)
+
+
+def analyze_document(path: str, doc: loader.TraceDoc, sha: str, size: int,
+                     options: Optional[Options] = None) -> Analyzed:
+    """The pipeline from a decoded document on, for a caller that decoded the file itself
+    (annotate keeps the events as written). Lets go of the document's events."""
+    options = options or Options()
+    with _cyclic_gc_paused():
+        model = build(doc)
+        doc.drop_events()
+        analysis = analyze(model)
+        ctx = Context(model, analysis, path, options)
+        report = analyze_context(ctx, trace_info(path, sha, size, model))
+    return Analyzed(report, model, analysis, ctx)
+
+
+def analyze_file(path: str, options: Optional[Options] = None) -> Report:
+    """Analyse one trace file. Raises ``loader.TraceError`` for a file that is not a trace."""
+    return analyze_trace(path, options).report
+
+
+def error_report(path: str, error: str) -> Report:
+    """The report of a file that is not a trace: its size (0 for what is not a regular file) and
+    the error."""
+    try:
+        size = os.path.getsize(path) if os.path.isfile(path) else 0
+    except (OSError, ValueError):  # gone meanwhile; ValueError: a NUL in the path
+        size = 0
+    return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error,
+                  profd_version=__version__)
 
 
 def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
@@ -51,19 +98,12 @@ def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
     try:
         return analyze_file(path, options)
     except loader.TraceError as e:
-        try:
-            size = os.path.getsize(path)
-        except (OSError, ValueError):  # ValueError: a NUL in the path
-            size = 0
-        return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=str(e),
-                      profd_version=__version__)
+        return error_report(path, str(e))
 
 
-def analyze_model(model: TraceModel, info: TraceInfo, options: Options,
-                  analysis: Optional[Analysis] = None) -> Report:
-    """Rules and hot lines over a built model; pass ``analysis`` when the caller has it already."""
-    analysis = analysis or analyze(model)
-    ctx = Context(model, analysis, info.path, options)
+def analyze_context(ctx: Context, info: TraceInfo) -> Report:
+    """Rules and hot lines over a built model and its analyses (the context holds both)."""
+    options = ctx.options
     hot = _hot_lines(ctx)
     ctx.hot = hot
     tree = modules.build_tree(ctx)  # before the rules: it names the modules their findings cite

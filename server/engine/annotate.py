@@ -8,19 +8,21 @@ original events untouched, plus
   profd track at the step they concern (or the start of the active window);
 - a process of its own (an unused integer pid, ``process_name`` "profd", sorted first) with a
   ``steps`` thread of ``X`` slices (one per step) and a ``findings`` thread.
-Written event by event with orjson, so the copy never needs a second whole-document buffer.
+Written event by event from the file's own bytes, so the copy never needs a second whole-document buffer.
 """
 from __future__ import annotations
 
 import gzip
-from typing import IO, Iterable, Iterator, Optional
+import itertools
+from typing import IO, Iterable, Iterator, Optional, Union
 
+import msgspec
 import orjson
 
 from ...protocol.types import Diagnostic, Report
 from . import kernels, loader
-from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis, analyze
-from .model import TraceModel, build
+from .analyses import COMPUTE_BUSY_PCT, OVERHEAD_BUSY_PCT, Analysis
+from .model import TraceModel
 
 STEPS_TID = 1
 FINDINGS_TID = 2
@@ -37,31 +39,28 @@ def step_verdict(busy_pct: float) -> str:
 
 
 def annotate_file(path: str, out_path: str, options=None) -> Report:
-    """Analyse ``path`` and write the annotated copy to ``out_path`` (gzip when it ends in .gz)."""
-    from .analyze import analyze_model, trace_info
-    from .context import Context, Options
+    """Analyse ``path`` and write the annotated copy to ``out_path`` (gzip when it ends in .gz).
 
-    options = options or Options()
+    The file is decoded once, for the model (the pipeline after the load is ``analyze``'s); the
+    copy is the file's own bytes event by event, each event's span found by msgspec's ``Raw``
+    (no objects built for it), with profd's events appended."""
+    from .analyze import analyze_document  # analyze imports the rules; this module stays light
+
     data = loader.read_bytes(path)
     doc = loader.decode(path, data)
-    m = build(doc)
-    a = analyze(m)
-    report = analyze_model(m, trace_info(path, loader.sha256_of(data), len(data), m), options, a)
-    ctx = Context(m, a, path, options)
-    raw = orjson.loads(bytes(data))
-    if isinstance(raw, list):
-        raw = {"traceEvents": raw}
-    extra = list(markers(m, a, report.diagnostics, ctx, raw.get("traceEvents", [])))
+    pid = _free_pid(doc.traceEvents)  # before the pipeline lets go of the events
+    done = analyze_document(path, doc, loader.sha256_of(data), len(data), options)
+    extra = list(markers(done.model, done.analysis, done.report.diagnostics, done.context, pid))
     opener = gzip.open if out_path.endswith(".gz") else open
     with opener(out_path, "wb") as f:
-        write_trace(f, raw, extra)
-    return report
+        write_trace(f, data, extra)
+    return done.report
 
 
 def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
-            events: list) -> Iterator[dict]:
-    """The events profd adds: metadata, the steps track, and one instant per finding."""
-    pid = _free_pid(events)
+            pid: int) -> Iterator[dict]:
+    """The events profd adds, on process ``pid`` (one no event of the trace uses): metadata, the
+    steps track, and one instant per finding."""
     yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "profd"}}
     yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
     yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": STEPS_TID, "args": {"name": "steps"}}
@@ -159,18 +158,29 @@ def _trace_level_ts(m: TraceModel, d: Diagnostic, default: float) -> float:
 
 
 def _free_pid(events: list) -> int:
-    used = [e.get("pid") for e in events if isinstance(e, dict)]
-    ints = [p for p in used if isinstance(p, int)]
+    ints = [e.pid for e in events if isinstance(e.pid, int)]
     return max(ints, default=0) + 1
 
 
-def write_trace(f: IO[bytes], doc: dict, extra: list[dict], chunk: int = 4096) -> None:
-    """``doc`` with ``extra`` appended to its events, written event by event."""
+# The file's members and events as the bytes they are written in: a structural pass, no values built.
+_RAW_DOC = msgspec.json.Decoder(Union[dict[str, msgspec.Raw], list[msgspec.Raw]])
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def write_trace(f: IO[bytes], data: bytes, extra: list[dict], chunk: int = 4096) -> None:
+    """The trace JSON ``data`` with ``extra`` appended to its events, written event by event: the
+    file's own events and members as their bytes, ``extra`` with orjson."""
+    doc = _RAW_DOC.decode(data)
+    if isinstance(doc, list):  # the Chrome "JSON array" form: events only
+        doc = {"traceEvents": doc}
+    else:
+        doc["traceEvents"] = _RAW_EVENTS.decode(doc.get("traceEvents", b"[]"))
     f.write(b'{"traceEvents":[')
     sep = b""
     buf: list[bytes] = []
-    for e in _chain(doc.get("traceEvents", []), extra):
-        buf.append(sep + orjson.dumps(e))
+    for e in itertools.chain(doc["traceEvents"], map(orjson.dumps, extra)):
+        buf.append(sep)
+        buf.append(e)
         sep = b","
         if len(buf) >= chunk:
             f.write(b"".join(buf))
@@ -180,13 +190,9 @@ def write_trace(f: IO[bytes], doc: dict, extra: list[dict], chunk: int = 4096) -
     for k, v in doc.items():
         if k == "traceEvents":
             continue
-        f.write(b"," + orjson.dumps(k) + b":" + orjson.dumps(v))
+        f.write(b"," + orjson.dumps(k) + b":")
+        f.write(v)
     f.write(b"}")
-
-
-def _chain(a: list, b: list) -> Iterator[dict]:
-    yield from a
-    yield from b
 
 
 def annotated_events(path: str) -> Optional[list]:

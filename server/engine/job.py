@@ -26,7 +26,7 @@ from typing import Iterable, Optional
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
 from ...protocol.types import Report
 from . import kernels, loader
-from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, analyze, covered, merge
+from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, covered, merge
 from .model import TraceModel
 from .rules.ranks import rank_straggler
 from .rules.util import ms as _ms
@@ -43,25 +43,17 @@ def summarize_rank(path: str, options=None) -> RankSummary:
 
 
 def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
-    """The full per-trace report and the rank summary, from one load of the file.
+    """The full per-trace report and the rank summary, from one run of the pipeline.
 
     A file that is not a trace gives a Report and a summary that both carry ``error``.
     """
-    from .analyze import analyze_model, trace_info  # analyze imports the rules, which import this module: keep it lazy
-    from .context import Options
+    from .analyze import analyze_trace, error_report  # analyze imports the rules, which import this module: keep it lazy
 
-    options = options or Options()
     try:
-        doc, sha, size = loader.load(path)
+        done = analyze_trace(path, options)
     except loader.TraceError as e:
-        return _error_report(path, str(e)), RankSummary(path=path, error=str(e))
-    from .model import build
-
-    m = build(doc)
-    doc.drop_events()
-    a = analyze(m)
-    report = analyze_model(m, trace_info(path, sha, size, m), options, a)
-    return report, summarize_model(m, a, report)
+        return error_report(path, str(e)), RankSummary(path=path, error=str(e))
+    return done.report, summarize_model(done.model, done.analysis, done.report)
 
 
 def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None) -> RankSummary:
@@ -376,14 +368,6 @@ def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobR
     return reports, [reduce_job(g) for g in group_jobs(summaries)]
 
 
-def _error_report(path: str, error: str) -> Report:
-    import os
-
-    from ... import __version__
-    from ...protocol.types import TraceInfo
-
-    size = os.path.getsize(path) if os.path.isfile(path) else 0
-    return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error, profd_version=__version__)
 
 
 def _r(v: float, nd: int = 3) -> float:
