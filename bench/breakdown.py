@@ -8,11 +8,8 @@ import os
 import sys
 import time
 
-from profd.server.engine import analyses as A
-from profd.server.engine import analyze as E
+from profd.server.engine import analyses, analyze, loader, model
 from profd.server.engine.context import Context, Options
-from profd.server.engine import loader
-from profd.server.engine import model as M
 from profd.server.engine.rules import load_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,27 +17,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(path: str) -> None:
     gc.disable()
-    T = {}
+    took = {}
     t = time.perf_counter()
     doc, sha, size = loader.load(path)  # read + inflate + sha256 + decode, streamed
-    T["load"] = time.perf_counter() - t
+    took["load"] = time.perf_counter() - t
     t = time.perf_counter()
-    m = M.build(doc)
-    T["model.build"] = time.perf_counter() - t
+    m = model.build(doc)
+    took["model.build"] = time.perf_counter() - t
     t = time.perf_counter()
-    a = A.analyze(m)
-    T["analyse"] = time.perf_counter() - t
+    a = analyses.analyze(m)
+    took["analyze"] = time.perf_counter() - t
     t = time.perf_counter()
     ctx = Context(m, a, path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
-    ctx.hot = E._hot_lines(ctx)
-    T["hot_lines"] = time.perf_counter() - t
+    ctx.hot = analyze._hot_lines(ctx)
+    took["hot_lines"] = time.perf_counter() - t
     for code, check in load_all().items():
         t = time.perf_counter()
         list(check(ctx))
-        T["rule " + code] = time.perf_counter() - t
-    total = sum(T.values())
+        took["rule " + code] = time.perf_counter() - t
+    total = sum(took.values())
     print(f"{path}: {doc.n_events} events, {len(m.cpu)} cpu, {len(m.gpu)} gpu")
-    for k, v in sorted(T.items(), key=lambda kv: -kv[1]):
+    for k, v in sorted(took.items(), key=lambda kv: -kv[1]):
         if v >= 0.005:
             print(f"  {k:32} {v:7.2f} s  {100 * v / total:5.1f}%")
     print(f"  {'total':32} {total:7.2f} s")

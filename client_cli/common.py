@@ -16,7 +16,7 @@ import orjson
 
 from ..protocol import types as T
 from ..protocol.options import path_map_item
-from . import config as C
+from . import config
 from . import format as fmt
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -116,7 +116,7 @@ def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool
     g.add_argument("--disable", action="append", default=None, metavar="CODES", help=argparse.SUPPRESS)
     g.add_argument("--hints", action="store_true", default=None, help="also print hint-level findings")
     if gate:
-        g.add_argument("--fail-on", choices=list(C.FAIL_ON), default=None,
+        g.add_argument("--fail-on", choices=list(config.FAIL_ON), default=None,
                        help=f"lowest severity that makes the exit status 1 (default: {DEFAULT_FAIL_ON})")
         g.add_argument("--exit-zero", action="store_true",
                        help="exit 0 even when there are findings (2 still means bad input)")
@@ -134,7 +134,7 @@ def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool
 def resolve(ns) -> argparse.Namespace:
     """Fill the options a flag did not give from ``[tool.profd]`` and the defaults; validate them.
     Raises ``config.UsageError`` (exit 2)."""
-    cfg = C.load(getattr(ns, "config", None), getattr(ns, "isolated", False))
+    cfg = config.load(getattr(ns, "config", None), getattr(ns, "isolated", False))
     ns.config_path = cfg.path
     ns.per_file_ignores = cfg.get("per-file-ignores", {})
     if getattr(ns, "verbose", False):
@@ -161,11 +161,11 @@ def resolve(ns) -> argparse.Namespace:
         pick("path_map", "path-map", [])
         ns.workspace = [os.path.abspath(w) for w in ns.workspace]
         ns.path_map = parse_path_map(ns.path_map)
-        sel = C.split_codes(ns.select) if ns.select is not None else (
-            C.split_codes(cfg.get("select")) if cfg.get("select") is not None else None)
-        ext = C.split_codes(cfg.get("extend-select", [])) + C.split_codes(ns.extend_select or [])
-        ign = C.split_codes(cfg.get("ignore", [])) + C.split_codes(ns.ignore or []) + C.split_codes(ns.disable or [])
-        chosen = C.selection(sel, ext, ign)
+        sel = config.split_codes(ns.select) if ns.select is not None else (
+            config.split_codes(cfg.get("select")) if cfg.get("select") is not None else None)
+        ext = config.split_codes(cfg.get("extend-select", [])) + config.split_codes(ns.extend_select or [])
+        ign = config.split_codes(cfg.get("ignore", [])) + config.split_codes(ns.ignore or []) + config.split_codes(ns.disable or [])
+        chosen = config.selection(sel, ext, ign)
         from ..protocol.catalog import RULES
 
         ns.disabled = set(RULES) - chosen
@@ -179,7 +179,7 @@ def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
     try:
         return [path_map_item(it) for it in items or []]
     except ValueError as e:
-        raise C.UsageError(f"--{e}")
+        raise config.UsageError(f"--{e}")
 
 
 def engine_options(ns):
@@ -228,7 +228,7 @@ class Output:
                 try:
                     self._f = open(self.path, "wb")
                 except OSError as e:
-                    raise C.UsageError(f"cannot write {self.path}: {e.strerror or e}")
+                    raise config.UsageError(f"cannot write {self.path}: {e.strerror or e}")
         return self._f
 
     def write(self, data: str | bytes) -> None:
@@ -258,7 +258,7 @@ def expand_paths(paths: list[str]) -> tuple[list[str], set[str]]:
         if os.path.isdir(p):
             got = trace_files(p)
             if not got:
-                raise C.UsageError(f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}")
+                raise config.UsageError(f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}")
             out += got
             found.update(got)
         else:
@@ -344,8 +344,7 @@ def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list
 
 def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,
                   summaries: Optional[list] = None) -> list[T.Report]:
-    from ..server.engine import analyze_or_error
-    from ..server.engine.job import analyze_rank
+    from ..server.engine import analyze_or_error, analyze_rank
 
     out = []
     for p in paths:
@@ -378,7 +377,7 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
             print(r.error, file=sys.stderr)
     if getattr(ns, "statistics", False):
         if ns.format not in ("text", "json"):
-            raise C.UsageError(f"--statistics prints text or json, not {ns.format} "
+            raise config.UsageError(f"--statistics prints text or json, not {ns.format} "
                                f"(--format {ns.format} without --statistics prints the findings)")
         rows = fmt.statistics(reports, jobs, show_hints=ns.hints)
         if ns.format == "json":

@@ -10,10 +10,7 @@ import msgspec
 
 from ..protocol import types as T
 from ..protocol.catalog import RULES, docs_url
-from ..server.engine.impact import impact_text, top
-from ..server.engine.modules import render as render_modules
-from ..server.engine.rules.util import plural, us
-from ..server.engine.sourcemap import source_line
+from ..server.engine import impact_text, plural, render_modules, source_line, top_findings, us
 
 _COLOR = {"error": "\033[31m", "warning": "\033[33m", "information": "\033[36m", "hint": "\033[2m"}
 _BOLD, _RESET = "\033[1m", "\033[0m"
@@ -136,7 +133,7 @@ def _summary_line(r: T.Report, show_hints: bool = False) -> str:
               f" over {plural(n, 'step')}" + (f" (ms: {steps}{_bound(s.steps)})" if n else "") if n else
               f"no ProfilerStep# steps: CPU ops total {us(s.cpu_total_us)} vs GPU total {us(s.cuda_total_us)} "
               "for the whole trace")
-    best = top(r.diagnostics)
+    best = top_findings(r.diagnostics)
     most = ("; fixes that give back most: " + ", ".join(f"{d.code} ~{us(d.impact_us_per_step)}" for d in best)
             if best else "")
     return (f"{path}: {s.verdict}: {timing}; {busy}" + (f"; GPU busy/step {spark}" if spark else "")
@@ -280,7 +277,7 @@ SRCROOT = "SRCROOT"
 
 
 def _sarif_rule(code: str) -> dict:
-    from ..server.engine.rules.docs import rule_doc
+    from ..server.engine import rule_doc
 
     info = RULES[code]
     doc = rule_doc(code)
@@ -375,7 +372,7 @@ def _uri(path: str) -> str:
 
 def job_text(jobs, color: bool = False) -> str:
     """The job reports: one row per rank (per-step means), then the job findings."""
-    from ..server.engine.job import comm_findings
+    from ..server.engine import comm_findings
 
     out: list[str] = []
     for j in jobs:

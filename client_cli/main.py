@@ -15,20 +15,20 @@ import sys
 from typing import Optional
 
 from .. import __version__
-from . import common as K
+from . import common
 from .config import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="profd-client", description=__doc__, formatter_class=K.Formatter,
-                                epilog=K.epilog(K.EXIT_GATE))
+    p = argparse.ArgumentParser(prog="profd-client", description=__doc__, formatter_class=common.Formatter,
+                                epilog=common.epilog(common.EXIT_GATE))
     p.add_argument("--version", action="version", version=f"profd-client {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def cmd(name, help, description=None, exit_text=None, env=True):
         """A subcommand; its epilog says its own exit statuses (those with --fail-on: the gate's)."""
         x = sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                           formatter_class=K.Formatter)
+                           formatter_class=common.Formatter)
         x.set_defaults(_epilog=(exit_text, env))
         return x
 
@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
             "recursively (a JSON file there that is not a trace is skipped and said). Traces that are\n"
             "ranks of one distributed job also get a job report.")
     a.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
-    K.output_options(a, ("text", "json", "sarif", "github", "junit"), statistics=True)
-    K.analysis_options(a)
+    common.output_options(a, ("text", "json", "sarif", "github", "junit"), statistics=True)
+    common.analysis_options(a)
     j = a.add_argument_group("multi-rank jobs")
     j.add_argument("--cluster", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786): summarise the "
                    "rank traces there, reading them where they lie; prints only the job report")
@@ -52,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     mo = cmd("modules", "the nn.Module tree of traces: GPU and CPU per module, hottest first")
     mo.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     mo.add_argument("--depth", type=int, default=4, metavar="N", help="levels of the tree to print")
-    K.output_options(mo, ("text", "json"))
-    K.analysis_options(mo, gate=False)
+    common.output_options(mo, ("text", "json"))
+    common.analysis_options(mo, gate=False)
 
     from . import jobs, record, workload
 
@@ -61,30 +61,30 @@ def _parser() -> argparse.ArgumentParser:
     workload.add_subcommands(cmd)  # run
     record.add_subcommands(cmd)  # record -- COMMAND...
 
-    s = cmd("status", "what the running daemon is doing", exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
-    h = cmd("hover", "the daemon's numbers for one source line", exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
+    s = cmd("status", "what the running daemon is doing", exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
+    h = cmd("hover", "the daemon's numbers for one source line", exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
     h.add_argument("where", metavar="FILE:LINE", help="a source file (relative to the current folder or "
                    "a workspace root) and a 1-based line")
     h.add_argument("--workspace", action="append", default=None, metavar="DIR",
                    help="where to look for FILE besides the current folder (default: the daemon's workspace)")
     r = cmd("reports", "the reports the daemon holds, with their verdicts and finding counts",
-            exit_text=K.EXIT_DAEMON, env=K.DAEMON_ENV)
+            exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
     r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
     for x in (s, h, r):
-        K.output_options(x, ("text", "json"))
+        common.output_options(x, ("text", "json"))
         x.add_argument("--state", metavar="DIR", help="the daemon's state folder (default: $PROFD_STATE or "
                        "the user cache dir)")
     ru = cmd("rule", "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it",
              env=("NO_COLOR", "PROFD_DOCS_URL"))
     ru.add_argument("code", nargs="?", metavar="CODE", help="a rule code (host-sync)")
     ru.add_argument("--all", action="store_true", help="every rule (with --format text: one line each)")
-    K.output_options(ru, ("text", "json"))
+    common.output_options(ru, ("text", "json"))
     for name, x in sub.choices.items():  # epilogs, once every subcommand's options are known
         exit_text, env = x.get_default("_epilog") or (None, True)
         dests = {a.dest for a in x._actions}
         if env is True and "state" not in dests:  # no daemon involved: its variables do not apply
-            env = tuple(k for k in K.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
-        x.epilog = K.epilog(exit_text or (K.EXIT_GATE if "fail_on" in dests else K.EXIT_PLAIN), env)
+            env = tuple(k for k in common.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
+        x.epilog = common.epilog(exit_text or (common.EXIT_GATE if "fail_on" in dests else common.EXIT_PLAIN), env)
     return p
 
 
@@ -97,7 +97,7 @@ def parse(p: argparse.ArgumentParser, argv: Optional[list[str]]) -> argparse.Nam
     return ns
 
 
-def show_settings(ns, out: K.Output) -> int:
+def show_settings(ns, out: common.Output) -> int:
     """``--show-settings``: the configuration file used and every setting in effect (as ruff's)."""
     skip = {"cmd", "show_settings", "_formats", "_epilog", "config", "disable"}
     vals = {k: (sorted(v) if isinstance(v, set) else v) for k, v in sorted(vars(ns).items()) if k not in skip}
@@ -108,32 +108,32 @@ def show_settings(ns, out: K.Output) -> int:
         del vals["disabled"]
     if ns.format == "json":
         out.json({"configFile": ns.config_path, "settings": vals})
-        return K.EXIT_CLEAN
+        return common.EXIT_CLEAN
     lines = [f"Settings path: {ns.config_path or 'none (no [tool.profd] found; defaults and flags only)'}"]
     for k, v in vals.items():
         if k == "config_path":
             continue
         lines.append(f"{k.replace('_', '-')} = {v!r}")
     out.write("\n".join(lines) + "\n")
-    return K.EXIT_CLEAN
+    return common.EXIT_CLEAN
 
 
-def cmd_daemon(ns, out: K.Output) -> int:
+def cmd_daemon(ns, out: common.Output) -> int:
     """status | hover FILE:LINE | reports [PATH]."""
     from . import daemon_client as dc
     from . import format as fmt
 
     doc = dc.find_daemon(ns.state)
     if doc is None:  # as `profd status` and `profd stop`: 1 says none runs
-        K.warn("no daemon running (start one with `profd start --watch DIR`, or `profd-client analyze --daemon`)")
-        return K.EXIT_FINDINGS
+        common.warn("no daemon running (start one with `profd start --watch DIR`, or `profd-client analyze --daemon`)")
+        return common.EXIT_FINDINGS
     if ns.cmd == "status":
         st = dc.status_sync(doc)
         if ns.format == "json":
             out.json({**st, "host": doc["host"], "port": doc["port"]})
         else:
             out.write(fmt.status_text(st, doc))
-        return K.EXIT_CLEAN
+        return common.EXIT_CLEAN
     if ns.cmd == "hover":
         file, _, line = ns.where.rpartition(":")
         if not file or not line.isdigit() or int(line) < 1:
@@ -144,13 +144,13 @@ def cmd_daemon(ns, out: K.Output) -> int:
             out.json({"path": path, "line": int(line), "hover": text})
         else:
             out.write((text or f"{ns.where}: no profile data for this line") + "\n")
-        return K.EXIT_CLEAN if text else K.EXIT_FINDINGS
+        return common.EXIT_CLEAN if text else common.EXIT_FINDINGS
     rows = dc.reports_sync(doc, ns.path)
     if ns.format == "json":
         out.json(rows)
     else:
         out.write(fmt.reports_text(rows))
-    return K.EXIT_CLEAN
+    return common.EXIT_CLEAN
 
 
 def _find_source(file: str, roots: list[str]) -> str:
@@ -165,9 +165,9 @@ def _find_source(file: str, roots: list[str]) -> str:
     raise UsageError(f"hover: no file {file} here{where}")
 
 
-def cmd_rule(ns, out: K.Output) -> int:
+def cmd_rule(ns, out: common.Output) -> int:
     from ..protocol.catalog import RULES
-    from ..server.engine.rules.docs import rule_doc
+    from ..server.engine import rule_doc
 
     from .config import check_code
 
@@ -178,11 +178,11 @@ def cmd_rule(ns, out: K.Output) -> int:
         else:
             w = max(len(c) for c in RULES)
             out.write("".join(f"{d.code:<{w}}  {RULES[d.code].severity:<11}  {d.title}\n" for d in docs))
-        return K.EXIT_CLEAN
+        return common.EXIT_CLEAN
     (code,) = check_code(ns.code, "rule", families=False)
     d = rule_doc(code)
     out.write(orjson_dump(d.as_dict()) if ns.format == "json" else d.text())
-    return K.EXIT_CLEAN
+    return common.EXIT_CLEAN
 
 
 def orjson_dump(obj) -> bytes:
@@ -191,14 +191,14 @@ def orjson_dump(obj) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def cmd_modules(ns, out: K.Output) -> int:
+def cmd_modules(ns, out: common.Output) -> int:
     """profd-client modules TRACE...: the module trees (the JSON is each report's ``modules``)."""
     import msgspec
 
     from . import format as fmt
 
-    files, _ = K.expand_paths(ns.paths)
-    reports = K.analyze_paths(ns, files)
+    files, _ = common.expand_paths(ns.paths)
+    reports = common.analyze_paths(ns, files)
     for r in reports:
         if r.error:
             print(r.error, file=sys.stderr)
@@ -207,49 +207,49 @@ def cmd_modules(ns, out: K.Output) -> int:
         out.write(msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules} for r in good]}) + b"\n")
     elif good:
         out.write(fmt.modules_text(good, ns.depth))
-    return K.EXIT_ERROR if len(good) < len(reports) else K.EXIT_CLEAN
+    return common.EXIT_ERROR if len(good) < len(reports) else common.EXIT_CLEAN
 
 
-def cmd_analyze(ns, out: K.Output) -> int:
+def cmd_analyze(ns, out: common.Output) -> int:
     from .progress import Progress
 
     if ns.cluster:
         from . import jobs
 
         return jobs.analyze_cluster(ns, out)
-    files, from_folder = K.expand_paths(ns.paths)
+    files, from_folder = common.expand_paths(ns.paths)
     bar = Progress(files, enabled=None if not ns.quiet else False)
     summaries: Optional[list] = [] if len(files) > 1 else None  # in-process: read once for both
     try:
-        reports = K.analyze_paths(ns, files, bar, summaries)
+        reports = common.analyze_paths(ns, files, bar, summaries)
     finally:
         bar.close()
-    skipped = [r for r in reports if r.trace.path in from_folder and K.not_a_trace(r)]
+    skipped = [r for r in reports if r.trace.path in from_folder and common.not_a_trace(r)]
     if skipped and not ns.quiet:
-        K.warn(f"skipped {len(skipped)} JSON file(s) that are not traces: "
+        common.warn(f"skipped {len(skipped)} JSON file(s) that are not traces: "
                + ", ".join(os.path.relpath(r.trace.path) for r in skipped[:5]) + (" …" if len(skipped) > 5 else ""))
     reports = [r for r in reports if r not in skipped]
     if not reports:
         raise UsageError("no traces among " + ", ".join(ns.paths))
-    from ..server.engine import job
+    from ..server.engine import group_jobs, reduce_job, summarize_rank
 
     ranked = {r.trace.path for r in reports if not r.error and (r.trace.world_size or 0) > 1}
     if summaries:  # in-process
         got = [s for s in summaries if s.path in ranked]
     else:  # the daemon gave the reports: summarise the ranks here
-        opts = K.engine_options(ns)
-        got = [job.summarize_rank(p, opts) for p in sorted(ranked)] if len(ranked) > 1 else []
-    jobs_ = [job.reduce_job(g) for g in job.group_jobs(got)]
-    K.emit(out, ns, reports, jobs_)
-    return K.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
+        opts = common.engine_options(ns)
+        got = [summarize_rank(p, opts) for p in sorted(ranked)] if len(ranked) > 1 else []
+    jobs_ = [reduce_job(g) for g in group_jobs(got)]
+    common.emit(out, ns, reports, jobs_)
+    return common.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     ns = parse(_parser(), argv)
     out = None
     try:
-        K.resolve(ns)
-        out = K.Output(ns)
+        common.resolve(ns)
+        out = common.Output(ns)
         if getattr(ns, "show_settings", False):
             return show_settings(ns, out)
         if ns.cmd == "analyze":
@@ -274,11 +274,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             return record.run(ns, out)
     except UsageError as e:
         print(f"profd-client: error: {e}", file=sys.stderr)
-        return K.EXIT_ERROR
+        return common.EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return K.EXIT_CLEAN
+        return common.EXIT_CLEAN
     except Exception:  # a bug: exit 2 with one line and the traceback in a log, never a finding's 1
         from ..server.daemon.cli import internal_error
 
@@ -289,7 +289,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out.close()
             except BrokenPipeError:
                 pass
-    return K.EXIT_ERROR
+    return common.EXIT_ERROR
 
 
 if __name__ == "__main__":

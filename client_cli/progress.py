@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Optional
 
-from ..server.engine.rules.util import size
+from ..server.engine import size
 
 
 class Progress:

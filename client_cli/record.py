@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from . import common as K
+from . import common
 from .config import UsageError
 
 DESCRIPTION = """\
@@ -63,8 +63,8 @@ def add_subcommands(cmd) -> None:
                    help="seconds until the trace is written before the program is stopped")
     g.add_argument("--baseline", metavar="OLD_TRACE", default=None,
                    help="print the diff against this earlier recording instead of the findings")
-    K.output_options(r, ("text", "json", "sarif"), statistics=True)
-    K.analysis_options(r)
+    common.output_options(r, ("text", "json", "sarif"), statistics=True)
+    common.analysis_options(r)
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
                    help="the program and its arguments")
 
@@ -72,7 +72,7 @@ def add_subcommands(cmd) -> None:
 def _out_dir(ns) -> str:
     if ns.out:
         return os.path.abspath(ns.out)
-    if not K.no_daemon(ns):
+    if not common.no_daemon(ns):
         from . import daemon_client as dc
 
         try:
@@ -107,7 +107,7 @@ def step_line(res, reports) -> str:
             + f", profiled {_ms(p)}{ratio}; " + ", ".join(res.traces) + "\n")
 
 
-def run(ns, out: K.Output) -> int:
+def run(ns, out: common.Output) -> int:
     from ..server.workloads import record as R
 
     if not ns.command or ns.command == ["--"]:
@@ -123,7 +123,7 @@ def run(ns, out: K.Output) -> int:
         res = R.record(ns.command, opts, _out_dir(ns), progress=progress, echo=echo)
     except R.RecordError as e:
         print(f"profd-client: record: {e}", file=sys.stderr)
-        return K.EXIT_ERROR
+        return common.EXIT_ERROR
     for n in res.notes:
         print(f"profd-client: record: {n}", file=sys.stderr)
     if ns.baseline:
@@ -135,17 +135,17 @@ def run(ns, out: K.Output) -> int:
     return code
 
 
-def _findings(ns, out: K.Output, res) -> int:
-    from ..server.engine import job
+def _findings(ns, out: common.Output, res) -> int:
+    from ..server.engine import group_jobs, reduce_job
     from ..server.workloads import record as R
 
     if len(res.traces) > 1:  # ranks of one job: the same reading as analyze
-        opts = K.engine_options(ns)
+        opts = common.engine_options(ns)
         summaries: list = []
-        reports = K.analyze_local(res.traces, opts, summaries=summaries)
-        jobs_ = [job.reduce_job(g) for g in job.group_jobs([s for s in summaries if s.path in res.traces])]
+        reports = common.analyze_local(res.traces, opts, summaries=summaries)
+        jobs_ = [reduce_job(g) for g in group_jobs([s for s in summaries if s.path in res.traces])]
     else:
-        reports, jobs_ = K.analyze_paths(ns, res.traces), []
+        reports, jobs_ = common.analyze_paths(ns, res.traces), []
     if ns.format == "json" and not ns.statistics:
         import orjson
 
@@ -158,20 +158,20 @@ def _findings(ns, out: K.Output, res) -> int:
                 print(r.error, file=sys.stderr)
         out.json(doc)
     else:
-        K.emit(out, ns, reports, jobs_)
+        common.emit(out, ns, reports, jobs_)
         if ns.format == "text" and not ns.quiet:
             out.write(step_line(res, reports))
-    return K.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
+    return common.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
 
 
-def _baseline(ns, out: K.Output, res) -> int:
+def _baseline(ns, out: common.Output, res) -> int:
     from ..server.workloads.record import meta_of, record_doc
     from . import format as fmt
     from .jobs import diff_paths
 
     got = diff_paths(ns, os.path.abspath(ns.baseline), res.traces[0])
     if got is None:
-        return K.EXIT_ERROR
+        return common.EXIT_ERROR
     old, new, d, came = got
     old_us = meta_of(ns.baseline).get("unprofiled_us_per_step")
     if ns.format == "json":
@@ -190,4 +190,4 @@ def _baseline(ns, out: K.Output, res) -> int:
             old_txt = _ms(old_us) if old_us else "not measured (not a profd record trace)"
             out.write(f"unprofiled step: before {old_txt}, after {_ms(res.unprofiled_us)}{change}\n")
             out.write(step_line(res, [new]))
-    return K.exit_code(ns, [], came)
+    return common.exit_code(ns, [], came)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import common as K
+from . import common
 
 
 def add_subcommands(cmd) -> None:
@@ -25,14 +25,14 @@ def add_subcommands(cmd) -> None:
                    help="folder for the trace (.json.gz) and table (.txt) (default: ./profd-runs)")
     r.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is killed")
     r.add_argument("--python", default=None, metavar="PATH", help="interpreter with torch (default: this one)")
-    K.output_options(r, ("text", "json", "sarif"), statistics=True)
-    K.analysis_options(r, daemon=False)
+    common.output_options(r, ("text", "json", "sarif"), statistics=True)
+    common.analysis_options(r, daemon=False)
     r.add_argument("--no-daemon", action="store_true",
                    help="accepted for symmetry: the run and its analysis happen in this process")
 
 
-def run(ns, out: K.Output) -> int:
-    from ..server.workloads import runner as R
+def run(ns, out: common.Output) -> int:
+    from ..server.workloads import runner
     from ..server.engine import analyze_or_error
     from ..server.workloads import HERE
 
@@ -41,26 +41,26 @@ def run(ns, out: K.Output) -> int:
         lambda msg, pct: print(f"profd: {msg}" + (f" ({pct:.0f}%)" if pct is not None else ""),
                                file=sys.stderr, flush=True))
     try:
-        spec, sizes = R.spec_from_args(ns)
+        spec, sizes = runner.spec_from_args(ns)
         if len(sizes) > 1:
-            sweep = R.run_sweep(spec, sizes, out_dir, ns.timeout, progress, ns.python, analyze=False)
+            sweep = runner.run_sweep(spec, sizes, out_dir, ns.timeout, progress, ns.python, analyze=False)
             traces = []
             for x in sweep.runs:
-                if isinstance(x, R.RunResult):
-                    R.write_sidecar_meta(x)
+                if isinstance(x, runner.RunResult):
+                    runner.write_sidecar_meta(x)
                     traces.append((x.trace_path, x.meta))
                 else:
                     print(f"profd: {x}", file=sys.stderr)
         else:
-            res = R.run_workload(spec, out_dir, ns.timeout, progress, ns.python)
-            R.write_sidecar_meta(res)
+            res = runner.run_workload(spec, out_dir, ns.timeout, progress, ns.python)
+            runner.write_sidecar_meta(res)
             traces = [(res.trace_path, res.meta)]
-    except R.WorkloadError as e:
+    except runner.WorkloadError as e:
         print(f"profd-client: workload failed: {e}", file=sys.stderr)
         if e.log_tail and e.kind in ("crash", "oom", "no-output"):
             print(e.log_tail, file=sys.stderr)
-        return K.EXIT_ERROR
-    opts = K.engine_options(ns)
+        return common.EXIT_ERROR
+    opts = common.engine_options(ns)
     opts.workspace = [HERE, *opts.workspace]
     reports, rows = [], []
     for path, meta in traces:
@@ -69,13 +69,13 @@ def run(ns, out: K.Output) -> int:
         if meta.get("device") == "cpu":
             print(f"profd: {os.path.basename(path)} ran on the CPU (no CUDA GPU visible): "
                   "CPU activity only", file=sys.stderr)
-        rows.append(R.row_of(path, meta, [HERE]) if len(traces) > 1 else None)
-    K.emit(out, ns, reports)
+        rows.append(runner.row_of(path, meta, [HERE]) if len(traces) > 1 else None)
+    common.emit(out, ns, reports)
     if len(traces) > 1 and ns.format == "text" and not ns.statistics:
-        out.write("\n" + R.format_table([x for x in rows if x]))
+        out.write("\n" + runner.format_table([x for x in rows if x]))
     if not ns.quiet:
         for path, _ in traces:
             print(f"trace: {path}  table: {path.split('.json')[0]}.txt", file=sys.stderr)
     if len(traces) < max(1, len(sizes)):
-        return K.EXIT_ERROR
-    return K.exit_code(ns, reports)
+        return common.EXIT_ERROR
+    return common.exit_code(ns, reports)

@@ -81,6 +81,13 @@ def test_no_import_against_the_flow(src, dst):
     assert _edges(src, dst) == []
 
 
+@pytest.mark.parametrize("front", ["profd.client_cli"])
+def test_front_ends_import_only_the_engine_facade(front):
+    """The engine's one door is its package (``engine/api.py``, re-exported by ``__init__``): a
+    front end that imports an engine submodule depends on the engine's insides."""
+    assert [(a, b) for a, b in _edges(front, "profd.server.engine.")] == []
+
+
 def test_rules_see_the_context_not_the_entry_module():
     """The entry module imports the rules; a rule importing it back would be a circle."""
     bad = [(a, b) for a, b in _edges("profd.server.engine.rules", "profd.server.engine")
@@ -124,3 +131,4 @@ def test_the_graph_is_read():
     """The checks above mean nothing if the reader found no edges: the engine entry reaches the model."""
     assert "profd.server.engine.model" in GRAPH["profd.server.engine.analyze"]
     assert "profd.client_cli.common" in GRAPH["profd.client_cli.jobs"]
+    assert "profd.server.engine" in GRAPH["profd.client_cli.format"]

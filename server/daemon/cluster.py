@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Iterable, Iterator, Optional
 
 from ...protocol.job import JobReport, RankSummary
-from ..engine.job import group_jobs, reduce_job, summarize_rank
+from ..engine import group_jobs, reduce_job, summarize_rank
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 

@@ -25,11 +25,7 @@ from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES, UnknownCode, expand_code
-from ..engine import Options, analyze_or_error
-from ..engine.diff import diff_reports
-from ..engine.job import analyze_job
-from ..engine.modules import tree_document
-from ..engine.rules.docs import rule_page
+from ..engine import Options, analyze_job, analyze_or_error, diff_reports, rule_page, tree_document
 from . import confine, rpc
 from .confine import shown
 from .store import Lru

@@ -1,0 +1,39 @@
+"""The engine's one door: everything the daemon and the CLI take from the engine, and nothing
+else. They import this module (through the package: ``from ..engine import analyze_file``), never
+an engine submodule; tests/test_layout.py fails on an import that goes around it.
+
+- the pipeline (trace file -> model -> analyses -> rules -> Report): ``analyze_file``,
+  ``analyze_or_error``; a rank's summary from the same run: ``analyze_rank``, ``summarize_rank``;
+  a job's: ``analyze_job``, ``group_jobs``, ``reduce_job``; the annotated copy: ``annotate_file``;
+- the options every front end builds (``Options``, its wire shape ``protocol.options``);
+- what the front ends say of a report: diffs, impact, module trees, rule pages, numbers;
+- the source text the findings sit on, read as the engine reads it, and its inline suppressions.
+"""
+from __future__ import annotations
+
+from .analyze import analyze_file, analyze_or_error
+from .annotate import annotate_file
+from .context import Options
+from .diff import diff_reports
+from .impact import impact_text, order as impact_order, top as top_findings
+from .job import analyze_job, analyze_rank, comm_findings, group_jobs, reduce_job, summarize_rank
+from .loader import TraceError
+from .modules import render as render_modules, top_modules, tree_document
+from .rules import thresholds as rule_thresholds
+from .rules.docs import rule_doc, rule_page
+from .rules.util import plural, size, us
+from .sourcemap import SourceMap, line_starts, nameable, read_lines, source_line, split_lines
+from .suppress import ALL as ALL_CODES, Comments, apply as apply_suppressions
+
+__all__ = [
+    # the pipeline
+    "Options", "TraceError", "analyze_file", "analyze_or_error", "annotate_file",
+    "analyze_rank", "summarize_rank", "analyze_job", "group_jobs", "reduce_job",
+    # what the front ends say of reports
+    "diff_reports", "impact_text", "impact_order", "top_findings", "comm_findings",
+    "render_modules", "top_modules", "tree_document", "rule_doc", "rule_page", "rule_thresholds",
+    "plural", "size", "us",
+    # sources and suppressions
+    "SourceMap", "line_starts", "nameable", "read_lines", "source_line", "split_lines",
+    "ALL_CODES", "Comments", "apply_suppressions",
+]
