@@ -171,14 +171,16 @@ def write_trace(f: IO[bytes], data: bytes, extra: list[dict], chunk: int = 4096)
     """The trace JSON ``data`` with ``extra`` appended to its events, written event by event: the
     file's own events and members as their bytes, ``extra`` with orjson."""
     doc = _RAW_DOC.decode(data)
+    members: dict[str, msgspec.Raw] = {}
     if isinstance(doc, list):  # the Chrome "JSON array" form: events only
-        doc = {"traceEvents": doc}
+        events = doc
     else:
-        doc["traceEvents"] = _RAW_EVENTS.decode(doc.get("traceEvents", b"[]"))
+        events = _RAW_EVENTS.decode(doc.get("traceEvents", b"[]"))
+        members = doc
     f.write(b'{"traceEvents":[')
     sep = b""
-    buf: list[bytes] = []
-    for e in itertools.chain(doc["traceEvents"], map(orjson.dumps, extra)):
+    buf: list = []
+    for e in itertools.chain(events, map(orjson.dumps, extra)):
         buf.append(sep)
         buf.append(e)
         sep = b","
@@ -187,7 +189,7 @@ def write_trace(f: IO[bytes], data: bytes, extra: list[dict], chunk: int = 4096)
             buf.clear()
     f.write(b"".join(buf))
     f.write(b"]")
-    for k, v in doc.items():
+    for k, v in members.items():
         if k == "traceEvents":
             continue
         f.write(b"," + orjson.dumps(k) + b":")
