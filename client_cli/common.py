@@ -344,7 +344,9 @@ def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list
 
 def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,
                   summaries: Optional[list] = None) -> list[T.Report]:
-    from ..server.engine import analyze_or_error, analyze_rank
+    """Reports of ``paths`` in this process; ``summaries`` (when given) gets the rank summary of
+    each that is a rank of a multi-process job, from the same run."""
+    from ..server.engine import analyze_for_jobs, analyze_or_error
 
     out = []
     for p in paths:
@@ -353,9 +355,10 @@ def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,
         if summaries is None:
             out.append(analyze_or_error(p, opts))
         else:
-            rep, s = analyze_rank(p, opts)
+            rep, s = analyze_for_jobs(p, opts)
             out.append(rep)
-            summaries.append(s)
+            if s is not None:
+                summaries.append(s)
     return out
 
 

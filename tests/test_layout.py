@@ -88,6 +88,26 @@ def test_front_ends_import_only_the_engine_facade(front):
     assert [(a, b) for a, b in _edges(front, "profd.server.engine.")] == []
 
 
+def test_the_wire_options_are_the_engine_options():
+    """One options type: the protocol's ``AnalysisOptions`` (free of the engine) has exactly the
+    engine ``Options``' fields less the ones built where the analysis runs, and a round trip over
+    the wire gives the same options back."""
+    import dataclasses
+
+    import msgspec
+
+    from profd.protocol.options import AnalysisOptions
+    from profd.server.engine import Options
+
+    sent = {f.name for f in dataclasses.fields(Options)} - set(Options.LOCAL)
+    assert sent == set(AnalysisOptions.__struct_fields__)
+    opts = Options(workspace=["/w"], path_map=[("/remote", "/here")], disabled={"host-sync"},
+                   thresholds={"launch-storm": {"min_launches_per_step": 32.0}}, library_lines=True)
+    wire = msgspec.json.decode(msgspec.json.encode(opts.wire()), type=AnalysisOptions)
+    assert Options().given(wire) == opts
+    assert opts.given(AnalysisOptions()) == opts  # nothing given: every value kept
+
+
 def test_rules_see_the_context_not_the_entry_module():
     """The entry module imports the rules; a rule importing it back would be a circle."""
     bad = [(a, b) for a, b in _edges("profd.server.engine.rules", "profd.server.engine")

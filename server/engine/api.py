@@ -3,7 +3,8 @@ else. They import this module (through the package: ``from ..engine import analy
 an engine submodule; tests/test_layout.py fails on an import that goes around it.
 
 - the pipeline (trace file -> model -> analyses -> rules -> Report): ``analyze_file``,
-  ``analyze_or_error``; a rank's summary from the same run: ``analyze_rank``, ``summarize_rank``;
+  ``analyze_or_error``; a rank's summary from the same run: ``analyze_rank``, ``summarize_rank``,
+  ``analyze_for_jobs`` (the summary only of a multi-process job's rank);
   a job's: ``analyze_job``, ``group_jobs``, ``reduce_job``; the annotated copy: ``annotate_file``;
 - the options every front end builds (``Options``, its wire shape ``protocol.options``);
 - what the front ends say of a report: diffs, impact, module trees, rule pages, numbers;
@@ -16,7 +17,7 @@ from .annotate import annotate_file
 from .context import Options
 from .diff import diff_reports
 from .impact import impact_text, order as impact_order, top as top_findings
-from .job import analyze_job, analyze_rank, comm_findings, group_jobs, reduce_job, summarize_rank
+from .job import analyze_for_jobs, analyze_job, analyze_rank, comm_findings, group_jobs, reduce_job, summarize_rank
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
 from .rules import thresholds as rule_thresholds
@@ -28,7 +29,7 @@ from .suppress import ALL as ALL_CODES, Comments, apply as apply_suppressions
 __all__ = [
     # the pipeline
     "Options", "TraceError", "analyze_file", "analyze_or_error", "annotate_file",
-    "analyze_rank", "summarize_rank", "analyze_job", "group_jobs", "reduce_job",
+    "analyze_rank", "analyze_for_jobs", "summarize_rank", "analyze_job", "group_jobs", "reduce_job",
     # what the front ends say of reports
     "diff_reports", "impact_text", "impact_order", "top_findings", "comm_findings",
     "render_modules", "top_modules", "tree_document", "rule_doc", "rule_page", "rule_thresholds",

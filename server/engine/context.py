@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from ...protocol.catalog import RULES as CATALOG
+from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
 from .loader import _scan, column
@@ -33,6 +34,30 @@ class Options:
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # also place hot lines and related locations on library lines (a module's forward) found here
     library_lines: bool = False
+
+    # what is built where the analysis runs, never sent (``protocol.options.AnalysisOptions`` has
+    # every other field)
+    LOCAL = ("source_map", "library_roots", "library_sources")
+
+    def wire(self) -> AnalysisOptions:
+        """These options as they travel to a daemon (every field given)."""
+        return AnalysisOptions(workspace=list(self.workspace), path_map=[(r, loc) for r, loc in self.path_map],
+                               disabled=sorted(self.disabled),
+                               thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
+                               library_lines=self.library_lines)
+
+    def given(self, wire: AnalysisOptions) -> "Options":
+        """These options with what ``wire`` gives in place of their own (a field it leaves None
+        keeps the value here); what is built locally starts afresh."""
+        got = {
+            "workspace": list(wire.workspace) if wire.workspace is not None else list(self.workspace),
+            "path_map": [(r, loc) for r, loc in (wire.path_map if wire.path_map is not None else self.path_map)],
+            "disabled": set(wire.disabled if wire.disabled is not None else self.disabled),
+            "thresholds": {c: dict(kv) for c, kv in
+                           (wire.thresholds if wire.thresholds is not None else self.thresholds).items()},
+            "library_lines": wire.library_lines if wire.library_lines is not None else self.library_lines,
+        }
+        return Options(library_roots=self.library_roots, **got)
 
     def sources(self) -> SourceMap:
         if self.source_map is None:

@@ -56,6 +56,22 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
     return done.report, summarize_model(done.model, done.analysis, done.report)
 
 
+def analyze_for_jobs(path: str, options=None) -> tuple[Report, Optional[RankSummary]]:
+    """The report, and the rank summary when the trace is one rank of a multi-process job (a
+    rank and a world size of 2 or more: what ``group_jobs`` keeps), from one run of the pipeline;
+    None for a single-process trace or a file that is not a trace, which then cost no summary."""
+    from .analyze import analyze_trace, error_report  # analyze imports the rules, which import this module: keep it lazy
+
+    try:
+        done = analyze_trace(path, options)
+    except loader.TraceError as e:
+        return error_report(path, str(e)), None
+    info = done.report.trace
+    if info.rank is None or not info.world_size or info.world_size < 2:
+        return done.report, None
+    return done.report, summarize_model(done.model, done.analysis, done.report)
+
+
 def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None) -> RankSummary:
     """The rank summary from an already built model (and optionally its report)."""
     info = report.trace if report is not None else None
@@ -362,9 +378,10 @@ def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobR
     """Single-process path: every trace's report plus one job report per job among them."""
     reports, summaries = [], []
     for p in paths:
-        rep, s = analyze_rank(p, options)
+        rep, s = analyze_for_jobs(p, options)
         reports.append(rep)
-        summaries.append(s)
+        if s is not None:
+            summaries.append(s)
     return reports, [reduce_job(g) for g in group_jobs(summaries)]
 
 
