@@ -11,7 +11,7 @@ import msgspec
 
 Severity = Literal["error", "warning", "information", "hint"]
 Precision = Literal["statement", "function", "trace"]
-Verdict = Literal["overhead-bound", "compute-bound", "transfer-bound", "balanced", "cpu-only", "no-steps"]
+Verdict = Literal["overhead-bound", "compute-bound", "transfer-bound", "balanced", "set-up", "cpu-only", "no-steps"]
 
 SEVERITY_RANK = {"hint": 0, "information": 1, "warning": 2, "error": 3}
 

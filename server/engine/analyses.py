@@ -93,6 +93,13 @@ class Analysis:
     step_gpu: list["StepGpu"] = field(default_factory=list)
     setup: list[tuple[float, float]] = field(default_factory=list)  # one-time set-up, merged
     setup_us: float = 0.0  # of it, inside the active window
+    # the steady state: the window less the set-up, and of it the time kernels (no collectives),
+    # any GPU work and the copy engines ran; the steps that hold no set-up (``steady_steps``)
+    steady_us: float = 0.0
+    steady_busy_us: float = 0.0
+    steady_work_us: float = 0.0
+    steady_copy_us: float = 0.0
+    steady_steps: list[int] = field(default_factory=list)
     # DMA copies and memsets (the copy engines), merged; of the window, the time one ran, and the
     # time the GPU ran anything but collectives (kernels or copies)
     copies: list[tuple[float, float]] = field(default_factory=list)
@@ -125,6 +132,10 @@ class Analysis:
         if self.window_us <= 0:
             return None
         return 100.0 * self.busy_us / self.window_us
+
+    def steady_pct(self, us: float) -> float:
+        """``us`` as a share of the steady state (the window less its one-time set-up)."""
+        return 100.0 * us / self.steady_us if self.steady_us > 0 else 0.0
 
 
 def analyze(m: TraceModel) -> Analysis:
@@ -160,7 +171,21 @@ def analyze(m: TraceModel) -> Analysis:
     setup_us = covered(setup, lo, hi)
     if setup_us >= SETUP_MIN_US and setup_us >= SETUP_MIN_SHARE * (hi - lo):
         a.setup, a.setup_us = setup, setup_us
+    _steady(m, a, compute)
     return a
+
+
+def _steady(m: TraceModel, a: Analysis, compute: list[tuple[float, float]]) -> None:
+    """The steady state's shares: what the GPU did outside the set-up stretches, measured there
+    (the GPU may work during set-up: the autotuner benchmarks its candidates), and the steps that
+    hold none of it."""
+    lo, hi = a.window
+    rest = gaps(a.setup, lo, hi)
+    a.steady_us = sum(y - x for x, y in rest)
+    a.steady_busy_us = sum(covered(compute, x, y) for x, y in rest)
+    a.steady_work_us = sum(covered(a.busy, x, y) for x, y in rest)
+    a.steady_copy_us = sum(covered(a.copies, x, y) for x, y in rest)
+    a.steady_steps = [k for k, s in enumerate(m.steps) if covered(a.setup, s.ts, s.end) <= 0]
 
 
 COPY_CATS = ("gpu_memcpy", "gpu_memset")  # the copy engines' work (DMA), not the SMs'
@@ -308,46 +333,53 @@ def _classes(m: TraceModel) -> list[str]:
 
 
 def verdict(m: TraceModel, a: Analysis) -> str:
-    """overhead-bound / compute-bound / transfer-bound / balanced / cpu-only, from the GPU's busy
-    shares of the window.
+    """overhead-bound / compute-bound / transfer-bound / balanced / set-up / cpu-only, from the GPU's
+    busy shares of the steady state: the window less its one-time set-up (windows.setup_intervals),
+    where the GPU idles while the host compiles or loads.
 
-    When the copy engines run host<->device copies (or memsets) for 80% of the window and longer
-    than the SMs run kernels, the transfers bound the step: transfer-bound (a copy benchmark of
-    154 MB tensors holds them 99% of the time with no kernel at all). Below 30% of GPU work, on
-    any engine, the GPU waits most of the time for the CPU to hand it work; at 80% and above of
-    kernel time the GPU is the bottleneck and CPU savings cannot shorten the step. Between, the
-    steps decide: when the GPU's own work fills 80% of most steps once the profiler's CPU
-    slowdown is taken out (``StepGpu.unprofiled_cpu_us``), the GPU bounds the program unprofiled
-    and it is compute-bound (a compiled 4096² GEMM: 0.41 ms profiled CPU steps, 0.18 ms of GPU
-    work, 216 µs a step unprofiled); otherwise "balanced".
+    When the copy engines run host<->device copies (or memsets) for 80% of it and longer than the
+    SMs run kernels, the transfers bound the step: transfer-bound (a copy benchmark of 154 MB
+    tensors holds them 99% of the time with no kernel at all). Below 30% of GPU work, on any
+    engine, the GPU waits most of the time for the CPU to hand it work; at 80% and above of kernel
+    time the GPU is the bottleneck and CPU savings cannot shorten the step. Between, the steps
+    decide: when the GPU's own work fills 80% of most steps once the profiler's CPU slowdown is
+    taken out (``StepGpu.unprofiled_cpu_us``), the GPU bounds the program unprofiled and it is
+    compute-bound (a compiled 4096² GEMM: 0.41 ms profiled CPU steps, 0.18 ms of GPU work, 216 µs
+    a step unprofiled); otherwise "balanced".
+
+    "set-up" when there is no steady state to judge: set-up was found and no step is free of it
+    (the window is one cold call, as a single profiled forward is). The rest of a cold call is
+    cold too, in ways the trace does not always name (a host stall that records nothing before a
+    TorchScript function's first call, the untraced host time of a CUDA-only recording, a caching
+    allocator growing from empty): such a stretch only ever makes the GPU look idler, so an idle
+    GPU there says nothing of per-step dispatch, while a GPU busy 80% of it still bounds the call.
     """
     if not m.gpu:
         return "cpu-only"
-    pct = a.busy_pct
-    if pct is None:
+    if a.busy_pct is None:
         return "no-steps"
     if transfer_bound(a):
         return "transfer-bound"
-    # one-time set-up (windows.setup_intervals) is not the steady state: its stretch of the window,
-    # where the GPU idles while the host compiles or loads, is left out of the shares
-    steady = a.window_us - a.setup_us
-    scale = a.window_us / steady if a.setup_us > 0 and steady > 0 else 1.0
-    pct = min(100.0, pct * scale)
-    if min(100.0, (a.work_pct or 0.0) * scale) < OVERHEAD_BUSY_PCT:
+    busy, work = a.steady_pct(a.steady_busy_us), a.steady_pct(a.steady_work_us)
+    if a.setup_us > 0 and not a.steady_steps:
+        return "compute-bound" if busy >= COMPUTE_BUSY_PCT else "set-up"
+    if work < OVERHEAD_BUSY_PCT:
         return "overhead-bound"
-    if pct >= COMPUTE_BUSY_PCT:
+    if busy >= COMPUTE_BUSY_PCT:
         return "compute-bound"
     f = profiler_inflation(m)
-    bound = sum(1 for g in a.step_gpu if g.work_us >= COMPUTE_BUSY_PCT / 100 * g.unprofiled_cpu_us(f))
-    if a.step_gpu and bound * 2 > len(a.step_gpu):
+    steps = [a.step_gpu[k] for k in a.steady_steps if k < len(a.step_gpu)]
+    bound = sum(1 for g in steps if g.work_us >= COMPUTE_BUSY_PCT / 100 * g.unprofiled_cpu_us(f))
+    if steps and bound * 2 > len(steps):
         return "compute-bound"
     return "balanced"
 
 
 def transfer_bound(a: Analysis) -> bool:
-    """The copy engines hold 80% of the window (the compute-bound bar) and more of it than kernels."""
-    cp, pct = a.copy_pct, a.busy_pct
-    return cp is not None and pct is not None and cp >= COMPUTE_BUSY_PCT and cp > pct
+    """The copy engines hold 80% of the steady state (the compute-bound bar) and more of it than
+    kernels."""
+    cp = a.steady_pct(a.steady_copy_us)
+    return a.steady_us > 0 and cp >= COMPUTE_BUSY_PCT and cp > a.steady_pct(a.steady_busy_us)
 
 
 # Calls that block the CPU until the GPU (a stream, an event) catches up.

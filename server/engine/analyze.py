@@ -214,8 +214,9 @@ def _window_notes(m: TraceModel, a: Analysis) -> list[str]:
     """How the window was cut into steps when the trace has no markers, and its set-up share."""
     out = [] if m.steps_from == "ProfilerStep markers" else [f"steps: {m.steps_from}"]
     if a.setup_us > 0 and a.window_us > 0:
+        rest = "left out of the verdict" if a.steady_steps else "and no step is free of it: no steady state to judge"
         out.append(f"set-up: {100.0 * a.setup_us / a.window_us:.0f}% of the active window is one-time "
-                   f"set-up ({us(a.setup_us)}), left out of the verdict")
+                   f"set-up ({us(a.setup_us)}), {rest}")
     return out
 
 

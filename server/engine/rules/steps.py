@@ -121,7 +121,9 @@ def one_time_setup(ctx: Context) -> Iterable[Diagnostic]:
     Inductor's ``compile_fx_inner``, codegen, autotuning); its share of the window.
 
     Threshold: 5 ms and 10% of the active window (merged). Also in windows without steps. The
-    verdict leaves this stretch out (the shares are of the rest of the window).
+    verdict leaves this stretch out (the shares are of the rest of the window); when no step is
+    free of it (the window is one cold call) there is no steady state to judge and the verdict is
+    ``set-up``, unless the GPU is busy 80% of the rest (compute-bound whatever the host did).
 
     Why it costs time: it does not: it happens once per process. But inside the profiled window it
     dwarfs the steady state, and read as dispatch it makes a GPU-bound program look overhead-bound.
@@ -157,10 +159,11 @@ def one_time_setup(ctx: Context) -> Iterable[Diagnostic]:
             kinds[kind] = kinds.get(kind, 0.0) + (y - x)
     share = 100.0 * a.setup_us / a.window_us
     parts = ", ".join(k for k, _ in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    rest = ("the verdict judges the rest" if a.steady_steps else
+            "no step is free of it, so the window holds no steady state: profile warm to judge one")
     yield ctx.diag(
         "one-time-setup",
-        f"{us(a.setup_us)} of the {us(a.window_us)} window ({share:.0f}%) is one-time set-up ({parts}); "
-        f"the verdict judges the rest",
+        f"{us(a.setup_us)} of the {us(a.window_us)} window ({share:.0f}%) is one-time set-up ({parts}); {rest}",
         ctx.trace_location(),
         evidence={"setup_us": r3(a.setup_us), "window_us": r3(a.window_us), "setup_pct": r3(share),
                   "kinds": sorted(kinds)},
