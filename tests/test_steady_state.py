@@ -59,3 +59,18 @@ def test_the_steady_share_is_measured_outside_set_up_not_scaled():
     assert a.work_us - a.steady_work_us > 0  # GPU work inside the set-up stretch
     assert a.steady_pct(a.steady_busy_us) < 80
     assert verdict(m, a) == "set-up"
+
+
+def test_idle_gpu_during_set_up_is_no_idle_gap():
+    # compile_cold: the GPU idles 1.6 s while Inductor lowers the graph (an error-level gpu-idle-gap
+    # before), compile_autotune while it precompiles its candidates: set-up, which one-time-setup says
+    for name in ("compile_cold.json.gz", "compile_autotune.json.gz"):
+        rep = _report(os.path.join(CORPUS_WILD, name))
+        assert "one-time-setup" in _codes(rep) and "gpu-idle-gap" not in _codes(rep), name
+
+
+def test_an_idle_gap_in_the_steady_state_is_still_one():
+    # isnan_check (warm): `if torch.isnan(x).any():` syncs every iteration and the GPU idles
+    # while the CPU catches up; no set-up in its window
+    rep = _report(os.path.join(CORPUS_WILD, "isnan_check.json.gz"))
+    assert "one-time-setup" not in _codes(rep) and "gpu-idle-gap" in _codes(rep)

@@ -423,7 +423,8 @@ def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
     the CPU next starts an op (on any thread; dispatching, op after op, is overhead-bound's), kept
     when that stretch alone is a quarter of its step and the main thread runs Python code that is
     not torch's own meanwhile (torch's dispatcher, the profiler's step and Dynamo's wrappers are
-    the overhead between ops, which comes in many small pieces)."""
+    the overhead between ops, which comes in many small pieces). One-time set-up is no stage: its
+    stretches count as covered (``one-time-setup``'s)."""
     cached = a.__dict__.get("_host_stages")
     if cached is not None:
         return cached
@@ -431,7 +432,7 @@ def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
     if m.steps:
         lo, hi = a.window
         long = []  # only a hole this long can hold such a stretch
-        for x, y in gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end)):
+        for x, y in gaps(merge(a.busy + a.comm + a.setup), lo, min(hi, m.steps[-1].end)):
             step = m.step_at(x)
             if step is not None and y - x >= HOST_STEP_SHARE * (step.end - step.ts):
                 long.append((x, y, step))

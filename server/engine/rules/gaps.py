@@ -82,7 +82,9 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: holes between GPU work inside the active steps, each with what the main thread
     was doing meanwhile (the op and the user line), largest first.
 
-    Threshold: gaps of 50 µs or more that add up to 10% of the window. On overhead-bound traces,
+    Threshold: gaps of 50 µs or more that add up to 10% of the window, outside the stretches of
+    one-time set-up (the GPU idles while the host compiles or loads: ``one-time-setup`` says so,
+    and that idle time is no gap inside a step). On overhead-bound traces,
     where idle time is everywhere and ``overhead-bound`` explains it by the CPU dispatching, only
     a gap counts only as a stage of host work: one stretch, before the CPU starts its next op,
     that alone is a quarter of its step, while the main thread runs Python that is not torch's
@@ -108,7 +110,10 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
         return
     lo, hi = a.window
     host_only = verdict(m, a) == "overhead-bound"
-    holes = host_stages(m, a) if host_only else gaps(merge(a.busy + a.comm), lo, min(hi, m.steps[-1].end))
+    # the GPU idle while the host compiles or loads (one-time set-up) is one-time-setup's finding,
+    # not a gap inside a step: the set-up stretches count as covered
+    holes = host_stages(m, a) if host_only else gaps(merge(a.busy + a.comm + a.setup), lo,
+                                                      min(hi, m.steps[-1].end))
     holes = [(x, y) for x, y in holes if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
     total = sum(y - x for x, y in holes)
     if not holes or total < ctx.threshold("gpu-idle-gap", "window-share") * a.window_us:
