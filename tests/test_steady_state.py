@@ -74,3 +74,16 @@ def test_an_idle_gap_in_the_steady_state_is_still_one():
     # while the CPU catches up; no set-up in its window
     rep = _report(os.path.join(CORPUS_WILD, "isnan_check.json.gz"))
     assert "one-time-setup" not in _codes(rep) and "gpu-idle-gap" in _codes(rep)
+
+
+def test_a_first_step_wider_by_its_set_up_is_one_finding():
+    # cold_conv1d: the first of 5 iterations is 328 ms against 3.5 ms, 253 ms of it the first
+    # conv1d's cuDNN set-up and lazy loading: one-time-setup names it, cold-start-step said it again
+    rep = _report(os.path.join(CORPUS_WILD, "cold_conv1d.json.gz"))
+    assert "one-time-setup" in _codes(rep) and "cold-start-step" not in _codes(rep)
+
+
+def test_a_first_step_wider_without_set_up_to_name_is_still_cold_start():
+    # mlp_eager: the first ProfilerStep is wider, with no set-up long enough to be one-time-setup's
+    rep = _report(os.path.join(ROOT, "examples", "mlp_eager.1796061140317126347.pt.trace.json.gz"))
+    assert "cold-start-step" in _codes(rep) and "one-time-setup" not in _codes(rep)

@@ -5,6 +5,7 @@ import bisect
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
+from ..analyses import covered
 from ..context import Context
 from ..model import LAUNCH_CATS
 from . import rule
@@ -61,7 +62,12 @@ def cold_start_step(ctx: Context) -> Iterable[Diagnostic]:
     A warning when first-time work is visible (workspace allocation, module loading, allocator
     growth: warm up outside the profiler). Information when none is: on the H200 traces the first
     active step is ~100 µs wider on its first op whether or not the program warmed up outside the
-    profiler, which is the profiler's own start-up, not the program's.
+    profiler, which is the profiler's own start-up, not the program's. Silent when the first step
+    holds one-time set-up (``one-time-setup`` fires on it): that finding names what the step does
+    (context creation, lazy loading, library set-up, compiling) and its share, and the verdict
+    already leaves it out; one cause, one finding. This rule keeps the first steps that are wider
+    without set-up long enough to name (allocator growth, a few first-time runtime calls, the
+    profiler's start-up).
 
     Why it costs time: one-off work (cuBLAS workspaces, allocator growth, lazy module loading) lands
     in the first profiled step and inflates it; averages over the steps then mislead.
@@ -82,6 +88,8 @@ def cold_start_step(ctx: Context) -> Iterable[Diagnostic]:
     if len(m.steps) < 3:
         return
     first = m.steps[0]
+    if covered(ctx.a.setup, first.ts, first.end) > 0:
+        return  # one-time-setup owns a first step that holds set-up: one cause, one finding
     rest = median(s.dur for s in m.steps[1:])
     if rest <= 0 or first.dur < COLD_START_RATIO * rest or first.dur - rest < COLD_START_MIN_US:
         return
@@ -123,7 +131,9 @@ def one_time_setup(ctx: Context) -> Iterable[Diagnostic]:
     Threshold: 5 ms and 10% of the active window (merged). Also in windows without steps. The
     verdict leaves this stretch out (the shares are of the rest of the window); when no step is
     free of it (the window is one cold call) there is no steady state to judge and the verdict is
-    ``set-up``, unless the GPU is busy 80% of the rest (compute-bound whatever the host did).
+    ``set-up``, unless the GPU is busy 80% of the rest (compute-bound whatever the host did). It
+    owns a first step that holds set-up: ``cold-start-step`` stays silent on it (one cause, one
+    finding; this one names what the step does and how much of the window it holds).
 
     Why it costs time: it does not: it happens once per process. But inside the profiled window it
     dwarfs the steady state, and read as dispatch it makes a GPU-bound program look overhead-bound.
