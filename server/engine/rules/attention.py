@@ -1,11 +1,13 @@
 """Attention rules: ``unfused-attention``."""
 from __future__ import annotations
 
+import ast
 from itertools import compress
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
 from ..context import Context
+from ..fixes import Edit, Fix, Source, call_name
 from ..impact import ev, gpu_cut, zero
 from ..kernels import GEMM
 from . import rule
@@ -181,3 +183,70 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
         )
 
 unfused_attention.replay(gpu_cut("other_us_per_step"))  # the chain's GPU time outside its GEMMs, gone
+
+
+def _is_transpose_last2(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and call_name(node) == "transpose" and len(node.args) == 2 and \
+        {ast.unparse(a) for a in node.args} == {"-2", "-1"}
+
+
+@unfused_attention.quick_fix
+def _sdpa(src: Source, line1: int) -> list[Fix]:
+    func = src.func_at(line1)
+    if func is None:
+        return []
+    body = [n for n in ast.walk(func) if isinstance(n, ast.Assign) and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)]
+    body.sort(key=lambda n: n.lineno)
+    for i, first in enumerate(body):
+        scores = first.targets[0].id
+        mm, scale = first.value, None
+        if isinstance(mm, ast.BinOp) and isinstance(mm.op, (ast.Div, ast.Mult)) and \
+                isinstance(mm.left, ast.BinOp) and isinstance(mm.left.op, ast.MatMult):
+            scale = (f"1 / ({src.segment(mm.right)})" if isinstance(mm.op, ast.Div)
+                     else src.segment(mm.right))
+            mm = mm.left
+        if not (isinstance(mm, ast.BinOp) and isinstance(mm.op, ast.MatMult) and _is_transpose_last2(mm.right)):
+            continue
+        q, k = src.segment(mm.left), src.segment(mm.right.func.value)
+        mask, soft, rest, chain = None, None, body[i + 1:], [first]
+        for st in rest:
+            uses = {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}
+            if scores not in uses:
+                continue
+            if st.targets[0].id != scores:
+                break
+            chain.append(st)
+            for c in ast.walk(st.value):
+                if isinstance(c, ast.Call) and call_name(c) == "masked_fill" and c.args:
+                    m = c.args[0]
+                    mask = src.segment(m.operand) if isinstance(m, ast.UnaryOp) and isinstance(m.op, ast.Invert) \
+                        else f"~({src.segment(m)})"
+                if isinstance(c, ast.Call) and call_name(c) == "softmax":
+                    soft = st
+            if soft is not None:
+                break
+        if soft is None:
+            continue
+        # the statement that multiplies the probabilities by v, after the softmax
+        for st in ast.walk(func):
+            if not isinstance(st, ast.stmt) or st.lineno <= soft.end_lineno:
+                continue
+            hit = next((b for b in ast.walk(st) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.MatMult)
+                        and isinstance(b.left, ast.Name) and b.left.id == scores), None)
+            if hit is None:
+                continue
+            v = src.segment(hit.right)
+            args = [q, k, v] + ([f"attn_mask={mask}"] if mask else []) + ([f"scale={scale}"] if scale else [])
+            fn = "F.scaled_dot_product_attention" if _has_F(src) else "torch.nn.functional.scaled_dot_product_attention"
+            edits = [Edit(*src.span(hit), f"{fn}({', '.join(args)})")]
+            for dead in chain:  # scores, mask, softmax: one fused call does them all
+                edits.append(Edit(dead.lineno - 1, 0, dead.end_lineno, 0, ""))
+            return [Fix("Use F.scaled_dot_product_attention (fused attention kernel)", edits, True)]
+    return []
+
+
+def _has_F(src: Source) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and n.module == "torch.nn" and any(a.name == "functional" and a.asname == "F" for a in n.names)
+               or isinstance(n, ast.Import) and any(a.name == "torch.nn.functional" and a.asname == "F" for a in n.names)
+               for n in src.tree.body)

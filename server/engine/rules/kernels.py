@@ -2,6 +2,7 @@
 ``launch-storm``."""
 from __future__ import annotations
 
+import ast
 import math
 from typing import Iterable
 
@@ -9,6 +10,7 @@ from ....protocol.types import Diagnostic
 from .. import kernels as K
 from ..analyses import covered
 from ..context import Context
+from ..fixes import Edit, Fix, Source, after_imports, imports_torch
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
@@ -264,6 +266,30 @@ def _tf32(sm: StepModel, d: Diagnostic) -> Change:
             if a.gpu_class[g] == K.GEMM and K.is_fp32_simt_gemm(m.gpu[g].name):
                 ch.dur[g] = dd / faster + KERNEL_FLOOR_US
     return ch
+
+
+@fp32_matmul.quick_fix
+def _tf32_or_autocast(src: Source, line1: int) -> list[Fix]:
+    out = []
+    sets = [n for n in ast.walk(src.tree) if isinstance(n, ast.Assign)
+            and any(src.segment(t).endswith("matmul.allow_tf32") for t in n.targets)]
+    if sets:
+        edits = [Edit(*src.span(n.value), "True") for n in sets if src.segment(n.value) != "True"]
+    else:
+        at = after_imports(src)
+        pre = "" if imports_torch(src) else "import torch\n"
+        edits = [Edit(at, 0, at, 0, f"{pre}torch.backends.cuda.matmul.allow_tf32 = True  "
+                                     "# fp32 GEMMs on tensor cores (TF32)\n")]
+    if edits:
+        out.append(Fix("Allow TF32 for fp32 matmuls (torch.backends.cuda.matmul.allow_tf32)", edits, True))
+    st = src.stmt_at(line1)
+    if st is not None and st.end_lineno == st.lineno and imports_torch(src):
+        text = src.lines[line1 - 1]
+        ind = text[:len(text) - len(text.lstrip())]
+        out.append(Fix("Run this statement under torch.autocast (bf16)", [Edit(
+            line1 - 1, 0, line1 - 1, len(text),
+            f'{ind}with torch.autocast("cuda", dtype=torch.bfloat16):\n{ind}    {text.lstrip()}')]))
+    return out
 
 
 def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:

@@ -2,13 +2,15 @@
 ``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``."""
 from __future__ import annotations
 
-from typing import Iterable
+import ast
+from typing import Iterable, Optional
 
 import msgspec
 
 from ....protocol.types import Diagnostic
 from ..analyses import covered
 from ..context import Context
+from ..fixes import Edit, Fix, Source, call_name, line_first, set_kw
 from ..impact import KERNEL_FLOOR_US, ev, in_ranges, line_cpu, line_loop, loop, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
@@ -24,6 +26,13 @@ UPDATE_OPS = {"aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::mul_", "
 SINGLE_TENSOR_MIN_OPS = 20  # per-parameter update ops per step that give the loop away
 PAGEABLE_BYTES_PER_STEP = 1 << 20
 PAGEABLE_STEP_SHARE = 0.01
+# what the quick fixes look for in the source (class names as the user writes them)
+OPTIMIZER_CLASSES = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD",
+                     "Adadelta"}
+FUSED_CLASSES = {"Adam", "AdamW", "SGD", "Adagrad"}  # torch.optim classes with a fused implementation
+CONV_CLASSES = {"Conv1d", "Conv2d", "Conv3d", "LazyConv1d", "LazyConv2d", "LazyConv3d"}
+NORM_CLASSES = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
+                "LazyBatchNorm2d", "LazyBatchNorm3d"}
 # Measured on H200 (docs/workloads.md, examples/recorded/README.md), used as conservative factors:
 PER_PARAM_GIVES_BACK = 0.8  # foreach/fused and set_to_none remove the per-parameter dispatch
 PINNED_GPU_GIVES_BACK = 0.5  # pinned copies run at full bandwidth (about 2x pageable's)
@@ -127,6 +136,73 @@ def _pinned(sm: StepModel, d: Diagnostic) -> Change:
     return ch
 
 
+def _copy_calls(src: Source, line1: int) -> list[ast.Call]:
+    return [c for c in src.calls(lambda c: call_name(c) in ("to", "cuda", "copy_"))
+            if c.lineno <= line1 <= c.end_lineno]
+
+
+@pageable_memcpy.quick_fix
+def _pin_and_copy_async(src: Source, line1: int) -> list[Fix]:
+    """Pinned memory where it costs once: the file's DataLoader (``pin_memory=True``), else the
+    statement that makes the copied tensor, when that runs outside the loop doing the copy. Never
+    ``.pin_memory()`` at a copy in the loop: it pins every batch on the main thread, which
+    PyTorch's pinned-memory tutorial warns can be slower than the pageable copy. With neither, no
+    quick fix (the finding says what to do)."""
+    copies = _copy_calls(src, line1)
+    if not copies:
+        return []
+    loaders = src.calls(lambda c: call_name(c) == "DataLoader")
+    if loaders:
+        pin = [e for c in loaders for e in set_kw(src, c, "pin_memory", "True")]
+        title = "Pin the DataLoader's memory (pin_memory=True) and copy with non_blocking=True"
+    else:
+        pin = []
+        for c in copies:
+            recv = c.func.value if isinstance(c.func, ast.Attribute) else None
+            made = _made_once(src, c, recv) if isinstance(recv, ast.Name) else None
+            if made is None:
+                return []
+            if "pin_memory" not in src.segment(made):
+                l, col, el, ec = src.span(made)
+                simple = isinstance(made, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
+                pin += ([] if simple else [Edit(l, col, l, col, "(")]) + \
+                    [Edit(el, ec, el, ec, ("" if simple else ")") + ".pin_memory()")]
+        title = "Pin the tensor once where it is made, outside the loop (.pin_memory()), and copy with non_blocking=True"
+    nb = [e for c in copies for e in set_kw(src, c, "non_blocking", "True")]
+    edits = pin + nb
+    return [Fix(title, edits, True)] if edits and pin else []
+
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _made_once(src: Source, copy: ast.Call, name: ast.Name) -> Optional[ast.expr]:
+    """The value of the plain assignment ``name = value`` that the copy reads, when it runs once
+    for all the copies: not inside a loop that holds the copy (the loop's own target and
+    unpacked batches are made per iteration), in the same function."""
+    scope = copy
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = src.parent(scope)
+    if scope is None:
+        return None
+    loops = []
+    n = src.parent(copy)
+    while n is not None and n is not scope:
+        if isinstance(n, LOOPS):
+            loops.append(n)
+        n = src.parent(n)
+    stores = [x for x in ast.walk(scope) if isinstance(x, ast.Name) and x.id == name.id
+              and isinstance(x.ctx, ast.Store) and (x.lineno, x.col_offset) < (copy.lineno, copy.col_offset)]
+    if not stores:
+        return None
+    last = max(stores, key=lambda x: (x.lineno, x.col_offset))
+    st = src.parent(last)
+    if not (isinstance(st, ast.Assign) and st.targets == [last]) or \
+            any(src.inside(st, loop) for loop in loops):
+        return None
+    return st.value
+
+
 def _optimizer_steps(m):
     return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
@@ -204,6 +280,39 @@ def _optimizer(sm: StepModel, d: Diagnostic) -> Change:
     return ch if not ch.empty() else line_loop(sm, d)
 
 
+@optimizer_foreach_off.quick_fix
+def _foreach_or_fused(src: Source, line1: int) -> list[Fix]:
+    def single_tensor(c: ast.Call) -> bool:  # not already foreach=True / fused=True
+        kws = {k.arg: src.segment(k.value) for k in c.keywords}
+        return kws.get("foreach") != "True" and kws.get("fused") != "True"
+
+    calls = src.calls(lambda c: call_name(c) in OPTIMIZER_CLASSES and single_tensor(c))
+    out = []
+    fe = [e for c in calls for e in set_kw(src, c, "foreach", "True", drop=("fused",))]
+    if fe:
+        out.append(Fix("Use the foreach optimizer (foreach=True)", fe, True))
+    fu = [e for c in calls if call_name(c) in FUSED_CLASSES for e in set_kw(src, c, "fused", "True", drop=("foreach",))]
+    if fu:
+        out.append(Fix("Use the fused optimizer (fused=True)", fu))
+    return out
+
+
+@optimizer_foreach_off.fix_elsewhere
+def _constructor(src: Source, line1: int) -> list[tuple[Edit, str]]:
+    """The finding sits at ``optimizer.step()``; its fix goes on the optimizer's constructor."""
+    out: list[tuple[Edit, str]] = []
+    for fx in _foreach_or_fused(src, line1)[:1]:
+        for e in fx.edits:
+            call = next((c for c in src.calls(lambda c: call_name(c) in OPTIMIZER_CLASSES)
+                         if c.lineno - 1 <= e.line <= c.end_lineno - 1), None)
+            if call is None or call.lineno == line1:
+                continue
+            span = Edit(*src.span(call), "")
+            if span not in [s for s, _ in out]:
+                out.append((span, f"the optimizer is built here ({call_name(call)}): the fix goes here"))
+    return out
+
+
 @rule("zero-grad-not-none", "zero_grad writes zeros every step", "warning",
       saves=(line_cpu(PER_PARAM_GIVES_BACK), ev("gpu_us_per_step")))
 def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
@@ -253,6 +362,13 @@ def _zero_grad(sm: StepModel, d: Diagnostic) -> Change:
     """Every launch of ``zero_grad()`` (its annotation, else the finding's line) gone."""
     pts = [p for p in in_ranges(sm, OPT_ZERO) if p.ops] or [p for p in sm.on_line(d) if p.ops]
     return Change(keep={p.i: 0.0 for p in pts}, drop={p.i for p in pts})
+
+
+@zero_grad_not_none.quick_fix
+def _set_to_none(src: Source, line1: int) -> list[Fix]:
+    calls = line_first(src, line1, src.calls(lambda c: call_name(c) == "zero_grad"))
+    edits = [e for c in calls for e in set_kw(src, c, "set_to_none", "True")]
+    return [Fix("Use zero_grad(set_to_none=True)", edits, True)] if edits else []
 
 
 def _has_bias(e) -> bool:
@@ -310,6 +426,21 @@ def conv_bias_before_bn(ctx: Context) -> Iterable[Diagnostic]:
             evidence={"pairs": len(ps), "conv_op": m.cpu[ps[0][0]].name, "bn_op": m.cpu[ps[0][1]].name},
             fix="construct the convolution with bias=False when a BatchNorm follows it",
         )
+
+
+@conv_bias_before_bn.quick_fix
+def _no_bias(src: Source, line1: int) -> list[Fix]:
+    edits = []
+    scopes = [n for n in ast.walk(src.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Call))
+              and src.calls(lambda c: call_name(c) in NORM_CLASSES, n) and src.calls(lambda c: call_name(c) in CONV_CLASSES, n)]
+    seen = set()
+    for s in scopes:
+        for c in src.calls(lambda c: call_name(c) in CONV_CLASSES, s):
+            if id(c) not in seen:
+                seen.add(id(c))
+                edits += set_kw(src, c, "bias", "False")
+    return [Fix("Build the convolution without bias (bias=False): the batch norm cancels it", edits,
+                True)] if edits else []
 
 
 @rule("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning",
