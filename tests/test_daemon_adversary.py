@@ -126,16 +126,16 @@ async def test_a_report_the_store_cannot_take_is_refused_alone(core):
     rebuilt, and the reports of traces analysed on request were lost. Now that report alone is
     stored as an error saying so; the store and the other reports stay."""
     first = drop(core.watch, "seed_n64_bf16")
-    await await_for(lambda: first in core.trace_key, 30, "the first report")
-    key1 = core.trace_key[first]
-    core.store._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    await await_for(lambda: core.index.key_of_trace(first) is not None, 30, "the first report")
+    key1 = core.index.key_of_trace(first)
+    core.index.store._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
     big = drop(core.watch, "seed_n4096_bf16")
-    await await_for(lambda: big in core.trace_key, 30, "the second report")
-    core.store._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000_000)
-    assert core.store.moved_aside is None
-    assert not [f for f in os.listdir(os.path.dirname(core.store.path)) if ".bad-" in f]
-    assert core.store.get(key1) is not None and core.store.file_key(first) == key1
-    row = core.store.row(core.trace_key[big])
+    await await_for(lambda: core.index.key_of_trace(big) is not None, 30, "the second report")
+    core.index.store._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000_000)
+    assert core.index.store.moved_aside is None
+    assert not [f for f in os.listdir(os.path.dirname(core.index.store.path)) if ".bad-" in f]
+    assert core.index.store.get(key1) is not None and core.index.store.file_key(first) == key1
+    row = core.index.store.row(core.index.key_of_trace(big))
     assert row is not None and "more than the results store takes" in row.error
     assert "string or blob too big" in row.error
 
@@ -160,10 +160,10 @@ async def test_a_frame_outside_the_workspace_is_unmapped(core, tmp_path):
     victim = outside / "not_in_the_workspace.py"
     victim.write_bytes(open(SEED_SRC, "rb").read())
     path = put(core.watch, "out.json.gz", trace_naming(str(victim)))
-    await await_for(lambda: path in core.trace_key, 30, "the report")
-    key = core.trace_key[path]
-    assert str(victim) not in core.meta[key].sources
-    assert core.newest_for(str(victim)) is None and core.hot_lines_for(str(victim)) == (None, [])
+    await await_for(lambda: core.index.key_of_trace(path) is not None, 30, "the report")
+    key = core.index.key_of_trace(path)
+    assert str(victim) not in core.index.row(key).sources
+    assert core.index.newest_for(str(victim)) is None and core.hot_lines_for(str(victim)) == (None, [])
     assert core.diagnostics_for(str(victim))[1] == []
     _, on_trace = core.diagnostics_for(path)
     assert any(d.code == "overhead-bound" for d in on_trace)
@@ -174,9 +174,9 @@ async def test_a_frame_path_with_a_nul_byte_is_reported(core):
     """A frame path holding a NUL byte: the daemon's source reader raised ValueError and the
     trace was never reported (the CLI did). Now it is, the frame unmapped."""
     path = put(core.watch, "nul.json.gz", trace_naming("/tmp/a\\u0000b/nowhere.py"))
-    await await_for(lambda: path in core.trace_key, 30, "the report")
-    key = core.trace_key[path]
-    assert core.meta[key].error is None
+    await await_for(lambda: core.index.key_of_trace(path) is not None, 30, "the report")
+    key = core.index.key_of_trace(path)
+    assert core.index.row(key).error is None
     assert any(d.code == "overhead-bound" for d in core.diagnostics_for(path)[1])
 
 
@@ -314,19 +314,19 @@ async def test_another_content_with_the_old_size_and_mtime_is_analysed(folders, 
     c = await started()
     try:
         path = put(str(watch), "t.json", a)
-        await await_for(lambda: path in c.trace_key, 30, "the first content's report")
-        first = c.trace_key[path]
+        await await_for(lambda: c.index.key_of_trace(path) is not None, 30, "the first content's report")
+        first = c.index.key_of_trace(path)
         _same_size_and_mtime(path, b, in_place)  # live
-        await await_for(lambda: c.trace_key.get(path) not in (None, first), 30,
+        await await_for(lambda: c.index.key_of_trace(path) not in (None, first), 30,
                         "the second content's report")
-        second = c.trace_key[path]
+        second = c.index.key_of_trace(path)
     finally:
         await c.stop()
     _same_size_and_mtime(path, a, in_place)  # while the daemon is down
     c = await started()
     try:
-        await await_for(lambda: c.trace_key.get(path) == first, 30, "the first content again")
-        assert second in c.meta
+        await await_for(lambda: c.index.key_of_trace(path) == first, 30, "the first content again")
+        assert second in c.index
     finally:
         await c.stop()
 
@@ -347,14 +347,14 @@ async def test_sparse_and_oversized_files_are_refused_at_once(core, tmp_path):
     await asyncio.sleep(0.3)
     core._pool.mem_bytes = 4 << 30
     good = drop(core.watch, "seed_n64_bf16")
-    await await_for(lambda: all(p in core.trace_key for p in [*sparse, big, good]), 30,
+    await await_for(lambda: all(core.index.key_of_trace(p) is not None for p in [*sparse, big, good]), 30,
                     "every file's report")
-    assert core.report(core.trace_key[good]).error is None
+    assert core.index.report(core.index.key_of_trace(good)).error is None
     for p in sparse:
-        err = core.meta[core.trace_key[p]].error
+        err = core.index.row(core.index.key_of_trace(p)).error
         assert p in err and "sparse file (30.0 GB, a hole at byte 0)" in err, err
-        assert core.trace_key[p].startswith("sig-")
-    err = core.meta[core.trace_key[big]].error
+        assert core.index.key_of_trace(p).startswith("sig-")
+    err = core.index.row(core.index.key_of_trace(big)).error
     assert "over the 1 MB memory budget per analysis" in err, err
 
 

@@ -303,10 +303,10 @@ async def test_a_budget_error_is_tried_again_under_a_bigger_budget(folders):
                         settle=0.1, quiet=0.5, analysis_mb=mb))
         await c.start()
         try:
-            await await_for(lambda: c.trace_key.get(path) in c.meta and c.intake.queued == 0 and
+            await await_for(lambda: c.index.key_of_trace(path) in c.index and c.intake.queued == 0 and
                             c.running == 0, 60, "the trace's report")
             await asyncio.sleep(0.3)
-            return c.analyses, c.meta[c.trace_key[path]].error
+            return c.analyses, c.index.row(c.index.key_of_trace(path)).error
         finally:
             await c.stop()
 
@@ -733,7 +733,7 @@ async def core(folders):
     watch, state = folders
     c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=2,
                     settle=0.1, quiet=0.5))
-    c.store_retry_s = 0.3
+    c.index.retry_s = 0.3
     await c.start()
     c.watch = str(watch)
     yield c
@@ -743,26 +743,26 @@ async def core(folders):
 async def test_store_at_its_page_cap_keeps_reports_in_process(core):
     """In process, for where no filesystem can be mounted (the real full disk: the tmpfs test
     above): SQLite's page cap gives the same SQLITE_FULL error on every write."""
-    pages = core.store._db.execute("PRAGMA page_count").fetchone()[0]
-    core.store._db.execute(f"PRAGMA max_page_count={pages}")
+    pages = core.index.store._db.execute("PRAGMA page_count").fetchone()[0]
+    core.index.store._db.execute(f"PRAGMA max_page_count={pages}")
     paths = [put(core.watch, f"t{i:02d}.json.gz", variant("seed_n64_bf16", i)) for i in range(30)]
-    await await_for(lambda: len(core.meta) == 30, 60, "30 reports in memory")
-    assert all(core.report(core.trace_key[p]) is not None for p in paths)
-    assert core.store.count() < 30 and core._unsaved
-    core.store._db.execute("PRAGMA max_page_count=1073741823")  # space again
-    await await_for(lambda: core.store.count() == 30 and not core._unsaved, 10, "all saved")
+    await await_for(lambda: len(core.index) == 30, 60, "30 reports in memory")
+    assert all(core.index.report(core.index.key_of_trace(p)) is not None for p in paths)
+    assert core.index.store.count() < 30 and core.index.pending_writes
+    core.index.store._db.execute("PRAGMA max_page_count=1073741823")  # space again
+    await await_for(lambda: core.index.store.count() == 30 and not core.index.pending_writes, 10, "all saved")
 
 
 async def test_store_turning_read_only_in_use_keeps_serving(core):
     """A store that stops taking writes while the daemon runs (a ``mode=ro`` connection: a
     filesystem cannot be remounted read-only under a file open for writing)."""
-    core.store._db.close()
-    core.store._db = sqlite3.connect(f"file:{core.store.path}?mode=ro", uri=True,
+    core.index.store._db.close()
+    core.index.store._db = sqlite3.connect(f"file:{core.index.store.path}?mode=ro", uri=True,
                                      check_same_thread=False, isolation_level=None)
     path = drop(core.watch, "seed_n64_bf16")
-    await await_for(lambda: path in core.trace_key, 30, "a report in memory")
+    await await_for(lambda: core.index.key_of_trace(path) is not None, 30, "a report in memory")
     _, diags = core.diagnostics_for(SEED_SRC)
-    assert any(x.code == "overhead-bound" for x in diags) and core._unsaved
+    assert any(x.code == "overhead-bound" for x in diags) and core.index.pending_writes
 
 
 # ---- 10. symlinks, state dir, logs ----------------------------------------------------------------

@@ -56,13 +56,13 @@ async def test_flood_of_1000_files_each_analysed_once(core):
             await asyncio.sleep(0)  # let the loop take events while we write
     written = time.monotonic() - t0
     assert written < 10
-    await await_for(lambda: len(core.meta) == 1000, 90, "1000 reports", every=0.1)
+    await await_for(lambda: len(core.index) == 1000, 90, "1000 reports", every=0.1)
     took = time.monotonic() - t0
     await asyncio.sleep(0.5)  # late events must not cause second analyses
     assert core.analyses == 1000 and len(core.rec.ready) == 1000
     assert not any(e for _, _, e in core.rec.ready)
     assert len({p for _, p, _ in core.rec.ready}) == 1000  # none lost, none twice
-    assert core.store.count() == 1000 and core.intake.queued == 0
+    assert core.index.store.count() == 1000 and core.intake.queued == 0
     print(f"\nflood: 1000 files written in {written:.2f} s, all analysed in {took:.2f} s, "
           f"{core.analyses} analyses")
 
@@ -87,9 +87,9 @@ async def test_same_content_twice_costs_nothing(core):
     drop(core.watch, "seed_n64_bf16")
     await await_for(lambda: core.rec.ready, 20, "report")
     drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
-    await await_for(lambda: core.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
+    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
                     "link")
-    assert core.analyses == 1 and len(core.meta) == 1
+    assert core.analyses == 1 and len(core.index) == 1
 
 
 async def test_deleted_and_replaced_files_and_folder_recreated(core):
@@ -148,9 +148,9 @@ async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch)
     assert core.rec.ready[0][2] is None
     # the same content under another name: hashed first (same size), linked, not analysed
     drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
-    await await_for(lambda: core.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
+    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
                     "link")
-    assert core.analyses == 1 and len(core.meta) == 1
+    assert core.analyses == 1 and len(core.index) == 1
 
 
 async def test_same_new_content_twice_at_once_analysed_once(core, monkeypatch):
@@ -160,7 +160,7 @@ async def test_same_new_content_twice_at_once_analysed_once(core, monkeypatch):
     drop(core.watch, "tinygpt_naive", as_name="a.json.gz")
     drop(core.watch, "tinygpt_naive", as_name="b.json.gz")
     await await_for(lambda: len(core.rec.ready) == 2, 30, "two reports")
-    assert core.analyses == 1 and len(core.meta) == 1
+    assert core.analyses == 1 and len(core.index) == 1
     assert {os.path.basename(p) for _, p, _ in core.rec.ready} == {"a.json.gz", "b.json.gz"}
 
 
@@ -189,14 +189,14 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
     os.replace(tmp, path)
     sha = __import__("hashlib").sha256
     key_a, key_b = f"{sha(a).hexdigest()}:{core.fp}", f"{sha(b).hexdigest()}:{core.fp}"
-    await await_for(lambda: core.trace_key.get(path) == key_a, 20, "A's report at the path")
-    assert key_b in core.meta and core.analyses == 2
+    await await_for(lambda: core.index.key_of_trace(path) == key_a, 20, "A's report at the path")
+    assert key_b in core.index and core.analyses == 2
     assert [k for k, p, _ in core.rec.ready if p == path] == [key_a]  # B was never shown there
     later = os.path.join(core.watch, "b_again.json.gz")
     with open(tmp, "wb") as f:
         f.write(b)
     os.replace(tmp, later)
-    await await_for(lambda: core.trace_key.get(later) == key_b, 20, "B linked")
+    await await_for(lambda: core.index.key_of_trace(later) == key_b, 20, "B linked")
     assert core.analyses == 2
     assert hashing.sha_file(later)[0] == key_b.split(":")[0]
 

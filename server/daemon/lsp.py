@@ -132,7 +132,7 @@ def client_error(error):
 # ---- formatting ---------------------------------------------------------------------------------
 def _steps(core, key) -> int:
     """How many profiled steps the report's totals are over: hovers, hints and lenses show per step."""
-    r = core.report(key) if key else None
+    r = core.index.report(key) if key else None
     return max(1, len(r.summary.steps)) if r is not None and r.summary is not None else 1
 
 
@@ -315,7 +315,7 @@ _DIFFS: dict[tuple[str, str], ReportDiff] = {}  # (old key, new key): keys name 
 def _diff_cached(core: Core, old: str, new: str) -> Optional[ReportDiff]:
     d = _DIFFS.get((old, new))
     if d is None:
-        a, b = core.report(old), core.report(new)
+        a, b = core.index.report(old), core.index.report(new)
         if a is None or b is None or a.error or b.error:
             return None
         d = _DIFFS[(old, new)] = diff_reports(a, b)
@@ -327,13 +327,13 @@ def _diff_cached(core: Core, old: str, new: str) -> Optional[ReportDiff]:
 def line_deltas(core: Core, source: str) -> tuple[Optional[str], list[LineDelta]]:
     """(previous trace path, its per-line deltas on ``source``) when a newer trace of the same
     program replaced an older one on this file."""
-    old, new = core.previous_for(source), core.newest_for(source)
+    old, new = core.index.previous_for(source), core.index.newest_for(source)
     if old is None or new is None:
         return None, []
     d = _diff_cached(core, old, new)
     if d is None:
         return None, []
-    return core.meta[old].path, [ld for ld in d.lines if ld.path == source]
+    return core.index.row(old).path, [ld for ld in d.lines if ld.path == source]
 
 
 def _annotate_task(trace: str, out: str, workspace, path_map, disabled) -> str:
@@ -512,7 +512,7 @@ class LspSession:
     def positions(self, key: Optional[str]) -> positions.Positions:
         """Report ``key``'s positions moved from the text it was made against onto ours."""
         return positions.Positions(
-            (lambda p: self.core.baseline(key, p)) if key else (lambda p: None), self.current_lines)
+            (lambda p: self.core.index.baseline(key, p)) if key else (lambda p: None), self.current_lines)
 
     def findings(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
         """The findings shown on ``source``, on the lines of the text this client shows."""
@@ -521,7 +521,7 @@ class LspSession:
 
     def lsp_diagnostics(self, source: str) -> tuple[Optional[str], list[L.Diagnostic]]:
         key, diags = self.findings(source)
-        row = self.core.meta.get(key) if key else None
+        row = self.core.index.row(key)
         items = [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
                  for d in diags]
         return key, self.to_client(items + self.unplaced_notes(source), source)
@@ -540,8 +540,8 @@ class LspSession:
         core, name = self.core, os.path.basename(source)
         out = []
         for key, (trace_path, names) in list(core.unplaced.items()):
-            if name not in names or core.trace_key.get(trace_path) != key or \
-                    not core.current_fp(key) or not self.is_open(source):
+            if name not in names or core.index.key_of_trace(trace_path) != key or \
+                    not core.index.shown(key) or not self.is_open(source):
                 continue
             hint = core.unmapped_hint(key, trace_path)
             if hint is None:
@@ -585,10 +585,10 @@ class LspSession:
 
     def _source_of(self, uri: str) -> str:
         p = _path_of(uri)
-        if p in self.core.by_source:
+        if self.core.index.indexed(p):
             return p
         real = SOURCES.real(p)
-        return next((s for s in self.core.by_source if SOURCES.real(s) == real), p)
+        return next((s for s in self.core.index.sources() if SOURCES.real(s) == real), p)
 
     # ---- from the core ----------------------------------------------------------------------
     def publish(self, source: str) -> None:
@@ -607,7 +607,7 @@ class LspSession:
             return
         for uri in self.shown.uris():
             self.publish(_path_of(uri))
-        for source in list(self.core.by_source):
+        for source in self.core.index.sources():
             if from_fs_path(source) not in self.shown:
                 self.publish(source)
         self.schedule_refresh()
@@ -639,7 +639,7 @@ class LspSession:
             self.publish(s)
         self.schedule_refresh()
         self.ls.protocol.notify(M.REPORT_READY, T.to_builtins(M.ReportReady(
-            key=key, path=self.core.meta[key].path, error=report.error,
+            key=key, path=self.core.index.row(key).path, error=report.error,
             diagnostics=len(report.diagnostics), sources=sources)))
 
     def log_error(self, text: str) -> None:
@@ -727,10 +727,10 @@ async def _lookup(core: Core, uri: str, outline: bool = False) -> str:
     """The indexed name of the file at ``uri`` (as indexed, or via its real path), read into
     ``SOURCES`` (off the loop) for the handler that asked; ``outline``: its functions too."""
     p = _path_of(uri)
-    if p not in core.by_source:
+    if not core.index.indexed(p):
         await SOURCES.warm([p], outline=outline)
         rp = SOURCES.real(p)
-        indexed = next((s for s in core.by_source if SOURCES.real(s) == rp), None)
+        indexed = next((s for s in core.index.sources() if SOURCES.real(s) == rp), None)
         if indexed is None:
             return p
         p = indexed
@@ -759,11 +759,11 @@ def build_server(session: LspSession) -> LanguageServer:
         core.sessions.add(session)
         ls_.window_log_message(L.LogMessageParams(
             type=L.MessageType.Info,
-            message=f"profd {__version__}: {len(core.meta)} reports; watching {core.cfg.watch}"))
+            message=f"profd {__version__}: {len(core.index)} reports; watching {core.cfg.watch}"))
         await session.load_project()
         await session.load_settings()
-        await SOURCES.warm(list(core.by_source))
-        for source in list(core.by_source):
+        await SOURCES.warm(core.index.sources())
+        for source in core.index.sources():
             session.publish(source)
         session.schedule_refresh()
 
@@ -813,9 +813,9 @@ def build_server(session: LspSession) -> LanguageServer:
             session.reconfigure()
             return
         source = await _lookup(core, params.text_document.uri)
-        key = core.newest_for(source)
+        key = core.index.newest_for(source)
         if key is not None:
-            await SOURCES.warm(core.meta[key].sources)
+            await SOURCES.warm(core.index.row(key).sources)
         session.publish(source)
         session.schedule_refresh()
 
@@ -839,7 +839,7 @@ def build_server(session: LspSession) -> LanguageServer:
                                     identifier="profd"))
     async def pull_diagnostics(ls_: LanguageServer, params: L.DocumentDiagnosticParams):
         source = await _lookup(core, params.text_document.uri)
-        if core.newest_for(source) is None and source not in core.trace_key:
+        if core.index.newest_for(source) is None and core.index.key_of_trace(source) is None:
             # its report may be on its way (the start-up scan, an analysis): the first answer
             # waits for it, or until nothing is left to analyse
             await core.wait_for(source)
@@ -855,7 +855,7 @@ def build_server(session: LspSession) -> LanguageServer:
         trace-level findings and the unmapped-source hint live there)."""
         prev = {p.uri: p.value for p in params.previous_result_ids or ()}
         out = []
-        for source in list(core.by_source):
+        for source in core.index.sources():
             uri = from_fs_path(source)
             result_id, items = diagnostic_report(source, prev.get(uri))
             if items is None:
@@ -878,7 +878,7 @@ def build_server(session: LspSession) -> LanguageServer:
         h = next((x for x in hots if x.line == was.line), None)
         if h is not None and was.line != line:
             h = msgspec.structs.replace(h, line=line)
-        tree = getattr(core.report(key), "modules", None) if key else None
+        tree = getattr(core.index.report(key), "modules", None) if key else None
         mods = top_modules(tree, source, was.line)
         old_trace, deltas = line_deltas(core, source)
         ld = next((d for d in deltas if d.line == was.line), None)
@@ -888,12 +888,12 @@ def build_server(session: LspSession) -> LanguageServer:
         here = [d for d in diags if d.location.line == line and d.location.path == source]
         parts = []
         if h is not None or mods:
-            parts.append(hover_markdown(h, core.meta[key].path, here, mods, _steps(core, key),
+            parts.append(hover_markdown(h, core.index.row(key).path, here, mods, _steps(core, key),
                                         f"{os.path.basename(source)}:{line}"))
         if ld is not None:
             parts.append(before_after_markdown(ld, old_trace))
         if was.changed:
-            base = core.baseline(key, source) or ()
+            base = core.index.baseline(key, source) or ()
             then = base[was.line - 1].strip() if 0 < was.line <= len(base) else ""
             parts.append(f"*This line changed since the trace was analysed* (it was line {was.line}"
                          + (f": `{then[:80]}`" if then else "") + "): the numbers are that code's.")
@@ -954,7 +954,7 @@ def build_server(session: LspSession) -> LanguageServer:
             if best:  # the fix in this function that gives back most
                 title += f" · top fix: {best[0].code} ~{us(best[0].impact_us_per_step)}/step"
             lines = [f"profd: {name} in {os.path.basename(source)}, per step "
-                     f"(trace {os.path.basename(core.meta[key].path)}):"]
+                     f"(trace {os.path.basename(core.index.row(key).path)}):"]
             for h in sorted(hs, key=lambda h: -(h.gpu_us + h.cpu_total_us))[:8]:
                 text = src_lines[h.line - 1].strip() if h.line <= len(src_lines) else ""
                 lines.append(f"  line {h.line}: GPU {us(h.gpu_us / n)}, CPU {us(h.cpu_total_us / n)}, "
@@ -987,7 +987,7 @@ def build_server(session: LspSession) -> LanguageServer:
         key, diags = session.findings(source)  # on the buffer's lines
         if key is None:
             return []
-        row = core.meta[key]
+        row = core.index.row(key)
         only = [str(getattr(k, "value", k)) for k in (params.context.only or ())]
         lo, hi = params.range.start.line + 1, params.range.end.line + 1
         doc = ls_.workspace.text_documents.get(uri)
@@ -1027,9 +1027,9 @@ def build_server(session: LspSession) -> LanguageServer:
         if len(args) == 1 and isinstance(args[0], list):
             args = tuple(args[0])
         key = args[0] if args else None
-        if not isinstance(key, str) or key not in core.meta:
+        if not isinstance(key, str) or key not in core.index:
             raise RpcError(-32602, "profd.annotate wants [report key]")
-        row, cfg = core.meta[key], core.cfg
+        row, cfg = core.index.row(key), core.cfg
         name = os.path.basename(row.path).split(".json")[0]
         out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
         if not await core.io(os.path.exists, out):
@@ -1072,16 +1072,16 @@ def build_server(session: LspSession) -> LanguageServer:
     @ls.feature(M.REPORTS)
     def reports(ls_: LanguageServer, params: Any):
         p = _convert(params, M.ReportsParams)
-        return T.to_builtins(M.ReportsResult(reports=core.entries(p.path)))
+        return T.to_builtins(M.ReportsResult(reports=core.index.entries(p.path)))
 
     @ls.feature(M.REPORT)
     async def report(ls_: LanguageServer, params: Any):
         p = _convert(params, M.ReportParams)
-        key = p.key or (core.trace_key.get(p.path) if p.path else None)
+        key = p.key or (core.index.key_of_trace(p.path) if p.path else None)
         if p.path and key is None:
-            key = core.trace_key.get(await core.io(os.path.realpath, p.path))
-        r = (core.report_at(key, p.path) if p.path else core.report(key)) \
-            if key and key in core.meta else None
+            key = core.index.key_of_trace(await core.io(os.path.realpath, p.path))
+        r = (core.index.report_at(key, p.path) if p.path else core.index.report(key)) \
+            if key and key in core.index else None
         return T.to_builtins(r) if r is not None else None
 
     @ls.feature(M.STATUS)
