@@ -127,7 +127,7 @@ def test_a_trace_without_module_frames_says_so():
 
 
 def test_hover_of_the_line_that_calls_the_model_lists_its_top_modules():
-    from profd.server.daemon.lsp import hover_markdown
+    from profd.server.daemon.present import hover_markdown
 
     r = report_of("tinygpt_naive")
     root = r.modules.nodes[r.modules.roots[0]]

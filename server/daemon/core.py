@@ -460,7 +460,7 @@ class Core:
         """Store the report of content ``key``, read from ``path`` as ``sig``; ``current``: the
         file there still holds it (else the report is kept for that content alone: no path
         points at it, nothing is published, and the next file with that content links to it)."""
-        if self._known(key) and self.index.row(key).path != path:  # committed meanwhile under
+        if self._known(key) and self.index[key].path != path:  # committed meanwhile under
             if current:                                          # another name: the same content
                 self._link(path, key, sig)
             return
@@ -528,7 +528,7 @@ class Core:
         """Whether a source file the report points at changed after it was made (as last read:
         ``await SOURCES.warm(row.sources)`` first): its findings' lines, columns and inline
         suppressions (``# profd: ignore[...]``) come from the sources."""
-        row = self.index.row(key)
+        row = self.index[key]
         return any((SOURCES.mtime(src) or 0.0) > row.created for src in row.sources)
 
     def roots(self) -> list[str]:

@@ -127,6 +127,10 @@ class ReportIndex:
     def __contains__(self, key: str) -> bool:
         return key in self._rows
 
+    def __getitem__(self, key: str) -> Row:
+        """The stored facts of report ``key``; KeyError when it is not indexed."""
+        return self._rows[key]
+
     def row(self, key: Optional[str]) -> Optional[Row]:
         """The stored facts of report ``key`` (trace path, size, sources, error, ...)."""
         return self._rows.get(key) if key else None

@@ -28,7 +28,9 @@ from pygls.protocol import default_converter
 _CONVERTER = default_converter()
 
 
-def _cap(obj: Any, *path: str) -> Any:
+def cap(obj: Any, *path: str) -> Any:
+    """``obj.a.b.c`` for ``cap(obj, "a", "b", "c")``, None where a link is missing (a client's
+    capabilities leave out what it cannot do)."""
     for p in path:
         obj = getattr(obj, p, None) if obj is not None else None
     return obj
@@ -36,12 +38,12 @@ def _cap(obj: Any, *path: str) -> Any:
 
 def client_pulls(caps: Optional[L.ClientCapabilities]) -> bool:
     """The client sends ``textDocument/diagnostic`` when the server offers it."""
-    return _cap(caps, "text_document", "diagnostic") is not None
+    return cap(caps, "text_document", "diagnostic") is not None
 
 
 def can_refresh(caps: Optional[L.ClientCapabilities]) -> bool:
     """The client answers ``workspace/diagnostic/refresh`` by pulling again."""
-    return bool(_cap(caps, "workspace", "diagnostics", "refresh_support"))
+    return bool(cap(caps, "workspace", "diagnostics", "refresh_support"))
 
 
 def offers_pull(caps: Optional[L.ClientCapabilities]) -> bool:
