@@ -182,6 +182,7 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
                      ctx.related(c["pv"], "the probabilities times V")],
         )
 
+
 unfused_attention.replay(gpu_cut("other_us_per_step"))  # the chain's GPU time outside its GEMMs, gone
 
 

@@ -81,6 +81,7 @@ def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
             "CUDA graph (mode='reduce-overhead'), or raise the problem size",
     )
 
+
 @overhead_bound.replay
 def _graphed(sm: StepModel, d: Diagnostic) -> Change:
     """The step captured as a CUDA graph (or compiled with mode="reduce-overhead"): one replay

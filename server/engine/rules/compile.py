@@ -165,6 +165,7 @@ def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
             "wrapper, or leave one- and two-op functions eager",
     )
 
+
 @compile_overhead.replay
 def _eager(sm: StepModel, d: Diagnostic) -> Change:
     """The tiny regions run eagerly: their wrappers' time per step is gone from the CPU."""
@@ -305,5 +306,6 @@ def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
                 "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
                 "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",
         )
+
 
 compile_graph_break.replay(cpu_cut("gap_us_per_step"))  # the eager code between the graphs, gone

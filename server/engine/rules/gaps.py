@@ -159,6 +159,7 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
                 "with workers, no host syncs) or overlap it with GPU work queued ahead",
         )
 
+
 gpu_idle_gap.replay(cpu_cut("idle_us", over_steps=True))  # the CPU work the GPU waits on, gone
 
 
@@ -224,6 +225,7 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
         fix="profile on a dedicated GPU (check nvidia-smi for other processes, MPS or MIG "
             "neighbours); the kernels themselves are not slow",
     )
+
 
 @gpu_contention.replay
 def _uncontended(sm: StepModel, d: Diagnostic) -> Change:

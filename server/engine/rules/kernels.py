@@ -254,6 +254,7 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
                  for k, v in sorted(lines.items(), key=lambda kv: -kv[1][0]) if v[1] != li and v[1] >= 0][:5],
     )
 
+
 @fp32_matmul.replay
 def _tf32(sm: StepModel, d: Diagnostic) -> Change:
     """Every fp32 CUDA-core GEMM at the TF32 (else 16-bit) tensor cores' speed."""
@@ -395,6 +396,7 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
             fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
                 "round the vocabulary up to a multiple of 64",
         )
+
 
 @misaligned_dims.replay
 def _aligned(sm: StepModel, d: Diagnostic) -> Change:
@@ -538,5 +540,6 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
                 "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
         )
+
 
 launch_storm.replay(line_loop)  # the line's loop made one call

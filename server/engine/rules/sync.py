@@ -158,6 +158,7 @@ def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
             related=related,
         )
 
+
 @sync_wait.replay
 def _unblock(sm: StepModel, d: Diagnostic) -> Change:
     """The line's syncs and blocking copies no longer wait (the value is read later, or not)."""
@@ -228,6 +229,7 @@ def host_sync(ctx: Context) -> Iterable[Diagnostic]:
                 "steps), avoid data-dependent shapes and Python conditions on tensors",
             severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
         )
+
 
 host_sync.replay(_unblock)  # as sync-wait's: the line's syncs no longer wait
 

@@ -117,6 +117,7 @@ def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
                 "and copy with .to(device, non_blocking=True)",
         )
 
+
 @pageable_memcpy.replay
 def _pinned(sm: StepModel, d: Diagnostic) -> Change:
     """The line's pageable copies from pinned memory: no longer blocking, at the pinned rate."""
@@ -272,6 +273,7 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
         fix="construct the optimizer with foreach=True (the default on CUDA) or fused=True",
     )
 
+
 @optimizer_foreach_off.replay
 def _optimizer(sm: StepModel, d: Diagnostic) -> Change:
     """The single-tensor optimizer's loop: what ``optimizer.step()`` launches (its annotation),
@@ -356,6 +358,7 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
         evidence={"fill_ops_per_step": r3(n_ops / ctx.n_steps), "gpu_us_per_step": r3(gpu / ctx.n_steps)},
         fix="call zero_grad(set_to_none=True) (the default): no kernels, and less memory traffic",
     )
+
 
 @zero_grad_not_none.replay
 def _zero_grad(sm: StepModel, d: Diagnostic) -> Change:
@@ -491,6 +494,7 @@ def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
         fix="use DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2+) "
             "and move per-sample work (decoding, augmentation) out of the training process",
     )
+
 
 @dataloader_bound.replay
 def _loader(sm: StepModel, d: Diagnostic) -> Change:
