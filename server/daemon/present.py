@@ -108,7 +108,8 @@ def hover_markdown(h: Optional[T.HotLine], trace: str, findings: list[T.Diagnost
     out = [f"**profd** · `{os.path.basename(h.path)}:{h.line}` in `{h.function}`"
            + ("" if h.precision == "statement" else f" ({h.precision})")
            + f" · per step (mean of {plural(n, 'profiled step')})", ""]
-    out.append(f"- CPU: {us(h.cpu_total_us / n)} total, {us(h.cpu_self_us / n)} self, "
+    # per step, like every number here: "total" would say the whole window (README, Numbers)
+    out.append(f"- CPU: {us(h.cpu_total_us / n)} in its ops, {us(h.cpu_self_us / n)} self, "
                f"{plural(h.calls / n, 'call')}")
     gpu = f"- GPU: {us(h.gpu_us / n)} self"
     if h.gpu_forward_us or h.gpu_backward_us:
