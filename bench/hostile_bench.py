@@ -55,10 +55,10 @@ def build(path: str, head: bytes, fill: bytes, tail: bytes, size_mb: int) -> Non
 
 
 CHILD = r"""
-import json, sys, time
-from profd.server.engine import loader
+import json, os, sys, time
 if sys.argv[2] == "python":
-    loader._scan = None
+    os.environ["PROFD_NATIVE"] = "0"  # the reference reader (msgspec)
+from profd.server.engine import loader
 t0 = time.perf_counter()
 try:
     doc, _, size = loader.load(sys.argv[1])

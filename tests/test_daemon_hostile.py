@@ -30,7 +30,7 @@ from daemon_util import (PY, Daemon, Served, alive, await_for, call, child_pids,
 
 from profd.client_cli.daemon_client import RpcError
 from profd.protocol import methods as M
-from profd.server.engine import loader
+from profd.server.engine import loader, passes
 
 SEED_SRC = os.path.join(SRC, "seed_matmul.py")
 CLIENT = os.path.join(os.path.dirname(sys.executable), "profd-client")
@@ -146,7 +146,7 @@ def test_engine_never_reads_a_fifo_as_source(tmp_path):
 # ---- 2. linear time, per-analysis budgets, a stop that stops ------------------------------------
 def _offered(monkeypatch, path) -> tuple[int, int]:
     """(bytes handed to the scanner over all its calls, inflated size) for loading ``path``."""
-    orig = loader._scan.Scanner
+    orig = passes.native().Scanner
     seen = [0]
 
     class Counting:
@@ -161,7 +161,7 @@ def _offered(monkeypatch, path) -> tuple[int, int]:
         def total(self):
             return self.s.total
 
-    monkeypatch.setattr(loader._scan, "Scanner", Counting)
+    monkeypatch.setattr(passes.native(), "Scanner", Counting)
     _, _, size = loader.load(path)
     return seen[0], size
 
@@ -173,7 +173,7 @@ EV = b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
 def test_scanner_work_is_linear(tmp_path, monkeypatch, shape):
     """Synthetic: 48 MB of one token. The scanner is offered each byte a bounded number of times
     (it was offered the whole pending event again with every 2 MB block: quadratic)."""
-    if loader._scan is None:
+    if passes.native() is None:
         pytest.skip("scanner not built")
     n = 48 << 20
     body = {"blanks between events": EV + b"," + b" " * n + EV,
@@ -357,7 +357,7 @@ def test_native_and_python_decide_alike(tmp_path, monkeypatch, kind):
     for native in (True, False):
         with monkeypatch.context() as mp:
             if not native:
-                mp.setattr(loader, "_scan", None)
+                mp.setattr(passes, "enabled", False)
             with pytest.raises(loader.TraceError) as e:
                 loader.load(p)
             errors.append(str(e.value))
@@ -378,7 +378,7 @@ def test_a_second_trace_events_key_decides_alike(tmp_path, monkeypatch):
     with open(p, "wb") as f:
         f.write(doc)
     native = loader.load(p)[0]
-    monkeypatch.setattr(loader, "_scan", None)
+    monkeypatch.setattr(passes, "enabled", False)
     python = loader.load(p)[0]
     assert [e.name for e in native.traceEvents] == [e.name for e in python.traceEvents] == ["a"]
 

@@ -16,10 +16,11 @@ import pytest
 
 from conftest import EXAMPLES, SRC
 from profd.server import engine
-from profd.server.engine import loader, model
+from profd.server.engine import loader, passes
 from profd.server.engine.loader import TraceError
 
-pytestmark = pytest.mark.skipif(loader._scan is None, reason="the _scan extension is not built")
+pytestmark = pytest.mark.skipif(passes.native() is None, reason="the _scan extension is not built")
+_scan = passes.native()
 
 TRACES = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.gz"), recursive=True))
 ARGS = ("external_id", "correlation", "seq", "fwd_tid", "device_type", "mem_bytes", "total_allocated",
@@ -54,7 +55,7 @@ def _whole(path):
 def test_same_events_as_msgspec(path, monkeypatch):
     ref = _whole(path)
     doc, sha, size = loader.load(path)
-    assert isinstance(doc.traceEvents[0], loader._scan.Event)  # the streaming path ran
+    assert isinstance(doc.traceEvents[0], _scan.Event)  # the streaming path ran
     assert doc.n_events == len(ref.traceEvents)
     assert [_norm(e) for e in doc.traceEvents] == [_norm(e) for e in _kept(ref.traceEvents)]
     data = loader.read_bytes(path)
@@ -78,8 +79,7 @@ def test_same_report_as_msgspec(name, monkeypatch):
     opts = engine.Options(workspace=[SRC])
     fast = msgspec.json.encode(engine.analyze_file(path, opts))
     # the reference: msgspec decode and the model's pure-Python passes, as without a compiler
-    monkeypatch.setattr(loader, "_scan", None)
-    monkeypatch.setattr(model, "_scan", None)
+    monkeypatch.setattr(passes, "enabled", False)
     ref = msgspec.json.encode(engine.analyze_file(path, engine.Options(workspace=[SRC])))
     assert fast == ref
 
@@ -99,7 +99,7 @@ def test_trailer_keys_after_the_events(tmp_path):
     path = _write(tmp_path, "t.json", b'{"schemaVersion": 1, "traceEvents": [\n' + EV + b',\n' + EV +
                   b'\n], "traceName": "after", "with_stack": 1}')
     doc, _, _ = loader.load(path)
-    assert isinstance(doc.traceEvents[0], loader._scan.Event)
+    assert isinstance(doc.traceEvents[0], _scan.Event)
     assert doc.traceName == "after" and doc.with_stack == 1 and doc.n_events == 2
     a = doc.traceEvents[0].args
     assert a.external_id == 7 and bytes(a.input_dims) == b"[[2, 3], [3, 4]]" and a.correlation is None
@@ -202,7 +202,7 @@ def test_nesting_limit_is_one_number_on_every_path_at_any_call_depth(tmp_path, m
         for frames in (0, deep_call):
             with monkeypatch.context() as mp:
                 if not native:
-                    mp.setattr(loader, "_scan", None)
+                    mp.setattr(passes, "enabled", False)
                 outcomes.append(_called_from(frames, lambda: _outcome(path)))
     assert all(o == outcomes[0] for o in outcomes[1:]), outcomes
     if levels <= loader.MAX_NESTING:
@@ -213,7 +213,7 @@ def test_nesting_limit_is_one_number_on_every_path_at_any_call_depth(tmp_path, m
 
 
 def test_scanner_follows_the_same_nesting_limit():
-    assert loader._scan.MAX_DEPTH == loader.MAX_NESTING
+    assert _scan.MAX_DEPTH == loader.MAX_NESTING
 
 
 @pytest.mark.parametrize("trailer", ["blanks", "members", "one string"])
@@ -236,13 +236,13 @@ def test_a_long_trailer_is_streamed(tmp_path, monkeypatch, trailer):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert isinstance(doc.traceEvents[0], loader._scan.Event)  # not declined
+    assert isinstance(doc.traceEvents[0], _scan.Event)  # not declined
     assert doc.traceName == "traces/seed_n64_bf16.json" and size_read > size
     # the reader's blocks in flight (its queue holds two) and the scanner's buffer: 4-5 blocks
     # measured; never the trailer's 24 blocks
     assert peak < 8 * loader.BLOCK_BYTES, peak / loader.BLOCK_BYTES
     ref = _outcome(path)
-    monkeypatch.setattr(loader, "_scan", None)
+    monkeypatch.setattr(passes, "enabled", False)
     assert _outcome(path) == ref
 
 
@@ -265,8 +265,8 @@ def test_trailer_decides_as_msgspec(tmp_path, monkeypatch, case):
     path = _write(tmp_path, "t.json", SEED[:i] + add + SEED[i:])
     got = _outcome(path)
     doc, _, _ = loader.load(path)
-    assert isinstance(doc.traceEvents[0], loader._scan.Event)  # decided streamed, not declined
-    monkeypatch.setattr(loader, "_scan", None)
+    assert isinstance(doc.traceEvents[0], _scan.Event)  # decided streamed, not declined
+    monkeypatch.setattr(passes, "enabled", False)
     ref = _outcome(path)
     assert got == ref
     if case.endswith("second traceEvents"):
@@ -278,10 +278,10 @@ def test_trailer_decides_as_msgspec(tmp_path, monkeypatch, case):
 
 
 _PEAK = r"""
-import sys
-from profd.server.engine import loader
+import os, sys
 if sys.argv[2] == "python":
-    loader._scan = None
+    os.environ["PROFD_NATIVE"] = "0"
+from profd.server.engine import loader
 def hwm():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) << 10
 before = hwm()
@@ -337,7 +337,7 @@ def test_hostile_values_decide_alike_wherever_they_are(tmp_path, monkeypatch, wh
     values at each place a value can be, native and pure Python give the same events or error."""
     path = _write(tmp_path, "h.json", _placed(where, HOSTILE[what]))
     native = _outcome(path)
-    monkeypatch.setattr(loader, "_scan", None)
+    monkeypatch.setattr(passes, "enabled", False)
     assert _outcome(path) == native
 
 
@@ -364,7 +364,7 @@ def _same_as_msgspec(tmp_path_factory, data: bytes) -> None:
         return
     doc, _, _ = loader.load(path)  # when the scanner declines, msgspec's events come back unfiltered
     assert [_norm(e) for e in _kept(doc.traceEvents)] == [_norm(e) for e in ref]
-    scanned = bool(doc.traceEvents) and isinstance(doc.traceEvents[0], loader._scan.Event)
+    scanned = bool(doc.traceEvents) and isinstance(doc.traceEvents[0], _scan.Event)
     hypothesis.event("decoded by the scanner" if scanned else "declined: msgspec decoded it")
 
 
@@ -396,14 +396,7 @@ def _report_both_ways(tmp_path_factory, data: bytes, monkeypatch) -> None:
         return msgspec.json.encode(rep)
 
     native = run()
-    with monkeypatch.context() as mp:
-        mp.setattr(loader, "_scan", None)
-        mp.setattr(model, "_scan", None)
-        mp.setattr(engine, "_scan", None)
-        from profd.server.engine import analyses
-        from profd.server.engine.rules import memory
-        mp.setattr(analyses, "_scan", None)
-        mp.setattr(memory, "_scan", None)
+    with passes.use_native(False):
         python = run()
     assert native == python
 
@@ -441,5 +434,5 @@ _JSONISH = st.lists(st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\
 def test_depth_rule_same_in_c_and_python(data, cuts, limit):
     """The nesting rule's two implementations (the extension's, and the one for an interpreter
     without it) agree on any bytes cut into any blocks (synthetic by nature)."""
-    assert _depth_in_pieces(loader._scan.depth, data, cuts, limit) == \
-        _depth_in_pieces(loader._depth_py, data, cuts, limit)
+    depth = passes.PASSES["depth"]
+    assert _depth_in_pieces(depth.native, data, cuts, limit) == _depth_in_pieces(depth.reference, data, cuts, limit)

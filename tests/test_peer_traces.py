@@ -17,7 +17,7 @@ import pytest
 
 from conftest import EXAMPLES, SRC, trace
 from profd.server import engine
-from profd.server.engine import loader, model
+from profd.server.engine import loader, model, passes
 from profd.server.engine.loader import TraceError
 
 PEER = os.path.join(EXAMPLES, "peer")
@@ -156,7 +156,7 @@ def test_numbers_written_as_strings_read_as_numbers(tmp_path, monkeypatch):
     strings): the scanner reads them itself, both paths agree, and the report is the original's."""
     path = _rewrite(AMD, tmp_path, _as_strings)
     doc, _, _ = loader.load(path)
-    assert loader.scanned(doc.traceEvents)  # not declined: the scanner reads numeric strings
+    assert passes.for_events(doc.traceEvents) is passes.NATIVE  # not declined: the scanner reads numeric strings
     copies = [e for e in doc.traceEvents if e.name == "hipMemcpyWithStream"]
     assert copies and all(isinstance(e.args.nbytes, int) and e.args.nbytes > 0 for e in copies)
     rep = _same_report_both_ways(path, monkeypatch)
@@ -245,11 +245,7 @@ def test_foreign_json_exits_2(tmp_path, capsys):
 def _same_report_both_ways(path, monkeypatch):
     opts = engine.Options(workspace=[SRC])
     native = engine.analyze_file(path, opts)
-    with monkeypatch.context() as mp:
-        from profd.server.engine import analyses
-        from profd.server.engine.rules import memory
-        for mod in (loader, model, engine, analyses, memory):
-            mp.setattr(mod, "_scan", None)
+    with passes.use_native(False):  # msgspec and every reference pass
         python = engine.analyze_file(path, engine.Options(workspace=[SRC]))
     assert msgspec.json.encode(native) == msgspec.json.encode(python)
     return native

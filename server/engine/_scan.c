@@ -240,10 +240,22 @@ static PyObject *ev_args(PyObject *s, void *c) {
     return (PyObject *)a;
 }
 
+/* The one field a pass changes: classify gives an event the category of its role (the reference
+ * pass sets it as it would on msgspec's events). */
+static int ev_set_cat(PyObject *s, PyObject *v, void *c) {
+    if (!v || !PyUnicode_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "cat must be a str");
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_SETREF(EV(s)->cat, v);
+    return 0;
+}
+
 static PyGetSetDef ev_getset[] = {
     {"ph", ev_ph, NULL, NULL, NULL},
     {"name", ev_name, NULL, NULL, NULL},
-    {"cat", ev_cat, NULL, NULL, NULL},
+    {"cat", ev_cat, ev_set_cat, NULL, NULL},
     {"pid", ev_pid, NULL, NULL, NULL},
     {"tid", ev_tid, NULL, NULL, NULL},
     {"ts", ev_ts, NULL, NULL, NULL},
@@ -270,7 +282,7 @@ static PyTypeObject EvType = {
     .tp_basicsize = sizeof(EvBase),
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "One trace event (read-only; numbers unboxed, strings interned).",
+    .tp_doc = "One trace event (read-only but its category; numbers unboxed, strings interned).",
     .tp_getset = ev_getset,
     .tp_repr = ev_repr,
 };
@@ -326,6 +338,13 @@ static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AVX(s, grid), EMPT
 static PyObject *a_block(PyObject *s, void *c) { return obj_or(AVX(s, block), EMPTY_BYTES); }
 static PyObject *a_name(PyObject *s, void *c) { return obj_or(AVX(s, aname), Py_None); }
 static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(AVX(s, call_from), Py_None); }
+/* stream and device are kept as "given or not", all the model reads of them (gpu_role): True or None */
+static PyObject *a_flag(const Ev *e, uint32_t flag) {
+    if (e->flags & flag) Py_RETURN_TRUE;
+    Py_RETURN_NONE;
+}
+static PyObject *a_stream(PyObject *s, void *c) { return a_flag(AV(s), F_STREAM); }
+static PyObject *a_device(PyObject *s, void *c) { return a_flag(AV(s), F_DEVICE); }
 
 static PyGetSetDef args_getset[] = {
     {"external_id", a_ext, NULL, NULL, NULL},
@@ -344,6 +363,8 @@ static PyGetSetDef args_getset[] = {
     {"block", a_block, NULL, NULL, NULL},
     {"name", a_name, NULL, NULL, NULL},
     {"call_from", a_call_from, NULL, NULL, NULL},
+    {"stream", a_stream, NULL, NULL, NULL},
+    {"device", a_device, NULL, NULL, NULL},
     {NULL},
 };
 

@@ -8,7 +8,6 @@ import bisect
 from dataclasses import dataclass, field
 
 from . import kernels
-from .loader import _scan, scanned
 from .model import TraceModel
 from .windows import setup_intervals
 
@@ -302,20 +301,7 @@ def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float
 
 def _cpu_total(m: TraceModel) -> float:
     """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
-    if scanned(m.cpu):
-        return _scan.cpu_total(m.cpu, m.parent)
-    total = 0.0
-    top_op = [False] * len(m.cpu)  # event i has a non-python ancestor (or is one)
-    for i, e in enumerate(m.cpu):
-        p = m.parent[i]
-        inside = p >= 0 and top_op[p]
-        if e.cat != "python_function":
-            if not inside:
-                total += e.dur
-            top_op[i] = True
-        else:
-            top_op[i] = inside
-    return total
+    return m.passes.cpu_total(m.cpu, m.parent)
 
 
 def _classes(m: TraceModel) -> list[str]:

@@ -9,7 +9,6 @@ import gc
 import logging
 import os
 import re
-from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
@@ -20,7 +19,6 @@ from . import impact, kernels, loader, modules, suppress
 from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import NO_LINE, Context, Options
-from .loader import _scan, column, scanned
 from .model import LAUNCH_CATS, TraceModel, build
 from .rules import load_all
 from .rules.util import us
@@ -251,10 +249,18 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
     def line(i: int) -> Optional[HotLine]:
         return of_key(ctx.line_key(i))
 
-    if not m.has_call_from and scanned(m.cpu) and (not m.gpu or scanned(m.gpu)):
-        _hot_sums_c(ctx, line, hot, kstats)
-    else:
-        _hot_sums(ctx, line, kstats)
+    for h, s in m.passes.hot_sums(ctx, line, LAUNCH_CATS):
+        h.calls += s[0]
+        h.launches += s[1]
+        h.cpu_self_us += s[2]
+        h.cpu_total_us += s[3]
+        h.cpu_backward_us += s[4]
+        h.gpu_us += s[5]
+        h.gpu_forward_us += s[6]
+        h.gpu_backward_us += s[7]
+        h.kernel_classes = s[8]
+        if s[9]:
+            kstats[(h.trace_path, h.line)] = s[9]
     _inclusive(ctx, line, of_key)
     for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
         if owner >= 0 and nbytes > 0:
@@ -271,93 +277,6 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
                   "cpu_inclusive_us", "gpu_inclusive_us"):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
-
-
-def _hot_sums(ctx: Context, line, kstats: dict) -> None:
-    """Each event's time onto its line: self, total (outermost call of the line), backward, and the
-    GPU work it launched. ``_hot_sums_c`` is the same, in C, in the same order (the same floats)."""
-    m, a = ctx.model, ctx.a
-    for i, e in enumerate(m.cpu):
-        if e.cat == "python_function" or e.cat == "user_annotation":
-            continue  # frames are counted through their ops; a label (a step marker, a
-            # ``with record_function(...)`` block) is not work: what runs inside it is
-        h = line(i)
-        if h is None:
-            continue
-        p = m.parent[i]
-        backward = m.is_backward(i)
-        top = p < 0 or m.cpu[p].cat in ("python_function", "user_annotation") or ctx.line_key(p) != ctx.line_key(i)
-        self_us = e.dur - m.child_dur[i]
-        if backward:
-            if top:
-                h.cpu_backward_us += e.dur
-        else:
-            h.cpu_self_us += max(0.0, self_us)
-            if top:
-                h.cpu_total_us += e.dur
-                h.calls += 1
-        if e.cat in LAUNCH_CATS:
-            gs = m.gpu_of_launch(i)
-            if gs:
-                h.launches += 1
-            for g in gs:
-                ge = m.gpu[g]
-                cls = a.gpu_class[g]
-                h.gpu_us += ge.dur
-                if backward:
-                    h.gpu_backward_us += ge.dur
-                else:
-                    h.gpu_forward_us += ge.dur
-                h.kernel_classes[cls] = h.kernel_classes.get(cls, 0.0) + ge.dur
-                ks = kstats.setdefault((h.trace_path, h.line), {})
-                st = ks.setdefault(ge.name, [cls, 0, 0.0])
-                st[1] += 1
-                st[2] += ge.dur
-
-
-def _hot_sums_c(ctx: Context, line, hot: dict, kstats: dict) -> None:
-    m, a = ctx.model, ctx.a
-    order: list[HotLine] = []
-    index: dict[tuple, int] = {}
-    kids: dict[tuple, int] = {}
-
-    def key_id(i: int) -> int:
-        k = ctx.line_key(i)
-        return -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
-
-    def line_of(i: int) -> tuple[int, int]:
-        h = line(i)
-        if h is None:
-            return -1, -1
-        k = (h.trace_path, h.line)
-        if k not in index:
-            index[k] = len(order)
-            order.append(h)
-        return index[k], key_id(i)
-
-    off, gs = m._launched
-    toks = ctx.line_tokens()
-    labels = m.labels
-    if labels:  # labels are no line's work (_hot_sums): no key, as the scanner skips keyless events
-        toks = array("i", toks)
-        for i in labels:
-            toks[i] = NO_LINE
-    calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd, kcs, kss = _scan.hot_lines(
-        m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, toks, off, gs, a.gpu_class,
-        line_of, key_id, LAUNCH_CATS)
-    cols = [column(t, b) for t, b in zip("qqdddddd", (calls, launches, cself, ctot, cbwd, gus, gfwd, gbwd))]
-    for k, h in enumerate(order):
-        h.calls += cols[0][k]
-        h.launches += cols[1][k]
-        h.cpu_self_us += cols[2][k]
-        h.cpu_total_us += cols[3][k]
-        h.cpu_backward_us += cols[4][k]
-        h.gpu_us += cols[5][k]
-        h.gpu_forward_us += cols[6][k]
-        h.gpu_backward_us += cols[7][k]
-        h.kernel_classes = kcs[k]
-        if kss[k]:
-            kstats[(h.trace_path, h.line)] = kss[k]
 
 
 CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})

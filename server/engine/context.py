@@ -12,7 +12,7 @@ from ...protocol.catalog import RULES as CATALOG
 from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
-from .loader import _scan, column
+from .passes import NO_LINE
 from .model import TraceModel
 from .modules import ModuleIndex, Place, describe, generic_name
 from .sourcemap import LibrarySources, SourceMap
@@ -244,16 +244,9 @@ class Context:
 
 
 def _line_tokens(m: TraceModel) -> array:
-    """Per cpu event the key its line is cached under in Context.line_key: its statement token,
-    else ~frame; NO_LINE when it has no user line."""
-    if _scan is not None:
-        return column("i", _scan.line_tokens(m.frame_of, m.fwd_of, m.token))
-    out = array("i", [NO_LINE]) * len(m.frame_of)
-    for i in range(len(out)):
-        f, src = m.line_source(i)
-        if f >= 0:
-            out[i] = _token_key(m, f, src)
-    return out
+    """Per cpu event the key its line is cached under in Context.line_key (the line_tokens pass):
+    its statement token, else ~frame; NO_LINE when it has no user line."""
+    return m.passes.line_tokens(m.frame_of, m.fwd_of, m.token)
 
 
 def _token_key(m: TraceModel, f: int, src: int) -> int:
@@ -261,5 +254,3 @@ def _token_key(m: TraceModel, f: int, src: int) -> int:
     tok = m.token[src]
     return tok if tok >= 0 else ~f
 
-
-NO_LINE = -2**31  # never a key: tokens are >= 0 and ~frame >= -len(cpu)

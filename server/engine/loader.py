@@ -1,14 +1,16 @@
 """Reading a trace file: bytes (plain or gzip) -> typed events.
 
 Two decoders give the same events:
-- ``_scan`` (server/engine/_scan.c), streaming: a reader thread reads, inflates and hashes fixed-size
-  blocks while the scanner turns each block's events into compact objects (numbers unboxed, strings
-  interned) and drops the events the model never reads. The file is never held whole: what
+- the scanner (server/engine/_scan.c, when ``passes.native()`` is on), streaming: a reader
+  thread reads, inflates and hashes fixed-size blocks while the scanner turns each block's events
+  into compact objects (numbers unboxed, strings interned) and drops the events the model never
+  reads. The file is never held whole: what
   follows the events (members of no field, blanks, a second "traceEvents") is streamed too, so
   memory is a few blocks plus the longest single event or field.
-- msgspec typed structs over the whole buffer: the reference, used when the extension is not built
+- msgspec typed structs over the whole buffer: the reference, used when the native layer is off
   and whenever the scanner meets something it does not handle (it then says nothing, and msgspec
-  either decodes the file or gives the precise error).
+  either decodes the file or gives the precise error). With the scanner on, the events msgspec
+  decoded are then re-read by the scanner (``_rescan``): one representation for every later pass.
 Every failure becomes a ``TraceError`` naming the file and what is wrong; callers print it, never
 a traceback. What is decided before msgspec runs is decided on the bytes, alike on both paths and
 at any call depth: the first non-blank byte, where the events open (HEAD_LIMIT), how deep the file
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-from array import array
 import itertools
 import os
 import queue
@@ -31,22 +32,7 @@ from typing import Annotated, Any, Optional, Union
 
 import msgspec
 
-try:
-    from . import _scan
-except ImportError:  # no compiler where it was installed: msgspec alone, slower and larger
-    _scan = None
-
-def scanned(events) -> bool:
-    """Whether ``events`` came from the scanner (its native passes apply), not msgspec."""
-    return _scan is not None and bool(events) and isinstance(events[0], _scan.Event)
-
-
-def column(typecode: str, data: bytes) -> "array":
-    """An array over the bytes a native pass returned (int32 "i", int64 "q", float64 "d")."""
-    out = array(typecode)
-    out.frombytes(data)
-    return out
-
+from . import passes
 
 # A gzip that inflates past this is refused (a bomb, or far beyond any trace we can analyse).
 MAX_INFLATED_BYTES = int(os.environ.get("PROFD_MAX_TRACE_BYTES", 16 * 1024**3))
@@ -233,38 +219,18 @@ NESTED = f"invalid JSON: nested too deeply (more than {MAX_NESTING} levels of ar
 
 
 class _Depth:
-    """The nesting rule fed a file's bytes block by block (``_scan.depth``, or ``_depth_py``)."""
+    """The nesting rule fed a file's bytes block by block (the ``depth`` pass)."""
 
     def __init__(self, path: str):
         self.path = path
         self.state = (0, False, False)
+        self.depth = passes.chosen().depth
 
     def feed(self, block) -> None:
-        scan = _scan.depth if _scan is not None else _depth_py
-        depth, in_str, esc, over = scan(block, *self.state, MAX_NESTING)
+        depth, in_str, esc, over = self.depth(block, *self.state, MAX_NESTING)
         if over:
             raise TraceError(self.path, NESTED)
         self.state = (depth, in_str, esc)
-
-
-# _scan.depth's rule for an interpreter without the extension (a test holds them equal), at C
-# speed where it can: escaped bytes go, then all but quotes and brackets, then every two quotes
-# in a row (an empty string, or the gap between two strings: no bracket either way); the strings
-# are every other piece between the quotes left, and the brackets outside them are summed.
-_ESCAPED = re.compile(rb"\\.", re.S)
-_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'[]{}"')
-_BRACKET_STEP = bytes.maketrans(b"[]{}", bytes([1, 255, 1, 255]))
-
-
-def _depth_py(block, depth: int, in_str: bool, esc: bool, limit: int) -> tuple[int, bool, bool, bool]:
-    block = bytes(block[1:] if esc else block)  # a '\\' that ended the last block takes this byte
-    if b"\\" in block:
-        block = _ESCAPED.sub(b"", block)
-    esc = block.endswith(b"\\")  # unpaired: it takes the next block's first byte
-    pieces = block[:-1 if esc else None].translate(None, _NOT_SYNTAX).replace(b'""', b"").split(b'"')
-    steps = array("b", b"".join(pieces[1 if in_str else 0::2]).translate(_BRACKET_STEP))
-    over = bool(steps) and max(itertools.accumulate(steps, initial=depth)) > limit
-    return depth + sum(steps), in_str != (len(pieces) % 2 == 0), esc, over
 
 
 def _raw_blocks(path: str, f):
@@ -389,26 +355,53 @@ def _typed_decode(array_form: bool, data) -> TraceDoc:
 def load(path: str) -> tuple[TraceDoc, str, int]:
     """Read and decode ``path``: (document, sha256 of the JSON bytes, byte size).
 
-    Streams through ``_scan`` when it is built; otherwise, or when the scanner declines the file,
-    decodes the whole buffer with msgspec (which also gives the precise error for a bad file).
+    Streams through the scanner when it is on; otherwise, or when the scanner declines the file,
+    decodes the whole buffer with msgspec (which also gives the precise error for a bad file), and
+    with the scanner on re-reads msgspec's events with it (``_rescan``).
     """
-    if _scan is not None:
-        enabled = gc.isenabled()
-        gc.disable()  # millions of fresh objects and no cycles: the GC would only rescan them
-        # The scanner holds the GIL for milliseconds at a time and offers it every MB; the reader
-        # thread asks for it only after the switch interval (5 ms by default), so at the default it
-        # trails the scanner. Measured on a 255 MB trace: 0.67-0.71 s, 0.51-0.58 s at 0.5 ms.
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, 0.0005))
-        try:
-            return _load_stream(path)
-        except _Declined:
-            pass
-        finally:
-            sys.setswitchinterval(interval)
-            if enabled:
-                gc.enable()
-    return _load_whole(path)
+    scan = passes.native()
+    if scan is None:
+        return _load_whole(path)
+    enabled = gc.isenabled()
+    gc.disable()  # millions of fresh objects and no cycles: the GC would only rescan them
+    # The scanner holds the GIL for milliseconds at a time and offers it every MB; the reader
+    # thread asks for it only after the switch interval (5 ms by default), so at the default it
+    # trails the scanner. Measured on a 255 MB trace: 0.67-0.71 s, 0.51-0.58 s at 0.5 ms.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, 0.0005))
+    try:
+        return _load_stream(path, scan)
+    except _Declined:
+        pass
+    finally:
+        sys.setswitchinterval(interval)
+        if enabled:
+            gc.enable()
+    doc, sha, size = _load_whole(path)
+    _rescan(doc, scan)
+    return doc, sha, size
+
+
+def _rescan(doc: TraceDoc, scan) -> None:
+    """The events msgspec decoded, re-read by the scanner from their encoding (keys plain, numbers
+    canonical), so a file the scanner declined has the scanner's events like any other and runs
+    the same passes. Values its events cannot hold (a string id, a fractional byte count) keep
+    msgspec's events: that file runs every reference pass (``passes.for_events``)."""
+    if not doc.traceEvents:
+        return
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        scanner = scan.Scanner(*KEEP)
+        events, _end, done = scanner.scan(msgspec.json.encode(doc.traceEvents), 1, True)
+    except ValueError:
+        return
+    finally:
+        if enabled:
+            gc.enable()
+    if done:
+        doc.events_total = doc.n_events
+        doc.traceEvents = events
 
 
 def _load_whole(path: str) -> tuple[TraceDoc, str, int]:
@@ -433,7 +426,7 @@ class _Declined(Exception):
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 
 
-def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
+def _load_stream(path: str, scan) -> tuple[TraceDoc, str, int]:
     blocks = _Blocks(path)
     try:
         s = _Stream(blocks)
@@ -449,12 +442,12 @@ def _load_stream(path: str) -> tuple[TraceDoc, str, int]:
                 raise _Declined() from None  # the whole-buffer path names it, with the same words
             head = _decode_part(head_bytes + b"]}")
         s.pos = start
-        scanner = _scan.Scanner(*KEEP)
-        events = _events(s, scanner)
+        scanner = scan.Scanner(*KEEP)
+        events = _events(s, scanner, scan)
         present: set = set()
         parts: list = []
         if form == "object":
-            events, scanner = _trailer(s, events, scanner, parts, present)
+            events, scanner = _trailer(s, events, scanner, parts, present, scan)
         _blank_to_end(s)
         sha, size = blocks.result()
     finally:
@@ -500,7 +493,7 @@ class _Stream:
 EVENT_LEVEL = 3
 
 
-def _events(s: _Stream, scanner) -> list:
+def _events(s: _Stream, scanner, scan) -> list:
     """The events of the array whose '[' is just before ``s.pos``; ``s.pos`` ends past its ']'.
     An element that does not end in the buffer is read on by a Skipper (each byte once) until it
     does, then scanned whole: linear time, and memory the longest element plus a block."""
@@ -523,7 +516,7 @@ def _events(s: _Stream, scanner) -> list:
         if not s.buf:
             s.more()
             continue
-        _drive(s, _scan.Skipper(EVENT_LEVEL), keep=True)
+        _drive(s, scan.Skipper(EVENT_LEVEL), keep=True)
         s.pos, whole = 0, True
 
 
@@ -549,11 +542,11 @@ _FIELDS = dict(zip(TraceDoc.__struct_encode_fields__, TraceDoc.__struct_fields__
 _FIELD_KEYS = tuple(k.encode() for k in _FIELDS)
 
 
-def _trailer(s: _Stream, events: list, scanner, parts: list, present: set):
+def _trailer(s: _Stream, events: list, scanner, parts: list, present: set, scan):
     """The members after the events, streamed: the document's fields are kept (raw, for msgspec),
     any other member is skipped as it is read, and a second "traceEvents" array replaces the
     events (msgspec keeps the last). Returns (events, the scanner that read them)."""
-    sk = _scan.Skipper(2, _FIELD_KEYS)
+    sk = scan.Skipper(2, _FIELD_KEYS)
     while True:
         status, raw = _drive(s, sk)
         if status == 1:
@@ -563,15 +556,15 @@ def _trailer(s: _Stream, events: list, scanner, parts: list, present: set):
             if s.buf[s.pos:s.pos + 1] != b"[":
                 raise _Declined()  # msgspec names what it is instead
             s.pos += 1
-            scanner = _scan.Scanner(*KEEP)
-            events = _events(s, scanner)
+            scanner = scan.Scanner(*KEEP)
+            events = _events(s, scanner, scan)
         elif name in _FIELDS:
             s.trim()
-            _drive(s, _scan.Skipper(2), keep=True)
+            _drive(s, scan.Skipper(2), keep=True)
             parts.append(b'"' + raw + b'":' + bytes(s.buf[:s.pos]))
             present.add(name)
         else:  # an escaped name that is none of the fields
-            _drive(s, _scan.Skipper(2))
+            _drive(s, scan.Skipper(2))
 
 
 def _member_name(raw: bytes) -> str:

@@ -21,8 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from . import passes
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
-from .loader import _scan, column, scanned
+from .passes import int64 as _int64
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
 NEST_SLACK_US = 0.01
@@ -51,7 +52,6 @@ ROLES = {
 LABELS_AMONG_OPS = frozenset({"Operator"})
 
 _ts = attrgetter("ts")
-_dur = attrgetter("dur")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -225,7 +225,7 @@ class TraceModel:
         """The nearest enclosing cpu_op of event i (itself excluded), -1 when none."""
         above = self.__dict__.get("_ops_above")
         if above is None:
-            above = self._ops_above = _nearest(self.parent, _cat_mask(self.cpu, "cpu_op"))
+            above = self._ops_above = self.passes.nearest(self.parent, self.passes.cat_mask(self.cpu, "cpu_op"))
         return above[i]
 
     def enclosing_frame(self, i: int) -> int:
@@ -233,7 +233,7 @@ class TraceModel:
         event i (itself excluded), -1 when none."""
         above = self.__dict__.get("_frames_above")
         if above is None:
-            above = self._frames_above = _nearest(self.parent, self.frames.mask())
+            above = self._frames_above = self.passes.nearest(self.parent, self.frames.mask())
         return above[i]
 
     def outermost_op(self, i: int) -> int:
@@ -268,15 +268,9 @@ class TraceModel:
         return out
 
     def subtree(self, i: int) -> list[int]:
-        """Event i and every event nested in it."""
-        if _scan is not None:
-            return _scan.subtree(*self._kids, i)
-        stack, out = [i], []
-        while stack:
-            j = stack.pop()
-            out.append(j)
-            stack.extend(self.children(j))
-        return out
+        """Event i and every event nested in it (each event's children pushed in order, the last
+        popped first)."""
+        return self.passes.subtree(*self._kids, i)
 
     def gpu_under(self, i: int) -> list[int]:
         """GPU events launched from event i or anything nested in it."""
@@ -312,15 +306,9 @@ class TraceModel:
 
 def build(doc: TraceDoc) -> TraceModel:
     events = doc.traceEvents
-    fast = scanned(events)
-    if fast:
-        try:
-            by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = \
-                _scan.classify(events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS)
-        except TypeError:  # not all of one decoder's events
-            fast = False
-    if not fast:
-        by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = _classify(events)
+    run = passes.for_events(events)  # every pass of this file native, or every one the reference
+    by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = \
+        run.classify(events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS)
 
     cpu: list[Event] = []
     parent = array("i")
@@ -328,37 +316,39 @@ def build(doc: TraceDoc) -> TraceModel:
     starts: dict[tuple, array] = {}
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
-        pb, cb, sb = _nest(evs, len(cpu))
+        pb, cb, sb = run.nest(evs, len(cpu), NEST_SLACK_US)
         parent.frombytes(pb)
         child_dur.frombytes(cb)
-        starts[key] = column("d", sb)
+        starts[key] = passes.column("d", sb)
         cpu += evs
     tindex = ThreadIndex(cpu, parent, starts)
     thread = ThreadColumn(tindex.base, len(cpu))
 
-    frames, frame_of, token, by_name, call_from, launches, annotations, first_ts = \
-        (_frames_fast if fast else _frames)(cpu, parent)
+    frame_ids, frame_table, frame_of, token, by_name, call_from, launches, annotations, first_ts = \
+        run.frames(cpu, parent, parse_frame, LAUNCH_CATS)
+    frames = FrameIndex.from_ids(frame_ids, frame_table)
 
     gpu.sort(key=_ts)
-    launcher = _launchers(cpu, launches, gpu, fast)
+    launcher = run.launchers(cpu, launches, gpu)
 
-    fwd_of = _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f)
+    fwd_of = _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f)
     steps = _steps(cpu, annotations)
     main = _main_thread(cpu, thread, steps, annotations, starts)
-    memory = _memory(mem_raw, tindex)
+    memory = _memory(run, mem_raw, tindex)
     t0 = first_ts if first_ts is not None else (gpu[0].ts if gpu else 0.0)
     m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
                    gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0,
                    unread=unread)
-    m._kids = _children(parent)
+    m.passes = run
+    m._kids = run.children(parent, len(parent))
     m._by_name = by_name
     m.child_dur = child_dur
     m.token = token
     m.labels = annotations  # the user_annotation events (record_function labels, step markers)
     m.has_call_from = call_from
     m.tindex = tindex
-    m._launched = _children(launcher, len(cpu))
+    m._launched = run.children(launcher, len(cpu))
     if not m.steps:  # no ProfilerStep markers: the loop's iterations, else the window as one step
         from .windows import infer_steps
 
@@ -438,224 +428,13 @@ class FrameIndex:
     __iter__ = keys
 
     @classmethod
-    def from_ids(cls, ids: bytes, table: list) -> "FrameIndex":
+    def from_ids(cls, ids: array, table: list) -> "FrameIndex":
         fi = cls(0)
-        fi._ids = column("i", ids)
+        fi._ids = ids
         fi._table = table
         fi._id_of = {fr: k for k, fr in enumerate(table)}
         fi._count = len(fi._ids) - fi._ids.count(-1)
         return fi
-
-
-def thread_key(pid, tid) -> tuple:
-    """A thread's key: ids written as digit strings (the 2021 profiler's ``"tid": "25738"`` on ops,
-    25738 on its allocator samples) are the same thread as the number."""
-    return (_id(pid), _id(tid))
-
-
-def _id(v):
-    if isinstance(v, str) and 0 < len(v) <= 18 and v.isdigit() and v.isascii():
-        return int(v)
-    return v
-
-
-def gpu_role(e) -> Optional[str]:
-    """The GPU category of a complete event of an unknown category that carries what a GPU lane's
-    events carry (a device, a stream and a correlation id to its launch), else None."""
-    a = e.args
-    if a is None or a.device is None or a.stream is None or a.correlation is None:
-        return None
-    name = e.name
-    return "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
-
-
-def _classify(events):
-    """The model's first pass (``_scan.classify`` does the same for the scanner's events): each
-    event by its category's role (``ROLES``; an unknown category by what its events carry), CPU
-    events by thread. Events get the category of their role."""
-    by_thread: dict[tuple, list[Event]] = {}
-    gpu: list[Event] = []
-    gpu_ann: list[Event] = []
-    mem_raw: list[Event] = []
-    flows_s: dict = {}
-    flows_f: dict = {}
-    thread_names: dict[tuple, str] = {}
-    unread: dict[str, int] = {}
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            if cat in ROLES:
-                role = ROLES[cat]
-                if role == "cpu_op" and cat in LABELS_AMONG_OPS and "#" in e.name:
-                    role = "user_annotation"
-            else:
-                role = gpu_role(e)
-                if role is None:
-                    unread[cat] = unread.get(cat, 0) + 1
-            if role is None:
-                continue
-            if role != cat:
-                e.cat = role
-            if role in GPU_CATS:
-                gpu.append(e)
-            elif role in CPU_CATS:
-                by_thread.setdefault(thread_key(e.pid, e.tid), []).append(e)
-            elif role == "gpu_user_annotation":
-                gpu_ann.append(e)
-        elif ph == "i" or ph == "I":
-            if e.name == "[memory]" and e.args is not None:
-                mem_raw.append(e)
-        elif ph == "s" or ph == "f":
-            if e.cat == "fwdbwd":
-                (flows_s if ph == "s" else flows_f)[e.id] = e
-        elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
-            thread_names[thread_key(e.pid, e.tid)] = e.args.name
-    return by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread
-
-
-def _frames(cpu, parent):
-    """The model's second pass: parsed python frames, the user frame around each event, the
-    statement token (the frame's direct child, through record_function labels) holding it, the
-    non-python events by name, whether any op carries CallFrom, the launch calls, the annotations
-    and the first start. ``_frames_fast`` is the same in C."""
-    frames = FrameIndex(len(cpu))
-    n = len(cpu)
-    frame_of = array("i", [-1]) * n
-    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
-    by_name: dict[str, array] = {}
-    call_from = False
-    for i, e in enumerate(cpu):
-        cat = e.cat
-        p = parent[i]
-        if cat == "python_function":
-            fr = parse_frame(e.name)
-            if fr is not None:
-                frames[i] = fr
-                if fr.user:
-                    frame_of[i] = i
-                    continue
-        else:
-            idx = by_name.get(e.name)
-            if idx is None:
-                idx = by_name[e.name] = array("i")
-            idx.append(i)
-            if not call_from and cat == "cpu_op" and e.args is not None and e.args.call_from:
-                call_from = True
-        if p >= 0:
-            f = frame_of[p]
-            frame_of[i] = f
-            if f >= 0:
-                if p == f or (token[p] == p and cpu[p].cat == "user_annotation"):
-                    token[i] = i
-                else:
-                    token[i] = token[p]
-    launches = [i for i, e in enumerate(cpu) if e.cat in LAUNCH_CATS]
-    annotations = [i for i, e in enumerate(cpu) if e.cat == "user_annotation"]
-    first_ts = min((e.ts for e in cpu), default=None)
-    return frames, frame_of, token, by_name, call_from, launches, annotations, first_ts
-
-
-def _frames_fast(cpu, parent):
-    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _scan.frames(cpu, parent, parse_frame, LAUNCH_CATS)
-    off, idx = _children(column("i", cb), len(names))
-    by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
-    return (FrameIndex.from_ids(fb, table), column("i", fo), column("i", tb), by_name, call_from,
-            column("i", lb), column("i", ub), first_ts)
-
-
-def _launchers(cpu, launches, gpu, fast: bool) -> array:
-    """Per GPU event the runtime/driver call that launched it (by correlation id), -1 when none."""
-    if fast and (not gpu or scanned(gpu)):
-        return column("i", _scan.launchers(cpu, array("i", launches), gpu))
-    launcher = array("i")
-    by_corr: dict = {}
-    for i in launches:
-        e = cpu[i]
-        if e.args is not None and e.args.correlation is not None:
-            by_corr[(e.pid, e.args.correlation)] = i
-    corr_any = {c: i for (p, c), i in by_corr.items()}  # ids repeated across processes: the last
-    for e in gpu:
-        c = e.args.correlation if e.args is not None else None
-        launcher.append(corr_any.get(c, -1) if c is not None else -1)
-    return launcher
-
-
-def _nest(evs: list, base: int) -> tuple[bytes, bytes, bytes]:
-    """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
-    the children that start with it) and give each its innermost enclosing event (base + position,
-    -1 at the top), its children's summed duration and its start: (int32, float64, float64 bytes).
-
-    A python frame that starts inside another python frame but ends after it is one whose exit the
-    tracer lost (Dynamo's frame swaps leave ``<built-in method apply ...>`` "running" to the end of
-    the trace, and everything after it nested under ``main``): it nests in that frame, its end
-    clamped to the frame's for the events that follow."""
-    if scanned(evs):
-        try:
-            return _scan.nest(evs, base, NEST_SLACK_US)
-        except TypeError:  # a mixed list: the Python path below
-            pass
-    evs.sort(key=_dur, reverse=True)  # two stable sorts: start, then longest first
-    evs.sort(key=_ts)
-    parent = array("i", [-1]) * len(evs)
-    child_dur = array("d", [0.0]) * len(evs)
-    stack: list[int] = []  # positions in evs
-    eend = array("d", [0.0]) * len(evs)  # each event's end as nesting sees it (clamped, below)
-    for j, e in enumerate(evs):
-        end, dur = e.ts + e.dur, e.dur
-        while stack:
-            tend = eend[stack[-1]]
-            if e.ts < tend and end <= tend + NEST_SLACK_US:
-                break
-            if e.ts < tend and e.cat == "python_function" and evs[stack[-1]].cat == "python_function":
-                end, dur = tend, tend - e.ts  # a python frame whose exit the tracer lost
-                break
-            stack.pop()
-        eend[j] = end
-        if stack:
-            parent[j] = base + stack[-1]
-            child_dur[stack[-1]] += dur
-        stack.append(j)
-    return parent.tobytes(), child_dur.tobytes(), array("d", map(_ts, evs)).tobytes()
-
-
-def _children(parent: array, n: Optional[int] = None) -> tuple[array, array]:
-    """Items grouped by parent as one flat index: the items whose parent is i are
-    kids[off[i]:off[i + 1]], in order. Parents lie in [0, n) (n = len(parent) by default)."""
-    n = len(parent) if n is None else n
-    if _scan is not None:
-        ob, kb = _scan.children(parent, n)
-        return column("i", ob), column("i", kb)
-    off = array("i", [0]) * (n + 1)
-    for p in parent:
-        if p >= 0:
-            off[p + 1] += 1
-    for i in range(n):
-        off[i + 1] += off[i]
-    fill = off[:-1]
-    kids = array("i", [0]) * off[n]
-    for i, p in enumerate(parent):
-        if p >= 0:
-            kids[fill[p]] = i
-            fill[p] += 1
-    return off, kids
-
-
-def _cat_mask(cpu: list, cat: str) -> bytes:
-    if scanned(cpu):
-        return _scan.cat_mask(cpu, cat)
-    return bytes(e.cat == cat for e in cpu)
-
-
-def _nearest(parent: array, mask: bytes) -> array:
-    """Per event, its nearest strict ancestor with a set mask byte (-1 when none)."""
-    if _scan is not None:
-        return column("i", _scan.nearest(parent, mask))
-    out = array("i", [-1]) * len(parent)
-    for i, p in enumerate(parent):
-        if p >= 0:
-            out[i] = p if mask[p] else out[p]
-    return out
 
 
 class ThreadIndex:
@@ -673,23 +452,10 @@ class ThreadIndex:
 
     def innermost(self, key, ts: float, cat: Optional[str] = None, slack: float = 1e-3) -> int:
         """Innermost event on ``key`` containing ``ts`` (of category ``cat`` if given), or -1."""
-        starts = self.starts.get(key)
-        if not starts:
-            return -1
-        j = bisect.bisect_right(starts, ts + slack) - 1
-        if j < 0:
-            return -1
-        i = self.base[key] + j
-        cpu, parent = self.cpu, self.parent
-        while i >= 0:
-            e = cpu[i]
-            if e.ts + e.dur + slack >= ts and (cat is None or e.cat == cat):
-                return i
-            i = parent[i]
-        return -1
+        return passes.innermost(self.cpu, self.parent, self.starts.get(key), self.base.get(key), ts, cat, slack)
 
 
-def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
+def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
     """fwd_of[i] for events on backward threads: the forward op whose backward they run."""
     n = len(cpu)
     fwd_of = array("i", [-1]) * n
@@ -697,7 +463,7 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
         return fwd_of
     target: dict[int, int] = {}
     pairs = [(s, f) for fid, f in flows_f.items() for s in [flows_s.get(fid)] if s is not None]
-    for fw, bw in _flow_ends(pairs, tindex):
+    for fw, bw in _flow_ends(run, pairs, tindex):
         if fw >= 0 and bw >= 0:
             target[bw] = fw
             p = parent[bw]  # the engine's wrapper op around the backward node belongs to it too
@@ -715,29 +481,19 @@ def _link_backward(cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
                 fw = fwd_seq.get(a.seq, -1)
                 if fw >= 0:
                     target.setdefault(i, fw)
-    if _scan is not None:
-        tgt = array("i", [-1]) * n
-        for k, v in target.items():
-            tgt[k] = v
-        return column("i", _scan.inherit(parent, frame_of, tgt))
-    for i in range(n):
-        t = target.get(i)
-        if t is not None:
-            fwd_of[i] = t
-        elif parent[i] >= 0 and frame_of[i] < 0:
-            fwd_of[i] = fwd_of[parent[i]]
-    return fwd_of
+    tgt = array("i", [-1]) * n
+    for k, v in target.items():
+        tgt[k] = v
+    return run.inherit(parent, frame_of, tgt)
 
 
-def _flow_ends(pairs: list, tindex: ThreadIndex):
+def _flow_ends(run, pairs: list, tindex: ThreadIndex):
     """(forward op, backward op) at the two ends of each fwdbwd flow: the innermost cpu_op around
     each end on its thread, -1 when none."""
-    if pairs and scanned([pairs[0][0]]) and scanned([pairs[0][1]]):
-        return zip(*(column("i", _scan.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts,
-                                              tindex.base, 1e-3, "cpu_op")[0]) for side in (0, 1)))
-    return ((tindex.innermost(thread_key(s.pid, s.tid), s.ts, "cpu_op"),
-             tindex.innermost(thread_key(f.pid, f.tid), f.ts, "cpu_op"))
-            for s, f in pairs)
+    if not pairs:
+        return ()
+    return zip(*(run.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts, tindex.base,
+                            1e-3, "cpu_op")[0] for side in (0, 1)))
 
 
 def _steps(cpu, annotations) -> list[Step]:
@@ -818,14 +574,15 @@ class MemoryTable:
         return map(self.__getitem__, range(len(self.ts)))
 
 
-def _memory(mem_raw, tindex: ThreadIndex) -> MemoryTable:
+def _memory(run, mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
-    if scanned(mem_raw):
-        try:
-            return _sum_totals(_memory_fast(mem_raw, tindex))
-        except TypeError:
-            pass
-    return _sum_totals(_memory_slow(mem_raw, tindex))
+    samples = sorted(mem_raw, key=_ts)
+    out = MemoryTable()
+    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = \
+        run.memory_columns(samples)
+    out.owner, out.thread_id, out.threads = run.owners(tindex.cpu, tindex.parent, samples, tindex.starts,
+                                                       tindex.base, 0.0, None)
+    return _sum_totals(out)
 
 
 def _sum_totals(mem: MemoryTable) -> MemoryTable:
@@ -845,42 +602,3 @@ def _sum_totals(mem: MemoryTable) -> MemoryTable:
         mem.total_allocated[k] = _int64(mem.total_allocated[k] - low[d])
     mem.totals_summed = True
     return mem
-
-
-def _memory_slow(mem_raw, tindex: ThreadIndex) -> MemoryTable:
-    out = MemoryTable()
-    ids: dict[tuple, int] = {}
-    for e in sorted(mem_raw, key=_ts):
-        a = e.args
-        key = thread_key(e.pid, e.tid)
-        tid = ids.get(key)
-        if tid is None:
-            tid = ids[key] = len(out.threads)
-            out.threads.append(key)
-        dt = a.device_type
-        out.append(e.ts, _int64(a.mem_bytes), _int64(a.total_allocated), _int64(a.total_reserved),
-                   dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1,
-                   tindex.innermost(key, e.ts, slack=0.0), tid, _int64(a.addr))
-    return out
-
-
-def _memory_fast(mem_raw, tindex: ThreadIndex) -> MemoryTable:
-    samples = sorted(mem_raw, key=_ts)
-    out = MemoryTable()
-    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = \
-        (column(t, b) for t, b in zip("dqqqiq", _scan.memory_columns(samples)))
-    ob, tb, out.threads = _scan.owners(tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None)
-    out.owner, out.thread_id = column("i", ob), column("i", tb)
-    return out
-
-
-def _int64(v) -> int:
-    """An allocator count as int64 (clamped: a corrupt trace may hold anything)."""
-    return max(-2**63, min(2**63 - 1, _int(v)))
-
-
-def _int(v) -> int:
-    try:
-        return int(v or 0)
-    except (TypeError, ValueError, OverflowError):
-        return 0

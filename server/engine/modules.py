@@ -32,7 +32,7 @@ from typing import Iterable, Optional
 
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
-from .model import TraceModel, _cat_mask, _nearest
+from .model import TraceModel
 
 PREFIX = "nn.Module: "
 _INSTANCE_RE = re.compile(r"^(.*)_(\d+)$")
@@ -73,7 +73,7 @@ class ModuleIndex:
     def __init__(self, m: TraceModel):
         self.m = m
         cpu = m.cpu
-        pyf = _cat_mask(cpu, "python_function") if cpu else b""
+        pyf = m.passes.cat_mask(cpu, "python_function") if cpu else b""
         frames = m.frames.mask() if cpu else b""
         # python events that are not parsed frames: built-ins and module markers
         size = len(cpu)
@@ -84,7 +84,7 @@ class ModuleIndex:
         for i in events:
             mask[i] = 1
         self.events = events
-        self.above = _nearest(m.parent, bytes(mask)) if events else array("i")
+        self.above = m.passes.nearest(m.parent, bytes(mask)) if events else array("i")
         self.node_of_event = array("i", [-1]) * (len(cpu) if events else 0)
         self.parent: list[int] = []
         self.instance: list[str] = []

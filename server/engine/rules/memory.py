@@ -9,7 +9,6 @@ from typing import Iterable
 
 from ....protocol.types import Diagnostic
 from ..context import Context
-from ..loader import _scan, column
 from . import rule
 from .util import mib, plural, r3
 
@@ -188,16 +187,8 @@ def _top_op(m, i: int, total_b: dict) -> str:
 
 
 def _ancestor_sums(m, own: dict[int, int]) -> dict[int, int]:
-    """Each event's bytes added to it and to every event it is nested in."""
-    if _scan is not None and sum(own.values()) < 2**62:  # int64 sums (a corrupt trace may overflow)
-        evs, tots = _scan.ancestor_sums(m.parent, array("i", own.keys()), array("q", own.values()))
-        return dict(zip(column("i", evs), column("q", tots)))
-    total: dict[int, int] = {}
-    for i, b in own.items():
-        total[i] = total.get(i, 0) + b
-        for a in m.ancestors(i):
-            total[a] = total.get(a, 0) + b
-    return total
+    """Each event's bytes added to it and to every event it is nested in (the ancestor_sums pass)."""
+    return m.passes.ancestor_sums(m.parent, own)
 
 
 @rule("memory-peak", "Peak allocated memory and the line that reached it", "information")

@@ -1,0 +1,701 @@
+"""Every pass over a trace's events, declared once: what it computes, its reference (Python) and
+its native (C) implementation, and the one switch between the two.
+
+The native layer is the ``_scan`` extension: server/engine/_scan.c reads the events (the scanner),
+server/engine/_passes.c runs the passes over them. It is used where it is built, unless
+``PROFD_NATIVE=0`` is in the environment or a test says ``use_native(False)``: then the reader is
+msgspec and every pass the Python below. The readers converge right after reading
+(loader.load): with the native layer on, a file the scanner declined is decoded by msgspec and its
+events re-read by the scanner, so every file has the scanner's events and runs every native pass.
+Only a file whose values the scanner's events cannot hold (a string id, a fractional byte count)
+keeps msgspec's events, and it runs every reference pass: ``for_events`` decides once per file,
+never a mix.
+
+The reference is the oracle: ``differential()`` runs each pass both ways and compares what they
+return (tests/test_passes.py, on every shipped and corpus trace). Each pass says what it computes
+(``Pass.computes``) so a caller that needs only some results can tell which passes to run.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import re
+import struct
+from array import array
+from contextlib import contextmanager
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Callable, Optional
+
+try:
+    from . import _scan as _BUILT
+except ImportError:  # no compiler where it was installed: the reference alone, slower and larger
+    _BUILT = None
+
+enabled = os.environ.get("PROFD_NATIVE", "").strip() != "0"
+
+
+def native():
+    """The native module (``_scan``) when it is built and switched on, else None."""
+    return _BUILT if enabled else None
+
+
+@contextmanager
+def use_native(on: bool):
+    """Switch the native layer on or off for what runs inside (tests; ``PROFD_NATIVE=0`` is the
+    same for a whole process)."""
+    global enabled
+    was = enabled
+    enabled = bool(on)
+    try:
+        yield
+    finally:
+        enabled = was
+
+
+def column(typecode: str, data: bytes) -> array:
+    """An array over the bytes a native pass returned (int32 "i", int64 "q", float64 "d")."""
+    out = array(typecode)
+    out.frombytes(data)
+    return out
+
+
+# ---- helpers both implementations share -------------------------------------------------------
+_ts = attrgetter("ts")
+_dur = attrgetter("dur")
+
+
+def thread_key(pid, tid) -> tuple:
+    """A thread's key: ids written as digit strings (the 2021 profiler's ``"tid": "25738"`` on ops,
+    25738 on its allocator samples) are the same thread as the number."""
+    return (_id(pid), _id(tid))
+
+
+def _id(v):
+    if isinstance(v, str) and 0 < len(v) <= 18 and v.isdigit() and v.isascii():
+        return int(v)
+    return v
+
+
+def gpu_role(e) -> Optional[str]:
+    """The GPU category of a complete event of an unknown category that carries what a GPU lane's
+    events carry (a device, a stream and a correlation id to its launch), else None."""
+    a = e.args
+    if a is None or a.device is None or a.stream is None or a.correlation is None:
+        return None
+    name = e.name
+    return "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+
+
+def innermost(cpu, parent, starts, base: Optional[int], ts: float, cat: Optional[str], slack: float) -> int:
+    """The innermost event of one thread (``cpu[base:base + len(starts)]``, ``starts`` their start
+    times) containing ``ts`` (of category ``cat`` if given), or -1."""
+    if not starts or base is None:
+        return -1
+    j = bisect.bisect_right(starts, ts + slack) - 1
+    if j < 0:
+        return -1
+    i = base + j
+    while i >= 0:
+        e = cpu[i]
+        if e.ts + e.dur + slack >= ts and (cat is None or e.cat == cat):
+            return i
+        i = parent[i]
+    return -1
+
+
+def int64(v) -> int:
+    """An allocator count as int64 (clamped: a corrupt trace may hold anything)."""
+    try:
+        v = int(v or 0)
+    except (TypeError, ValueError, OverflowError):
+        v = 0
+    return max(-2**63, min(2**63 - 1, v))
+
+
+NO_LINE = -2**31  # never a line key: tokens are >= 0 and ~frame >= -len(cpu)
+
+
+# ---- the reader's pass ------------------------------------------------------------------------
+# depth's rule for an interpreter without the extension, at C speed where it can: escaped bytes
+# go, then all but quotes and brackets, then every two quotes in a row (an empty string, or the
+# gap between two strings: no bracket either way); the strings are every other piece between the
+# quotes left, and the brackets outside them are summed.
+_ESCAPED = re.compile(rb"\\.", re.S)
+_NOT_SYNTAX = bytes(b for b in range(256) if b not in b'[]{}"')
+_BRACKET_STEP = bytes.maketrans(b"[]{}", bytes([1, 255, 1, 255]))
+
+
+def _depth_ref(block, depth: int, in_str: bool, esc: bool, limit: int) -> tuple[int, bool, bool, bool]:
+    block = bytes(block[1:] if esc else block)  # a '\\' that ended the last block takes this byte
+    if b"\\" in block:
+        block = _ESCAPED.sub(b"", block)
+    esc = block.endswith(b"\\")  # unpaired: it takes the next block's first byte
+    pieces = block[:-1 if esc else None].translate(None, _NOT_SYNTAX).replace(b'""', b"").split(b'"')
+    steps = array("b", b"".join(pieces[1 if in_str else 0::2]).translate(_BRACKET_STEP))
+    over = bool(steps) and max(itertools.accumulate(steps, initial=depth)) > limit
+    return depth + sum(steps), in_str != (len(pieces) % 2 == 0), esc, over
+
+
+def _depth_c(block, depth: int, in_str: bool, esc: bool, limit: int) -> tuple[int, bool, bool, bool]:
+    return _BUILT.depth(block, depth, in_str, esc, limit)
+
+
+# ---- the model's passes -----------------------------------------------------------------------
+def _classify_ref(events, roles, label_cats, cpu_cats, gpu_cats):
+    """The model's first pass: each event by its category's role (``roles``; an unknown category
+    by what its events carry), CPU events by thread. Events get the category of their role."""
+    by_thread: dict[tuple, list] = {}
+    gpu: list = []
+    gpu_ann: list = []
+    mem_raw: list = []
+    flows_s: dict = {}
+    flows_f: dict = {}
+    thread_names: dict[tuple, str] = {}
+    unread: dict[str, int] = {}
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            cat = e.cat
+            if cat in roles:
+                role = roles[cat]
+                if role == "cpu_op" and cat in label_cats and "#" in e.name:
+                    role = "user_annotation"
+            else:
+                role = gpu_role(e)
+                if role is None:
+                    unread[cat] = unread.get(cat, 0) + 1
+            if role is None:
+                continue
+            if role != cat:
+                e.cat = role
+            if role in gpu_cats:
+                gpu.append(e)
+            elif role in cpu_cats:
+                by_thread.setdefault(thread_key(e.pid, e.tid), []).append(e)
+            elif role == "gpu_user_annotation":
+                gpu_ann.append(e)
+        elif ph == "i" or ph == "I":
+            if e.name == "[memory]" and e.args is not None:
+                mem_raw.append(e)
+        elif ph == "s" or ph == "f":
+            if e.cat == "fwdbwd":
+                (flows_s if ph == "s" else flows_f)[e.id] = e
+        elif ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+            thread_names[thread_key(e.pid, e.tid)] = e.args.name
+    return by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread
+
+
+def _classify_c(events, roles, label_cats, cpu_cats, gpu_cats):
+    return _BUILT.classify(events, roles, label_cats, cpu_cats, gpu_cats)
+
+
+def _keep_cats(args) -> Callable[[], None]:
+    """classify gives events the category of their role: what undoes it, so the second
+    implementation a differential run calls sees the events the first saw."""
+    events = args[0]
+    cats = [e.cat for e in events]
+
+    def undo() -> None:
+        for e, c in zip(events, cats):
+            if e.cat is not c:
+                e.cat = c
+    return undo
+
+
+def _nest_ref(evs: list, base: int, slack: float) -> tuple[bytes, bytes, bytes]:
+    """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
+    the children that start with it) and give each its innermost enclosing event (base + position,
+    -1 at the top; a child may end ``slack`` after its parent), its children's summed duration and
+    its start: (int32, float64, float64 bytes).
+
+    A python frame that starts inside another python frame but ends after it is one whose exit the
+    tracer lost (Dynamo's frame swaps leave ``<built-in method apply ...>`` "running" to the end of
+    the trace, and everything after it nested under ``main``): it nests in that frame, its end
+    clamped to the frame's for the events that follow."""
+    evs.sort(key=_dur, reverse=True)  # two stable sorts: start, then longest first
+    evs.sort(key=_ts)
+    parent = array("i", [-1]) * len(evs)
+    child_dur = array("d", [0.0]) * len(evs)
+    stack: list[int] = []  # positions in evs
+    eend = array("d", [0.0]) * len(evs)  # each event's end as nesting sees it (clamped, below)
+    for j, e in enumerate(evs):
+        end, dur = e.ts + e.dur, e.dur
+        while stack:
+            tend = eend[stack[-1]]
+            if e.ts < tend and end <= tend + slack:
+                break
+            if e.ts < tend and e.cat == "python_function" and evs[stack[-1]].cat == "python_function":
+                end, dur = tend, tend - e.ts  # a python frame whose exit the tracer lost
+                break
+            stack.pop()
+        eend[j] = end
+        if stack:
+            parent[j] = base + stack[-1]
+            child_dur[stack[-1]] += dur
+        stack.append(j)
+    return parent.tobytes(), child_dur.tobytes(), array("d", map(_ts, evs)).tobytes()
+
+
+def _nest_c(evs: list, base: int, slack: float) -> tuple[bytes, bytes, bytes]:
+    return _BUILT.nest(evs, base, slack)
+
+
+def _frames_ref(cpu, parent, parse_frame, launch_cats):
+    """The model's second pass: the parsed python frames (an id per event into a table of distinct
+    frames), the user frame around each event, the statement token (the frame's direct child,
+    through record_function labels) holding it, the non-python events by name, whether any op
+    carries CallFrom, the launch calls, the annotations and the first start."""
+    n = len(cpu)
+    ids = array("i", [-1]) * n  # index into table of the event's parsed frame
+    table: list = []
+    id_of: dict = {}
+    frame_of = array("i", [-1]) * n
+    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
+    by_name: dict[str, array] = {}
+    call_from = False
+    for i, e in enumerate(cpu):
+        cat = e.cat
+        p = parent[i]
+        if cat == "python_function":
+            fr = parse_frame(e.name)
+            if fr is not None:
+                k = id_of.get(fr)
+                if k is None:
+                    k = id_of[fr] = len(table)
+                    table.append(fr)
+                ids[i] = k
+                if fr.user:
+                    frame_of[i] = i
+                    continue
+        else:
+            idx = by_name.get(e.name)
+            if idx is None:
+                idx = by_name[e.name] = array("i")
+            idx.append(i)
+            if not call_from and cat == "cpu_op" and e.args is not None and e.args.call_from:
+                call_from = True
+        if p >= 0:
+            f = frame_of[p]
+            frame_of[i] = f
+            if f >= 0:
+                if p == f or (token[p] == p and cpu[p].cat == "user_annotation"):
+                    token[i] = i
+                else:
+                    token[i] = token[p]
+    launches = array("i", [i for i, e in enumerate(cpu) if e.cat in launch_cats])
+    annotations = array("i", [i for i, e in enumerate(cpu) if e.cat == "user_annotation"])
+    first_ts = min((e.ts for e in cpu), default=None)
+    return ids, table, frame_of, token, by_name, call_from, launches, annotations, first_ts
+
+
+def _frames_c(cpu, parent, parse_frame, launch_cats):
+    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _BUILT.frames(cpu, parent, parse_frame, launch_cats)
+    off, idx = _children_c(column("i", cb), len(names))
+    by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
+    return (column("i", fb), table, column("i", fo), column("i", tb), by_name, call_from,
+            column("i", lb), column("i", ub), first_ts)
+
+
+def _launchers_ref(cpu, launches: array, gpu) -> array:
+    """Per GPU event the runtime/driver call (among ``launches``) that launched it, by correlation
+    id, -1 when none."""
+    launcher = array("i")
+    by_corr: dict = {}
+    for i in launches:
+        e = cpu[i]
+        if e.args is not None and e.args.correlation is not None:
+            by_corr[(e.pid, e.args.correlation)] = i
+    corr_any = {c: i for (p, c), i in by_corr.items()}  # ids repeated across processes: the last
+    for e in gpu:
+        c = e.args.correlation if e.args is not None else None
+        launcher.append(corr_any.get(c, -1) if c is not None else -1)
+    return launcher
+
+
+def _launchers_c(cpu, launches: array, gpu) -> array:
+    return column("i", _BUILT.launchers(cpu, launches, gpu))
+
+
+def _children_ref(parent: array, n: int) -> tuple[array, array]:
+    """Items grouped by parent as one flat index: the items whose parent is i are
+    kids[off[i]:off[i + 1]], in order. Parents lie in [0, n)."""
+    off = array("i", [0]) * (n + 1)
+    for p in parent:
+        if p >= 0:
+            off[p + 1] += 1
+    for i in range(n):
+        off[i + 1] += off[i]
+    fill = off[:-1]
+    kids = array("i", [0]) * off[n]
+    for i, p in enumerate(parent):
+        if p >= 0:
+            kids[fill[p]] = i
+            fill[p] += 1
+    return off, kids
+
+
+def _children_c(parent: array, n: int) -> tuple[array, array]:
+    ob, kb = _BUILT.children(parent, n)
+    return column("i", ob), column("i", kb)
+
+
+def _cat_mask_ref(events, cat: str) -> bytes:
+    return bytes(e.cat == cat for e in events)
+
+
+def _cat_mask_c(events, cat: str) -> bytes:
+    return _BUILT.cat_mask(events, cat)
+
+
+def _nearest_ref(parent: array, mask: bytes) -> array:
+    """Per event, its nearest strict ancestor with a set mask byte (-1 when none)."""
+    out = array("i", [-1]) * len(parent)
+    for i, p in enumerate(parent):
+        if p >= 0:
+            out[i] = p if mask[p] else out[p]
+    return out
+
+
+def _nearest_c(parent: array, mask: bytes) -> array:
+    return column("i", _BUILT.nearest(parent, mask))
+
+
+def _inherit_ref(parent: array, frame_of: array, target: array) -> array:
+    """target[i] where it is set (>= 0), else the parent's value for events outside any user
+    frame, else -1 (fwd_of: the ops a backward node runs belong to its forward op)."""
+    out = array("i", [-1]) * len(parent)
+    for i, t in enumerate(target):
+        if t >= 0:
+            out[i] = t
+        elif parent[i] >= 0 and frame_of[i] < 0:
+            out[i] = out[parent[i]]
+    return out
+
+
+def _inherit_c(parent: array, frame_of: array, target: array) -> array:
+    return column("i", _BUILT.inherit(parent, frame_of, target))
+
+
+def _owners_ref(cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str]):
+    """Per event the innermost cpu event of its thread around its start (``innermost``, many at
+    once): (owner, thread: an index into threads, threads in order of first appearance)."""
+    owner, thread = array("i"), array("i")
+    threads: list[tuple] = []
+    ids: dict[tuple, int] = {}
+    for q in events:
+        key = thread_key(q.pid, q.tid)
+        t = ids.get(key)
+        if t is None:
+            t = ids[key] = len(threads)
+            threads.append(key)
+        thread.append(t)
+        owner.append(innermost(cpu, parent, starts.get(key), base.get(key), q.ts, cat, slack))
+    return owner, thread, threads
+
+
+def _owners_c(cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str]):
+    ob, tb, threads = _BUILT.owners(cpu, parent, events, starts, base, slack, cat)
+    return column("i", ob), column("i", tb), threads
+
+
+def _memory_columns_ref(samples):
+    """The allocator samples as columns: ts, bytes, total allocated, total reserved, device type
+    (-1 when absent or out of int32), address; absent counts are 0."""
+    ts, nbytes, allocated, reserved, device, addr = (array(t) for t in "dqqqiq")
+    for e in samples:
+        a = e.args
+        ts.append(e.ts)
+        nbytes.append(int64(a.mem_bytes))
+        allocated.append(int64(a.total_allocated))
+        reserved.append(int64(a.total_reserved))
+        dt = a.device_type
+        device.append(dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1)
+        addr.append(int64(a.addr))
+    return ts, nbytes, allocated, reserved, device, addr
+
+
+def _memory_columns_c(samples):
+    return tuple(column(t, b) for t, b in zip("dqqqiq", _BUILT.memory_columns(samples)))
+
+
+def _subtree_ref(off: array, kids: array, i: int) -> list[int]:
+    """Event i and everything nested in it: each event's children pushed in order, the last popped
+    first."""
+    stack, out = [i], []
+    while stack:
+        j = stack.pop()
+        out.append(j)
+        stack.extend(kids[off[j]:off[j + 1]])
+    return out
+
+
+def _subtree_c(off: array, kids: array, i: int) -> list[int]:
+    return _BUILT.subtree(off, kids, i)
+
+
+def _cpu_total_ref(cpu, parent) -> float:
+    """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
+    total = 0.0
+    top_op = [False] * len(cpu)  # event i has a non-python ancestor (or is one)
+    for i, e in enumerate(cpu):
+        p = parent[i]
+        inside = p >= 0 and top_op[p]
+        if e.cat != "python_function":
+            if not inside:
+                total += e.dur
+            top_op[i] = True
+        else:
+            top_op[i] = inside
+    return total
+
+
+def _cpu_total_c(cpu, parent) -> float:
+    return _BUILT.cpu_total(cpu, parent)
+
+
+def _line_tokens_ref(frame_of: array, fwd_of: array, token: array) -> array:
+    """Per cpu event the key its line is cached under in Context.line_key: its statement token,
+    else ~frame; NO_LINE when it has no user line."""
+    out = array("i", [NO_LINE]) * len(frame_of)
+    for i, f in enumerate(frame_of):
+        src = i
+        if f < 0:  # a backward op: its forward op's line
+            src = fwd_of[i]
+            f = frame_of[src] if src >= 0 else -1
+        if f >= 0:
+            t = token[src]
+            out[i] = t if t >= 0 else ~f
+    return out
+
+
+def _line_tokens_c(frame_of: array, fwd_of: array, token: array) -> array:
+    return column("i", _BUILT.line_tokens(frame_of, fwd_of, token))
+
+
+def _ancestor_sums_ref(parent: array, own: dict[int, int]) -> dict[int, int]:
+    """Each event's value added to it and to every event it is nested in: the events with a
+    non-zero total, in index order."""
+    total: dict[int, int] = {}
+    for i, b in own.items():
+        while i >= 0:
+            total[i] = total.get(i, 0) + b
+            i = parent[i]
+    return {i: t for i, t in sorted(total.items()) if t}
+
+
+def _ancestor_sums_c(parent: array, own: dict[int, int]) -> dict[int, int]:
+    if sum(own.values()) >= 2**62:  # int64 sums (a corrupt trace may overflow): Python's ints
+        return _ancestor_sums_ref(parent, own)
+    evs, tots = _BUILT.ancestor_sums(parent, array("i", own.keys()), array("q", own.values()))
+    return dict(zip(column("i", evs), column("q", tots)))
+
+
+def _hot_sums_ref(ctx, line, launch_cats) -> list:
+    """Each event's time onto its line (``line(i)``, a HotLine or None): (line, [calls, launches,
+    cpu self, cpu total (outermost call of the line), cpu backward, gpu, gpu forward, gpu backward,
+    kernel classes, kernel stats]) per line, in order of first event; the native pass sums in the
+    same order (the same floats)."""
+    m, a = ctx.model, ctx.a
+    order: dict[int, list] = {}  # id(hot line) -> [line, sums]
+    for i, e in enumerate(m.cpu):
+        if e.cat == "python_function" or e.cat == "user_annotation":
+            continue  # frames are counted through their ops; a label (a step marker, a
+            # ``with record_function(...)`` block) is not work: what runs inside it is
+        h = line(i)
+        if h is None:
+            continue
+        got = order.get(id(h))
+        if got is None:
+            got = order[id(h)] = [h, [0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {}]]
+        s = got[1]
+        p = m.parent[i]
+        backward = m.is_backward(i)
+        top = p < 0 or m.cpu[p].cat in ("python_function", "user_annotation") or ctx.line_key(p) != ctx.line_key(i)
+        self_us = e.dur - m.child_dur[i]
+        if backward:
+            if top:
+                s[4] += e.dur
+        else:
+            s[2] += max(0.0, self_us)
+            if top:
+                s[3] += e.dur
+                s[0] += 1
+        if e.cat in launch_cats:
+            gs = m.gpu_of_launch(i)
+            if gs:
+                s[1] += 1
+            classes, stats = s[8], s[9]
+            for g in gs:
+                ge = m.gpu[g]
+                cls = a.gpu_class[g]
+                s[5] += ge.dur
+                if backward:
+                    s[7] += ge.dur
+                else:
+                    s[6] += ge.dur
+                classes[cls] = classes.get(cls, 0.0) + ge.dur
+                st = stats.setdefault(ge.name, [cls, 0, 0.0])
+                st[1] += 1
+                st[2] += ge.dur
+    return [tuple(v) for v in order.values()]
+
+
+def _hot_sums_c(ctx, line, launch_cats) -> list:
+    m, a = ctx.model, ctx.a
+    if m.has_call_from:  # CallFrom places an op on its caller's line, which line_tokens does not hold
+        return _hot_sums_ref(ctx, line, launch_cats)
+    order: list = []
+    index: dict[tuple, int] = {}
+    kids: dict[tuple, int] = {}
+
+    def key_id(i: int) -> int:
+        k = ctx.line_key(i)
+        return -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
+
+    def line_of(i: int) -> tuple[int, int]:
+        h = line(i)
+        if h is None:
+            return -1, -1
+        k = (h.trace_path, h.line)
+        if k not in index:
+            index[k] = len(order)
+            order.append(h)
+        return index[k], key_id(i)
+
+    off, gs = m._launched
+    toks = ctx.line_tokens()
+    labels = m.labels
+    if labels:  # labels are no line's work: no key, as the scanner skips keyless events
+        toks = array("i", toks)
+        for i in labels:
+            toks[i] = NO_LINE
+    *sums, kcs, kss = _BUILT.hot_lines(m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, toks, off, gs,
+                                       a.gpu_class, line_of, key_id, launch_cats)
+    cols = [column(t, b) for t, b in zip("qqdddddd", sums)]
+    return [(h, [*(c[k] for c in cols), kcs[k], kss[k]]) for k, h in enumerate(order)]
+
+
+# ---- the table --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    computes: str  # what it gives, in the words of the model field or analysis that keeps it
+    reference: Callable
+    native: Callable
+    undo: Optional[Callable] = None  # args -> a function undoing what the pass changes in them
+
+
+PASSES: dict[str, Pass] = {p.name: p for p in (
+    Pass("depth", "how deep a block of JSON nests (the reader's MAX_NESTING check)", _depth_ref, _depth_c),
+    Pass("classify", "events by role: cpu by thread, gpu, gpu annotations, memory samples, fwdbwd flows, "
+                     "thread names, unread categories", _classify_ref, _classify_c, _keep_cats),
+    Pass("nest", "one thread's events sorted; parent, child_dur and start of each", _nest_ref, _nest_c),
+    Pass("frames", "frames, frame_of, token, events by name, has_call_from, launches, labels, t0",
+         _frames_ref, _frames_c),
+    Pass("launchers", "launcher: the launch call of each GPU event", _launchers_ref, _launchers_c),
+    Pass("children", "a flat index of items by parent (children, GPU events by launch)", _children_ref, _children_c),
+    Pass("cat_mask", "which events have a category", _cat_mask_ref, _cat_mask_c),
+    Pass("nearest", "each event's nearest ancestor in a mask (enclosing op, enclosing frame)",
+         _nearest_ref, _nearest_c),
+    Pass("inherit", "fwd_of: the forward op of each backward event", _inherit_ref, _inherit_c),
+    Pass("owners", "the innermost enclosing event of instants (flow ends, memory samples)", _owners_ref, _owners_c),
+    Pass("memory_columns", "memory: the allocator samples as columns", _memory_columns_ref, _memory_columns_c),
+    Pass("subtree", "an event and everything nested in it", _subtree_ref, _subtree_c),
+    Pass("cpu_total", "Summary.cpu_total_us", _cpu_total_ref, _cpu_total_c),
+    Pass("line_tokens", "the key each event's source line is cached under (Context.line_tokens)",
+         _line_tokens_ref, _line_tokens_c),
+    Pass("ancestor_sums", "values summed up the nesting (memory-child-pressure)", _ancestor_sums_ref,
+         _ancestor_sums_c),
+    Pass("hot_sums", "hot lines: calls, launches, CPU and GPU time, kernel classes and stats", _hot_sums_ref,
+         _hot_sums_c),
+)}
+
+
+class Implementation:
+    """One implementation of every pass: ``impl.nest(...)`` and so on."""
+
+    def __init__(self, name: str, pick: Callable[[Pass], Callable]):
+        self.name = name
+        for p in PASSES.values():
+            setattr(self, p.name, pick(p))
+
+    def __repr__(self) -> str:
+        return f"<passes: {self.name}>"
+
+
+REFERENCE = Implementation("reference", lambda p: p.reference)
+NATIVE = Implementation("native", lambda p: p.native)
+_checking: Optional[Implementation] = None  # set inside differential()
+
+
+def chosen() -> Implementation:
+    """The passes the switch picks (for the reader, before there are events)."""
+    if native() is None:
+        return REFERENCE
+    return _checking or NATIVE
+
+
+def for_events(events) -> Implementation:
+    """The passes a file's events run, all of one kind: native for the scanner's events."""
+    mod = native()
+    if mod is not None and events and isinstance(events[0], mod.Event):
+        return _checking or NATIVE
+    return REFERENCE
+
+
+# ---- the reference as the oracle --------------------------------------------------------------
+@dataclass
+class Run:
+    """One pass called under ``differential()``: where the implementations differ, else None."""
+    name: str
+    differs: Optional[str]
+
+
+@contextmanager
+def differential():
+    """Inside, every pass the native layer would run runs both ways, the reference first on copies
+    of the lists it is given, and the native result is used. Yields the list of ``Run``s."""
+    global _checking
+    runs: list[Run] = []
+    was = _checking
+    _checking = Implementation("differential", lambda p: _both(p, runs))
+    try:
+        yield runs
+    finally:
+        _checking = was
+
+
+def _both(p: Pass, runs: list) -> Callable:
+    def run(*args):
+        undo = p.undo(args) if p.undo else None
+        ref = p.reference(*(list(a) if type(a) is list else a for a in args))
+        if undo:
+            undo()
+        got = p.native(*args)
+        runs.append(Run(p.name, differs(ref, got)))
+        return got
+    return run
+
+
+def differs(a, b, where: str = "") -> Optional[str]:
+    """Where two pass results differ (types, lengths, order, float bits), else None."""
+    if type(a) is not type(b):
+        return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, float):
+        return None if struct.pack("d", a) == struct.pack("d", b) else f"{where}: {a!r} vs {b!r}"
+    if isinstance(a, array):
+        if a.typecode != b.typecode or a.tobytes() != b.tobytes():
+            k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return f"{where}[{k}]: array {a.typecode} of {len(a)} vs {b.typecode} of {len(b)}"
+        return None
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return f"{where}: keys differ (or their order)"
+        return next((d for k in a for d in [differs(a[k], b[k], f"{where}[{k!r}]")] if d), None)
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} vs {len(b)} items"
+        return next((d for k, (x, y) in enumerate(zip(a, b)) for d in [differs(x, y, f"{where}[{k}]")] if d), None)
+    return None if a is b or a == b else f"{where}: {a!r} vs {b!r}"
