@@ -18,8 +18,9 @@ from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Sum
 from . import impact, kernels, loader, modules, suppress
 from .analyses import Analysis, analyze, verdict
 from .bound import bound
-from .context import NO_LINE, Context, Options
+from .context import Context, Options
 from .model import LAUNCH_CATS, TraceModel, build
+from .passes import NO_LINE
 from .rules import load_all
 from .rules.util import us
 

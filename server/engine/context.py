@@ -12,7 +12,6 @@ from ...protocol.catalog import RULES as CATALOG
 from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
-from .passes import NO_LINE
 from .model import TraceModel
 from .modules import ModuleIndex, Place, describe, generic_name
 from .sourcemap import LibrarySources, SourceMap

@@ -158,6 +158,8 @@ class TraceModel:
     t0: float = 0.0
     unread: dict[str, int] = field(default_factory=dict)  # complete events of categories not read: count
     steps_from: str = "ProfilerStep markers"  # how the window was cut into steps (windows.infer_steps)
+    # the implementation of every pass this model's events run, all native or all the reference
+    passes: passes.Implementation = field(default=passes.REFERENCE, repr=False, compare=False)
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -339,8 +341,7 @@ def build(doc: TraceDoc) -> TraceModel:
     m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
                    gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
                    gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0,
-                   unread=unread)
-    m.passes = run
+                   unread=unread, passes=run)
     m._kids = run.children(parent, len(parent))
     m._by_name = by_name
     m.child_dur = child_dur

@@ -29,7 +29,7 @@ from operator import attrgetter
 from typing import Callable, Optional
 
 try:
-    from . import _scan as _BUILT
+    from . import _scan as _BUILT  # type: ignore[attr-defined]  # the C extension: no stub for mypy
 except ImportError:  # no compiler where it was installed: the reference alone, slower and larger
     _BUILT = None
 

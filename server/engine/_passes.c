@@ -1,0 +1,914 @@
+/* profd.server.engine._scan, the passes: the model's computations over the scanner's events
+ * (_scan.c reads them), where a Python loop costs ~1 us an event. Each is one pass of
+ * server/engine/passes.py, which holds its Python twin (the reference) and says what it computes;
+ * tests/test_passes.py runs both on every shipped and corpus trace and compares their results. */
+#include "_scan.h"
+#include <stdlib.h>
+#include <string.h>
+
+static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
+    *S_python_function, *S_user_annotation, *S_cpu_op, *S_user, *S_Memcpy, *S_Memset;
+
+static inline int same(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
+typedef struct { double ts, dur; Py_ssize_t idx; PyObject *ev; } SortItem;
+
+static int cmp_items(const void *a, const void *b) {
+    const SortItem *x = a, *y = b;
+    if (x->ts < y->ts) return -1;
+    if (x->ts > y->ts) return 1;
+    if (x->dur > y->dur) return -1; /* longest first: a parent precedes the children starting with it */
+    if (x->dur < y->dur) return 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* nest(events, base, slack) -> (parent: int32 bytes, child_dur, starts: float64 bytes)
+ * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
+ * first among equal starts, as two stable sorts would; then gives each event its innermost
+ * enclosing event (position base + j, or -1) and each event the summed duration of its children.
+ * A child may end ``slack`` after its parent (Kineto rounds to ns). A python frame that starts
+ * inside another python frame but ends after it (the tracer lost its exit: Dynamo's frame swaps
+ * leave ``<built-in method apply ...>`` frames "running" to the end of the trace) nests in it,
+ * its end clamped to its parent's for the events that follow. */
+static PyObject *nest(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    Py_ssize_t base;
+    double slack;
+    if (!PyArg_ParseTuple(args, "O!nd", &PyList_Type, &list, &base, &slack)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(list, j), &EvType)) {
+            PyErr_SetString(PyExc_TypeError, "nest: not a _scan.Event");
+            return NULL;
+        }
+    SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
+    Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
+    double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
+    PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!items || !stack || !eend || !pbytes || !cbytes || !sbytes) {
+        free(items); free(stack); free(eend); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(list, j);
+        items[j].ts = e->ts;
+        items[j].dur = e->dur;
+        items[j].idx = j;
+        items[j].ev = (PyObject *)e;
+    }
+    qsort(items, n, sizeof(SortItem), cmp_items);
+    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
+    int32_t *parent = (int32_t *)PyBytes_AS_STRING(pbytes);
+    double *cdur = (double *)PyBytes_AS_STRING(cbytes), *starts = (double *)PyBytes_AS_STRING(sbytes);
+    for (Py_ssize_t j = 0; j < n; j++) starts[j] = items[j].ts;
+    Py_ssize_t top = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double ts = items[j].ts, end = ts + items[j].dur, dur = items[j].dur;
+        PyObject *cat = ((Ev *)items[j].ev)->cat;
+        cdur[j] = 0.0;
+        while (top) {
+            double tend = eend[stack[top - 1]];
+            if (ts < tend && end <= tend + slack) break;
+            if (ts < tend && same(cat, S_python_function)
+                && same(((Ev *)items[stack[top - 1]].ev)->cat, S_python_function)) {
+                end = tend; /* a frame whose exit was lost */
+                dur = tend - ts;
+                break;
+            }
+            top--;
+        }
+        eend[j] = end;
+        if (top) {
+            parent[j] = (int32_t)(base + stack[top - 1]);
+            cdur[stack[top - 1]] += dur;
+        } else {
+            parent[j] = -1;
+        }
+        stack[top++] = j;
+    }
+    free(items);
+    free(stack);
+    free(eend);
+    return Py_BuildValue("(NNN)", pbytes, cbytes, sbytes);
+}
+
+/* children(parent: int32 buffer[, n]) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
+ * the items whose parent is i are kids[offsets[i]:offsets[i+1]], in index order; parents are in
+ * [0, n), n = len(parent) by default; negative parents belong to none. */
+static PyObject *children(PyObject *mod, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(args, "y*|n", &view, &n)) return NULL;
+    Py_ssize_t m = view.len / 4; /* items; their keys ("parents") are in [0, n) */
+    if (n < 0) n = m;
+    const int32_t *parent = view.buf;
+    PyObject *ob = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *kb = ob ? PyBytes_FromStringAndSize(NULL, m * 4) : NULL;
+    if (!ob || !kb) { Py_XDECREF(ob); PyBuffer_Release(&view); return NULL; }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(ob), *kids = (int32_t *)PyBytes_AS_STRING(kb);
+    memset(off, 0, (n + 1) * 4);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int32_t p = parent[i];
+        if (p >= 0 && p < n) off[p + 1]++;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) off[i + 1] += off[i];
+    int32_t *fill = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!fill) { Py_DECREF(ob); Py_DECREF(kb); PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    memcpy(fill, off, n * 4);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int32_t p = parent[i];
+        if (p >= 0 && p < n) kids[fill[p]++] = (int32_t)i;
+    }
+    free(fill);
+    if (_PyBytes_Resize(&kb, (Py_ssize_t)off[n] * 4) < 0) { Py_DECREF(ob); PyBuffer_Release(&view); return NULL; }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NN)", ob, kb);
+}
+
+
+
+static int check_events(PyObject *list) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(list, j), &EvType)) {
+            PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+            return -1;
+        }
+    return 0;
+}
+
+/* An id written as a digit string (1 to 18 ASCII digits) as the number: model._id. New reference. */
+static PyObject *id_value(PyObject *v) {
+    if (PyUnicode_Check(v) && PyUnicode_IS_ASCII(v)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+        const char *s = (const char *)PyUnicode_DATA(v);
+        int digits = n > 0 && n <= 18;
+        for (Py_ssize_t k = 0; digits && k < n; k++) digits = s[k] >= '0' && s[k] <= '9';
+        if (digits) return PyLong_FromString(s, NULL, 10);
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* (pid, tid), as model.thread_key. */
+static PyObject *thread_key(Ev *e) {
+    PyObject *p = id_value(e->pid), *t = p ? id_value(e->tid) : NULL;
+    PyObject *key = t ? PyTuple_Pack(2, p, t) : NULL;
+    Py_XDECREF(p);
+    Py_XDECREF(t);
+    return key;
+}
+
+/* model.gpu_role: the GPU category of an event of an unknown category that carries a device, a
+ * stream and a correlation id (borrowed), else NULL. */
+static PyObject *S_gpu_memcpy, *S_gpu_memset, *S_kernel;
+static PyObject *gpu_role(Ev *e) {
+    const uint32_t CARRY = F_ARGS | F_DEVICE | F_STREAM | F_CORR;
+    if ((e->flags & CARRY) != CARRY) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(e->name);
+    if (PyUnicode_Tailmatch(e->name, S_Memcpy, 0, n, -1) == 1) return S_gpu_memcpy;
+    if (PyUnicode_Tailmatch(e->name, S_Memset, 0, n, -1) == 1) return S_gpu_memset;
+    return S_kernel;
+}
+
+/* classify(events, roles, label_cats, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations,
+ * memory_samples, flows_s, flows_f, thread_names, unread): the model's first pass (model._classify,
+ * the same in Python); events get the category of their role. */
+static PyObject *classify(PyObject *mod, PyObject *args) {
+    PyObject *events, *roles, *label_cats, *cpu_cats, *gpu_cats;
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyList_Type, &events, &PyDict_Type, &roles, &label_cats, &cpu_cats,
+                          &gpu_cats))
+        return NULL;
+    if (check_events(events) < 0) return NULL;
+    PyObject *by_thread = PyDict_New(), *gpu = PyList_New(0), *ann = PyList_New(0), *mem = PyList_New(0),
+             *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New(), *unread = PyDict_New();
+    PyObject *last_pid = NULL, *last_tid = NULL, *last_list = NULL;
+    if (!by_thread || !gpu || !ann || !mem || !fs || !ff || !names || !unread) goto fail;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(events, j);
+        PyObject *ph = e->ph;
+        if (same(ph, S_X)) {
+            PyObject *role = PyDict_GetItemWithError(roles, e->cat); /* borrowed */
+            if (!role && PyErr_Occurred()) goto fail;
+            if (role && role != Py_None && same(role, S_cpu_op) && PyUnicode_FindChar(e->name, '#', 0,
+                    PyUnicode_GET_LENGTH(e->name), 1) >= 0) {
+                int lc = PySet_Contains(label_cats, e->cat);
+                if (lc < 0) goto fail;
+                if (lc) role = S_user_annotation;
+            }
+            if (!role) {
+                role = gpu_role(e);
+                if (!role) {
+                    PyObject *old = PyDict_GetItemWithError(unread, e->cat);
+                    if (!old && PyErr_Occurred()) goto fail;
+                    PyObject *cnt = PyLong_FromSsize_t(old ? PyLong_AsSsize_t(old) + 1 : 1);
+                    if (!cnt || PyDict_SetItem(unread, e->cat, cnt) < 0) { Py_XDECREF(cnt); goto fail; }
+                    Py_DECREF(cnt);
+                    continue;
+                }
+            }
+            if (role == Py_None) continue;
+            if (role != e->cat) {
+                Py_INCREF(role);
+                Py_SETREF(e->cat, role);
+            }
+            int r = PySet_Contains(gpu_cats, e->cat);
+            if (r < 0) goto fail;
+            if (r) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
+            r = PySet_Contains(cpu_cats, e->cat);
+            if (r < 0) goto fail;
+            if (r) {
+                if (!(last_list && e->pid == last_pid && e->tid == last_tid)) {
+                    PyObject *key = thread_key(e);
+                    if (!key) goto fail;
+                    PyObject *lst = PyDict_GetItemWithError(by_thread, key);
+                    if (!lst) {
+                        if (PyErr_Occurred() || !(lst = PyList_New(0)) || PyDict_SetItem(by_thread, key, lst) < 0) {
+                            Py_XDECREF(lst); Py_DECREF(key); goto fail;
+                        }
+                        Py_DECREF(lst); /* the dict holds it */
+                    }
+                    Py_DECREF(key);
+                    last_list = lst; last_pid = e->pid; last_tid = e->tid;
+                }
+                if (PyList_Append(last_list, (PyObject *)e) < 0) goto fail;
+            } else if (same(e->cat, S_gpu_ann)) {
+                if (PyList_Append(ann, (PyObject *)e) < 0) goto fail;
+            }
+        } else if (same(ph, S_i) || same(ph, S_I)) {
+            if (same(e->name, S_memory) && (e->flags & F_ARGS) && PyList_Append(mem, (PyObject *)e) < 0) goto fail;
+        } else if (same(ph, S_s) || same(ph, S_f)) {
+            if (same(e->cat, S_fwdbwd)) {
+                PyObject *id = int_or_none(e, F_ID, HAS_OP(e) ? e->id : 0);
+                if (!id) goto fail;
+                int r = PyDict_SetItem(same(ph, S_s) ? fs : ff, id, (PyObject *)e);
+                Py_DECREF(id);
+                if (r < 0) goto fail;
+            }
+        } else if (same(ph, S_M) && same(e->name, S_thread_name) && (e->flags & F_ARGS) && HAS_OP(e) &&
+                   e->aname && PyUnicode_GET_LENGTH(e->aname) > 0) {
+            PyObject *key = thread_key(e);
+            if (!key || PyDict_SetItem(names, key, e->aname) < 0) { Py_XDECREF(key); goto fail; }
+            Py_DECREF(key);
+        }
+    }
+    return Py_BuildValue("(NNNNNNNN)", by_thread, gpu, ann, mem, fs, ff, names, unread);
+fail:
+    Py_XDECREF(by_thread); Py_XDECREF(gpu); Py_XDECREF(ann); Py_XDECREF(mem);
+    Py_XDECREF(fs); Py_XDECREF(ff); Py_XDECREF(names); Py_XDECREF(unread);
+    return NULL;
+}
+
+/* frames(cpu, parent, parse_frame, launch_cats) -> (frame_ids, frame_of, token, name_codes: int32
+ * bytes, names: list, table: list of frames, has_call_from: bool, launch indices, user_annotation
+ * indices: int32 bytes, first start time or None). The model's second pass: each python
+ * frame's parsed Frame (parse_frame(name) once per distinct name), the innermost user frame around
+ * every event, the direct child of that frame (through user_annotation labels) holding it, and a
+ * code per distinct name of the non-python events. */
+static PyObject *frames(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *parse, *launch_cats;
+    Py_buffer pv;
+    if (!PyArg_ParseTuple(args, "O!y*OO", &PyList_Type, &cpu, &pv, &parse, &launch_cats)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu);
+    PyObject *fb = NULL, *fo = NULL, *tb = NULL, *cb = NULL, *names = NULL, *table = NULL, *user = NULL,
+             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL, *lb = NULL, *ub = NULL;
+    Py_ssize_t nl = 0, nu = 0;
+    double t0 = 0.0;
+    if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
+    if (check_events(cpu) < 0) goto fail;
+    const int32_t *parent = pv.buf;
+    fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
+    tb = PyBytes_FromStringAndSize(NULL, n * 4); cb = PyBytes_FromStringAndSize(NULL, n * 4);
+    names = PyList_New(0); table = PyList_New(0); user = PyList_New(0);
+    code_of = PyDict_New(); frame_of_name = PyDict_New(); id_of = PyDict_New();
+    lb = PyBytes_FromStringAndSize(NULL, n * 4); ub = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of || !lb || !ub)
+        goto fail;
+    int32_t *fid = (int32_t *)PyBytes_AS_STRING(fb), *fof = (int32_t *)PyBytes_AS_STRING(fo),
+            *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb),
+            *lidx = (int32_t *)PyBytes_AS_STRING(lb), *uidx = (int32_t *)PyBytes_AS_STRING(ub);
+    int call_from = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        int32_t p = parent[i];
+        fid[i] = -1; fof[i] = -1; tok[i] = -1; code[i] = -1;
+        if (i == 0 || e->ts < t0) t0 = e->ts;
+        int lc = PySet_Contains(launch_cats, e->cat);
+        if (lc < 0) goto fail;
+        if (lc) lidx[nl++] = (int32_t)i;
+        if (same(e->cat, S_user_annotation)) uidx[nu++] = (int32_t)i;
+        if (same(e->cat, S_python_function)) {
+            PyObject *k = PyDict_GetItemWithError(frame_of_name, e->name); /* borrowed int */
+            if (!k) {
+                if (PyErr_Occurred()) goto fail;
+                PyObject *fr = PyObject_CallOneArg(parse, e->name);
+                if (!fr) goto fail;
+                long id = -1;
+                if (fr != Py_None) {
+                    PyObject *known = PyDict_GetItemWithError(id_of, fr);
+                    if (known) id = PyLong_AsLong(known);
+                    else if (PyErr_Occurred()) { Py_DECREF(fr); goto fail; }
+                    else {
+                        id = PyList_GET_SIZE(table);
+                        PyObject *u = PyObject_GetAttr(fr, S_user);
+                        PyObject *idobj = PyLong_FromLong(id);
+                        int bad = !u || !idobj || PyList_Append(table, fr) < 0 || PyList_Append(user, u) < 0 ||
+                                  PyDict_SetItem(id_of, fr, idobj) < 0;
+                        Py_XDECREF(u); Py_XDECREF(idobj);
+                        if (bad) { Py_DECREF(fr); goto fail; }
+                    }
+                }
+                Py_DECREF(fr);
+                k = PyLong_FromLong(id);
+                if (!k || PyDict_SetItem(frame_of_name, e->name, k) < 0) { Py_XDECREF(k); goto fail; }
+                Py_DECREF(k);
+            }
+            long id = PyLong_AsLong(k);
+            if (id >= 0) {
+                fid[i] = (int32_t)id;
+                int is_user = PyObject_IsTrue(PyList_GET_ITEM(user, id));
+                if (is_user < 0) goto fail;
+                if (is_user) { fof[i] = (int32_t)i; continue; }
+            }
+        } else {
+            PyObject *c = PyDict_GetItemWithError(code_of, e->name);
+            if (!c) {
+                if (PyErr_Occurred()) goto fail;
+                c = PyLong_FromSsize_t(PyList_GET_SIZE(names));
+                if (!c || PyDict_SetItem(code_of, e->name, c) < 0 || PyList_Append(names, e->name) < 0) { Py_XDECREF(c); goto fail; }
+                Py_DECREF(c);
+            }
+            code[i] = (int32_t)PyLong_AsLong(c);
+            if (!call_from && same(e->cat, S_cpu_op) && HAS_OP(e) && (e->flags & F_ARGS) && e->call_from &&
+                PyUnicode_GET_LENGTH(e->call_from) > 0)
+                call_from = 1;
+        }
+        if (p >= 0 && p < i) {
+            int32_t f = fof[p];
+            fof[i] = f;
+            if (f >= 0) {
+                if (p == f || (tok[p] == p && same(((Ev *)PyList_GET_ITEM(cpu, p))->cat, S_user_annotation)))
+                    tok[i] = (int32_t)i;
+                else
+                    tok[i] = tok[p];
+            }
+        }
+    }
+    PyBuffer_Release(&pv);
+    Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
+    if (_PyBytes_Resize(&lb, nl * 4) < 0 || _PyBytes_Resize(&ub, nu * 4) < 0) {
+        Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
+        Py_DECREF(fb); Py_DECREF(fo); Py_DECREF(tb); Py_DECREF(cb); Py_DECREF(names); Py_DECREF(table);
+        return NULL;
+    }
+    PyObject *t0obj = n ? PyFloat_FromDouble(t0) : (Py_INCREF(Py_None), Py_None);
+    return Py_BuildValue("(NNNNNNONNN)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False, lb, ub, t0obj);
+fail:
+    PyBuffer_Release(&pv);
+    Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
+    Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
+    Py_XDECREF(lb); Py_XDECREF(ub);
+    return NULL;
+}
+
+/* Three int32 columns of one length in, one out: the shape of inherit and line_tokens. */
+typedef void (*Columns3)(Py_ssize_t n, const int32_t *a, const int32_t *b, const int32_t *c, int32_t *out);
+
+static PyObject *columns3(PyObject *args, Columns3 fn) {
+    Py_buffer av, bv, cv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &av, &bv, &cv)) return NULL;
+    Py_ssize_t n = av.len / 4;
+    PyObject *out = NULL;
+    if (bv.len / 4 != n || cv.len / 4 != n)
+        PyErr_SetString(PyExc_ValueError, "columns of different lengths");
+    else if ((out = PyBytes_FromStringAndSize(NULL, n * 4)))
+        fn(n, av.buf, bv.buf, cv.buf, (int32_t *)PyBytes_AS_STRING(out));
+    PyBuffer_Release(&av); PyBuffer_Release(&bv); PyBuffer_Release(&cv);
+    return out;
+}
+
+/* inherit(parent, frame_of, target) -> int32 bytes: target[i] where it is set (>= 0), else the
+ * parent's value for events outside any user frame, else -1 (fwd_of: backward ops inherit). */
+static void inherit_columns(Py_ssize_t n, const int32_t *parent, const int32_t *fof, const int32_t *tgt, int32_t *o) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        if (tgt[i] >= 0) o[i] = tgt[i];
+        else if (p >= 0 && p < i && fof[i] < 0) o[i] = o[p];
+        else o[i] = -1;
+    }
+}
+
+static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, inherit_columns); }
+
+/* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
+ *     (owner: int32 bytes, thread: int32 bytes, threads: list)
+ * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
+ * category cat unless None), or -1: ThreadIndex.innermost, many at once. Each thread's events are
+ * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
+ * events' threads in order of first appearance. */
+static PyObject *owners(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *events, *starts_by, *base_by, *cat;
+    Py_buffer pv;
+    double slack;
+    if (!PyArg_ParseTuple(args, "O!y*O!O!O!dO", &PyList_Type, &cpu, &pv, &PyList_Type, &events, &PyDict_Type,
+                          &starts_by, &PyDict_Type, &base_by, &slack, &cat))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), m = PyList_GET_SIZE(events);
+    PyObject *ob = NULL, *tb = NULL, *threads = NULL, *ids = NULL, *res = NULL;
+    Py_buffer sv = {0};
+    int have_sv = 0;
+    PyObject *last_pid = NULL, *last_tid = NULL;
+    Py_ssize_t base = 0, tid_index = -1;
+    if (pv.len / 4 != n || check_events(cpu) < 0 || check_events(events) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sizes");
+        goto done;
+    }
+    ob = PyBytes_FromStringAndSize(NULL, m * 4);
+    tb = PyBytes_FromStringAndSize(NULL, m * 4);
+    threads = PyList_New(0);
+    ids = PyDict_New();
+    if (!ob || !tb || !threads || !ids) goto done;
+    const int32_t *parent = pv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(ob), *t = (int32_t *)PyBytes_AS_STRING(tb);
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Ev *q = (Ev *)PyList_GET_ITEM(events, k);
+        if (!(last_pid && q->pid == last_pid && q->tid == last_tid)) {
+            if (have_sv) { PyBuffer_Release(&sv); have_sv = 0; }
+            PyObject *key = thread_key(q);
+            if (!key) goto done;
+            PyObject *id = PyDict_GetItemWithError(ids, key);
+            if (!id) {
+                if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+                id = PyLong_FromSsize_t(PyList_GET_SIZE(threads));
+                if (!id || PyDict_SetItem(ids, key, id) < 0 || PyList_Append(threads, key) < 0) {
+                    Py_XDECREF(id); Py_DECREF(key); goto done;
+                }
+                Py_DECREF(id);
+            }
+            tid_index = PyLong_AsSsize_t(id);
+            PyObject *st = PyDict_GetItemWithError(starts_by, key), *bs = st ? PyDict_GetItemWithError(base_by, key) : NULL;
+            Py_DECREF(key);
+            if (PyErr_Occurred()) goto done;
+            if (st && bs) {
+                if (PyObject_GetBuffer(st, &sv, PyBUF_SIMPLE) < 0) goto done;
+                have_sv = 1;
+                base = PyLong_AsSsize_t(bs);
+                if (base < 0 || base + sv.len / 8 > n) { PyErr_SetString(PyExc_ValueError, "base"); goto done; }
+            }
+            last_pid = q->pid;
+            last_tid = q->tid;
+        }
+        t[k] = (int32_t)tid_index;
+        o[k] = -1;
+        if (!have_sv) continue;
+        const double *starts = sv.buf;
+        Py_ssize_t ns = sv.len / 8, lo = 0, hi = ns;
+        double x = q->ts + slack;
+        while (lo < hi) { /* bisect_right */
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (x < starts[mid]) hi = mid; else lo = mid + 1;
+        }
+        Py_ssize_t i = lo >= 1 ? base + lo - 1 : -1;
+        while (i >= 0 && i < n) {
+            Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+            if (e->ts + e->dur + slack >= q->ts && (cat == Py_None || same(e->cat, cat))) { o[k] = (int32_t)i; break; }
+            i = parent[i];
+        }
+    }
+    res = Py_BuildValue("(OOO)", ob, tb, threads);
+done:
+    if (have_sv) PyBuffer_Release(&sv);
+    PyBuffer_Release(&pv);
+    Py_XDECREF(ob); Py_XDECREF(tb); Py_XDECREF(threads); Py_XDECREF(ids);
+    return res;
+}
+
+/* memory_columns(samples) -> (ts f64, bytes, total_allocated, total_reserved i64, device_type i32,
+ * addr i64): absent counts and addresses are 0, an absent device type -1. */
+static PyObject *memory_columns(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    if (check_events(list) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *ts = PyBytes_FromStringAndSize(NULL, n * 8), *mb = PyBytes_FromStringAndSize(NULL, n * 8),
+             *ta = PyBytes_FromStringAndSize(NULL, n * 8), *tr = PyBytes_FromStringAndSize(NULL, n * 8),
+             *dt = PyBytes_FromStringAndSize(NULL, n * 4), *ad = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!ts || !mb || !ta || !tr || !dt || !ad) {
+        Py_XDECREF(ts); Py_XDECREF(mb); Py_XDECREF(ta); Py_XDECREF(tr); Py_XDECREF(dt); Py_XDECREF(ad);
+        return NULL;
+    }
+    double *t = (double *)PyBytes_AS_STRING(ts);
+    int64_t *b = (int64_t *)PyBytes_AS_STRING(mb), *a = (int64_t *)PyBytes_AS_STRING(ta),
+            *r = (int64_t *)PyBytes_AS_STRING(tr), *ap = (int64_t *)PyBytes_AS_STRING(ad);
+    int32_t *d = (int32_t *)PyBytes_AS_STRING(dt);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(list, k);
+        const int64_t *mf = mem_fields(e); /* devtype, memb, talloc, tres, addr */
+        t[k] = e->ts;
+        b[k] = mf && (e->flags & F_MEMB) ? mf[1] : 0;
+        a[k] = mf && (e->flags & F_TALLOC) ? mf[2] : 0;
+        r[k] = mf && (e->flags & F_TRES) ? mf[3] : 0;
+        ap[k] = mf && (e->flags & F_ADDR) ? mf[4] : 0;
+        d[k] = mf && (e->flags & F_DEVTYPE) && mf[0] >= INT32_MIN && mf[0] <= INT32_MAX ? (int32_t)mf[0] : -1;
+    }
+    return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
+}
+
+/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, line_tokens, launched_off, launched,
+ *           gpu_class, line, key, launch_cats)
+ * The per-event sums of engine._hot_lines, in the same order (so the same floats). Each event's
+ * line is found through its key in ``line_tokens`` (line_tokens() below: statement token, ~frame,
+ * or INT32_MIN for none): ``line(i)`` -> (hot line index, key id) for the first
+ * event of a token that owns one, ``key(i)`` -> key id for a parent's; both -1 when there is none.
+ * Returns per hot line: calls, launches (int64), cpu_self, cpu_total, cpu_backward, gpu, gpu_forward,
+ * gpu_backward (float64, as bytes), and lists of kernel_classes and kernel-stat dicts. */
+#define NOKEY INT32_MIN
+static PyObject *S_ProfilerStep;
+
+static PyObject *hot_lines(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *gpu, *classes, *line_fn, *key_fn, *launch_cats;
+    Py_buffer pv, cv, fv, wv, tv, ov, lv;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*O!OOO", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &tv, &ov, &lv, &PyList_Type, &classes, &line_fn, &key_fn, &launch_cats))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
+    int32_t *kid_of = NULL, *hid_of = NULL;
+    Py_ssize_t cap = 0, nh = 0;
+    int64_t *calls = NULL, *launches = NULL;
+    double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
+    PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
+    if (!kc || !ks) goto done;
+    if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || tv.len / 4 != n ||
+        ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
+        PyErr_SetString(PyExc_ValueError, "hot_lines: sizes differ");
+        goto done;
+    }
+    if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
+    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *ck = tv.buf, *off = ov.buf, *gl = lv.buf;
+    const double *cdur = cv.buf;
+    kid_of = malloc(sizeof(int32_t) * (2 * n + 1));
+    hid_of = malloc(sizeof(int32_t) * (2 * n + 1));
+    if (!kid_of || !hid_of) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < 2 * n + 1; k++) kid_of[k] = hid_of[k] = -2; /* -2: not asked yet */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        if (same(e->cat, S_python_function)) continue;
+        if (same(e->cat, S_user_annotation) && PyUnicode_Tailmatch(e->name, S_ProfilerStep, 0, PY_SSIZE_T_MAX, -1) == 1)
+            continue; /* the profiler's step markers */
+        int32_t c = ck[i];
+        if (c == NOKEY) continue;
+        Py_ssize_t slot = (Py_ssize_t)c + n;
+        if (hid_of[slot] == -2) {
+            PyObject *r = PyObject_CallFunction(line_fn, "n", i);
+            if (!r) goto done;
+            long h = -1, k = -1;
+            if (!PyArg_ParseTuple(r, "ll", &h, &k)) { Py_DECREF(r); goto done; }
+            Py_DECREF(r);
+            hid_of[slot] = (int32_t)h;
+            kid_of[slot] = (int32_t)k;
+            if (h >= cap) { /* grow the per-line sums */
+                Py_ssize_t ncap = (h + 1) * 2 > 64 ? (h + 1) * 2 : 64;
+                int64_t *a1 = realloc(calls, ncap * 8), *a2 = a1 ? realloc(launches, ncap * 8) : NULL;
+                if (a1) calls = a1;
+                if (a2) launches = a2;
+                double **ds[] = {&cself, &ctot, &cbwd, &gus, &gfwd, &gbwd};
+                int ok = a1 && a2;
+                for (int d = 0; d < 6 && ok; d++) {
+                    double *x = realloc(*ds[d], ncap * 8);
+                    if (!x) ok = 0; else *ds[d] = x;
+                }
+                if (!ok) { PyErr_NoMemory(); goto done; }
+                for (Py_ssize_t q = cap; q < ncap; q++) {
+                    calls[q] = launches[q] = 0;
+                    cself[q] = ctot[q] = cbwd[q] = gus[q] = gfwd[q] = gbwd[q] = 0.0;
+                }
+                cap = ncap;
+            }
+            while (nh <= h) {
+                PyObject *d1 = PyDict_New(), *d2 = PyDict_New();
+                if (!d1 || !d2 || PyList_Append(kc, d1) < 0 || PyList_Append(ks, d2) < 0) {
+                    Py_XDECREF(d1); Py_XDECREF(d2); goto done;
+                }
+                Py_DECREF(d1); Py_DECREF(d2);
+                nh++;
+            }
+        }
+        int32_t h = hid_of[slot], kid = kid_of[slot];
+        if (h < 0) continue;
+        int32_t p = parent[i];
+        int backward = fof[i] < 0 && fwd[i] >= 0;
+        int top = p < 0;
+        if (!top) {
+            Ev *pe = (Ev *)PyList_GET_ITEM(cpu, p);
+            if (same(pe->cat, S_python_function)) top = 1;
+            else {
+                int32_t pc = ck[p];
+                int32_t pk = -1;
+                if (pc != NOKEY) {
+                    Py_ssize_t ps = (Py_ssize_t)pc + n;
+                    if (kid_of[ps] == -2) {
+                        PyObject *r = PyObject_CallFunction(key_fn, "n", (Py_ssize_t)p);
+                        if (!r) goto done;
+                        kid_of[ps] = (int32_t)PyLong_AsLong(r);
+                        Py_DECREF(r);
+                        if (PyErr_Occurred()) goto done;
+                    }
+                    pk = kid_of[ps];
+                }
+                top = pk != kid;
+            }
+        }
+        double self_us = e->dur - cdur[i];
+        if (backward) {
+            if (top) cbwd[h] += e->dur;
+        } else {
+            cself[h] += self_us > 0.0 ? self_us : 0.0;
+            if (top) { ctot[h] += e->dur; calls[h]++; }
+        }
+        int r = PySet_Contains(launch_cats, e->cat);
+        if (r < 0) goto done;
+        if (!r) continue;
+        int32_t g0 = off[i], g1 = off[i + 1];
+        if (g1 > g0) launches[h]++;
+        PyObject *kcd = PyList_GET_ITEM(kc, h), *ksd = PyList_GET_ITEM(ks, h);
+        for (int32_t gi = g0; gi < g1; gi++) {
+            int32_t g = gl[gi];
+            if (g < 0 || g >= ng) continue;
+            Ev *ge = (Ev *)PyList_GET_ITEM(gpu, g);
+            PyObject *cls = PyList_GET_ITEM(classes, g);
+            gus[h] += ge->dur;
+            if (backward) gbwd[h] += ge->dur; else gfwd[h] += ge->dur;
+            PyObject *old = PyDict_GetItemWithError(kcd, cls);
+            if (!old && PyErr_Occurred()) goto done;
+            PyObject *nv = PyFloat_FromDouble((old ? PyFloat_AsDouble(old) : 0.0) + ge->dur);
+            if (!nv || PyDict_SetItem(kcd, cls, nv) < 0) { Py_XDECREF(nv); goto done; }
+            Py_DECREF(nv);
+            PyObject *st = PyDict_GetItemWithError(ksd, ge->name);
+            if (!st) {
+                if (PyErr_Occurred()) goto done;
+                st = Py_BuildValue("[Oid]", cls, 0, 0.0);
+                if (!st || PyDict_SetItem(ksd, ge->name, st) < 0) { Py_XDECREF(st); goto done; }
+                Py_DECREF(st);
+            }
+            PyObject *cnt = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(st, 1)) + 1);
+            PyObject *tot = PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(st, 2)) + ge->dur);
+            if (!cnt || !tot) { Py_XDECREF(cnt); Py_XDECREF(tot); goto done; }
+            PyList_SetItem(st, 1, cnt);
+            PyList_SetItem(st, 2, tot);
+        }
+    }
+    {
+        Py_ssize_t m = nh;
+        PyObject *b[8];
+        b[0] = PyBytes_FromStringAndSize((char *)calls, m * 8);
+        b[1] = PyBytes_FromStringAndSize((char *)launches, m * 8);
+        double *ds[] = {cself, ctot, cbwd, gus, gfwd, gbwd};
+        for (int d = 0; d < 6; d++) b[2 + d] = PyBytes_FromStringAndSize((char *)ds[d], m * 8);
+        int ok = 1;
+        for (int d = 0; d < 8; d++) ok = ok && b[d];
+        if (ok) result = Py_BuildValue("(NNNNNNNNOO)", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], kc, ks);
+        else for (int d = 0; d < 8; d++) Py_XDECREF(b[d]);
+    }
+done:
+    free(kid_of); free(hid_of); free(calls); free(launches);
+    free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
+    Py_XDECREF(kc); Py_XDECREF(ks);
+    PyBuffer_Release(&pv); PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
+    PyBuffer_Release(&tv); PyBuffer_Release(&ov); PyBuffer_Release(&lv);
+    return result;
+}
+
+/* subtree(off, kids, i) -> list: event i and everything nested in it, in model.subtree's order
+ * (a stack: each event's children pushed in order, the last popped first). */
+static PyObject *subtree(PyObject *mod, PyObject *args) {
+    Py_buffer ov, kv;
+    Py_ssize_t root;
+    if (!PyArg_ParseTuple(args, "y*y*n", &ov, &kv, &root)) return NULL;
+    Py_ssize_t n = ov.len / 4 - 1, nk = kv.len / 4;
+    const int32_t *off = ov.buf, *kids = kv.buf;
+    PyObject *out = NULL;
+    int32_t *stack = NULL;
+    if (root < 0 || root >= n) { PyErr_SetString(PyExc_IndexError, "subtree: no such event"); goto done; }
+    stack = malloc(sizeof(int32_t) * (nk + 1));
+    out = PyList_New(0);
+    if (!stack || !out) { Py_XDECREF(out); out = NULL; if (!stack) PyErr_NoMemory(); goto done; }
+    Py_ssize_t top = 0;
+    stack[top++] = (int32_t)root;
+    while (top) {
+        int32_t j = stack[--top];
+        PyObject *v = PyLong_FromLong(j);
+        if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); goto done; }
+        Py_DECREF(v);
+        if (j < 0 || j >= n) continue;
+        for (int32_t k = off[j]; k < off[j + 1] && k < nk; k++) {
+            if (top > nk) break; /* a cycle in a corrupt index: cannot happen in a tree */
+            stack[top++] = kids[k];
+        }
+    }
+done:
+    free(stack);
+    PyBuffer_Release(&ov); PyBuffer_Release(&kv);
+    return out;
+}
+
+/* cpu_total(cpu, parent) -> float: the summed duration of the non-python events that have no
+ * non-python ancestor (analyses._cpu_total: Self CPU time total, nesting not double-counted). */
+static PyObject *cpu_total(PyObject *mod, PyObject *args) {
+    PyObject *cpu;
+    Py_buffer pv;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &cpu, &pv)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu);
+    PyObject *out = NULL;
+    char *inside = NULL;
+    if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    if (check_events(cpu) < 0) goto done;
+    inside = malloc(n ? n : 1);
+    if (!inside) { PyErr_NoMemory(); goto done; }
+    const int32_t *parent = pv.buf;
+    double total = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        int32_t p = parent[i];
+        int in = p >= 0 && p < i && inside[p];
+        if (!same(e->cat, S_python_function)) {
+            if (!in) total += e->dur;
+            inside[i] = 1;
+        } else {
+            inside[i] = (char)in;
+        }
+    }
+    out = PyFloat_FromDouble(total);
+done:
+    free(inside);
+    PyBuffer_Release(&pv);
+    return out;
+}
+
+/* nearest(parent, mask) -> int32 bytes: for every event the nearest strict ancestor whose mask
+ * byte is set, -1 when none (parents precede their children, so one forward pass). */
+static PyObject *nearest(PyObject *mod, PyObject *args) {
+    Py_buffer pv, mv;
+    if (!PyArg_ParseTuple(args, "y*y*", &pv, &mv)) return NULL;
+    Py_ssize_t n = pv.len / 4;
+    PyObject *out = NULL;
+    if (mv.len != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    const int32_t *parent = pv.buf;
+    const unsigned char *mask = mv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        o[i] = p < 0 || p >= i ? -1 : (mask[p] ? p : o[p]);
+    }
+done:
+    PyBuffer_Release(&pv); PyBuffer_Release(&mv);
+    return out;
+}
+
+/* line_tokens(frame_of, fwd_of, token) -> int32 bytes: per event the key under which its source
+ * line is cached (engine.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
+static void line_token_columns(Py_ssize_t n, const int32_t *fof, const int32_t *fwd, const int32_t *tok, int32_t *o) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t f = fof[i], src = (int32_t)i;
+        if (f < 0) { src = fwd[i]; f = src >= 0 && src < n ? fof[src] : -1; }
+        o[i] = f < 0 ? NOKEY : (tok[src] >= 0 ? tok[src] : -f - 1);
+    }
+}
+
+static PyObject *line_tokens(PyObject *mod, PyObject *args) { return columns3(args, line_token_columns); }
+
+/* ancestor_sums(parent, items int32, values int64) -> (events int32, totals int64): each value
+ * added to its item and every ancestor of it; the events with a non-zero total, in index order. */
+static PyObject *ancestor_sums(PyObject *mod, PyObject *args) {
+    Py_buffer pv, iv, vv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &pv, &iv, &vv)) return NULL;
+    Py_ssize_t n = pv.len / 4, m = iv.len / 4;
+    PyObject *res = NULL;
+    int64_t *tot = NULL;
+    if (vv.len / 8 != m) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    tot = calloc(n ? n : 1, sizeof(int64_t));
+    if (!tot) { PyErr_NoMemory(); goto done; }
+    const int32_t *parent = pv.buf, *items = iv.buf;
+    const int64_t *vals = vv.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t i = items[k];
+        Py_ssize_t guard = 0;
+        while (i >= 0 && i < n && guard++ <= n) { tot[i] += vals[k]; i = parent[i]; }
+    }
+    Py_ssize_t nz = 0;
+    for (Py_ssize_t i = 0; i < n; i++) nz += tot[i] != 0;
+    PyObject *ib = PyBytes_FromStringAndSize(NULL, nz * 4), *tb = PyBytes_FromStringAndSize(NULL, nz * 8);
+    if (!ib || !tb) { Py_XDECREF(ib); Py_XDECREF(tb); goto done; }
+    int32_t *oi = (int32_t *)PyBytes_AS_STRING(ib);
+    int64_t *ot = (int64_t *)PyBytes_AS_STRING(tb);
+    for (Py_ssize_t i = 0, k = 0; i < n; i++)
+        if (tot[i]) { oi[k] = (int32_t)i; ot[k] = tot[i]; k++; }
+    res = Py_BuildValue("(NN)", ib, tb);
+done:
+    free(tot);
+    PyBuffer_Release(&pv); PyBuffer_Release(&iv); PyBuffer_Release(&vv);
+    return res;
+}
+
+/* cat_mask(events, cat) -> bytes: 1 where the event's category is cat. */
+static PyObject *cat_mask(PyObject *mod, PyObject *args) {
+    PyObject *list, *cat;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &list, &cat)) return NULL;
+    if (check_events(list) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (!out) return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) o[i] = (char)same(((Ev *)PyList_GET_ITEM(list, i))->cat, cat);
+    return out;
+}
+
+/* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
+ * the runtime/driver calls) with its correlation id, -1 when none: model.build's join, with its
+ * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
+ * last call). */
+static PyObject *launchers(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *gpu;
+    Py_buffer lv;
+    if (!PyArg_ParseTuple(args, "O!y*O!", &PyList_Type, &cpu, &lv, &PyList_Type, &gpu)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), nl = lv.len / 4, ng = PyList_GET_SIZE(gpu);
+    PyObject *by_pair = NULL, *by_corr = NULL, *out = NULL;
+    if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
+    by_pair = PyDict_New();
+    by_corr = PyDict_New();
+    if (!by_pair || !by_corr) goto done;
+    const int32_t *launch = lv.buf;
+    for (Py_ssize_t k = 0; k < nl; k++) {
+        int32_t i = launch[k];
+        if (i < 0 || i >= n) continue;
+        Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
+        PyObject *c = PyLong_FromLongLong(e->corr), *key = c ? PyTuple_Pack(2, e->pid, c) : NULL,
+                 *v = key ? PyLong_FromLong(i) : NULL;
+        int bad = !v || PyDict_SetItem(by_pair, key, v) < 0;
+        Py_XDECREF(c); Py_XDECREF(key); Py_XDECREF(v);
+        if (bad) goto done;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *v;
+    while (PyDict_Next(by_pair, &pos, &key, &v))
+        if (PyDict_SetItem(by_corr, PyTuple_GET_ITEM(key, 1), v) < 0) goto done;
+    out = PyBytes_FromStringAndSize(NULL, ng * 4);
+    if (!out) goto done;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
+        o[g] = -1;
+        if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
+        PyObject *c = PyLong_FromLongLong(e->corr);
+        if (!c) { Py_CLEAR(out); goto done; }
+        PyObject *hit = PyDict_GetItemWithError(by_corr, c);
+        Py_DECREF(c);
+        if (hit) o[g] = (int32_t)PyLong_AsLong(hit);
+        else if (PyErr_Occurred()) { Py_CLEAR(out); goto done; }
+    }
+done:
+    Py_XDECREF(by_pair); Py_XDECREF(by_corr);
+    PyBuffer_Release(&lv);
+    return out;
+}
+
+PyMethodDef PASS_METHODS[] = {
+    {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
+    {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
+    {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
+    {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
+    {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
+    {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
+    {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
+    {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see engine._hot_lines)"},
+    {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
+    {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},
+    {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
+    {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
+    {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
+    {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32, child_dur float64, starts float64) bytes"},
+    {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
+    {NULL},
+};
+
+/* The names the passes compare categories and phases with, interned once. */
+int passes_init(void) {
+    PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
+                           &S_python_function, &S_user_annotation, &S_cpu_op, &S_user, &S_Memcpy, &S_Memset,
+                           &S_gpu_memcpy, &S_gpu_memset, &S_kernel, &S_ProfilerStep};
+    const char *texts[] = {"X", "i", "I", "s", "f", "M", "fwdbwd", "gpu_user_annotation", "[memory]", "thread_name",
+                           "python_function", "user_annotation", "cpu_op", "user", "Memcpy", "Memset",
+                           "gpu_memcpy", "gpu_memset", "kernel", "ProfilerStep#"};
+    for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)
+        if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return -1;
+    return 0;
+}
