@@ -1,0 +1,110 @@
+"""The pass table (server/engine/passes.py): each pass, its reference (Python) against its native
+(C) implementation, on every shipped and corpus trace (bench/snapshot.py's list), comparing what
+the pass returns (types, order, float bits), not only the report; and one representation of the
+events after reading, so a file runs every pass one way.
+"""
+import gzip
+import os
+import sys
+
+import msgspec
+import pytest
+
+from conftest import ROOT, SRC, trace
+from profd.server import engine
+from profd.server.engine import loader, model, passes
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from snapshot import cases, report_bytes  # noqa: E402
+
+pytestmark = pytest.mark.skipif(passes.native() is None, reason="the _scan extension is not built")
+
+CASES = cases()
+RAN: set[str] = set()  # the passes some case ran both ways (test_every_pass_ran)
+
+
+def _both_ways(case) -> tuple[bytes, list]:
+    _id, paths, workspace, path_map = case
+    with passes.differential() as runs:
+        report = report_bytes(paths, workspace, path_map)
+    return report, runs
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_each_pass_returns_what_its_reference_does(case):
+    report, runs = _both_ways(case)
+    assert [(r.name, r.differs) for r in runs if r.differs] == []
+    names = {r.name for r in runs}
+    RAN.update(names)
+    if not report.startswith(b"error:"):
+        assert "classify" in names and "hot_sums" in names  # the file ran the native passes
+
+
+def test_every_pass_ran():
+    """Every pass of the table ran both ways on some real trace (``line_tokens`` too: no test ran
+    its reference before the table)."""
+    if not RAN:  # run on its own: the traces that between them run every pass
+        for case in CASES:
+            RAN.update(r.name for r in _both_ways(case)[1])
+            if RAN >= set(passes.PASSES):
+                break
+    assert set(passes.PASSES) - RAN == set()
+
+
+def test_differs_sees_order_types_and_float_bits():
+    from array import array
+
+    assert passes.differs({"a": 1, "b": 2}, {"b": 2, "a": 1})  # same items, another order
+    assert passes.differs(array("i", [1]), array("q", [1]))
+    assert passes.differs([0.0], [-0.0]) and passes.differs((1,), [1])
+    assert passes.differs(float("nan"), float("nan")) is None
+    assert passes.differs({"k": [array("d", [1.5]), "x"]}, {"k": [array("d", [1.5]), "x"]}) is None
+
+
+# ---- one representation after reading ---------------------------------------------------------
+SEED = gzip.decompress(open(trace("seed_n64_bf16"), "rb").read())  # real
+
+
+def _write(tmp_path, name: str, data: bytes) -> str:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+def _report(path: str) -> dict:
+    """The report less what names the file (its path, size and hash)."""
+    rep = msgspec.to_builtins(engine.analyze_file(path, engine.Options(workspace=[SRC])))
+    del rep["trace"]
+    return rep
+
+
+def test_a_file_the_scanner_declines_is_read_into_its_events(tmp_path):
+    """Synthetic (the real seed trace with one event's key escaped, which the scanner declines and
+    msgspec reads): msgspec decodes it and the scanner re-reads its events, so it runs the native passes,
+    and its report is the original's."""
+    original = _report(_write(tmp_path, "t.json", SEED))
+    i = SEED.index(b'"name": "', SEED.index(b'"traceEvents"'))  # an event's
+    path = _write(tmp_path, "t.json", SEED[:i] + b'"na\\u006de"' + SEED[i + 6:])  # same path
+    with pytest.raises(loader._Declined):
+        loader._load_stream(path, passes.native())
+    doc, _, _ = loader.load(path)
+    assert passes.for_events(doc.traceEvents) is passes.NATIVE
+    assert model.build(doc).passes is passes.NATIVE
+    assert _report(path) == original
+
+
+def test_values_the_scanner_cannot_hold_run_every_reference_pass(tmp_path):
+    """Synthetic (the real seed trace with one correlation id written as a string, which msgspec
+    keeps a str): the events stay msgspec's and every pass of that file is the reference, never a
+    mix; the report is the one the reference path gives."""
+    key = b'"correlation": '
+    i = SEED.index(key) + len(key)
+    j = SEED.index(b",", i)
+    path = _write(tmp_path, "string_id.json", SEED[:i] + b'"' + SEED[i:j].strip() + b'"' + SEED[j:])
+    doc, _, _ = loader.load(path)
+    assert passes.for_events(doc.traceEvents) is passes.REFERENCE
+    assert model.build(doc).passes is passes.REFERENCE
+    native = _report(path)
+    with passes.use_native(False):
+        assert passes.native() is None
+        assert _report(path) == native
