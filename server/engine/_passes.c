@@ -143,7 +143,7 @@ static int check_events(PyObject *list) {
     return 0;
 }
 
-/* An id written as a digit string (1 to 18 ASCII digits) as the number: model._id. New reference. */
+/* An id written as a digit string (1 to 18 ASCII digits) as the number: passes._id. New reference. */
 static PyObject *id_value(PyObject *v) {
     if (PyUnicode_Check(v) && PyUnicode_IS_ASCII(v)) {
         Py_ssize_t n = PyUnicode_GET_LENGTH(v);
@@ -156,7 +156,7 @@ static PyObject *id_value(PyObject *v) {
     return v;
 }
 
-/* (pid, tid), as model.thread_key. */
+/* (pid, tid), as passes.thread_key. */
 static PyObject *thread_key(Ev *e) {
     PyObject *p = id_value(e->pid), *t = p ? id_value(e->tid) : NULL;
     PyObject *key = t ? PyTuple_Pack(2, p, t) : NULL;
@@ -165,7 +165,7 @@ static PyObject *thread_key(Ev *e) {
     return key;
 }
 
-/* model.gpu_role: the GPU category of an event of an unknown category that carries a device, a
+/* passes.gpu_role: the GPU category of an event of an unknown category that carries a device, a
  * stream and a correlation id (borrowed), else NULL. */
 static PyObject *S_gpu_memcpy, *S_gpu_memset, *S_kernel;
 static PyObject *gpu_role(Ev *e) {
@@ -178,7 +178,7 @@ static PyObject *gpu_role(Ev *e) {
 }
 
 /* classify(events, roles, label_cats, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations,
- * memory_samples, flows_s, flows_f, thread_names, unread): the model's first pass (model._classify,
+ * memory_samples, flows_s, flows_f, thread_names, unread): the model's first pass (passes._classify_ref,
  * the same in Python); events get the category of their role. */
 static PyObject *classify(PyObject *mod, PyObject *args) {
     PyObject *events, *roles, *label_cats, *cpu_cats, *gpu_cats;
@@ -410,7 +410,7 @@ static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, 
 /* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
  *     (owner: int32 bytes, thread: int32 bytes, threads: list)
  * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
- * category cat unless None), or -1: ThreadIndex.innermost, many at once. Each thread's events are
+ * category cat unless None), or -1: passes.innermost, many at once. Each thread's events are
  * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
  * events' threads in order of first appearance. */
 static PyObject *owners(PyObject *mod, PyObject *args) {
@@ -523,7 +523,7 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
 
 /* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, line_tokens, launched_off, launched,
  *           gpu_class, line, key, launch_cats)
- * The per-event sums of engine._hot_lines, in the same order (so the same floats). Each event's
+ * The per-event sums of passes._hot_sums_ref, in the same order (so the same floats). Each event's
  * line is found through its key in ``line_tokens`` (line_tokens() below: statement token, ~frame,
  * or INT32_MIN for none): ``line(i)`` -> (hot line index, key id) for the first
  * event of a token that owns one, ``key(i)`` -> key id for a parent's; both -1 when there is none.
@@ -685,7 +685,7 @@ done:
     return result;
 }
 
-/* subtree(off, kids, i) -> list: event i and everything nested in it, in model.subtree's order
+/* subtree(off, kids, i) -> list: event i and everything nested in it, in passes._subtree_ref's order
  * (a stack: each event's children pushed in order, the last popped first). */
 static PyObject *subtree(PyObject *mod, PyObject *args) {
     Py_buffer ov, kv;
@@ -719,7 +719,7 @@ done:
 }
 
 /* cpu_total(cpu, parent) -> float: the summed duration of the non-python events that have no
- * non-python ancestor (analyses._cpu_total: Self CPU time total, nesting not double-counted). */
+ * non-python ancestor (passes._cpu_total_ref: Self CPU time total, nesting not double-counted). */
 static PyObject *cpu_total(PyObject *mod, PyObject *args) {
     PyObject *cpu;
     Py_buffer pv;
@@ -774,7 +774,7 @@ done:
 }
 
 /* line_tokens(frame_of, fwd_of, token) -> int32 bytes: per event the key under which its source
- * line is cached (engine.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
+ * line is cached (context.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
 static void line_token_columns(Py_ssize_t n, const int32_t *fof, const int32_t *fwd, const int32_t *tok, int32_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t f = fof[i], src = (int32_t)i;
@@ -832,7 +832,7 @@ static PyObject *cat_mask(PyObject *mod, PyObject *args) {
 }
 
 /* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
- * the runtime/driver calls) with its correlation id, -1 when none: model.build's join, with its
+ * the runtime/driver calls) with its correlation id, -1 when none: passes._launchers_ref's join, with its
  * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
  * last call). */
 static PyObject *launchers(PyObject *mod, PyObject *args) {
@@ -889,7 +889,7 @@ PyMethodDef PASS_METHODS[] = {
     {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
     {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
     {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
-    {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see engine._hot_lines)"},
+    {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see passes._hot_sums_ref)"},
     {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
     {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},
     {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},

@@ -1171,7 +1171,7 @@ static PyTypeObject SkipperType = {
  * byte with it; otherwise a '"' starts or ends a string, and outside strings each '[' or '{' opens
  * a level and each ']' or '}' closes one. ``over`` is whether some prefix opened more than
  * ``limit`` levels. Bytes only (valid JSON or not), so the answer is the same on any input, in
- * any blocks; loader._depth_py is the same rule for an interpreter without this extension. */
+ * any blocks; passes._depth_ref is the same rule for an interpreter without this extension. */
 static unsigned char DEPTH_STOP[256]; /* outside a string: '"', '\\' and brackets */
 static PyObject *depth_scan(PyObject *mod, PyObject *args) {
     Py_buffer view;
