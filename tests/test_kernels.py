@@ -102,3 +102,24 @@ def test_classes_explain_the_gpu_time_of_every_shipped_trace(path):
     for g, e in enumerate(m.gpu):
         if e.name.startswith("nccl"):
             assert a.gpu_class[g] == K.COMMUNICATION
+
+
+def test_the_math_is_the_gemm_word_not_the_storage_around_it():
+    # partt (A100, fp16 inference, examples/wild): cuBLAS's ampere_fp16_sgemm_fp16_* keep fp16 in
+    # and out but multiply in fp32 FFMA on CUDA cores ("sgemm"); ampere_fp16_s16816gemm_fp16_* and
+    # cutlass's wmma s161616gemm multiply on tensor cores (the MMA shape in the word). Both used to
+    # read as tensor-core GEMMs because "fp16" is in their names.
+    doc, _, _ = loader.load(os.path.join(ROOT, "examples", "wild", "partt__fwd_bs2.json.gz"))
+    m = model.build(doc)
+    a = analyze(m)
+    gemms = {e.name for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.GEMM}
+    simt = {n for n in gemms if K.is_fp32_simt_gemm(n)}
+    assert simt == {n for n in gemms if n.startswith("ampere_fp16_sgemm_fp16_")} and simt
+    assert all(K.gemm_math(n) == K.TENSOR_CORE for n in gemms if "s16816gemm" in n or "s161616gemm" in n)
+    # they are fp16-storage GEMMs on CUDA cores: the fallback misaligned-dims names
+    assert all(K.gemm_fallback(n, 2) == "runs on CUDA cores, not tensor cores" for n in simt)
+    # the cuBLAS families by their math word (names as cuBLAS spells them; no trace here has hgemm
+    # or h884gemm kernels): HFMA2 on CUDA cores, HMMA tensor cores, fp64
+    assert K.gemm_math("maxwell_hgemm_256x128_nn") == K.HALF_SIMT
+    assert K.gemm_math("volta_h884gemm_64x64_ldg8_nn") == K.TENSOR_CORE
+    assert K.gemm_math("ampere_dgemm_64x64_nn") == K.FP64

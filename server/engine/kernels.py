@@ -248,6 +248,7 @@ def classify(name: str, cat: str, op: str | None = None) -> str:
 
 TENSOR_CORE = "tensor-core"
 FP32_SIMT = "fp32-simt"
+HALF_SIMT = "fp16-simt"  # fp16 HFMA2 on CUDA cores (cuBLAS's hgemm): no tensor cores, and not fp32
 FP64 = "fp64"
 COMPLEX = "complex"
 GEMV = "gemv"
@@ -260,17 +261,30 @@ _TC = re.compile(r"tf32|bf16|bfloat16|(^|[^a-z])f16|fp16|half|hmma|imma|wgmma|gm
                  r"_MI\d+x\d+x\d+", re.I)
 # fp32 multiplies on CUDA cores: BLAS's s-prefix GEMMs, FFMA kernels, CUTLASS SIMT kernels.
 _SIMT = re.compile(r"sgemm|ffma|simt", re.I)
+# cuBLAS/CUTLASS name the math in the word that ends in "gemm" and the storage around it:
+# ampere_fp16_s16816gemm_fp16_* is fp16 in and out, fp32 accumulation on 16x8x16 tensor-core MMAs;
+# ampere_fp16_sgemm_fp16_* fp16 in and out, fp32 FFMA on CUDA cores. The word's letters are the
+# math's type (s fp32, d fp64, c/z/gc complex, h fp16, i int8), its digits the MMA shape (tensor
+# cores: 884, 1688, 16816, 161616, 8816), none a SIMT kernel (s: FFMA, h: HFMA2). A bare "gemm"
+# word (xmma, CUTLASS 3, Triton) says nothing of the math: the operand types decide.
+_MATH_WORD = re.compile(r"(?<![A-Za-z0-9])(gc|[sdczhi])(\d{3,6})?gemm(?![a-z])")
+_MATH_OF = {"s": FP32_SIMT, "h": HALF_SIMT, "d": FP64, "c": COMPLEX, "z": COMPLEX, "gc": COMPLEX}
 
 
 @functools.lru_cache(maxsize=8192)
 def gemm_math(name: str) -> str:
-    """How a GEMM kernel multiplies, from the operand types and instructions its name declares:
-    ``tensor-core``, ``fp32-simt`` (fp32 FFMA on CUDA cores), ``fp64``, ``complex``, ``gemv``
+    """How a GEMM kernel multiplies, from the math its name declares (cuBLAS/CUTLASS's
+    ``<type><mma shape>gemm`` word), else from its operand types and instructions:
+    ``tensor-core``, ``fp32-simt`` (fp32 FFMA on CUDA cores, whatever the storage: fp16 in and out
+    for ``ampere_fp16_sgemm_fp16_*``), ``fp16-simt`` (HFMA2), ``fp64``, ``complex``, ``gemv``
     (matrix-vector or rank-1: bandwidth-bound, tensor cores would not help) or ``unknown``."""
     base, targs = parse_name(name)
     text = base + " " + targs.split(",")[0] if _WRAPPERS.search(base) else base
     if re.search(r"gemv|gemmk1|gemmSN", base, re.I):
         return GEMV
+    word = _MATH_WORD.search(text)
+    if word:  # the math the name declares, whatever the storage types beside it
+        return TENSOR_CORE if word.group(2) else _MATH_OF.get(word.group(1), UNKNOWN)
     if _TC.search(text):
         return TENSOR_CORE
     if re.search(r"(^|_)(z|gc|c)gemm|zgemm|cgemm", text, re.I):
@@ -298,7 +312,7 @@ def gemm_fallback(name: str, elem_bytes: int) -> str | None:
     picks those when a leading dimension is not a multiple of 16 bytes (8 fp16/bf16 elements), as
     ``cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1`` for a 4095-wide bf16 matrix on
     the H200, where the aligned twin runs ``nvjet_sm90_*``, 5.6x faster."""
-    if gemm_math(name) == FP32_SIMT:
+    if gemm_math(name) in (FP32_SIMT, HALF_SIMT):
         return "runs on CUDA cores, not tensor cores"
     base, targs = parse_name(name)
     text = base + " " + targs.split(",")[0] if _WRAPPERS.search(base) else base

@@ -196,6 +196,8 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
 def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU time in fp32 GEMM kernels that run on CUDA cores (``sgemm``, ``*_f32f32_*``
     with FFMA, SIMT kernels) on a GPU with tensor cores for TF32/bf16 (compute capability >= 8).
+    The math is the name's ``gemm`` word, not its storage types: ``ampere_fp16_sgemm_fp16_*``
+    (fp16 in and out, fp32 FFMA) counts, ``ampere_fp16_s16816gemm_fp16_*`` (tensor cores) does not.
 
     Threshold: 10% of GPU time. Tensor cores run the same GEMMs several times faster in TF32 or
     bf16; below 10% the gain is not worth a precision change.
