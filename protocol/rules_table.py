@@ -31,6 +31,7 @@ TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("zero-grad-not-none", "zero_grad writes zeros every step", "warning", "training"),
     ("conv-bias-before-bn", "Convolution bias feeding batch norm", "information", "training"),
     ("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning", "training"),
+    ("inference-without-no-grad", "Forward passes build autograd graphs that no backward uses", "warning", "training"),
     ("rank-straggler", "One rank much slower than the others", "warning", "ranks"),
     ("unmapped-source", "Frames that map onto no file of this machine (editors)", "information", "sources"),
 )

@@ -7,7 +7,7 @@ them."""
 import pytest
 
 from conftest import SRC, codes, report_of
-from rule_traces import corpus, line_of, of, one, recorded, recorded_lines, recorded_of
+from rule_traces import corpus, corpus_of, line_of, of, one, recorded, recorded_lines, recorded_of
 
 NAIVE_ONLY = {"pageable-memcpy", "host-sync", "fp32-matmul", "launch-storm", "optimizer-foreach-off",
               "zero-grad-not-none"}
@@ -129,3 +129,29 @@ def test_module_calls_in_loops_and_attribute_lookups_resolve_to_statements():
         src = f.read().splitlines()
     assert any("self.head(self.ln(x))" in src[l - 1] for l in lines)
     assert any("self.out(F.gelu(self.fc(x)))" in src[l - 1] for l in lines)
+
+
+# ---- inference-without-no-grad ---------------------------------------------------------------
+
+def test_inference_without_no_grad_on_an_eval_loop_that_forgets_it():
+    """eval_loop.py --variant grad: the encoder's forward under grad mode, no backward in the window."""
+    (d,) = corpus_of("eval_grad", "inference-without-no-grad")
+    assert d.location.path.endswith("eval_loop.py")
+    assert (d.location.line, d.location.precision) == (27, "statement")  # logits = head(model(xb)...)
+    assert d.evidence["recorded_ops_per_step"] >= 100  # every op of the 4-layer encoder records a node
+    assert d.evidence["module"].startswith("TransformerEncoderLayer")
+    assert "torch.inference_mode()" in d.fix
+
+
+@pytest.mark.parametrize("name", ["eval_nograd", "gpt2_infer_modules"])
+def test_inference_without_no_grad_silent_under_no_grad(name):
+    """The same loop under torch.no_grad(), and HF GPT-2 inference under no_grad (its autocast casts
+    record sequence numbers outside any module)."""
+    assert not corpus_of(name, "inference-without-no-grad")
+
+
+@pytest.mark.parametrize("name", ["tinygpt_naive", "seed_n64_bf16", "sync_wait_busy"])
+def test_inference_without_no_grad_silent_when_a_backward_runs_or_no_module_is_called(name):
+    """A training step (its backward uses the graph), and benchmarks of plain tensors (grad mode on,
+    but their ops run in no module: nothing requires grad)."""
+    assert "inference-without-no-grad" not in codes(report_of(name))

@@ -1,5 +1,5 @@
-"""Training-loop anti-patterns: ``pageable-memcpy``, ``optimizer-foreach-off``,
-``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``."""
+"""Training- and evaluation-loop anti-patterns: ``pageable-memcpy``, ``optimizer-foreach-off``,
+``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``, ``inference-without-no-grad``."""
 from __future__ import annotations
 
 import ast
@@ -38,6 +38,7 @@ PER_PARAM_GIVES_BACK = 0.8  # foreach/fused and set_to_none remove the per-param
 PINNED_GPU_GIVES_BACK = 0.5  # pinned copies run at full bandwidth (about 2x pageable's)
 PINNED_GBPS = {9: 40.0, 10: 40.0, 12: 40.0, 8: 20.0}  # host->device from pinned memory, PCIe 5 / 4
 PINNED_GBPS_OTHER = 10.0
+GRAD_EVAL_MIN_OPS_PER_STEP = 1  # module ops recording autograd nodes, with no backward in the window
 DATALOADER_MARK = "enumerate(DataLoader)#"
 DATALOADER_STEP_SHARE = 0.10
 CONV_OPS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
@@ -502,3 +503,65 @@ def _loader(sm: StepModel, d: Diagnostic) -> Change:
     work: the profiler's cost per event it recorded inside taken out) is gone from the step."""
     per_step = float(d.evidence.get("loader_us_per_step") or 0.0)
     return Change(cpu_cut_us=per_step * sm.mean_scale)
+
+
+@rule("inference-without-no-grad", "Forward passes build autograd graphs that no backward uses", "warning")
+def inference_without_no_grad(ctx: Context) -> Iterable[Diagnostic]:
+    """Evidence: ops run inside ``nn.Module`` calls that carry an autograd ``Sequence number`` (the
+    profiler records one for an op only while grad mode is on), in a window where no backward
+    runs (no ``autograd::engine::evaluate_function``, no op matched to a forward); per line, how
+    many such ops per step, and the modules they ran in.
+
+    Threshold: one such op per step or more, and not one backward op anywhere in the window. With
+    grad mode on, every op on a parameter records a graph node and keeps the tensors it needs for a
+    backward alive until its output dies: an evaluation or serving loop pays that graph's memory
+    and dispatch for nothing. Ops outside modules are left out (a benchmark's plain tensors have
+    no parameters that require grad, so no graph is built for them), and so are traces without
+    stacks or module names, where the ops cannot be placed in a module.
+
+    Why it costs time: the forward builds the autograd graph and saves its activations for a
+    backward that never runs, so memory holds every saved activation until the output is dropped
+    (a running total kept as a tensor keeps every step's graph), and each op pays autograd's
+    bookkeeping on the CPU.
+
+    Example:
+        model.eval()
+        for xb in loader:
+            logits = model(xb)               # grad mode is still on: eval() only changes dropout/norm
+
+    Fix: run evaluation and inference under ``with torch.inference_mode():`` (or
+    ``torch.no_grad()``): no graph is recorded and activations are freed as soon as they are used.
+
+    Ignore when: the profiled window ends before the backward of a training step (a forward
+    profiled alone), or the loop needs gradients of its inputs (saliency, adversarial examples).
+
+    Shown by: examples/corpus/traces/eval_grad.json.gz (its twin eval_nograd.json.gz runs under
+    ``torch.no_grad()`` and is silent)
+    """
+    m = ctx.model
+    if m.named("autograd::engine::evaluate_function") or (len(m.fwd_of) and max(m.fwd_of) >= 0):
+        return  # a backward runs: the graph is used
+    idx = ctx.modules()
+    by_line: dict = {}
+    for i, e in enumerate(m.cpu):
+        a = e.args
+        if (e.cat != "cpu_op" or a is None or a.seq is None or a.fwd_tid not in (None, 0)
+                or m.enclosing_op(i) >= 0 or idx.node_at(i) < 0
+                or (m.steps and m.step_at(e.ts) is None)):
+            continue
+        by_line.setdefault(ctx.line_id(i), []).append(i)
+    n_ops = sum(len(v) for v in by_line.values())
+    if n_ops < GRAD_EVAL_MIN_OPS_PER_STEP * ctx.n_steps:
+        return
+    top = max(by_line.values(), key=len)
+    where = ctx.modules_where([(i, 1.0) for ops in by_line.values() for i in ops])
+    yield ctx.diag(
+        "inference-without-no-grad",
+        f"the forward runs with grad mode on and no backward follows: {n_ops / ctx.n_steps:.0f} ops per "
+        f"step" + (f" in {where}" if where else "") + " record autograd graph nodes and keep what a "
+        "backward would need alive",
+        ctx.location(top[0]),
+        evidence={"recorded_ops_per_step": r3(n_ops / ctx.n_steps), "lines": len(by_line),
+                  "module": where.name if where else None},
+        fix="run the forward under torch.inference_mode() (or torch.no_grad()) when no backward follows",
+    )
