@@ -87,3 +87,10 @@ def test_a_first_step_wider_without_set_up_to_name_is_still_cold_start():
     # mlp_eager: the first ProfilerStep is wider, with no set-up long enough to be one-time-setup's
     rep = _report(os.path.join(ROOT, "examples", "mlp_eager.1796061140317126347.pt.trace.json.gz"))
     assert "cold-start-step" in _codes(rep) and "one-time-setup" not in _codes(rep)
+
+
+def test_the_bound_finding_quotes_the_share_the_verdict_judged():
+    # switchtf batch 8: 80.7% of the whole window, 95.9% outside its set-up: compute-bound on the latter
+    rep = _report(os.path.join(WILD, "switchtf__trace_8batch_1024.json.gz"))
+    (d,) = [d for d in rep.diagnostics if d.code == "compute-bound"]
+    assert "outside the one-time set-up" in d.message and d.evidence["steady_busy_pct"] > 90

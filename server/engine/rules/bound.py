@@ -68,7 +68,7 @@ def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
     where = f"; {top.launches / n:.0f} of them from this line" if top else ""
     yield ctx.diag(
         "overhead-bound",
-        f"GPU busy {pct(a.busy_pct)} of the active steps{_copies_note(a)}: per step CPU ops "
+        f"{_busy(a)}{_copies_note(a)}: per step CPU ops "
         f"{us(a.cpu_total_us / n)} vs GPU {us(a.cuda_total_us / n)}; the CPU dispatches "
         f"{plural(per_step, 'launch')} per step{where}"
         + _inflation_note(m),
@@ -76,7 +76,7 @@ def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
         evidence={"gpu_busy_pct": r3(a.busy_pct), "copy_busy_pct": r3(a.copy_pct or 0.0),
                   "cpu_total_us": r3(a.cpu_total_us),
                   "cuda_total_us": r3(a.cuda_total_us), "launches_per_step": r3(per_step),
-                  "window_us": r3(a.window_us)},
+                  "window_us": r3(a.window_us), **_steady_evidence(a)},
         fix="launch less and bigger: batch the work, fuse ops (torch.compile), capture the step in a "
             "CUDA graph (mode='reduce-overhead'), or raise the problem size",
     )
@@ -124,16 +124,29 @@ def compute_bound(ctx: Context) -> Iterable[Diagnostic]:
     loc = ctx.location_of_hot(hot) if hot and hot.gpu_us > 0 else ctx.trace_location()
     yield ctx.diag(
         "compute-bound",
-        f"GPU busy {pct(a.busy_pct)} of the active steps (per step GPU {us(a.cuda_total_us / ctx.n_steps)} "
+        f"{_busy(a)} (per step GPU {us(a.cuda_total_us / ctx.n_steps)} "
         f"vs CPU ops {us(a.cpu_total_us / ctx.n_steps)}); held by {names}",
         loc,
         evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
-                  "cuda_total_us": r3(a.cuda_total_us),
+                  "cuda_total_us": r3(a.cuda_total_us), **_steady_evidence(a),
                   "families": [{"class": c, "total_us": r3(f["total_us"]), "count": f["count"],
                                 "kernels": f["kernels"], "top_kernel": f["top"]} for c, f in fams]},
         fix="the GPU is the bottleneck: lower precision (bf16/fp8), fuse memory-bound kernels, or "
             "pick a faster algorithm; CPU-side changes will not shorten the step",
     )
+
+
+def _busy(a) -> str:
+    """The busy share the verdict judged: of the active steps, or, with one-time set-up in the
+    window, of the rest of it (analyses.verdict), the whole window's beside it."""
+    if a.setup_us > 0:
+        return (f"GPU busy {pct(a.steady_pct(a.steady_busy_us))} outside the one-time set-up, "
+                f"{pct(a.busy_pct)} of the whole window")
+    return f"GPU busy {pct(a.busy_pct)} of the active steps"
+
+
+def _steady_evidence(a) -> dict:
+    return {"steady_busy_pct": r3(a.steady_pct(a.steady_busy_us))} if a.setup_us > 0 else {}
 
 
 def _copies_note(a) -> str:
