@@ -8,7 +8,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from ...protocol.catalog import RULES as CATALOG
 from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
@@ -238,7 +237,9 @@ class Context:
     def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
              fix: str | None = None, severity: str | None = None,
              related: Iterable[Location] = ()) -> Diagnostic:
-        return Diagnostic(code=code, severity=severity or CATALOG[code].severity, message=message,
+        from .rules import load_all  # the declaration, not the table generated from it
+
+        return Diagnostic(code=code, severity=severity or load_all()[code].severity, message=message,
                           location=location, evidence=evidence or {}, fix=fix, related=list(related))
 
 
