@@ -19,6 +19,8 @@ from conftest import trace
 from profd.server.engine import loader, passes
 from profd.server.engine import Options, analyze_file, analyze_or_error
 from profd.server.engine.loader import TraceError
+from daemon_util import trace_bytes
+from daemon_cases import KINDS, hostile
 
 SMALL = "seed_n64_bf16"          # with_stack, one GPU, steps: 86 KB of JSON
 CLI = os.path.join(os.path.dirname(sys.executable), "profd-client")
@@ -594,3 +596,88 @@ def test_gemm_with_scalar_shapes(tmp_path, key):
     with _RuleErrors() as errs:
         good(write(tmp_path, d))
     assert [m for m in errs.failed() if "misaligned-dims" in m] == []
+
+
+def test_engine_never_reads_a_fifo_as_source(tmp_path):
+    from profd.server.engine.sourcemap import source_lines
+    fifo = str(tmp_path / "src.py")
+    os.mkfifo(fifo)
+    assert source_lines(fifo) == () and source_lines("/dev/zero") == ()
+
+
+def _offered(monkeypatch, path) -> tuple[int, int]:
+    """(bytes handed to the scanner over all its calls, inflated size) for loading ``path``."""
+    orig = passes.native().Scanner
+    seen = [0]
+
+    class Counting:
+        def __init__(self, *a):
+            self.s = orig(*a)
+
+        def scan(self, buf, pos, final):
+            seen[0] += len(buf) - pos
+            return self.s.scan(buf, pos, final)
+
+        @property
+        def total(self):
+            return self.s.total
+
+    monkeypatch.setattr(passes.native(), "Scanner", Counting)
+    _, _, size = loader.load(path)
+    return seen[0], size
+
+
+EV = b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
+
+
+@pytest.mark.parametrize("shape", ["blanks between events", "blanks inside an event", "long name"])
+def test_scanner_work_is_linear(tmp_path, monkeypatch, shape):
+    """Synthetic: 48 MB of one token. The scanner is offered each byte a bounded number of times
+    (it was offered the whole pending event again with every 2 MB block: quadratic)."""
+    if passes.native() is None:
+        pytest.skip("scanner not built")
+    n = 48 << 20
+    body = {"blanks between events": EV + b"," + b" " * n + EV,
+            "blanks inside an event": EV + b',{"ph":"X",' + b" " * n + b'"name":"b"}',
+            "long name": EV + b',{"ph":"X","name":"' + b"x" * n + b'"}'}[shape]
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents":[' + body + b"]}")
+    offered, size = _offered(monkeypatch, str(p))
+    assert offered <= 4 * size, (offered, size)
+    doc, _, _ = loader.load(str(p))
+    assert len(doc.traceEvents) == 2  # every complete (X) event is kept, whatever its category (loader.KEEP)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_native_and_python_decide_alike(tmp_path, monkeypatch, kind):
+    p = str(tmp_path / "t.json")
+    with open(p, "wb") as f:
+        f.write(hostile(kind))
+    errors = []
+    for native in (True, False):
+        with monkeypatch.context() as mp:
+            if not native:
+                mp.setattr(passes, "enabled", False)
+            with pytest.raises(loader.TraceError) as e:
+                loader.load(p)
+            errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert {"lone surrogate": "surrogate", "overflow": "out of range",
+            "deep": "nested too deeply"}[kind] in errors[0]
+
+
+def test_a_second_trace_events_key_decides_alike(tmp_path, monkeypatch):
+    """Found by the campaign: the header repeated after the events (the real seed trace with a
+    range duplicated, so "traceEvents" comes twice). msgspec keeps the last array; the streamed
+    path took the first. Now it declines and both give the last one."""
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16"))
+    i = raw.index(b'"traceEvents"')
+    doc = raw[:-1] + b', "traceEvents": [' + EV + b"]}"
+    assert raw[i:].count(b'"traceEvents"') == 1
+    p = str(tmp_path / "t.json")
+    with open(p, "wb") as f:
+        f.write(doc)
+    native = loader.load(p)[0]
+    monkeypatch.setattr(passes, "enabled", False)
+    python = loader.load(p)[0]
+    assert [e.name for e in native.traceEvents] == [e.name for e in python.traceEvents] == ["a"]

@@ -15,7 +15,9 @@ from daemon_util import Daemon  # noqa: E402
 
 from profd.protocol.catalog import RULES  # noqa: E402
 from profd.server.engine.rules.docs import rule_page  # noqa: E402
+import os
 
+from daemon_util import trace_bytes
 PY = sys.executable
 
 
@@ -154,3 +156,32 @@ async def test_workloads_only_when_enabled(tmp_path):
         assert err and "workload" in err
 
     await with_session(server("--root", str(tmp_path), "--no-daemon", "--allow-workloads"), go)
+
+
+async def test_mcp_confines_folders_bounds_echoes_and_jobs(tmp_path):
+    """``analyze_trace {folder}`` read a symlink in the folder that led out of ``--root`` (the
+    same file given as ``path`` was refused); a 1 MB path came back whole in the error;
+    ``job_report`` took any number of paths. Now the folder's files are confined like a path,
+    echoes are cut, and a job is at most ``MAX_JOB_RANKS`` traces."""
+    pytest.importorskip("mcp")
+    from test_mcp import call, server, with_session
+
+    from profd.server.daemon.mcp_server import MAX_JOB_RANKS
+    root = tmp_path / "root"
+    root.mkdir()
+    secret = tmp_path / "outside.json.gz"
+    secret.write_bytes(trace_bytes("seed_n4096_bf16"))
+    os.symlink(secret, root / "link.json.gz")
+    mine = root / "mine.json.gz"
+    mine.write_bytes(trace_bytes("seed_n64_bf16"))
+
+    async def go(s):
+        out, err = await call(s, "analyze_trace", folder=str(root))
+        assert err is None and [t["trace"] for t in out["traces"]] == [str(mine)], out
+        out, err = await call(s, "analyze_trace", path=str(root / "link.json.gz"))
+        assert out is None and "outside the roots" in err
+        out, err = await call(s, "analyze_trace", path="/" + "x" * (1 << 20))
+        assert out is None and len(err) < 2000 and f"({(1 << 20) + 1} characters)" in err, err[:300]
+        out, err = await call(s, "job_report", paths=[str(mine)] * (MAX_JOB_RANKS + 1))
+        assert out is None and f"at most {MAX_JOB_RANKS} rank traces" in err
+    await with_session(server("--root", str(root)), go)

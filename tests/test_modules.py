@@ -12,7 +12,11 @@ from profd.server.engine import Options, analyze_file
 from profd.server.engine.loader import load
 from profd.server.engine.model import build
 from profd.server.engine.modules import OUTLIER_RATIO, render, top_modules
+import gzip
+import json
 
+from profd.protocol import types as T
+from profd.server.engine import bound, modules
 
 def nodes_by_path(tree):
     return {nd.path: nd for nd in tree.nodes}
@@ -262,3 +266,91 @@ def test_activation_checkpointing_reruns_count_as_calls_of_the_module():
     assert len(tree.roots) == 1  # the reruns inside backward are no separate trees
     blocks = [tree.nodes[c] for c in tree.nodes[tree.roots[0]].children if tree.nodes[c].class_name == "Sequential"]
     assert len(blocks) == 8 and all(b.calls == 2 * tree.steps for b in blocks)  # forward + rerun
+
+
+def _step(dur: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+            "ts": 0.0, "dur": dur}
+
+
+def _gemm(ts: float) -> list[dict]:
+    return [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
+             "args": {"External id": 1}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+             "ts": ts + 1, "dur": 2, "args": {"correlation": 7, "External id": 1}},
+            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+             "ts": ts + 4, "dur": 30, "args": {"correlation": 7, "device": 0, "stream": 7}}]
+
+
+def _doc(events: list[dict]) -> bytes:
+    return gzip.compress(json.dumps({"schemaVersion": 1, "with_stack": 1, "deviceProperties": [
+        {"id": 0, "name": "NVIDIA H200"}], "traceEvents": events}).encode())
+
+
+def deep_modules(depth: int, name_len: int) -> bytes:
+    """nn.Module markers nested ``depth`` deep, each class name ``name_len`` characters, a GEMM
+    at the bottom: each module's path names all its ancestors (quadratic in depth)."""
+    ev = [_step(4.0 * depth + 100)]
+    for i in range(depth):
+        ev.append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
+                   "name": f"nn.Module: {('M%d' % i).ljust(name_len, 'x')}_0",
+                   "ts": 1.0 + 2 * i, "dur": 4.0 * depth - 4 * i + 50})
+    return _doc(ev + _gemm(2.0 * depth + 5))
+
+
+def wide_modules(n: int, name_len: int) -> bytes:
+    """``n`` sibling modules, each a class of its own."""
+    ev = [_step(10.0 * n + 100)]
+    for i in range(n):
+        ev.append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
+                   "name": f"nn.Module: {('W%d' % i).ljust(name_len, 'y')}_0",
+                   "ts": 1.0 + 10 * i, "dur": 5})
+    return _doc(ev + _gemm(10.0 * n + 20))
+
+
+def _analyze(tmp_path, name: str, data: bytes) -> T.Report:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return analyze_file(str(p), Options(workspace=[SRC]))
+
+
+def test_a_deep_module_tree_is_bounded_and_says_so(tmp_path):
+    """1,400 markers deep with 400-character class names: unbounded, the tree's paths alone were
+    1,400² × 400 / 2 = 392 M characters; now depth, names and paths are capped and the note
+    says what was folded and cut."""
+    rep = _analyze(tmp_path, "deep.json.gz", deep_modules(1400, 400))
+    tree = rep.modules
+    assert tree.available and len(tree.nodes) == modules.MAX_DEPTH
+    assert max(nd.depth for nd in tree.nodes) == modules.MAX_DEPTH - 1
+    assert max(len(nd.path) for nd in tree.nodes) <= modules.MAX_PATH
+    assert max(len(nd.class_name) for nd in tree.nodes) <= modules.MAX_NAME
+    assert f"{1400 - modules.MAX_DEPTH} module call(s) nested deeper than" in tree.note
+    assert "1400 module class name(s) longer than" in tree.note
+    assert tree.nodes[0].gpu_us == 30.0  # the kernel at the bottom still counts, in its ancestor
+    assert len(T.encode(rep)) < 1 << 20
+
+
+def test_a_wide_module_tree_keeps_the_shallowest_hottest(tmp_path):
+    rep = _analyze(tmp_path, "wide.json.gz", wide_modules(bound.MAX_NODES + 2000, 100))
+    tree = rep.modules
+    assert len(tree.nodes) == bound.MAX_NODES
+    assert all(nd.id == i for i, nd in enumerate(tree.nodes))
+    assert all(c < len(tree.nodes) for nd in tree.nodes for c in nd.children)
+    cut = [n for n in rep.summary.notes if n.startswith(bound.CUT)]
+    assert cut == [f"{bound.CUT}2000 of {bound.MAX_NODES + 2000} modules left out (the deepest, "
+                   f"then the coldest; at most {bound.MAX_NODES} kept)"], rep.summary.notes
+    assert cut[0] in tree.note
+
+
+def test_the_total_bound_halves_what_grows_and_says_so():
+    """A real report (tinygpt, with_stack: modules, hot lines, findings) under a 40 KB bound: it
+    fits, each cut is a line in the notes, and what is kept is the head of each ranking."""
+    rep = analyze_file(trace("tinygpt_naive"), Options(workspace=[SRC]))
+    whole = T.decode_report(T.encode(rep))
+    assert len(T.encode(rep)) > 40_000 and not any(n.startswith(bound.CUT) for n in rep.summary.notes)
+    bound.bound(rep, max_bytes=40_000)
+    assert len(T.encode(rep)) <= 40_000
+    cuts = [n for n in rep.summary.notes if n.startswith(bound.CUT)]
+    assert cuts and all("left out" in c or "not listed" in c for c in cuts), cuts
+    assert [d.code for d in rep.diagnostics] == [d.code for d in whole.diagnostics][:len(rep.diagnostics)]
+    assert rep.hot_lines == whole.hot_lines[:len(rep.hot_lines)]

@@ -1,4 +1,6 @@
-"""The watched folder with a real Core (watchdog, SQLite, analysis processes) in this process."""
+"""The watched folder: a real Core in this process (watchdog, SQLite, analysis processes), and the
+real daemon (``profd serve`` over TCP and stdio) where names, nesting, links, floods and inotify's
+limits are the subject: each file analysed once and complete, the same content never twice."""
 import asyncio
 import os
 import shutil
@@ -10,7 +12,16 @@ from conftest import SRC
 from daemon_util import await_for, drop, trace_bytes, variant
 
 from profd.server.daemon.core import Config, Core
+import gzip
+import hashlib
+import stat
+import subprocess
 
+from daemon_util import Daemon, _daemon_doc, connect, put, serve_cmd, wait_for, write_flood
+from daemon_cases import report_from, ask_report, await_for_async, wait_status
+from daemon_cases import folders, served  # noqa: F401 (fixtures)
+
+from profd.protocol import methods as M
 
 class Recorder:
     def __init__(self):
@@ -332,3 +343,320 @@ def test_move_pairing_hold_is_short_on_this_watchdog():
     from profd.server.daemon import watcher
     held = watcher._pair_moves_quickly()
     assert held and all(cls.delay <= 0.005 for cls in held), held
+
+
+async def test_same_content_second_name_and_a_b_a(served):
+    d = await served().start()
+    a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
+    sha = {k: hashlib.sha256(gzip.decompress(v)).hexdigest() for k, v in (("a", a), ("b", b))}
+    first = put(d.watch, "first.json.gz", a)
+    await wait_status(d, lambda st: st["reports"] == 1, "first report")
+    second = put(d.watch, "second.json.gz", a)
+    r = await await_for_async(lambda: ask_report(d, second), "second name's report")
+    assert r["trace"]["path"] == second and r["trace"]["sha256"] == sha["a"]
+    listed = await d.request(M.REPORTS, {"path": second})
+    assert len(listed["reports"]) == 1 and listed["reports"][0]["newest"]
+    x = put(d.watch, "x.json.gz", a)
+    for content, want in ((b, "b"), (a, "a")):
+        time.sleep(0.02)  # a new mtime
+        put(d.watch, "x.json.gz", content)
+        await await_for_async(lambda: _sha_is(d, x, sha[want]), f"x serving {want}")
+    st = await d.request(M.STATUS)
+    assert st["analyses"] == 2  # a and b, once each
+    assert (await ask_report(d, first))["trace"]["path"] == first
+
+
+async def _sha_is(src, path, sha):
+    r = await ask_report(src, path)
+    return r if r and r["trace"]["sha256"] == sha else None
+
+
+async def test_symlinks_out_of_the_folder_are_not_followed(served, tmp_path):
+    d = served()
+    os.makedirs(d.state, mode=0o755)
+    os.chmod(d.state, 0o755)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "t.json.gz").write_bytes(trace_bytes("seed_n64_bf16"))
+    await d.start()
+    assert stat.S_IMODE(os.stat(d.state).st_mode) == 0o700
+    os.symlink(os.path.join(d.state, "profd.sqlite3"), os.path.join(d.watch, "db.json"))
+    os.symlink(outside / "t.json.gz", os.path.join(d.watch, "out.json.gz"))
+    real = drop(d.watch, "seed_n4096_bf16")
+    await wait_status(d, lambda st: st["reports"] == 1, "the real file's report")
+    await asyncio.sleep(1.0)  # the symlinks' events have been seen by now
+    listed = await d.request(M.REPORTS, {})
+    assert [r["path"] for r in listed["reports"]] == [real]
+    assert [r["path"] for r in d.ready] == [real]
+    assert "a symlink out of the watched folder" in d.log_text()
+
+
+def test_rate_limit_sums_up_what_it_dropped():
+    import logging
+    from profd.server.daemon.cli import RateLimit
+    f = RateLimit(burst=3, window=0.2)
+    recs = [logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
+            for _ in range(10)]
+    assert [f.filter(r) for r in recs] == [True] * 3 + [False] * 7
+    time.sleep(0.25)
+    r = logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
+    assert f.filter(r) and "7 more like this" in r.getMessage()
+
+
+FLOOD = int(os.environ.get("PROFD_FLOOD_FILES", "1000"))
+
+
+async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
+    """1,000 files in under 10 s: 25% invalid, duplicates under new names, renames, A->B->A on
+    one name; then a good trace. Every path ends with the report of its current content, each
+    content is analysed once, and the good trace dropped last is analysed before the backlog."""
+    watch, state = folders
+    d = Daemon(watch, state, "--quiet", "0.5")
+    d.start()
+    c = await connect(d.doc)
+    try:
+        t0 = time.monotonic()
+        contents = write_flood(watch, FLOOD)  # path -> bytes now there
+        written = time.monotonic() - t0
+        good = drop(watch, "seed_n4096_bf16")
+        contents[good] = trace_bytes("seed_n4096_bf16")
+        t_good = time.monotonic()
+        await await_for_async(lambda: _ready(c, good), "the good trace", timeout=120)
+        latency = time.monotonic() - t_good
+        st_then = await c.request(M.STATUS, {})
+        distinct = {hashlib.sha256(v).hexdigest() for v in contents.values()}
+
+        async def settled():
+            st = await c.request(M.STATUS, {})
+            return st if st["queued"] == 0 and st["running"] == 0 and \
+                st["analyses"] >= len(distinct) else None
+        st = await await_for_async(settled, "the flood analysed", timeout=300)
+        await asyncio.sleep(1.0)
+        st = await c.request(M.STATUS, {})
+        assert st["analyses"] == len(distinct), (st["analyses"], len(distinct))
+        for p, data in contents.items():
+            r = await c.request(M.REPORT, {"path": p})
+            assert r is not None, p
+            raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            if r["error"] is None:
+                assert r["trace"]["sha256"] == hashlib.sha256(raw).hexdigest(), p
+            else:
+                assert raw.startswith(b'{"traceEvents":[{"ph":"X","name":"'), p
+        assert st_then["queued"] + st_then["running"] > 0 or st_then["analyses"] < len(distinct), \
+            "the good trace was not reported ahead of the backlog"
+        print(f"\nflood: {len(contents)} paths written in {written:.2f} s, {len(distinct)} "
+              f"contents, good trace reported {latency:.2f} s after its drop "
+              f"(backlog then: {st_then['queued']} queued), all analysed once")
+    finally:
+        await c.close()
+        d.stop()
+
+
+async def _ready(c, path):
+    await asyncio.sleep(0.05)
+    return any(n.get("method") == M.REPORT_READY and n["params"]["path"] == path
+               for n in c.notifications)
+
+
+def _same_size_and_mtime(path: str, data: bytes, in_place: bool) -> None:
+    """Put ``data`` (the same length as what is there) at ``path`` with the old mtime, as
+    ``cp -p`` does (in place: same inode) or ``rsync -a``/``tar x`` (a new file renamed over)."""
+    st = os.stat(path)
+    assert len(data) == st.st_size
+    if in_place:
+        with open(path, "r+b") as f:
+            f.write(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        tmp = os.path.join(os.path.dirname(path), ".incoming")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, path)
+    now = os.stat(path)
+    assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def _two_contents() -> tuple[bytes, bytes]:
+    """The real seed trace twice, as two contents of one length (uncompressed: one space moved)."""
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16"))
+    return raw + b" \n", raw + b"\n "
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["cp-p", "rsync-a"])
+async def test_another_content_with_the_old_size_and_mtime_is_analysed(folders, in_place):
+    """The store told a file by path, size and mtime: another content copied in with both kept
+    (``cp -p``, ``rsync -a``, ``tar x``) kept the old report, live and after a restart. Now the
+    inode and change time tell it: the new content gets its own report both ways."""
+    from profd.server.daemon.core import Config, Core
+    watch, state = folders
+    a, b = _two_contents()
+
+    async def started():
+        c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=1,
+                        settle=0.1, quiet=0.5))
+        await c.start()
+        return c
+    c = await started()
+    try:
+        path = put(str(watch), "t.json", a)
+        await await_for(lambda: c.index.key_of_trace(path) is not None, 30, "the first content's report")
+        first = c.index.key_of_trace(path)
+        _same_size_and_mtime(path, b, in_place)  # live
+        await await_for(lambda: c.index.key_of_trace(path) not in (None, first), 30,
+                        "the second content's report")
+        second = c.index.key_of_trace(path)
+    finally:
+        await c.stop()
+    _same_size_and_mtime(path, a, in_place)  # while the daemon is down
+    c = await started()
+    try:
+        await await_for(lambda: c.index.key_of_trace(path) == first, 30, "the first content again")
+        assert second in c.index
+    finally:
+        await c.stop()
+
+
+async def test_names_that_are_not_utf8_are_skipped_not_failed(served, tmp_path):
+    """A trace whose name is not UTF-8 in the watched folder raised UnicodeEncodeError in the
+    store (a traceback, no report, no word to the user); a workspace folder so named made a
+    good trace whose frame matched a file in it an error report ("the analysis failed:
+    UnicodeEncodeError"). Now the first is skipped with one clear line, the second's frame is
+    not matched there, and the good traces are reported."""
+    ws = os.path.join(os.fsencode(str(tmp_path)), b"ws")
+    os.makedirs(os.path.join(ws, b"d\xff"))
+    with open(os.path.join(SRC, "seed_matmul.py"), "rb") as f:
+        src = f.read()
+    with open(os.path.join(ws, b"d\xff", b"only_here.py"), "wb") as f:
+        f.write(src)
+    d = served("--workspace", os.fsdecode(ws))
+    await d.start()
+    with open(os.path.join(os.fsencode(d.watch), b"bad\xff\xfe.json.gz"), "wb") as f:
+        f.write(trace_bytes("seed_n64_bf16"))
+    raw = gzip.decompress(trace_bytes("seed_n4096_bf16"))
+    named = put(d.watch, "named.json.gz", gzip.compress(
+        raw.replace(b'"seed_matmul.py(', b'"only_here.py(')))
+    good = drop(d.watch, "seed_n4096_bf16")
+    await wait_status(d, lambda st: st["reports"] == 2 and st["queued"] == 0, "two reports")
+    listed = await d.request(M.REPORTS, {})
+    assert sorted(r["path"] for r in listed["reports"]) == sorted([good, named])
+    assert all(r["error"] is None for r in listed["reports"]), listed
+    log = d.log_text()
+    assert "its name is not UTF-8" in log and "Traceback" not in log
+
+
+async def test_a_second_name_is_listed_under_its_own_name(served):
+    """``profd/reports {path}`` for a content first seen under another name answered that other
+    name's entry (the client showed the wrong file); now the entry names the path asked for."""
+    d = served()
+    await d.start()
+    first = drop(d.watch, "seed_n4096_bf16")
+    await wait_status(d, lambda st: st["reports"] == 1, "the first name's report")
+    again = drop(d.watch, "seed_n4096_bf16", "again.json.gz")
+    await await_for_async(lambda: _paths_are(d, {first, again}), "the second name's report")
+    for p in (first, again):
+        listed = await d.request(M.REPORTS, {"path": p})
+        assert [(r["path"], r["newest"]) for r in listed["reports"]] == [(p, True)]
+
+
+def nest(top: str, depth: int, trace_at: int = -1) -> None:
+    """``top/a/a/.../a`` ``depth`` levels deep (made through directory fds: the path passes
+    PATH_MAX), with the seed trace at level ``trace_at``."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for i in range(depth):
+            if i == trace_at:
+                t = os.open("t.json.gz", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+                os.write(t, trace_bytes("seed_n64_bf16"))
+                os.close(t)
+            os.mkdir("a", dir_fd=fd)
+            nfd = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    finally:
+        os.close(fd)
+
+
+async def test_folders_nested_past_the_recursion_limit(served, tmp_path):
+    """1,200 folders deep in the watched folder: the daemon died at start (RecursionError in
+    watchdog's os.walk); the same tree moved in while running killed watchdog's thread (no
+    trace seen after it, for good), and once that was fixed our scan of each folder's subtree,
+    for every folder watchdog reports inside it, froze the loop (quadratic). Now the daemon
+    starts, a trace 40 levels down the moved-in tree is found, and the loop answers."""
+    d = served()
+    try:
+        nest(d.watch, 1200)
+        await d.start()
+        first = drop(d.watch, "seed_n4096_bf16")
+        await wait_status(d, lambda st: st["reports"] == 1, "the trace beside the deep tree")
+        out = str(tmp_path / "out")
+        os.mkdir(out)
+        nest(out, 1200, trace_at=40)
+        os.rename(os.path.join(out, "a"), os.path.join(d.watch, "b"))
+        deep = os.path.join(d.watch, "b", *["a"] * 39, "t.json.gz")
+        later = drop(d.watch, "seed_n4096_bf16", "later.json.gz")
+        await await_for_async(lambda: _paths_are(d, {first, deep, later}),
+                              "the moved-in and the later trace", timeout=60)
+        assert "Traceback" not in d.log_text()
+    finally:
+        subprocess.run(["rm", "-rf", d.watch, str(tmp_path / "out")], check=False)  # (rmtree
+
+
+async def _paths_are(d, want: set) -> bool:
+    """Each path in ``want`` has its report (by path: a content seen twice is listed once)."""
+    for p in want:
+        r = await d.request(M.REPORT, {"path": p})
+        if r is None or r["trace"]["path"] != p:
+            return False
+    return True
+
+
+LIMITED = "echo 40 > /proc/sys/user/max_inotify_watches && exec \"$@\""
+
+
+def _limited_or_skip() -> None:
+    """A user namespace of our own, where the inotify watch limit can be lowered for this
+    daemon alone (never the machine's, shared with everything else)."""
+    r = subprocess.run(["unshare", "-Ur", "sh", "-c", LIMITED, "sh", "true"],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"no user namespace to lower the inotify limit in: {r.stderr.decode()[:200]}")
+
+
+@pytest.mark.parametrize("when", ["before start", "while running"])
+async def test_folders_past_the_inotify_watch_limit_are_looked_into(folders, when):
+    """100 subfolders and a limit of 40 watches: watchdog skipped the folders it could not
+    watch without a word, and traces dropped in them were never reported (2 of 3 missing, no
+    log line). Now the daemon says so (one ERROR naming the sysctl) and looks into those
+    folders on its periodic check: all three are reported."""
+    _limited_or_skip()
+    watch, state = folders
+    subs = [os.path.join(str(watch), f"d{i}") for i in range(100)]
+    if when == "before start":
+        for s_ in subs:
+            os.mkdir(s_)
+    d = Daemon(watch, state)
+    os.makedirs(state, exist_ok=True)
+    log = open(d.log_path, "ab")
+    d.log = log
+    d.proc = subprocess.Popen(
+        ["unshare", "-Ur", "sh", "-c", LIMITED, "sh",
+         *serve_cmd(watch, state, "--log-level", "INFO", transport=("--tcp", "127.0.0.1:0"))],
+        stdout=log, stderr=log, start_new_session=True)
+    try:
+        d.doc = wait_for(lambda: _daemon_doc(os.path.join(str(state), "daemon.json"),
+                                             d.proc.pid), 30, "daemon.json")
+        if when == "while running":
+            for s_ in subs:
+                os.mkdir(s_)
+        wait_for(lambda: "cannot be watched (the inotify watch limit" in d.log_text(), 30,
+                 "the daemon saying some folders are not watched")
+        paths = [put(subs[i], "t.json.gz", variant("seed_n64_bf16", i)) for i in (0, 50, 99)]
+        for p in paths:
+            await await_for_async(lambda: _reported(d.doc, p), f"a report of {p}", timeout=60)
+    finally:
+        d.stop()
+
+
+async def _reported(doc, path) -> bool:
+    return await report_from(doc, path) is not None
