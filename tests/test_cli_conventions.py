@@ -246,7 +246,8 @@ def test_units_and_plurals():
         assert not re.search(r"\((?:s|ies|es)\)", out), out
         assert not re.search(r"\b1 (?:launches|copies|syncs|kernels|calls|gaps|steps)\b", out), out
         assert "0.0 MiB" not in out and "0.000 µs" not in out
-    assert "1 copy per step" in outs[0] and "32.0 KiB per step" in outs[0]
+    assert "2 copies per step" in outs[0] and "64.0 KiB per step" in outs[0]  # x's and y's, one finding
+    assert "1 copy per step" in outs[4]
     summary = next(l for l in outs[0].splitlines() if "of the active window" in l)
     assert "per step CPU ops" in summary and "over 3 steps" in summary and "total" not in summary
     assert "-bound" not in summary.split(": ", 2)[2]  # the verdict's word only: "paced by" says which side

@@ -87,11 +87,12 @@ def test_naive_has_the_planted_problems_and_tuned_has_none():
     assert not NAIVE_ONLY & codes(report_of("tinygpt_tuned"))
 
 
-def test_pageable_copies_land_on_the_to_device_lines():
-    ds = one(report_of("tinygpt_naive"), "pageable-memcpy")
-    lines = {line_of(d.location.path, d.location.line).strip() for d in ds}
-    assert lines == {"x = xb.to(dev, non_blocking=not naive)", "y = yb.to(dev, non_blocking=not naive)"}
-    assert all(d.location.precision == "statement" for d in ds)
+def test_pageable_copies_land_on_the_to_device_line():
+    # x = xb.to(dev) and y = yb.to(dev): the same call on tensors of one shape, which the trace cannot
+    # tell apart, so one finding (the same with and without the source) on the first of the lines
+    (d,) = one(report_of("tinygpt_naive"), "pageable-memcpy")
+    assert line_of(d.location.path, d.location.line).strip() == "x = xb.to(dev, non_blocking=not naive)"
+    assert d.location.precision == "statement" and d.evidence["copies_per_step"] == 2
 
 
 def test_optimizer_and_zero_grad_rules_point_at_their_calls():

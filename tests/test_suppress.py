@@ -49,15 +49,14 @@ def test_the_engine_drops_and_counts_suppressed_findings(src):
     before = analyze_file(NAIVE, Options(workspace=[src]))
     syncs = [d for d in before.diagnostics if d.code == "host-sync"]
     copies = [d for d in before.diagnostics if d.code == "pageable-memcpy"]
-    assert len(syncs) == 1 and len(copies) == 2 and before.suppressed == {}
+    assert len(syncs) == 1 and len(copies) == 1 and before.suppressed == {}  # x's and y's copies: one finding
     _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
-    x_line = _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# noqa: pageable-memcpy")
+    _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# noqa: pageable-memcpy")
     _edit(src, "train_tinygpt.py", "opt.step()", "# noqa")  # bare noqa: not ours
     after = analyze_file(NAIVE, Options(workspace=[src]))
     left = {d.code for d in after.diagnostics}
     assert "host-sync" not in left
-    assert [d.location.line for d in after.diagnostics if d.code == "pageable-memcpy"] == \
-        [c.location.line for c in copies if c.location.line != x_line]  # y's copy, whatever the order
+    assert "pageable-memcpy" not in left
     assert after.suppressed == {"host-sync": 1, "pageable-memcpy": 1}
     assert "optimizer-foreach-off" in left and "launch-storm" in left
     assert len(after.diagnostics) == len(before.diagnostics) - 2

@@ -13,8 +13,9 @@ from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
 from .model import TraceModel
 from .modules import ModuleIndex, Place, describe, generic_name
+from .passes import NO_LINE
 from .sourcemap import LibrarySources, SourceMap
-from .statements import Site, StatementResolver
+from .statements import CallGroups, Site, StatementResolver
 
 
 @dataclass
@@ -87,8 +88,11 @@ class Context:
         self.options = options
         self.sources = options.sources()
         self.statements = StatementResolver(model, self.sources)
+        self.calls = CallGroups(model)
         self._keys: dict[int, LineKey] = {}
         self._ck = None  # per event, the key its line is cached under (see line_key)
+        self._groups: dict[int, tuple] = {}  # that key -> the findings' group (see line_id)
+        self._placed: dict[int, tuple[Location, tuple]] = {}  # id(location) -> (it, its event's group)
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
@@ -151,10 +155,25 @@ class Context:
             self._ck = _line_tokens(self.model)
         return self._ck
 
-    def line_id(self, i: int) -> Optional[tuple[str, int]]:
-        """(trace path, line) of event i's user line, for grouping findings; None when it has none."""
-        key = self.line_key(i) if i >= 0 else None
-        return (key.trace_path, key.line) if key else None
+    def line_id(self, i: int) -> Optional[tuple]:
+        """The group of findings event i belongs to, None outside every user frame: its user frame
+        and the call that frame made (statements.call_of), both as the trace names them, so a
+        trace gates the same with and without its source; where a finding sits is location()'s.
+        A trace that names each op's line (``call_from``) groups by that line."""
+        if i < 0:
+            return None
+        m = self.model
+        if m.has_call_from:
+            key = self.line_key(i)
+            return (key.trace_path, key.line) if key else None
+        c = self.line_tokens()[i]
+        if c == NO_LINE:
+            return None
+        group = self._groups.get(c)
+        if group is None:
+            fr = m.frames[m.line_source(i)[0]]
+            group = self._groups[c] = (fr.path, fr.line, fr.function, self.calls.of(c) if c >= 0 else None)
+        return group
 
     @property
     def mean_step_us(self) -> float:
@@ -169,7 +188,16 @@ class Context:
             return self.trace_location()
         loc = self.location_of_key(key)
         loc.module = self.module_of(i)
+        group = self.line_id(i)
+        if group is not None:  # the location keeps it alive, so its id names it alone
+            self._placed[id(loc)] = (loc, group)
         return loc
+
+    def group_of(self, loc: Location) -> Optional[tuple]:
+        """The group (line_id) of the event a finding's location was made for, None when it was
+        not made by location(): what a fix of that finding touches is that group's work."""
+        hit = self._placed.get(id(loc))
+        return hit[1] if hit is not None and hit[0] is loc else None
 
     # ---- the module view ---------------------------------------------------------------------
     def modules(self) -> ModuleIndex:

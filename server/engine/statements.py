@@ -438,17 +438,7 @@ class StatementResolver:
         return out
 
     def _tokens(self, frame: int):
-        """Direct children of the frame in time order, looking through record_function labels."""
-        m = self.model
-        stack = list(reversed(m.children(frame)))
-        while stack:
-            i = stack.pop()
-            e = m.cpu[i]
-            if e.cat == "user_annotation":
-                yield i  # the label itself anchors its with-statement
-                stack.extend(reversed(m.children(i)))
-            else:
-                yield i
+        return frame_tokens(self.model, frame)
 
     def _names(self, i: int, compiled: bool = False) -> Optional[tuple[set[str], bool]]:
         """(site names the child can stand for, whether any call site will do); None: skip it."""
@@ -478,6 +468,112 @@ class StatementResolver:
                 return None
             return _ATEN_SITES.get(e.name, set()), e.name not in _ATEN_SITES
         return None
+
+
+def frame_tokens(m: TraceModel, frame: int):
+    """Direct children of the frame in time order, looking through record_function labels."""
+    stack = list(reversed(m.children(frame)))
+    while stack:
+        i = stack.pop()
+        e = m.cpu[i]
+        if e.cat == "user_annotation":
+            yield i  # the label itself anchors its with-statement
+            stack.extend(reversed(m.children(i)))
+        else:
+            yield i
+
+
+class CallGroups:
+    """The group of findings each statement token falls in, from the trace alone (the same with and
+    without the source): what the token calls (``call_of``), except that the calls a loop in the
+    function repeats (twice or more in one call of the function, within one step), and whose runs
+    overlap, are one group: ``x = x + torch.relu(lin(norm(x)))`` in a loop is four calls and one
+    line. Two calls of one kind outside a loop with the same shapes (``x = xb.to(dev)``, ``y =
+    yb.to(dev)``) stay one group, which the source then places on the first of its lines."""
+
+    def __init__(self, m: TraceModel):
+        self.m = m
+        self._of: dict[int, tuple] = {}
+
+    def of(self, tok: int) -> tuple:
+        g = self._of.get(tok)
+        if g is None:
+            self._group(self.m.frame_of[tok])
+            g = self._of[tok]
+        return g
+
+    def _group(self, frame: int) -> None:
+        m = self.m
+        toks = list(frame_tokens(m, frame))
+        keys = [call_of(m, t) for t in toks]
+        first: dict[tuple, int] = {}
+        runs: dict = {}  # step -> {key: [first position, last position, count]}
+        for pos, (t, k) in enumerate(zip(toks, keys)):
+            first.setdefault(k, pos)
+            step = m.step_at(m.cpu[t].ts)
+            run = runs.setdefault(step.number if step is not None else None, {}).get(k)
+            if run is None:
+                runs[step.number if step is not None else None][k] = [pos, pos, 1]
+            else:
+                run[1], run[2] = pos, run[2] + 1
+        root: dict[tuple, tuple] = {}
+
+        def find(k):
+            while root[k] != k:
+                k = root[k]
+            return k
+
+        for by_key in runs.values():
+            loops = sorted(((r[0], r[1], k) for k, r in by_key.items() if r[2] >= 2), key=lambda x: x[:2])
+            end, head = -1, None
+            for a, z, k in loops:
+                root.setdefault(k, k)
+                if head is not None and a <= end:  # overlapping runs: one loop's body
+                    x, y = find(k), find(head)
+                    if x != y:
+                        lo, hi = (x, y) if first[x] < first[y] else (y, x)
+                        root[hi] = lo
+                    end = max(end, z)
+                else:
+                    head, end = k, z
+        size: dict[tuple, int] = {}
+        for k in root:
+            size[find(k)] = size.get(find(k), 0) + 1
+        for t, k in zip(toks, keys):  # a call a loop repeats alone keeps its own key
+            self._of[t] = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
+
+
+def call_of(m: TraceModel, tok: int) -> tuple:
+    """What a frame's statement token calls, as the trace names it (never from the source):
+    ``("builtin", "item")``, ``("op", "aten::add")``, ``("label", "data")``, a module call
+    ``("module", "nn.Module: GPT_0")``, a python callee's frame with the method a library wrapper
+    runs (``Optimizer.step``'s ``wrapper`` -> ``step``). Findings are grouped by the frame and this,
+    with or without the source, so the source only decides which statement a finding sits on."""
+    e = m.cpu[tok]
+    if e.cat == "user_annotation":
+        return ("label", _STEP_NUMBER.sub("", e.name))
+    if e.cat == "python_function":
+        mb = _BUILTIN_RE.match(e.name)
+        if mb:  # as the op it runs (``.item()`` as ``int(t)``), told apart by that op's shapes
+            op = next((c for c in m.children(tok) if m.cpu[c].cat == "cpu_op"), -1)
+            return ("cpu_op", m.cpu[op].name, _dims(m, op)) if op >= 0 else ("builtin", mb.group(1))
+        fr = m.frames.get(tok)
+        if fr is None:  # ``nn.Module: Conv2d_3``: the class, not the instance a loop steps through
+            return ("module", _INSTANCE.sub("", e.name))
+        if fr.user:
+            return ("call", fr.path, fr.line, fr.function)
+        return ("call", fr.path, fr.function, *sorted(_labelled_method(m, tok)))
+    # an operator the frame runs itself (``x @ w_up``, ``h @ w_vocab``): its shapes tell the uses apart
+    return (e.cat, e.name, _dims(m, tok))
+
+
+def _dims(m: TraceModel, i: int) -> bytes:
+    a = m.cpu[i].args
+    return bytes(a.input_dims) if a is not None else b""
+
+
+_STEP_NUMBER = re.compile(r"#\d+$")  # ``ProfilerStep#3``: one label for every step
+_INSTANCE = re.compile(r"_\d+$")
 
 
 # torch labels an optimizer's methods ``Optimizer.step#AdamW.step``, ``Optimizer.zero_grad#SGD.zero_grad``

@@ -98,6 +98,7 @@ class StepModel:
         m, a = ctx.model, ctx.a
         self.steps: list[SimStep] = []
         self._by_line: Optional[dict] = None
+        self._by_group: Optional[dict] = None
         self.latency = 0.0
         if not m.steps or not a.step_gpu:
             return
@@ -238,8 +239,25 @@ class StepModel:
             self._by_line = out
         return self._by_line
 
+    def by_group(self) -> dict:
+        """Context.line_id's group -> the calls in it, in order."""
+        if self._by_group is None:
+            out: dict = {}
+            for st in self.steps:
+                for p in st.points:
+                    group = self.ctx.line_id(p.i)
+                    if group is not None:
+                        out.setdefault(group, []).append(p)
+            self._by_group = out
+        return self._by_group
+
     def on_line(self, d) -> list:
+        """The calls a finding's fix touches: those of the group its location was made for (the
+        same with and without the source), else those placed on its line."""
         loc = d.location
+        group = self.ctx.group_of(loc)
+        if group is not None:
+            return self.by_group().get(group, [])
         if not loc.trace_path or not loc.line:
             return []
         return self.by_line().get((loc.trace_path, loc.line), [])
