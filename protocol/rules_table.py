@@ -34,4 +34,5 @@ TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("inference-without-no-grad", "Forward passes build autograd graphs that no backward uses", "warning", "training"),
     ("rank-straggler", "One rank much slower than the others", "warning", "ranks"),
     ("unmapped-source", "Frames that map onto no file of this machine (editors)", "information", "sources"),
+    ("unused-suppression", "A suppression comment that suppressed nothing in this trace", "information", "sources"),
 )

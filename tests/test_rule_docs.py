@@ -23,7 +23,7 @@ def test_every_rule_page_has_every_section(code):
 
 
 @pytest.mark.parametrize("code", list(RULES))
-def test_the_shipped_trace_a_page_names_shows_the_rule(code):
+def test_the_shipped_trace_a_page_names_shows_the_rule(code, tmp_path):
     d = rule_doc(code)
     paths = [os.path.join(ROOT, t) for t in d.traces]
     if RULES[code].family == "ranks":
@@ -31,6 +31,14 @@ def test_the_shipped_trace_a_page_names_shows_the_rule(code):
 
         _, jobs = job.analyze_job(paths, Options(workspace=WORKSPACE))
         assert any(x.code == code for j in jobs for x in j.diagnostics)
+    elif code == "unused-suppression":  # a comment is needed: one on a line of a copy of its source
+        import shutil
+
+        shutil.copytree(WORKSPACE[0], tmp_path / "src")
+        p = tmp_path / "src" / "train_tinygpt.py"
+        p.write_text(p.read_text().replace("opt.step()", "opt.step()  # profd: ignore[host-sync]", 1))
+        rep = analyze_file(paths[0], Options(workspace=[str(tmp_path / "src")]))
+        assert code in {x.code for x in rep.diagnostics}
     elif RULES[code].family == "sources":  # placed by the daemon, which knows what exists here
         from profd.server.daemon.placement import unmapped_hint
 

@@ -171,3 +171,42 @@ def test_a_file_level_comment_suppresses_its_codes_in_the_whole_file(src):
         f.write(text + "\nimport os  # profd: ignore-file\n")  # not a line of its own: not file-level
     assert [d.code for d in analyze_file(NAIVE, Options(workspace=[src])).diagnostics
             if d.location.path == train] == [c for c in in_train]
+
+
+def test_unused_suppressions_are_reported_as_ruffs_rule_100(src):
+    """``unused-suppression`` (ruff's RUF100): on tinygpt_naive's own source, a comment whose code
+    a finding used is silent, each code that suppressed nothing is reported on its comment."""
+    used = _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+    half = _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[launch-storm, host-sync]")
+    other = _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# noqa: E501, fp32-matmul")
+    typo = _edit(src, "train_tinygpt.py", "opt.step()", "# profd: ignore[lunch-storm]")
+    never = _edit(src, "train_tinygpt.py", "def main(", "# profd: ignore[host-sync]")  # a def line: no op ran there
+    rep = analyze_file(NAIVE, Options(workspace=[src]))
+    found = {d.location.line: d for d in rep.diagnostics if d.code == "unused-suppression"}
+    assert set(found) == {half, other, typo}, found
+    assert used not in found and never not in found
+    assert found[half].evidence["codes"] == ["host-sync"]  # launch-storm suppressed zero_grad's storm
+    assert found[other].evidence["codes"] == ["fp32-matmul"]  # E501 is another tool's
+    assert "no such rule" in found[typo].message
+    d = found[half]
+    text = open(os.path.join(src, "train_tinygpt.py")).read().split("\n")[half - 1]
+    assert text[d.location.column - 1:].startswith("# profd: ignore[")
+    assert d.severity == "information" and d.location.precision == "statement"
+    # waived on its line as ruff's RUF100 is, and off with the rest of the rules
+    _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# profd: ignore[unused-suppression]")
+    rep = analyze_file(NAIVE, Options(workspace=[src]))
+    assert other not in {d.location.line for d in rep.diagnostics if d.code == "unused-suppression"}
+    off = analyze_file(NAIVE, Options(workspace=[src], disabled={"unused-suppression"}))
+    assert not [d for d in off.diagnostics if d.code == "unused-suppression"]
+
+
+def test_a_suppression_of_a_rule_left_out_is_not_unused(src):
+    _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[launch-storm, host-sync]")
+    args = [CLIENT, "analyze", "--no-daemon", "--isolated", "--workspace", src, "--fail-on", "never",
+            "--format", "json"]
+    picked = json.loads(subprocess.run([*args, "--select", "launch-storm,unused-suppression", NAIVE],
+                                       capture_output=True, text=True, timeout=300).stdout)
+    assert not [d for d in picked["reports"][0]["diagnostics"] if d["code"] == "unused-suppression"]
+    every = json.loads(subprocess.run([*args, NAIVE], capture_output=True, text=True, timeout=300).stdout)
+    (d,) = [d for d in every["reports"][0]["diagnostics"] if d["code"] == "unused-suppression"]
+    assert d["evidence"]["codes"] == ["host-sync"]

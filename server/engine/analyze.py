@@ -117,7 +117,16 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
         except Exception:  # one broken rule must not take the report down
             log.exception("rule %s failed on %s", code, info.path)
     impact.assign(ctx, diagnostics)
-    diagnostics, suppressed = suppress.apply(diagnostics)
+    used: set[tuple[str, int, str]] = set()
+    diagnostics, suppressed = suppress.apply(diagnostics, used=used)
+    if suppress.UNUSED not in options.disabled:
+        ran: dict[str, set[int]] = {}
+        for h in hot.values():  # the statements this trace ran, in the workspace's files
+            local = ctx.sources.resolve(h.trace_path, h.line) if h.precision == "statement" else None
+            if local is not None:
+                ran.setdefault(local, set()).add(h.line)
+        ran_rules = set(load_all()) - set(options.disabled)
+        diagnostics += suppress.unused(used, ran, ran_rules)
     _relate_backward(ctx, diagnostics)
     diagnostics.sort(key=impact.order)
     ranked = sorted(hot.values(), key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us)

@@ -15,6 +15,11 @@ each code lost (``Report.suppressed``) so ``--statistics`` can say so. This runs
 report assembly (``analyze.analyze_model``), so the CLI, the daemon and every other caller see
 the same findings; the daemon runs it again on the diagnostics it serves for a source, so that a
 comment written after the report was made takes effect at the next publish or pull.
+
+A comment that suppressed nothing in this trace, on a statement the trace ran (or, ``ignore-file``,
+in a file it ran), is itself a finding, ``unused-suppression`` (ruff's RUF100, ``unused-noqa``):
+each code it names that no finding of this trace needed, a misspelt one too; a ``# noqa:`` code
+that is no profd rule's is another tool's and never reported, nor a rule's that did not run.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ import io
 import re
 import tokenize
 from collections import OrderedDict
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence, cast
 
-from ...protocol.types import Diagnostic
+from ...protocol.catalog import RULES
+from ...protocol.types import Diagnostic, Location, Severity
 from .sourcemap import source_lines
 
 # `# profd: ignore`, `# profd: ignore[a, b]`, flake8's noqa with a colon and codes (codes are lower-case words with -)
@@ -100,27 +106,32 @@ class Comments:
             return self._firsts[i], self._lasts[i]
         return line, line
 
-    def file_codes(self) -> set[str]:
-        """The codes the file's own ``# profd: ignore-file[...]`` comment lines suppress in all of it
-        (a comment after code on its line is not one)."""
+    def file_comments(self) -> dict[int, set[str]]:
+        """The file's own ``# profd: ignore-file[...]`` comment lines (a comment after code on its
+        line is not one): line -> the codes each suppresses in all of the file."""
         if not hasattr(self, "_file"):
-            self._file: set[str] = set()
+            self._file: dict[int, set[str]] = {}
             for n, cs in self.by_line.items():
                 for c in cs:
                     m = _FILE.match(c.text)
                     if m and not self.lines[n - 1][:c.col].strip():
-                        self._file |= {ALL} if m.group(1) is None else \
-                            {x.strip().lower() for x in m.group(1).split(",") if x.strip()}
+                        self._file.setdefault(n, set()).update({ALL} if m.group(1) is None else
+                                                               {x.strip().lower() for x in m.group(1).split(",")
+                                                                if x.strip()})
         return self._file
+
+    def file_codes(self) -> set[str]:
+        """The codes the file's ``ignore-file`` comments suppress in all of it."""
+        return set().union(*self.file_comments().values())
 
     def codes(self, line: int) -> set[str]:
         """The codes suppressed on ``line``: its statement's comments' (``ALL`` for every code)."""
+        return set().union(*(codes for _, codes in self.comments_of(line)))
+
+    def comments_of(self, line: int) -> list[tuple[int, set[str]]]:
+        """(comment line, the codes it suppresses) for the comments of ``line``'s statement."""
         first, last = self.statement(line)
-        out: set[str] = set()
-        for n in range(first, last + 1):
-            for c in self.by_line.get(n, ()):
-                out |= codes_on(c.text)
-        return out
+        return [(n, codes_on(c.text)) for n in range(first, last + 1) for c in self.by_line.get(n, ())]
 
 
 _NONE = Comments(())
@@ -144,33 +155,97 @@ def comments(lines: Sequence[str]) -> Comments:
     return c
 
 
-def _suppressed(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> bool:
+UNUSED = "unused-suppression"
+
+
+def _suppressor(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> Optional[tuple[str, int, str]]:
+    """(path, comment line, the code it names for ``d``: ``d.code`` or ``ALL``) of the comment that
+    suppresses ``d``, None when none does."""
     loc = d.location
     if not loc.line or not loc.path or loc.precision == "trace":
-        return False
+        return None
     lines = lines_of(loc.path)
     com = comments(lines)
-    whole = com.file_codes()
-    if ALL in whole or d.code in whole:
-        return True
+    every = ALL if d.code != UNUSED else None  # a bare ignore is what the finding is about, not its waiver
+    for n, codes in com.file_comments().items():
+        if d.code in codes or every in codes:
+            return loc.path, n, d.code if d.code in codes else ALL
     last = loc.end_line if loc.end_line and loc.end_line >= loc.line else loc.line
-    for n in range(loc.line, min(last, len(lines)) + 1):
-        codes = com.codes(n)
-        if ALL in codes or d.code in codes:
-            return True
-    return False
+    for line in range(loc.line, min(last, len(lines)) + 1):
+        for n, codes in com.comments_of(line):
+            if d.code in codes or every in codes:
+                return loc.path, n, d.code if d.code in codes else ALL
+    return None
 
 
-def apply(diagnostics: Iterable[Diagnostic], lines_of: Callable[[str], Sequence[str]] = source_lines
-          ) -> tuple[list[Diagnostic], dict[str, int]]:
+def apply(diagnostics: Iterable[Diagnostic], lines_of: Callable[[str], Sequence[str]] = source_lines,
+          used: Optional[set[tuple[str, int, str]]] = None) -> tuple[list[Diagnostic], dict[str, int]]:
     """(the findings no comment suppresses, per code how many were suppressed); ``lines_of``: a
-    file's lines (default: read now; the daemon passes what it read off its event loop)."""
+    file's lines (default: read now; the daemon passes what it read off its event loop); ``used``
+    collects (path, comment line, code) of each comment that suppressed a finding."""
     kept: list[Diagnostic] = []
     dropped: dict[str, int] = {}
     for d in diagnostics:
-        if _suppressed(d, lines_of):
+        hit = _suppressor(d, lines_of)
+        if hit is not None:
             dropped[d.code] = dropped.get(d.code, 0) + 1
+            if used is not None:
+                used.add(hit)
         else:
             kept.append(d)
     return kept, dropped
+
+
+def _named(text: str) -> set[str]:
+    """The codes a comment names that can be unused: all of ``# profd: ignore[...]``'s (``ALL`` for a
+    bare one), and the profd rules among ``# noqa:``'s (the rest are other tools')."""
+    out = codes_on(_NOQA.sub("", text))
+    for m in _NOQA.finditer(text):
+        out |= {c.lower() for c in re.split(r"[\s,]+", m.group(1)) if c.lower() in RULES}
+    return out
+
+
+def unused(used: set[tuple[str, int, str]], ran: dict[str, set[int]], ran_rules: set[str],
+           lines_of: Callable[[str], Sequence[str]] = source_lines) -> list[Diagnostic]:
+    """``unused-suppression`` findings: per comment in a file the trace ran (``ran``: path -> the
+    lines it ran), the codes it names that suppressed nothing (``used``, from ``apply``), among
+    the rules that ran (``ran_rules``). A line comment counts only on a statement the trace ran."""
+    out: list[Diagnostic] = []
+    for path in sorted(ran):
+        lines = lines_of(path)
+        com = comments(lines)
+        whole = com.file_comments()
+        for n in sorted(com.by_line):
+            for c in com.by_line[n]:
+                if n in whole and _FILE.match(c.text):
+                    codes = whole[n]
+                else:
+                    first, last = com.statement(n)
+                    if ran[path].isdisjoint(range(first, last + 1)):
+                        continue  # code this trace never ran: it cannot say the comment is unused
+                    codes = _named(c.text)
+                if UNUSED in codes:  # ``# profd: ignore[unused-suppression]``, as ruff's RUF100 in a noqa
+                    continue
+                idle = sorted(k for k in codes if (path, n, k) not in used and (k == ALL or k in ran_rules
+                                                                              or k not in RULES))
+                if idle:
+                    out.append(_unused_finding(path, n, c, idle))
+    return out
+
+
+def _unused_finding(path: str, line: int, c: Comment, idle: list[str]) -> Diagnostic:
+    named = [k for k in idle if k != ALL]
+    unknown = [k for k in named if k not in RULES]
+    what = f"no {', '.join(named)} finding" if named else "no finding"
+    why = f"; {', '.join(unknown)}: no such rule" if unknown else ""
+    text = c.text.strip()
+    head = f"`{text}` suppressed nothing" if set(idle) == _named(text) or idle == [ALL] else \
+        f"`{text}`: {', '.join(named)} suppressed nothing"
+    return Diagnostic(
+        code=UNUSED, severity=cast(Severity, RULES[UNUSED].severity),
+        message=f"{head} in this trace ({what} here{why})",
+        location=Location(path=path, line=line, column=c.col + 1, precision="statement", trace_path=path,
+                          end_line=line, end_column=c.col + 1 + len(c.text)),
+        evidence={"codes": idle, "comment": c.text.strip()},
+        fix="remove the comment, or the codes in it that suppress nothing")
 
