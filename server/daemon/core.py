@@ -29,10 +29,11 @@ from .confine import shown
 from .dedupe import Analysis, Dedupe, Made
 from .hashing import Hasher
 from .index import ReportIndex, options_fp, relabel
-from .placement import UNMAPPED, local_sources, placed_path, suggest_maps, unmapped_hint, unmapped_paths
+from .placement import UNMAPPED, local_sources, placed_path
 from .pool import BUDGET, Budget, WorkerPool, analyze_task, default_memory_budget
 from .sources import SOURCES
 from .store import private_dir
+from .unplaced import UnplacedFindings
 from .watcher import Intake, Outcome, Sig, Watcher, inside, refusal, signature
 
 log = logging.getLogger("profd.core")
@@ -121,8 +122,8 @@ class Core:
         self._settling: Optional[asyncio.Task] = None
         # Reports with findings that could not be placed on a file here: key -> (trace path,
         # {frame base name: frame paths}); and the path maps found that would place them.
-        self.unplaced: OrderedDict[str, tuple[str, dict[str, list[str]]]] = OrderedDict()
-        self._maps: OrderedDict[str, Optional[list]] = OrderedDict()
+        self.unplaced = UnplacedFindings(self.index, lambda: self.cfg.workspace, self.io,
+                                         lambda key: self._notify("unplaced", key), lambda: self.loop)
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self, watch: bool = True) -> None:
@@ -281,48 +282,10 @@ class Core:
             here = transform(key, here)
         here = suppress.apply(here, lines_of or SOURCES.lines)[0]
         if cur and UNMAPPED not in self.cfg.disabled:  # a rule like the others: --disable/ignore know it
-            hint = self.unmapped_hint(key, source)
+            hint = self.unplaced.hint(key, source)
             if hint is not None:
                 here.append(hint)
         return key, here
-
-    # ---- findings that could not be placed -------------------------------------------------
-    def unmapped_hint(self, key: str, trace_path: str) -> Optional[T.Diagnostic]:
-        """The ``unmapped-source`` finding of report ``key`` as the trace at ``trace_path`` has
-        it (None when every frame maps), suggesting a path map that works once the workspace was
-        searched for the files it names (``_search``, started here the first time)."""
-        r = self.index.report_at(key, trace_path)
-        if r is None or r.error:
-            return None
-        sources = self.index.sources_at(key, trace_path)
-        if key not in self._maps:
-            paths = unmapped_paths(r, sources)
-            self._maps[key] = None if paths else []
-            if paths:
-                names: dict[str, list[str]] = {}
-                for p in paths:
-                    names.setdefault(os.path.basename(p), []).append(p)
-                self.unplaced[key] = (trace_path, names)
-                if self.loop is not None:
-                    self.loop.create_task(self._search(key, paths))
-            while len(self._maps) > 256:
-                self.unplaced.pop(self._maps.popitem(last=False)[0], None)
-        return unmapped_hint(r, trace_path, sources, self.cfg.workspace, self._maps.get(key) or None)
-
-    async def _search(self, key: str, paths: list[str]) -> None:
-        """Look in the workspace for the files an unplaced report names (off the loop), keep the
-        path maps that would place them, and let every session tell its user."""
-        from ..engine.sourcemap import SourceMap
-
-        roots = list(self.cfg.workspace)
-        try:
-            maps = await self.io(lambda: suggest_maps(paths, SourceMap(roots).files_named))
-        except Exception:  # a workspace that cannot be walked: the hint keeps its generic map
-            log.exception("profd: looking for the files of %s failed", key[:16])
-            maps = []
-        if key in self._maps:
-            self._maps[key] = maps
-        self._notify("unplaced", key)
 
     def hot_lines_for(self, source: str) -> tuple[Optional[str], list[T.HotLine]]:
         key = self.index.newest_for(source)
@@ -472,7 +435,7 @@ class Core:
             self.index.keep(row)
             return
         self.index.add(row)
-        self.unmapped_hint(key, path)  # starts the search for what its frames name
+        self.unplaced.hint(key, path)  # starts the search for what its frames name
         if report.error:
             log.error("%s", report.error)
         self._notify("report_ready", key, sources, report)

@@ -297,11 +297,11 @@ class LspSession:
         so, where the user looks (findings on a trace file are easily never seen)."""
         core, name = self.core, os.path.basename(source)
         out = []
-        for key, (trace_path, names) in list(core.unplaced.items()):
+        for key, (trace_path, names) in core.unplaced.items():
             if name not in names or core.index.key_of_trace(trace_path) != key or \
                     not core.index.shown(key) or not self.is_open(source):
                 continue
-            hint = core.unmapped_hint(key, trace_path)
+            hint = core.unplaced.hint(key, trace_path)
             if hint is None:
                 continue
             frames = ", ".join(f"`{p}`" for p in names[name][:3])
@@ -316,10 +316,11 @@ class LspSession:
     def unplaced(self, key: str) -> None:
         """Report ``key`` has findings no file here shows (the core searched for their files):
         say so once per trace with ``window/showMessage``, and show the notes on open files."""
-        if not self.ready or key not in self.core.unplaced:
+        unplaced = self.core.unplaced.get(key)
+        if not self.ready or unplaced is None:
             return
-        trace_path, names = self.core.unplaced[key]
-        hint = self.core.unmapped_hint(key, trace_path)
+        trace_path, names = unplaced
+        hint = self.core.unplaced.hint(key, trace_path)
         if hint is not None and trace_path not in self._told_unplaced:
             self._told_unplaced.add(trace_path)
             self.tell(L.MessageType.Warning, f"profd: {os.path.basename(trace_path)}: {hint.message}. "
