@@ -304,12 +304,12 @@ class Core:
                               uptime_s=round(time.time() - self.started, 3))
 
     # ---- analysis ---------------------------------------------------------------------------
-    async def _run_new(self, path: str, sig: Sig) -> Optional[tuple[str, bytes, Made]]:
+    async def _analyze_unseen(self, path: str, sig: Sig) -> Optional[tuple[str, bytes, Made]]:
         """Analyse a watched file whose content cannot have been seen (no report and no analysis
         in flight has its size): the analysis starts at once and the file is hashed beside it,
         so the hash (~0.7 s per GB) is not on the way to the diagnostics. (key, data, what the
-        report is of: see _run), or None when the file went away or turned out to be a repeat
-        after all."""
+        report is of: see _analyze_once), or None when the file went away or turned out to be a
+        repeat after all."""
         cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
         task = asyncio.ensure_future(self._analyze_in_worker(path, size, cfg.workspace, cfg.path_map,
                                                              cfg.disabled, cfg.thresholds))
@@ -325,8 +325,8 @@ class Core:
         data, made = await self.dedupe.adopt(key, path, hsig, task)  # a repeat from now joins it
         return key, data, made
 
-    async def _run(self, key: str, path: str, size: int, workspace, path_map, disabled, thresholds,
-                   *, hsig: Sig) -> tuple[bytes, Made]:
+    async def _analyze_once(self, key: str, path: str, size: int, workspace, path_map, disabled,
+                            thresholds, *, hsig: Sig) -> tuple[bytes, Made]:
         """Analyse once per key: concurrent callers of the same content share one run
         (Dedupe.run). ``hsig``: the signature of the file ``key`` was hashed from. (report, (key
         it is the report of, signature of that file)), the second None when that cannot be told."""
@@ -459,7 +459,7 @@ class Core:
         size, cfg, fp = sig[0], self.cfg, self.fp
         opts = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)  # configure() replaces, never mutates
         if not self._may_repeat(size):
-            got = await self._run_new(path, sig)
+            got = await self._analyze_unseen(path, sig)
             if got is None:
                 return None
             key, data, made = got
@@ -473,7 +473,7 @@ class Core:
             if self._known(key):  # same content again (here or under another name): costs nothing
                 self._link(path, key, hsig)
                 return None
-            data, made = await self._run(key, path, size, *opts, hsig=hsig)
+            data, made = await self._analyze_once(key, path, size, *opts, hsig=hsig)
         if made is None:  # the file was replaced while read: nothing is known of it, look again
             return Outcome(ok=False, commit=None)
         key, hsig = made
@@ -552,13 +552,13 @@ class Core:
         if fp != self.fp:  # this request's own options: its result is this client's alone
             data = self._aside.get(key)
             if data is None:
-                data, made = await self._run(key, real, sig[0], ws, pm, dis, th, hsig=sig)
+                data, made = await self._analyze_once(key, real, sig[0], ws, pm, dis, th, hsig=sig)
                 if made is not None:
                     self._aside[made[0]] = data
                 while len(self._aside) > 32:
                     self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
-        data, made = await self._run(key, real, sig[0], ws, pm, dis, th, hsig=sig)
+        data, made = await self._analyze_once(key, real, sig[0], ws, pm, dis, th, hsig=sig)
         if made is not None and (made[0] != key or key not in self.index or stale):
             report = relabel(T.decode_report(data), real)  # what was read, under its own key
             self._commit(made[0], real, made[1], T.encode(report) if report.error else data, report)
