@@ -271,8 +271,10 @@ def not_a_trace(r: T.Report) -> bool:
 
 
 def analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list] = None) -> list[T.Report]:
-    """One report per file, through the daemon (started if none runs) or in-process. In-process,
-    ``summaries`` (when given) gets each trace's rank summary from the same read of the file."""
+    """One report per file, through the daemon (started if none runs) or in-process, with the
+    options ``ns`` resolved to. ``summaries`` (when given) gets the rank summary of each trace that
+    is a rank of a multi-process job, made from the same analysis as its report (by the daemon,
+    when it analysed it)."""
     return per_file_ignores(ns, _analyze_paths(ns, files, progress, summaries))
 
 
@@ -318,14 +320,13 @@ def per_file_ignores(ns, reports: list[T.Report]) -> list[T.Report]:
 def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list] = None) -> list[T.Report]:
     progress = progress or (lambda path: None)
     opts = engine_options(ns)
-    if no_daemon(ns) or opts.thresholds or opts.library_lines:  # the daemon runs with its own options
-        verbose(ns, "analysing in-process" + (" (--no-daemon)" if no_daemon(ns) else
-                                               " (per-rule thresholds or --library-lines: the daemon runs with its own)"))
+    if no_daemon(ns):
+        verbose(ns, "analysing in-process (--no-daemon)")
         return analyze_local(files, opts, progress, summaries)
     from . import daemon_client as dc
 
-    def local(p):
-        return analyze_local([p], opts)[0]
+    def local(p, got: Optional[list]):
+        return analyze_local([p], opts, summaries=got)[0]
 
     try:
         if getattr(ns, "daemon", False) or interactive():  # start one only when asked or at a terminal
@@ -336,10 +337,10 @@ def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list
                 verbose(ns, "no daemon running and not at a terminal: analysing in-process")
                 return analyze_local(files, opts, progress, summaries)
         verbose(ns, f"analysing through the daemon (pid {doc.get('pid')})")
-        return dc.analyze_sync(doc, files, ns.workspace, ns.path_map, ns.disabled, local, progress)
+        return dc.analyze_sync(doc, files, opts.wire(), local, progress, summaries)
     except (OSError, SystemExit, dc.RpcError, TimeoutError) as e:
         warn(f"daemon unavailable ({e}); analysing in-process")
-        return analyze_local(files, opts, progress)
+        return analyze_local(files, opts, progress, summaries)
 
 
 def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,

@@ -13,7 +13,8 @@ from typing import Optional
 
 from ..protocol import methods as M
 from ..protocol import types as T
-from ..server.daemon.rpc import DaemonClient, RpcError, analyze, status_sync, with_client  # noqa: F401 (status_sync: for main)
+from ..protocol.options import AnalysisOptions
+from ..server.daemon.rpc import DaemonClient, RpcError, analyze, analyze_rank, status_sync, with_client  # noqa: F401 (status_sync: for main)
 
 
 # ---- finding / starting the daemon --------------------------------------------------------------
@@ -55,19 +56,33 @@ def _relabel(rep: T.Report, typed: str) -> T.Report:
     return relabel(rep, typed)
 
 
-def analyze_sync(doc: dict, paths: list[str], workspace: list[str], path_map, disabled,
-                 fallback, progress=None) -> list[T.Report]:
-    """Reports for ``paths`` from the daemon, in order; a path it refuses goes to ``fallback``."""
+def analyze_sync(doc: dict, paths: list[str], options: AnalysisOptions, fallback, progress=None,
+                 summaries: Optional[list] = None) -> list[T.Report]:
+    """Reports for ``paths`` from the daemon, analysed with ``options``, in order; a path it
+    refuses goes to ``fallback(path, summaries)``. ``summaries`` (when given) gets the rank
+    summary of each trace that is a rank of a multi-process job, made by the daemon from the same
+    analysis as its report: nothing the daemon returned is analysed here again."""
     async def go(c: DaemonClient):
         out = []
         for p in paths:
             if progress:
                 progress(p)
-            out.append(await analyze(c, p, workspace, path_map, disabled))
+            out.append(await (analyze(c, p, options) if summaries is None else analyze_rank(c, p, options)))
         return out
 
-    reports = asyncio.run(with_client(doc, go))
-    return [_relabel(r, p) if r is not None else fallback(p) for p, r in zip(paths, reports)]
+    answers = asyncio.run(with_client(doc, go))  # all or nothing: a failure here analyses in-process
+    reports = []
+    for p, got in zip(paths, answers):
+        if got is None:
+            reports.append(fallback(p, summaries))
+        elif isinstance(got, M.RankAnalysis):
+            reports.append(_relabel(got.report, p))
+            if got.summary is not None and summaries is not None:
+                got.summary.path = got.report.trace.path
+                summaries.append(got.summary)
+        else:
+            reports.append(_relabel(got, p))
+    return reports
 
 
 def reports_sync(doc: dict, path: Optional[str] = None) -> list[dict]:

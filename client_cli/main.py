@@ -219,7 +219,7 @@ def cmd_analyze(ns, out: common.Output) -> int:
         return jobs.analyze_cluster(ns, out)
     files, from_folder = common.expand_paths(ns.paths)
     bar = Progress(files, enabled=None if not ns.quiet else False)
-    summaries: Optional[list] = [] if len(files) > 1 else None  # in-process: read once for both
+    summaries: Optional[list] = [] if len(files) > 1 else None  # each rank's, from its report's analysis
     try:
         reports = common.analyze_paths(ns, files, bar, summaries)
     finally:
@@ -231,15 +231,9 @@ def cmd_analyze(ns, out: common.Output) -> int:
     reports = [r for r in reports if r not in skipped]
     if not reports:
         raise UsageError("no traces among " + ", ".join(ns.paths))
-    from ..server.engine import group_jobs, reduce_job, summarize_rank
+    from ..server.engine import group_jobs, reduce_job
 
-    ranked = {r.trace.path for r in reports if not r.error and (r.trace.world_size or 0) > 1}
-    if summaries:  # in-process
-        got = [s for s in summaries if s.path in ranked]
-    else:  # the daemon gave the reports: summarise the ranks here
-        opts = common.engine_options(ns)
-        got = [summarize_rank(p, opts) for p in sorted(ranked)] if len(ranked) > 1 else []
-    jobs_ = [reduce_job(g) for g in group_jobs(got)]
+    jobs_ = [reduce_job(g) for g in group_jobs(summaries or ())]  # ranks only: no file that is not a trace
     common.emit(out, ns, reports, jobs_)
     return common.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
 

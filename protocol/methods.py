@@ -3,16 +3,19 @@ and the client. msgspec structs with camelCase on the wire, like ``types``. No I
 
 Reports are identified by a *key*: the sha256 of the raw trace file bytes (as stored on disk,
 gzip or not) plus a short fingerprint of the analysis options (workspace roots, path maps,
-disabled rules), ``"<sha256>:<opts>"``. The same content analysed with the same options is never
+disabled rules, thresholds, library lines), ``"<sha256>:<opts>"``. The same content analysed with the same options is never
 analysed twice.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from .job import RankSummary
+from .options import AnalysisOptions
 from .types import Report, Struct
 
 ANALYZE = "profd/analyze"          # AnalyzeParams -> Report
+ANALYZE_RANK = "profd/analyzeRank"  # AnalyzeParams -> RankAnalysis (the report and a job rank's summary)
 REPORTS = "profd/reports"          # ReportsParams -> ReportsResult
 REPORT = "profd/report"            # ReportParams -> Report (or null)
 STATUS = "profd/status"            # {} -> StatusResult
@@ -32,12 +35,16 @@ ERR_NOT_FOUND = -32003       # profd/analyze on a missing file
 ERR_NOT_INITIALIZED = -32002  # LSP ServerNotInitialized (before initialize)
 
 
-class AnalyzeParams(Struct):
+class AnalyzeParams(AnalysisOptions, kw_only=True):
+    """A trace to analyse, with the options of this request (each one left None: the daemon's
+    own, those of the watched folder)."""
+
     path: str
-    # Options for this request; None = the daemon's own (those of the watched folder).
-    workspace: Optional[list[str]] = None
-    path_map: Optional[list[tuple[str, str]]] = None
-    disabled: Optional[list[str]] = None
+
+
+class RankAnalysis(Struct):
+    report: Report
+    summary: Optional[RankSummary] = None  # only for a rank of a multi-process job (job.analyze_for_jobs)
 
 
 class ReportsParams(Struct):
@@ -91,7 +98,7 @@ class RunWorkloadParams(Struct):
     params: dict[str, Any] = {}
 
 
-__all__ = ["ANALYZE", "REPORTS", "REPORT", "STATUS", "REPORT_READY", "RUN_WORKLOAD", "CMD_ANALYZE",
+__all__ = ["ANALYZE", "ANALYZE_RANK", "REPORTS", "REPORT", "STATUS", "REPORT_READY", "RUN_WORKLOAD", "CMD_ANALYZE",
            "CMD_SHOW", "CMD_ANNOTATE", "CMD_RECORD", "SETTINGS_SECTION",
-           "AnalyzeParams", "ReportsParams", "ReportEntry", "ReportsResult", "ReportParams",
+           "AnalyzeParams", "RankAnalysis", "ReportsParams", "ReportEntry", "ReportsResult", "ReportParams",
            "StatusResult", "ReportReady", "RunWorkloadParams", "Report"]

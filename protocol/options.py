@@ -19,7 +19,7 @@ def path_map_item(item: str, base: Optional[str] = None) -> tuple[str, str]:
     return remote, os.path.normpath(os.path.join(base or os.getcwd(), local))
 
 
-class AnalysisOptions(Struct):
+class AnalysisOptions(Struct, kw_only=True):
     """An analysis's options as they travel (``profd/analyze``, the daemon's settings, the CLI's
     requests): the engine's ``Options`` less what it builds where it runs (the source map, the
     library roots). One definition: ``engine.Options`` has these fields, under these names, and

@@ -157,6 +157,38 @@ def test_ten_cli_runs_served_by_the_daemon(daemon):
     assert st["analyses"] == 1  # the watcher's; ten analyze requests were served from the store
 
 
+# profd-client with the engine's pipeline made to fail: a run that analyses anything in the
+# CLI's own process exits 2 (internal error) instead of printing the reports.
+_CLI_THAT_ANALYSES_NOTHING = (
+    "import sys\n"
+    "import profd.server.engine.analyze as pipeline\n"
+    "def refuse(*args, **kwargs):\n"
+    "    raise AssertionError('the CLI analysed a trace itself')\n"
+    "pipeline.analyze_trace = refuse\n"
+    "from profd.client_cli.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_a_job_through_the_daemon_comes_back_whole_with_its_options(daemon):
+    """Two ranks of a DDP job through the daemon, with a per-rule threshold: the daemon runs with
+    the CLI's options (thresholds too: the CLI no longer analyses in-process for them) and sends
+    each rank's summary beside its report, so the CLI analyses nothing itself and prints what
+    the in-process run prints, job report included."""
+    env = dict(os.environ, PROFD_STATE=daemon.state)
+    env.pop("PROFD_NO_DAEMON", None)
+    ranks = [drop(daemon.watch, f"ddp_straggler_rank{r}") for r in (0, 1)]
+    args = ["analyze", "--isolated", "--workspace", SRC, "--format", "json", "--fail-on", "never",
+            "--config", "rules.launch-storm.launches-per-step = 50", *ranks]
+    local = subprocess.run([CLIENT, *args, "--no-daemon"], capture_output=True, env=env, timeout=120)
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout)["jobs"], "the two ranks make one job"
+    p = subprocess.run([sys.executable, "-c", _CLI_THAT_ANALYSES_NOTHING, *args, "--daemon", "-v"],
+                       capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert b"analysing through the daemon" in p.stderr
+    assert p.stdout == local.stdout
+
+
 async def test_restart_serves_from_sqlite_without_reanalysis(tmp_path):
     watch = tmp_path / "watch"
     watch.mkdir()

@@ -221,19 +221,20 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
     import hashlib
 
     from profd.server.daemon import pool
-    from profd.server.engine import analyze as engine
+    from profd.server.engine import Options
+    from profd.server.engine import analyze as pipeline
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     path = str(tmp_path / "t.json.gz")
     (tmp_path / "t.json.gz").write_bytes(a)
     ino_a = os.stat(path).st_ino
-    real = engine.analyze_or_error
+    real = pipeline.analyze_trace
 
-    def swapped_first(p, opts):
+    def swapped_first(p, opts=None):
         (tmp_path / ".b").write_bytes(b)
         os.replace(tmp_path / ".b", path)  # B is at the path now
         return real(p, opts)
-    monkeypatch.setattr(engine, "analyze_or_error", swapped_first)
-    report, read = pool._analyze_held(path, engine.Options())
+    monkeypatch.setattr(pipeline, "analyze_trace", swapped_first)
+    report, _summary, read = pool._analyze_held(path, Options())
     assert report.trace.sha256 == hashlib.sha256(gzip.decompress(a)).hexdigest()
     assert report.trace.path == path and read is not None and read[2] == ino_a
     assert os.stat(path).st_ino != ino_a

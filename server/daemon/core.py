@@ -21,16 +21,21 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+import msgspec
+
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
+from ...protocol.job import RankSummary
+from ...protocol.options import AnalysisOptions
+from ..engine import Options, apply_suppressions
 from . import confine
 from .confine import shown
 from .dedupe import Analysis, Dedupe, Made
 from .hashing import Hasher
 from .index import ReportIndex, options_fp, relabel
 from .placement import UNMAPPED, local_sources, placed_path
-from .pool import BUDGET, Budget, WorkerPool, analyze_task, default_memory_budget
+from .pool import BUDGET, Budget, TaskResult, WorkerPool, analyze_task, default_memory_budget, summarize_task
 from .sources import SOURCES
 from .store import private_dir
 from .unplaced import UnplacedFindings
@@ -55,6 +60,14 @@ class Config:
     analysis_timeout: float = 300.0  # s one analysis may run before its process is ended
     analysis_mb: int = 0  # MB one analysis may hold (0: default_memory_budget)
     allow_record: bool = False  # profd.record for TCP clients too (always for the stdio session)
+    library_lines: bool = False  # hot lines on library lines too (a request can ask for it)
+
+    def options(self) -> Options:
+        """The engine's options of the analyses of the watched folder (the daemon's own)."""
+        return Options(workspace=list(self.workspace), path_map=list(self.path_map),
+                       disabled=set(self.disabled),
+                       thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
+                       library_lines=self.library_lines)
 
 
 class Session(Protocol):
@@ -77,12 +90,6 @@ class PathError(Exception):
         self.code = code
 
 
-def line_sources(report: T.Report) -> list[str]:
-    """The local files whose lines the report's findings and hot lines are shown on."""
-    out = [loc.path for d in report.diagnostics for loc in [d.location, *d.related] if loc.line]
-    return out + [h.path for h in report.hot_lines]
-
-
 def shown_roots(workspace, path_map) -> list[str]:
     """The folders whose files may carry findings, hovers, lenses and edits: the workspace and
     the local sides of the path map (where the user said the sources are); a frame's file outside
@@ -102,8 +109,10 @@ class Core:
         self.base = copy.deepcopy(cfg)  # as started; editor settings apply on top of it
         self.transport = transport
         self.sessions: set[Session] = set()
-        self.index = ReportIndex(options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds),
-                                 on_reset=self._rescan, on_lost=self._notice)
+        self.index = ReportIndex(options_fp(cfg.options()), on_reset=self._rescan, on_lost=self._notice)
+        # Rank summaries made beside their reports (by (report sha256, options fingerprint)): a
+        # multi-rank profd/analyzeRank takes them from here, not from another analysis.
+        self._summaries: OrderedDict[tuple[str, str], RankSummary] = OrderedDict()
         self.analyses = 0
         self._rate = 0.0  # trace bytes analysed per second (an average), for progress estimates
         self.running = 0
@@ -197,7 +206,7 @@ class Core:
         if (cfg.workspace, cfg.path_map, cfg.disabled, cfg.watch, cfg.thresholds) == before:
             return False
         old_fp = self.fp
-        self.index.shown_fp = options_fp(cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)
+        self.index.shown_fp = options_fp(cfg.options())
         log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s thresholds=%s",
                  cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch, cfg.thresholds)
         if self.loop is not None and not self._deferred:
@@ -275,12 +284,10 @@ class Core:
         sources = index.sources_at(key, trace_path)
         here = [d for d in r.diagnostics if placed_path(d.location, trace_path, sources) == source]
         # The engine dropped what the source's comments suppressed when the report was made; a
-        # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same module).
-        from ..engine import suppress
-
+        # `# profd: ignore[...]` added since takes effect at the next publish or pull (the same code).
         if transform is not None:
             here = transform(key, here)
-        here = suppress.apply(here, lines_of or SOURCES.lines)[0]
+        here = apply_suppressions(here, lines_of or SOURCES.lines)[0]
         if cur and UNMAPPED not in self.cfg.disabled:  # a rule like the others: --disable/ignore know it
             hint = self.unplaced.hint(key, source)
             if hint is not None:
@@ -311,8 +318,7 @@ class Core:
         report is of: see _analyze_once), or None when the file went away or turned out to be a
         repeat after all."""
         cfg, size, fp = self.cfg, sig[0], self.fp  # the options as they are now, for the key
-        task = asyncio.ensure_future(self._analyze_in_worker(path, size, cfg.workspace, cfg.path_map,
-                                                             cfg.disabled, cfg.thresholds))
+        task = asyncio.ensure_future(self._analyze_in_worker(path, size, cfg.options()))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
         hashed = await self.dedupe.hash_beside(path, size)
         if hashed is None:
@@ -325,13 +331,12 @@ class Core:
         data, made = await self.dedupe.adopt(key, path, hsig, task)  # a repeat from now joins it
         return key, data, made
 
-    async def _analyze_once(self, key: str, path: str, size: int, workspace, path_map, disabled,
-                            thresholds, *, hsig: Sig) -> tuple[bytes, Made]:
+    async def _analyze_once(self, key: str, path: str, size: int, opts: Options, *,
+                            hsig: Sig) -> tuple[bytes, Made]:
         """Analyse once per key: concurrent callers of the same content share one run
         (Dedupe.run). ``hsig``: the signature of the file ``key`` was hashed from. (report, (key
         it is the report of, signature of that file)), the second None when that cannot be told."""
-        return await self.dedupe.run(key, path, hsig, lambda: self._analyze_in_worker(
-            path, size, workspace, path_map, disabled, thresholds))
+        return await self.dedupe.run(key, path, hsig, lambda: self._analyze_in_worker(path, size, opts))
 
     def _known(self, key: str) -> bool:
         """Whether content ``key`` has its report: any report, except a budget's error made under
@@ -350,8 +355,7 @@ class Core:
         """Could a file of ``size`` bytes hold content already reported or being analysed?"""
         return self.dedupe.may_repeat(size) or self.index.has_size(size)
 
-    async def _analyze_in_worker(self, path: str, size: int, workspace, path_map,
-                                 disabled, thresholds) -> Analysis:
+    async def _analyze_in_worker(self, path: str, size: int, opts: Options) -> Analysis:
         """One analysis of ``path`` in the pool, told as progress to every session: (report,
         signature of the file the worker read, None when it changed under it)."""
         token = f"profd-analyze-{os.path.basename(path)[:32]}-{time.monotonic_ns()}"
@@ -362,12 +366,14 @@ class Core:
         t0 = time.time()
         try:
             with self.dedupe.analysing(size):
-                data, wall, cpu, start, read = await self._submit(path, workspace, path_map,
-                                                                  disabled, thresholds)
-                # The lines its findings sit on, read now (off the loop): while this analysis is
-                # still in flight, so a repeat of its content joins it instead of starting another.
-                await SOURCES.warm([*line_sources(T.decode_report(data)),
-                                    *shown_roots(workspace, path_map)])
+                res = await self._submit(path, opts)
+                data, wall, cpu, start, read = res.data, res.wall, res.cpu, res.start, res.read
+                if res.summary is not None:
+                    self._keep_summary(msgspec.json.decode(res.summary, type=RankSummary), opts)
+                # The lines its findings sit on (the worker named them: the report is not decoded
+                # for it), read now (off the loop): while this analysis is still in flight, so a
+                # repeat of its content joins it instead of starting another.
+                await SOURCES.warm([*res.sources, *shown_roots(opts.workspace, opts.path_map)])
             self.analyses += 1
             if wall > 0.05:  # what the next analyses' progress is estimated from
                 self._rate = 0.5 * self._rate + 0.5 * (size / wall) if self._rate else size / wall
@@ -396,16 +402,20 @@ class Core:
                 for s in list(self.sessions):
                     s.progress_at(token, pct, f"~{pct}% of {size / 1e6:.1f} MB (estimated)")
 
-    async def _submit(self, path, workspace, path_map, disabled, thresholds
-                      ) -> tuple[bytes, float, float, float, Optional[Sig]]:
+    async def _submit(self, path: str, opts: Options) -> TaskResult:
         try:
-            return await self._pool.run(analyze_task, path, list(workspace),
-                                        [list(p) for p in path_map], sorted(disabled), thresholds)
+            return await self._pool.run(analyze_task, path, opts)
         except Budget as e:
             log.error("profd: %s: %s", path, e)
             report = T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
                               error=f"profd: bad trace {path}: {e}")
-            return T.encode(report), 0.0, 0.0, time.time(), await self.io(signature, path)
+            return TaskResult(T.encode(report), [], None, 0.0, 0.0, time.time(),
+                              await self.io(signature, path))
+
+    def _keep_summary(self, summary: RankSummary, opts: Options) -> None:
+        self._summaries[(summary.sha256, options_fp(opts))] = summary
+        while len(self._summaries) > 1024:  # a few KiB each
+            self._summaries.popitem(last=False)
 
     async def run_in_worker(self, fn, *args):
         """Other work on a trace (annotating it) in an analysis process, under the same budgets;
@@ -457,7 +467,7 @@ class Core:
             return Outcome(ok=False, sig=sig, commit=functools.partial(
                 self._commit, key, path, sig, T.encode(report), report))
         size, cfg, fp = sig[0], self.cfg, self.fp
-        opts = (cfg.workspace, cfg.path_map, cfg.disabled, cfg.thresholds)  # configure() replaces, never mutates
+        opts = cfg.options()
         if not self._may_repeat(size):
             got = await self._analyze_unseen(path, sig)
             if got is None:
@@ -473,7 +483,7 @@ class Core:
             if self._known(key):  # same content again (here or under another name): costs nothing
                 self._link(path, key, hsig)
                 return None
-            data, made = await self._analyze_once(key, path, size, *opts, hsig=hsig)
+            data, made = await self._analyze_once(key, path, size, opts, hsig=hsig)
         if made is None:  # the file was replaced while read: nothing is known of it, look again
             return Outcome(ok=False, commit=None)
         key, hsig = made
@@ -532,12 +542,8 @@ class Core:
         if why is not None:
             sig = await self.io(signature, real)
             return self._refused(p.path, sig[0] if sig else 0, why)
-        cfg = self.cfg
-        ws = [os.path.abspath(w) for w in p.workspace] if p.workspace is not None else cfg.workspace
-        pm = [tuple(x) for x in p.path_map] if p.path_map is not None else cfg.path_map
-        dis = set(p.disabled) if p.disabled is not None else cfg.disabled
-        th = cfg.thresholds
-        fp = options_fp(ws, pm, dis, th)
+        opts = self.request_options(p)
+        fp = options_fp(opts)
         hashed = await self.hasher.hash(real)
         if hashed is None:
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {p.path}")
@@ -552,14 +558,45 @@ class Core:
         if fp != self.fp:  # this request's own options: its result is this client's alone
             data = self._aside.get(key)
             if data is None:
-                data, made = await self._analyze_once(key, real, sig[0], ws, pm, dis, th, hsig=sig)
+                data, made = await self._analyze_once(key, real, sig[0], opts, hsig=sig)
                 if made is not None:
                     self._aside[made[0]] = data
                 while len(self._aside) > 32:
                     self._aside.popitem(last=False)
             return relabel(T.decode_report(data), p.path)
-        data, made = await self._analyze_once(key, real, sig[0], ws, pm, dis, th, hsig=sig)
+        data, made = await self._analyze_once(key, real, sig[0], opts, hsig=sig)
+        report = relabel(T.decode_report(data), real)  # what was read, under its own key
         if made is not None and (made[0] != key or key not in self.index or stale):
-            report = relabel(T.decode_report(data), real)  # what was read, under its own key
             self._commit(made[0], real, made[1], T.encode(report) if report.error else data, report)
-        return relabel(T.decode_report(data), p.path)
+        # decoded once: a second copy only for a path that names the file through a link
+        return report if p.path == real else relabel(T.decode_report(data), p.path)
+
+    def request_options(self, p: AnalysisOptions) -> Options:
+        """The options of one request: what it gives over the daemon's own."""
+        opts = self.cfg.options().given(p)
+        if p.workspace is not None:
+            opts.workspace = [os.path.abspath(w) for w in opts.workspace]
+        return opts
+
+    async def analyze_rank(self, p: M.AnalyzeParams) -> M.RankAnalysis:
+        """profd/analyzeRank: ``analyze``'s report and, for a rank of a multi-process job, the
+        rank summary made beside it in the worker (one analysis for both). A report that came
+        from the store (made before this daemon started) has none kept: its trace is summarised
+        in a worker then."""
+        report = await self.analyze(p)
+        info = report.trace
+        if report.error or info.rank is None or not info.world_size or info.world_size < 2:
+            return M.RankAnalysis(report=report)
+        opts = self.request_options(p)
+        summary = self._summaries.get((info.sha256, options_fp(opts)))
+        if summary is None:
+            real = await self.io(self.check_path, p.path)
+            try:
+                summary = await self.run_in_worker(summarize_task, real, opts)
+            except Budget as e:
+                log.error("profd: summarising %s: %s", real, e)
+                return M.RankAnalysis(report=report)
+            if summary.sha256 != info.sha256:  # replaced meanwhile: not this report's rank
+                return M.RankAnalysis(report=report)
+            self._keep_summary(summary, opts)
+        return M.RankAnalysis(report=report, summary=msgspec.structs.replace(summary, path=info.path))

@@ -23,20 +23,20 @@ import msgspec
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ..engine import impact
-from ..engine.sourcemap import split_lines
+from ..engine import Options, impact_order, split_lines
 from .sources import SOURCES, text_chars
 from .store import Lru, Row, Store
 
 log = logging.getLogger("profd.index")
 
 
-def options_fp(workspace, path_map, disabled, thresholds=None) -> str:
-    """The options' part of a report's key (thresholds only when set: the keys made before
-    thresholds could be set stay valid)."""
-    doc = json.dumps([sorted(os.path.abspath(w) for w in workspace),
-                      [list(p) for p in path_map], sorted(disabled)]
-                     + ([thresholds] if thresholds else []), sort_keys=True)
+def options_fp(opts: Options) -> str:
+    """The options' part of a report's key (thresholds and library lines only when set: the keys
+    made before they could be set stay valid)."""
+    doc = json.dumps([sorted(os.path.abspath(w) for w in opts.workspace),
+                      [list(p) for p in opts.path_map], sorted(opts.disabled)]
+                     + ([opts.thresholds] if opts.thresholds else [])
+                     + ([{"library_lines": True}] if opts.library_lines else []), sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
@@ -52,7 +52,7 @@ def relabel(report: T.Report, path: str) -> T.Report:
         for loc in [d.location, *d.related]:
             if loc.path == old:
                 loc.path = path
-    report.diagnostics.sort(key=impact.order)  # ties go by path: ordered as if analysed there
+    report.diagnostics.sort(key=impact_order)  # ties go by path: ordered as if analysed there
     return report
 
 

@@ -24,7 +24,7 @@ from pygls.uris import from_fs_path
 from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
-from ..engine.sourcemap import split_lines
+from ..engine import split_lines
 from . import encoding, handlers, positions, publish as policy, settings as S
 from .confine import shown
 from .core import Core

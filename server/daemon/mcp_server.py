@@ -25,6 +25,7 @@ from ... import __version__
 from ...protocol import methods as M
 from ...protocol import types as T
 from ...protocol.catalog import RULES, UnknownCode, expand_code
+from ...protocol.options import AnalysisOptions
 from ..engine import Options, analyze_job, analyze_or_error, diff_reports, rule_page, tree_document
 from . import confine, rpc
 from .confine import shown
@@ -67,7 +68,8 @@ class Backend:
         doc = self.daemon()
         if doc is not None:
             try:
-                rep = await rpc.with_client(doc, lambda c: rpc.analyze(c, path, workspace, [], disabled))
+                wire = AnalysisOptions(workspace=workspace, path_map=[], disabled=sorted(disabled))
+                rep = await rpc.with_client(doc, lambda c: rpc.analyze(c, path, wire))
                 if rep is not None:
                     return rep
             except (OSError, rpc.RpcError, TimeoutError):

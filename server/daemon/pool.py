@@ -16,36 +16,55 @@ import os
 import re
 import threading
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from ...protocol import types as T
+from ...protocol.job import RankSummary
 from .index import relabel
 from .watcher import Sig, same_file, sig_of, signature
+
+if TYPE_CHECKING:  # the engine is imported in the workers (_worker_init), not by this module
+    from ..engine import Options
 
 _gc_lock = threading.Lock()
 _tasks = 0  # tasks running in this process (the GC stays off while any does)
 
 
-def analyze_task(path: str, workspace: list[str], path_map: list[tuple[str, str]],
-                  disabled: list[str], thresholds: Optional[dict] = None
-                  ) -> tuple[bytes, float, float, float, Optional[Sig]]:
-    """(encoded report, wall s, CPU s, time.time() at the start, the signature of the file read
-    or None: see _analyze_held) of one analysis, timed in the worker. The cyclic GC stays off
-    until the result is on its way: its first pass after a big analysis (the engine runs with it
-    off) took ~10-20 ms per 250 MB of trace, and it would run on the first allocation after the
-    return, i.e. while the pool pickles the result."""
+class TaskResult(NamedTuple):
+    """One analysis as its worker hands it back: the report encoded once, with what the daemon
+    needs of it before it decodes it."""
+
+    data: bytes  # the encoded report
+    sources: list[str]  # the files its findings and hot lines sit on (line_sources), read next
+    summary: Optional[bytes]  # the encoded rank summary of a multi-process job's rank, else None
+    wall: float  # s in the worker
+    cpu: float  # CPU s
+    start: float  # time.time() at its start
+    read: Optional[Sig]  # the signature of the file read, None when it changed (_analyze_held)
+
+
+def line_sources(report: T.Report) -> list[str]:
+    """The local files whose lines the report's findings and hot lines are shown on."""
+    out = [loc.path for d in report.diagnostics for loc in [d.location, *d.related] if loc.line and loc.path]
+    return out + [h.path for h in report.hot_lines]
+
+
+def analyze_task(path: str, options: Options) -> TaskResult:
+    """One analysis, timed in the worker. The cyclic GC stays off until the result is on its
+    way: its first pass after a big analysis (the engine runs with it off) took ~10-20 ms per
+    250 MB of trace, and it would run on the first allocation after the return, i.e. while the
+    pool pickles the result."""
     global _tasks
-    from ..engine.analyze import Options
 
     with _gc_lock:
         _tasks += 1
         gc.disable()
     try:
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
-        opts = Options(workspace=list(workspace), path_map=[(p[0], p[1]) for p in path_map],
-                       disabled=set(disabled), thresholds=dict(thresholds or {}))
-        report, read = _analyze_held(path, opts)
-        return T.encode(report), time.perf_counter() - t0, time.process_time() - c0, start, read
+        report, summary, read = _analyze_held(path, options)
+        return TaskResult(T.encode(report), line_sources(report),
+                          T.encode(summary) if summary is not None else None,
+                          time.perf_counter() - t0, time.process_time() - c0, start, read)
     finally:
         with _gc_lock:
             _tasks -= 1
@@ -54,27 +73,38 @@ def analyze_task(path: str, workspace: list[str], path_map: list[tuple[str, str]
         t.start()
 
 
+def summarize_task(path: str, options: Options) -> RankSummary:
+    """The rank summary of the trace at ``path`` (for a report whose summary is not kept)."""
+    from ..engine import summarize_rank
+
+    return summarize_rank(path, options)
+
+
 _FD_DIR = "/proc/self/fd"  # Linux: opening /proc/self/fd/N opens the file N already has open
 
 
-def _analyze_held(path: str, opts) -> tuple[T.Report, Optional[Sig]]:
-    """The report of the file at ``path`` and that file's signature: the file is opened once and
-    the engine reads that very file (through /proc/self/fd), so a rename over ``path`` meanwhile
-    cannot make the report another content's. The signature is None when the file was written in
-    place while it was read (or where the descriptor cannot be reopened and it changed)."""
-    from ..engine.analyze import analyze_or_error
+def _analyze_held(path: str, opts: Options) -> tuple[T.Report, Optional[RankSummary], Optional[Sig]]:
+    """The report of the file at ``path`` (with its rank summary when it is a rank of a
+    multi-process job) and that file's signature: the file is opened once and the engine reads
+    that very file (through /proc/self/fd), so a rename over ``path`` meanwhile cannot make the
+    report another content's. The signature is None when the file was written in place while it
+    was read (or where the descriptor cannot be reopened and it changed)."""
+    from ..engine import analyze_for_jobs
 
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError):
-        return analyze_or_error(path, opts), None  # the engine says what is wrong with it
+        return (*analyze_for_jobs(path, opts), None)  # the engine says what is wrong with it
     try:
         before = _fd_sig(fd)
         via = f"{_FD_DIR}/{fd}" if os.path.isdir(_FD_DIR) else path
-        report = relabel(analyze_or_error(via, opts), path)
+        report, summary = analyze_for_jobs(via, opts)
+        report = relabel(report, path)
+        if summary is not None:
+            summary.path = path
         if via == path and not same_file(signature(path), before):
-            return report, None
-        return report, before if same_file(_fd_sig(fd), before) else None
+            return report, summary, None
+        return report, summary, before if same_file(_fd_sig(fd), before) else None
     finally:
         os.close(fd)
 
@@ -126,7 +156,7 @@ def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
     if mem_bytes:
         _cap_memory(mem_bytes)
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
-        from ..engine import analyze  # noqa: F401
+        from .. import engine  # noqa: F401
     except Exception:  # pragma: no cover - the task itself will say what is wrong
         pass
 

@@ -16,8 +16,7 @@ from pygls.uris import from_fs_path
 from ...protocol import types as T
 from ...protocol.catalog import RULES
 from ...protocol.diff import LineDelta
-from ..engine.impact import impact_text
-from ..engine.rules.util import plural, size, us
+from ..engine import impact_text, plural, size, us
 from . import quickfix
 from .sources import SOURCES
 

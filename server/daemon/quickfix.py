@@ -3,7 +3,8 @@ rule's own fix declared beside its check; pure: text in, edits out) and ``lsp`` 
 into code actions. This module is the daemon's one entry point to them."""
 from __future__ import annotations
 
-from ..engine.fixes import Edit, Fix, apply, elsewhere, fix_all, fixes, related, suppress
+from ..engine import (Edit, Fix, apply_edits as apply, fix_all, fixed_elsewhere as elsewhere,
+                      quick_fixes as fixes, related_edits as related, suppression_fix as suppress)
 
 __all__ = ["Edit", "Fix", "apply", "fix_all", "fixes", "related", "suppress"]
 

@@ -7,10 +7,12 @@ import asyncio
 import os
 from typing import Any, Optional
 
+import msgspec
 import orjson
 
 from ...protocol import methods as M
 from ...protocol import types as T
+from ...protocol.options import AnalysisOptions
 
 
 class RpcError(Exception):
@@ -124,16 +126,27 @@ def status_sync(doc: dict) -> dict:
     return asyncio.run(with_client(doc, lambda c: c.request(M.STATUS, {}, timeout=10)))
 
 
-async def analyze(c: DaemonClient, path: str, workspace: list[str], path_map, disabled) -> Optional[T.Report]:
-    """The daemon's report for ``path`` with these options; None when the daemon refuses the path
-    (outside what it may read, or missing), so the caller can analyse in-process instead."""
+async def analyze(c: DaemonClient, path: str, options: AnalysisOptions) -> Optional[T.Report]:
+    """The daemon's report for ``path`` with these options (a field left None: the daemon's
+    own); None when the daemon refuses the path (outside what it may read, or missing), so the
+    caller can analyse in-process instead."""
+    res = await _analyze(c, M.ANALYZE, path, options)
+    return T.report_from_builtins(res) if res is not None else None
+
+
+async def analyze_rank(c: DaemonClient, path: str, options: AnalysisOptions) -> Optional[M.RankAnalysis]:
+    """As ``analyze``, with the rank summary the daemon made from the same analysis when the
+    trace is a rank of a multi-process job."""
+    res = await _analyze(c, M.ANALYZE_RANK, path, options)
+    return msgspec.convert(res, M.RankAnalysis) if res is not None else None
+
+
+async def _analyze(c: DaemonClient, method: str, path: str, options: AnalysisOptions) -> Any:
+    params = M.AnalyzeParams(path=os.path.abspath(path), **msgspec.structs.asdict(options))
     try:
-        res = await c.request(M.ANALYZE, {
-            "path": os.path.abspath(path), "workspace": workspace,
-            "pathMap": [list(x) for x in path_map], "disabled": sorted(disabled)})
+        return await c.request(method, msgspec.to_builtins(params))
     except RpcError as e:
         if e.code in (M.ERR_FORBIDDEN_PATH, M.ERR_NOT_FOUND):
             return None
         raise
-    return T.report_from_builtins(res)
 

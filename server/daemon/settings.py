@@ -20,7 +20,7 @@ import difflib
 import os
 from typing import Any
 
-from .. import config as C
+from .. import config
 from ...protocol import methods as M
 from ...protocol.catalog import RULES
 from ...protocol.options import path_map_item
@@ -65,8 +65,8 @@ def parse(raw: Any) -> tuple[dict, list[str]]:
             continue
         if k == "rules":
             try:
-                out[k] = C._thresholds(v, "setting profd.rules")  # the CLI's checks of [tool.profd.rules]
-            except C.UsageError as e:
+                out[k] = config._thresholds(v, "setting profd.rules")  # the CLI's checks of [tool.profd.rules]
+            except config.UsageError as e:
                 bad.append(str(e))
             continue
         vals = [v] if isinstance(v, str) else v
@@ -81,12 +81,12 @@ def parse(raw: Any) -> tuple[dict, list[str]]:
             except ValueError as e:
                 bad.append(str(e))
         else:
-            codes = C.split_codes(vals)
+            codes = config.split_codes(vals)
             errors = []
             for c in codes:
                 try:
-                    C.check_code(c, f"setting profd.{k}")
-                except C.UsageError as e:
+                    config.check_code(c, f"setting profd.{k}")
+                except config.UsageError as e:
                     errors.append(str(e))
             if errors:
                 bad += errors
@@ -99,7 +99,7 @@ def disabled(values: dict) -> set[str]:
     """The rule codes ``values``' selection turns off (none when it sets none)."""
     if not any(k in values for k in SELECTION):
         return set()
-    chosen = C.selection(values.get("select") or None, values.get("extend-select", []),
+    chosen = config.selection(values.get("select") or None, values.get("extend-select", []),
                          values.get("ignore", []))
     return set(RULES) - chosen
 
@@ -113,12 +113,12 @@ def project(folders: list[str]) -> tuple[dict, list[str], list[str]]:
     bad: list[str] = []
     for folder in folders:
         try:
-            fc = C.load(None, False, cwd=folder)
+            fc = config.load(None, False, cwd=folder)
             if fc.path is None or fc.path in paths:
                 continue
             vals = dict(fc.values)
             vals["path-map"] = [path_map_item(m) for m in vals.get("path-map", [])]
-        except (C.UsageError, ValueError) as e:
+        except (config.UsageError, ValueError) as e:
             bad.append(f"{e}; [tool.profd] there is not applied")
             continue
         except OSError as e:
@@ -126,7 +126,7 @@ def project(folders: list[str]) -> tuple[dict, list[str], list[str]]:
             continue
         try:
             off = disabled(vals)  # validates the file's codes (the nearest one named)
-        except C.UsageError as e:
+        except config.UsageError as e:
             bad.append(f"{fc.path}: [tool.profd] {str(e).lstrip('-')}; [tool.profd] there is not applied")
             continue
         paths.append(fc.path)

@@ -14,7 +14,7 @@ import stat
 from collections import OrderedDict
 from typing import NamedTuple, Optional
 
-from ..engine.sourcemap import read_lines
+from ..engine import read_lines
 from . import confine
 
 log = logging.getLogger("profd.sources")

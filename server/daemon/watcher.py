@@ -37,7 +37,7 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
                              FileSystemEventHandler)
 from watchdog.observers import Observer
 
-from ..engine.sourcemap import nameable
+from ..engine import nameable
 from .confine import within
 
 log = logging.getLogger("profd.watcher")

@@ -63,6 +63,7 @@ HANDLERS = [
     Handler(M.CMD_ANALYZE, commands.analyze, command=True),  # the analysis: core's worker pool
     # the profd/ methods
     Handler(M.ANALYZE, profd_methods.analyze),  # the analysis: core's worker pool
+    Handler(M.ANALYZE_RANK, profd_methods.analyze_rank),  # the same, with the rank summary made beside it
     Handler(M.REPORTS, profd_methods.reports),
     Handler(M.REPORT, profd_methods.report),
     Handler(M.STATUS, profd_methods.status),

@@ -10,7 +10,7 @@ from lsprotocol import types as L
 from pygls.lsp.server import LanguageServer
 
 from ....protocol import methods as M
-from ...engine.sourcemap import split_lines
+from ...engine import split_lines
 from .. import encoding, present, quickfix
 from ..placement import UNMAPPED
 from ..sources import SOURCES

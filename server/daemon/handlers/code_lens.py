@@ -9,7 +9,7 @@ from pygls.lsp.server import LanguageServer
 
 from ....protocol import methods as M
 from ....protocol import types as T
-from ...engine.impact import top
+from ...engine import top_findings
 from .. import outline, present, record_lsp
 from ..sources import SOURCES
 from .common import Session, line_deltas, lookup, steps
@@ -48,7 +48,7 @@ async def code_lens(session: Session, ls: LanguageServer, params: L.CodeLensPara
             continue
         n = steps(core, key)
         rows = {h.line for h in hs}
-        best = top([d for d in found or () if d.location.path == source and d.location.line in rows], 1)
+        best = top_findings([d for d in found or () if d.location.path == source and d.location.line in rows], 1)
         title = present.function_lens_title(name, gpu, cpu, launches, len(hs), n,
                                             best[0] if best else None)
         detail = present.function_lens_detail(name, source, core.index[key].path, hs, n,

@@ -8,19 +8,16 @@ from lsprotocol import types as L
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path
 
+from ...engine import Options, annotate_file
 from ..publish import cap
 from .common import RpcError, Session, command_args
 from .profd_methods import analyze_path
 
 
-def annotate_task(trace: str, out: str, workspace, path_map, disabled) -> str:
+def annotate_task(trace: str, out: str, options: Options) -> str:
     """In an analysis process: write the annotated copy of ``trace`` to ``out``."""
-    from ...engine.annotate import annotate_file
-    from ...engine.context import Options
-
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    annotate_file(trace, out, Options(workspace=list(workspace), path_map=[tuple(p) for p in path_map],
-                                      disabled=set(disabled)))
+    annotate_file(trace, out, options)
     return out
 
 
@@ -41,8 +38,7 @@ async def annotate(session: Session, ls: LanguageServer, *args):
     out = os.path.join(cfg.state, "annotated", f"{name}.{key[:12]}.profd.json.gz")
     if not await core.io(os.path.exists, out):
         try:
-            await core.run_in_worker(annotate_task, row.path, out, cfg.workspace,
-                                     [list(p) for p in cfg.path_map], sorted(cfg.disabled))
+            await core.run_in_worker(annotate_task, row.path, out, cfg.options())
         except Exception as e:
             raise RpcError(-32603, f"profd: annotating {row.path} failed: {e}")
     uri = from_fs_path(out)

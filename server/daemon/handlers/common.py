@@ -11,7 +11,7 @@ from pygls.uris import to_fs_path
 
 from ....protocol import types as T
 from ....protocol.diff import LineDelta, ReportDiff
-from ...engine.diff import diff_reports
+from ...engine import diff_reports
 from .. import positions
 from ..core import Core
 from ..publish import Shown

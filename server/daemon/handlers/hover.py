@@ -8,7 +8,7 @@ import msgspec
 from lsprotocol import types as L
 from pygls.lsp.server import LanguageServer
 
-from ...engine.modules import top_modules
+from ...engine import top_modules
 from .. import encoding, present
 from .common import Session, line_deltas, lookup, steps
 

@@ -1,4 +1,4 @@
-"""The custom ``profd/`` requests: analyze, reports, report, status, runWorkload."""
+"""The custom ``profd/`` requests: analyze, analyzeRank, reports, report, status, runWorkload."""
 from __future__ import annotations
 
 import asyncio
@@ -19,22 +19,28 @@ log = logging.getLogger("profd.lsp")
 WORKLOAD_TIMEOUT_S = 600.0
 
 
-async def analyze_path(session: Session, path: Any, extra: Any = None):
-    """profd/analyze of ``path`` with the request's own options ``extra``, as JSON builtins."""
+async def analyze_path(session: Session, path: Any, extra: Any = None, rank: bool = False):
+    """profd/analyze (``rank``: profd/analyzeRank) of ``path`` with the request's own options
+    ``extra``, as JSON builtins."""
     params = convert({"path": path, **(extra or {})}, M.AnalyzeParams)
+    core = session.core
     try:
-        report = await session.core.analyze(params)
+        got = await (core.analyze_rank(params) if rank else core.analyze(params))
     except PathError as e:
         log.warning("%s (client %s)", e, session.peer)
         raise RpcError(e.code, str(e))
-    return T.to_builtins(report)
+    return T.to_builtins(got)
 
 
-async def analyze(session: Session, ls: LanguageServer, params: Any):
+async def analyze(session: Session, ls: LanguageServer, params: Any, rank: bool = False):
     raw = plain(params)
     p = convert(raw, M.AnalyzeParams)
     extra = {k: v for k, v in raw.items() if k != "path"} if isinstance(raw, dict) else {}
-    return await analyze_path(session, p.path, extra)
+    return await analyze_path(session, p.path, extra, rank)
+
+
+async def analyze_rank(session: Session, ls: LanguageServer, params: Any):
+    return await analyze(session, ls, params, rank=True)
 
 
 def reports(session: Session, ls: LanguageServer, params: Any):
