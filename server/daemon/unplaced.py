@@ -66,7 +66,7 @@ class UnplacedFindings:
     async def _search(self, key: str, paths: list[str]) -> None:
         """Look in the workspace for the files an unplaced report names (off the loop), keep the
         path maps that would place them, and say so."""
-        from ..engine import SourceMap  # the engine's own file search (loaded with the daemon)
+        from ..engine import SourceMap
 
         roots = list(self.workspace())
         try:
