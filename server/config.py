@@ -294,9 +294,9 @@ def _rebase_map(m: str, base: str, path: str) -> str:
 def _thresholds(t, path: str) -> dict[str, dict[str, float]]:
     """``[tool.profd.rules.CODE] name = number``: each code and name checked against the rule's own
     declared thresholds (the knobs it documents)."""
-    from .engine.rules import thresholds
+    from .engine import rule_thresholds
 
-    known = thresholds()
+    known = rule_thresholds()
     if not isinstance(t, dict):
         raise UsageError(f"{path}: [tool.profd.rules] wants tables, one per rule code")
     out: dict[str, dict[str, float]] = {}

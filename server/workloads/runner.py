@@ -407,7 +407,7 @@ def _mode(s: WorkloadSpec) -> str:
 
 def row_of(trace_path: str, meta: Optional[dict] = None, workspace: Optional[list[str]] = None) -> Row:
     """One table row from a trace (and the workload's meta.json when there is one)."""
-    from ..engine.analyze import Options, analyze_or_error  # the engine only here: the runner runs without it
+    from ..engine import Options, analyze_or_error  # the engine only here: the runner runs without it
 
     meta = meta or {}
     mode = "compiled" if meta.get("compile") else "eager"
