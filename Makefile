@@ -32,7 +32,8 @@ lint: $(STAMP)
 	$(BIN)/python .ci/typecheck.py
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/startup.py
 
 bench-daemon: $(STAMP)
 	$(BIN)/python bench/daemon_bench.py $(BENCH_ARGS)

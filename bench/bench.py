@@ -7,7 +7,9 @@ Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so p
 child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
 parent) belongs to that case alone; the tiling also runs in a subprocess so the bench stays small. ``work s`` is the
 time inside the child from before reading the file to the end of the case (page cache warm);
-``proc s`` is the whole process (interpreter start and imports included). Ratios are against the
+``cpu s`` the CPU time of that part (``process_time``: both cores' where the loader reads on
+one and decodes on the other; the steadier number on a loaded machine), ``proc s`` the whole
+process (interpreter start and imports included). Ratios are against the
 fastest plain parse, ``orjson.loads`` with the cyclic GC disabled, on the same file in the same run,
 and RSS against the file's size on disk. Benchmarks print numbers; nothing here asserts a time.
 
@@ -33,13 +35,17 @@ DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
 # project's; the hta child runs under that venv's python (it must not import profd).
 HTA_VENV = os.path.join(HERE, ".hta-venv")
 HTA_PYTHON = os.path.join(HTA_VENV, "bin", "python")
+# profd-select's one rule (--select): cheap, and without a step-model fix, so no other rule runs
+# for its impact (a rule that declares one brings the others that do: analyze._rules_to_run)
+SELECT_RULE = os.environ.get("PROFD_BENCH_SELECT", "profiler-artifact")
 
 MODES = [
     ("orjson-gc", "orjson.loads, gc on"),
     ("orjson", "orjson.loads, gc off (baseline)"),
     ("msgspec-raw", "msgspec.json.decode untyped, gc off"),
     ("profd-load", "profd loader.load (streamed read+inflate+sha256+decode)"),
-    ("profd-full", "profd analyze_file (all rules, hot lines)"),
+    ("profd-full", "profd analyze_file (all rules, hot lines, modules; the JSON report written)"),
+    ("profd-select", f"profd-full with --select {SELECT_RULE} (one rule: the others do not run)"),
     ("hta", "HTA TraceAnalysis load + temporal + idle breakdown"),
 ]
 
@@ -52,7 +58,7 @@ def _read(path: str) -> bytes:
 
 def child(mode: str, path: str) -> dict:
     import gc
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     extra = {}
     if mode == "orjson-gc":
         import orjson
@@ -72,9 +78,15 @@ def child(mode: str, path: str) -> dict:
         from profd.server.engine import loader
         doc, _, _ = loader.load(path)
         extra["events"] = len(doc.traceEvents)
-    elif mode == "profd-full":
+    elif mode in ("profd-full", "profd-select"):
+        from profd.client_cli.format import json_doc
+        from profd.protocol.catalog import RULES
         from profd.server.engine import Options, analyze_file
-        rep = analyze_file(path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+        disabled = set(RULES) - {SELECT_RULE} if mode == "profd-select" else set()
+        rep = analyze_file(path, Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled))
+        # the JSON report written, as `profd-client analyze --format json` writes it
+        with open(os.path.join(OUT, mode.replace("-", "_") + "_report.json"), "wb") as f:
+            f.write(json_doc([rep]) + b"\n")
         extra["events"] = rep.trace.events
         extra["diagnostics"] = len(rep.diagnostics)
         extra["hot_lines"] = len(rep.hot_lines)
@@ -100,7 +112,7 @@ def child(mode: str, path: str) -> dict:
     else:
         raise SystemExit(f"unknown mode {mode}")
     wall = time.perf_counter() - t0
-    return {"work_s": wall, "rss": _vm_hwm(), **extra}
+    return {"work_s": wall, "cpu_s": time.process_time() - c0, "rss": _vm_hwm(), **extra}
 
 
 def _vm_hwm() -> int:
@@ -209,6 +221,7 @@ def main(argv=None) -> int:
                 continue
             results[mode] = {
                 "work_s": statistics.median(r["work_s"] for r in ok),
+                "cpu_s": statistics.median(r["cpu_s"] for r in ok),
                 "proc_s": statistics.median(r["proc_s"] for r in ok),
                 "rss": statistics.median(r["rss"] for r in ok),
                 "n": len(ok), "events": ok[0].get("events"),
@@ -226,7 +239,7 @@ def main(argv=None) -> int:
         rows.append((mb, path, size, reps, results))
 
     print()
-    hdr = (f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'proc s':>8} {'peak RSS MB':>11} "
+    hdr = (f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'cpu s':>7} {'proc s':>8} {'peak RSS MB':>11} "
            f"{'t/orjson':>9} {'RSS/file':>9} {'MB/s':>7}")
     print(hdr)
     print("-" * len(hdr))
@@ -238,7 +251,7 @@ def main(argv=None) -> int:
                 print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} error: {r['error'][:70]}")
                 continue
             ratio = f"{r['work_s'] / base:.2f}x" if base else "-"
-            print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['proc_s']:>8.2f} "
+            print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['cpu_s']:>7.2f} {r['proc_s']:>8.2f} "
                   f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}")
         full = results.get("profd-full", {})
         if base and "work_s" in full:
@@ -251,6 +264,10 @@ def main(argv=None) -> int:
             if gc_on:  # orjson.loads as a script calls it, the cyclic GC on (the issue's measurement)
                 print(f"{'':>9}          full vs orjson.loads with the GC on (default): {full['work_s'] / gc_on:.2f}x "
                       f"{'MET' if full['work_s'] <= 0.5 * gc_on else 'MISSED'}")
+        sel = results.get("profd-select", {})
+        if "work_s" in full and "work_s" in sel:
+            print(f"{'':>9} --select {SELECT_RULE}: {sel['work_s'] / full['work_s']:.2f}x the full analysis's time, "
+                  f"{sel['cpu_s'] / full['cpu_s']:.2f}x its CPU time")
         hta = results.get("hta", {})
         if "work_s" in full and "work_s" in hta:
             lt = hta["import_s"] + hta["load_s"] + hta["temporal_s"]

@@ -250,12 +250,14 @@ def expand_paths(paths: list[str]) -> tuple[list[str], set[str]]:
     """Files as given; a folder stands for every trace under it (recursively: ``*.json``,
     ``*.pt.trace.json``, ``*.json.gz``; hidden ones skipped). Returns the files and those that
     came from a folder (a non-trace JSON there is skipped, not an error)."""
-    from ..server.daemon.cluster import trace_files
-
     out: list[str] = []
     found: set[str] = set()
     for p in paths:
         if os.path.isdir(p):
+            # here, not at the top: the cluster module brings multiprocessing, which analysing
+            # the files named on the command line does not need
+            from ..server.daemon.cluster import trace_files
+
             got = trace_files(p)
             if not got:
                 raise config.UsageError(f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}")

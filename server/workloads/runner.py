@@ -19,18 +19,19 @@ at import time (the engine only for the comparison table).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    import subprocess
+
+# subprocess, signal, tempfile, shutil and gzip are imported where a workload runs: the CLI builds
+# its ``run`` options from this module on every command, and an ``analyze`` needs none of them.
 
 from . import SCRIPTS, script_path
 
@@ -204,6 +205,10 @@ def run_workload(spec: WorkloadSpec | dict, out_dir: str, timeout: float = 600.0
         spec = WorkloadSpec.parse(spec)
     else:
         spec = WorkloadSpec(spec.workload, validate(spec.workload, spec.params))
+    import gzip
+    import shutil
+    import tempfile
+
     cb = progress_cb or (lambda msg, pct: None)
     os.makedirs(out_dir, exist_ok=True)
     stem = _free_stem(out_dir, name or spec.label())
@@ -250,6 +255,8 @@ def _free_stem(out_dir: str, stem: str) -> str:
 
 
 def _run(cmd: list[str], timeout: float, cb: ProgressCb, env: Optional[dict]):
+    import subprocess
+
     e = dict(os.environ if env is None else env)
     e["PYTHONUNBUFFERED"] = "1"
     try:
@@ -295,6 +302,9 @@ def _run(cmd: list[str], timeout: float, cb: ProgressCb, env: Optional[dict]):
 
 def _kill(proc: subprocess.Popen) -> None:
     """Kill the workload's whole process group (torch.compile starts worker processes)."""
+    import signal
+    import subprocess
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -318,6 +328,8 @@ def _error_of(rc: int, out_lines, err_lines, tail: str, timeout: float, python: 
     if rc in _EXIT_KINDS and msg:
         return WorkloadError(_EXIT_KINDS[rc], msg, tail)
     if rc < 0:
+        import signal
+
         sig = -rc
         try:
             name = signal.Signals(sig).name

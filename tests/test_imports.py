@@ -1,0 +1,37 @@
+"""What an in-process ``profd-client analyze`` imports (issue 32: a small trace's analysis returns in
+well under 150 ms, start-up included, so it must not pay for the daemon, the editor and agent
+front ends, process pools or the workload runner's machinery). Modules, not times: a test of
+which modules load does not depend on how loaded the machine is. ``bench/startup.py`` measures
+the time."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
+
+# Each of these is imported only by what an analysis of named files does not do: the LSP server
+# (pygls, lsprotocol), the folder watcher (watchdog), the MCP server (mcp), the daemon and its
+# process pools and clusters (asyncio, multiprocessing, concurrent.futures, dask), running a
+# workload (subprocess, signal, tempfile), torch.
+NOT_IMPORTED = ("pygls", "lsprotocol", "watchdog", "mcp", "dask", "distributed", "torch", "asyncio",
+                "multiprocessing", "concurrent", "subprocess", "signal", "tempfile", "profd.server.daemon")
+
+PROBE = f"""
+import sys
+from profd.client_cli.main import main
+rc = main(["analyze", "--no-daemon", "--format", "json", "--fail-on", "never", "-o", {os.devnull!r}, {TRACE!r}])
+print(rc)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_in_process_analyze_imports_no_front_end_or_pool(tmp_path):
+    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PROFD_NO_DAEMON": "1"})
+    assert p.returncode == 0, p.stderr
+    rc, *mods = p.stdout.split()
+    assert rc == "0", p.stderr
+    assert "profd.server.engine.rules.kernels" in mods  # the analysis ran in this process
+    loaded = sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED))
+    assert loaded == [], f"an in-process analyze imported {loaded}"
