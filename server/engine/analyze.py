@@ -107,16 +107,17 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
     ctx.hot = hot
     tree = modules.build_tree(ctx)  # before the rules: it names the modules their findings cite
     diagnostics: list[Diagnostic] = []
-    for code, check in load_all().items():
-        if code in options.disabled:
-            continue
+    rules = load_all()
+    for code in _rules_to_run(rules, options.disabled):
         try:
-            diagnostics.extend(check(ctx))
+            diagnostics.extend(rules[code](ctx))
         except MemoryError:  # the analysis is over its memory: no report, not a partial one
             raise
         except Exception:  # one broken rule must not take the report down
             log.exception("rule %s failed on %s", code, info.path)
     impact.assign(ctx, diagnostics)
+    if options.disabled:  # the findings run only for the impact of the enabled ones
+        diagnostics = [d for d in diagnostics if d.code not in options.disabled]
     used: set[tuple[str, int, str]] = set()
     diagnostics, suppressed = suppress.apply(diagnostics, used=used)
     if suppress.UNUSED not in options.disabled:
@@ -135,6 +136,18 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
         ranked += modules.library_lines(tree, diagnostics)
     return bound(Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
                         modules=tree, profd_version=__version__, suppressed=suppressed))
+
+
+def _rules_to_run(rules: dict, disabled: set[str]) -> list[str]:
+    """The enabled rules, and the disabled ones whose findings the impact of an enabled finding
+    reads: a fix replayed on the step model (``change``) is judged against the other findings'
+    (the fix that hides it, the same fix on one line), so while an enabled rule declares one, the
+    disabled rules that declare one run too and their findings are dropped after
+    ``impact.assign``. A ``--select`` of one rule then says what the full run says of it."""
+    enabled = [c for c in rules if c not in disabled]
+    if not any(rules[c].change is not None for c in enabled):
+        return enabled
+    return [c for c in rules if c not in disabled or rules[c].change is not None]
 
 
 _BACKWARD = re.compile(r"(^|/)torch/(_tensor|autograd/__init__)\.py$")
