@@ -92,7 +92,7 @@ class Context:
         self._keys: dict[int, LineKey] = {}
         self._ck = None  # per event, the key its line is cached under (see line_key)
         self._groups: dict[int, tuple] = {}  # that key -> the findings' group (see line_id)
-        self._placed: dict[int, tuple[Location, tuple]] = {}  # id(location) -> (it, its event's group)
+        self._placed: dict[int, tuple[Location, tuple, int]] = {}  # id(location) -> (it, its group, its event)
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
@@ -190,7 +190,7 @@ class Context:
         loc.module = self.module_of(i)
         group = self.line_id(i)
         if group is not None:  # the location keeps it alive, so its id names it alone
-            self._placed[id(loc)] = (loc, group)
+            self._placed[id(loc)] = (loc, group, i)
         return loc
 
     def group_of(self, loc: Location) -> Optional[tuple]:
@@ -268,7 +268,30 @@ class Context:
         from .rules import load_all  # the declaration, not the table generated from it
 
         return Diagnostic(code=code, severity=severity or load_all()[code].severity, message=message,
-                          location=location, evidence=evidence or {}, fix=fix, related=list(related))
+                          location=location, evidence=evidence or {}, fix=fix,
+                          related=list(related) + self.also_here(location))
+
+    def also_here(self, loc: Location, most: int = 5) -> list[Location]:
+        """The other statements of the group a finding's location was made for (the same call on
+        another line: ``y = yb.to(dev)`` beside ``x = xb.to(dev)``), as related locations: the
+        finding is the group's, one whatever the source says, and the source says where else."""
+        group = self.group_of(loc)
+        if group is None or loc.precision != "statement" or self.model.has_call_from:
+            return []
+        fr = self.model.frames[self.model.line_source(self._placed[id(loc)][2])[0]]
+        lines: dict[int, Optional[Site]] = {}
+        for f, t in self.calls.members.get((fr, group[3]), ()):
+            line, precision, site = self.statements.line_for(f, t, direct=True)
+            if precision == "statement" and line != loc.line and line not in lines:
+                lines[line] = site
+                if len(lines) >= most:
+                    break
+        out = []
+        for line in sorted(lines):
+            also = self.location_of_key(LineKey(fr.path, line, fr.function, "statement", lines[line]))
+            also.note = "the same call on this line: part of this finding"
+            out.append(also)
+        return out
 
 
 def _line_tokens(m: TraceModel) -> array:

@@ -488,12 +488,13 @@ class CallGroups:
     without the source): what the token calls (``call_of``), except that the calls a loop in the
     function repeats (twice or more in one call of the function, within one step), and whose runs
     overlap, are one group: ``x = x + torch.relu(lin(norm(x)))`` in a loop is four calls and one
-    line. Two calls of one kind outside a loop with the same shapes (``x = xb.to(dev)``, ``y =
+    line (as many of each per call of the function). Two calls of one kind outside a loop with the same shapes (``x = xb.to(dev)``, ``y =
     yb.to(dev)``) stay one group, which the source then places on the first of its lines."""
 
     def __init__(self, m: TraceModel):
         self.m = m
         self._of: dict[int, tuple] = {}
+        self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
     def of(self, tok: int) -> tuple:
         g = self._of.get(tok)
@@ -524,9 +525,13 @@ class CallGroups:
             return k
 
         for by_key in runs.values():
-            loops = sorted(((r[0], r[1], k) for k, r in by_key.items() if r[2] >= 2), key=lambda x: x[:2])
-            end, head = -1, None
-            for a, z, k in loops:
+            # a loop's body: calls repeated as often as each other (twice or more), their runs
+            # overlapping; five ``with record_function(...)`` lines around two ``.to()`` are no loop
+            loops = sorted(((r[2], r[0], r[1], k) for k, r in by_key.items() if r[2] >= 2), key=lambda x: x[:3])
+            end, head, times = -1, None, 0
+            for n, a, z, k in loops:
+                if n != times:
+                    end, head, times = -1, None, n
                 root.setdefault(k, k)
                 if head is not None and a <= end:  # overlapping runs: one loop's body
                     x, y = find(k), find(head)
@@ -539,8 +544,10 @@ class CallGroups:
         size: dict[tuple, int] = {}
         for k in root:
             size[find(k)] = size.get(find(k), 0) + 1
+        fr = m.frames[frame]
         for t, k in zip(toks, keys):  # a call a loop repeats alone keeps its own key
-            self._of[t] = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
+            g = self._of[t] = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
+            self.members.setdefault((fr, g), []).append((frame, t))
 
 
 def call_of(m: TraceModel, tok: int) -> tuple:
