@@ -12,8 +12,6 @@ import os
 import sys
 from typing import Callable, Optional
 
-import orjson
-
 from ..protocol import types as T
 from ..protocol.options import path_map_item
 from . import config
@@ -235,6 +233,8 @@ class Output:
         self._file().write(data.encode() if isinstance(data, str) else data)
 
     def json(self, obj) -> None:
+        import orjson  # here: a report's JSON is msgspec's (format.json_doc); orjson's import costs ~15 ms
+
         self.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
 
     def close(self) -> None:

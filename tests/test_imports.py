@@ -13,9 +13,11 @@ TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 # Each of these is imported only by what an analysis of named files does not do: the LSP server
 # (pygls, lsprotocol), the folder watcher (watchdog), the MCP server (mcp), the daemon and its
 # process pools and clusters (asyncio, multiprocessing, concurrent.futures, dask), running a
-# workload (subprocess, signal, tempfile), torch.
+# workload (subprocess, signal, tempfile), torch; orjson (~15 ms of the start-up) only writes the
+# JSON of statistics, SARIF, rule pages and the annotated trace: a report's JSON is msgspec's.
 NOT_IMPORTED = ("pygls", "lsprotocol", "watchdog", "mcp", "dask", "distributed", "torch", "asyncio",
-                "multiprocessing", "concurrent", "subprocess", "signal", "tempfile", "profd.server.daemon")
+                "multiprocessing", "concurrent", "subprocess", "signal", "tempfile", "profd.server.daemon",
+                "orjson")
 
 PROBE = f"""
 import sys

@@ -17,7 +17,6 @@ import itertools
 from typing import IO, Iterable, Iterator, Optional, Union
 
 import msgspec
-import orjson
 
 from ...protocol.types import Diagnostic, Report
 from . import kernels, loader
@@ -170,6 +169,8 @@ _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 def write_trace(f: IO[bytes], data: bytes, extra: list[dict], chunk: int = 4096) -> None:
     """The trace JSON ``data`` with ``extra`` appended to its events, written event by event: the
     file's own events and members as their bytes, ``extra`` with orjson."""
+    import orjson  # here, not at the top: the engine's import (every analysis) then goes without it
+
     doc = _RAW_DOC.decode(data)
     members: dict[str, msgspec.Raw] = {}
     if isinstance(doc, list):  # the Chrome "JSON array" form: events only
@@ -199,4 +200,6 @@ def write_trace(f: IO[bytes], data: bytes, extra: list[dict], chunk: int = 4096)
 
 def annotated_events(path: str) -> Optional[list]:
     """The events of an annotated (or any) trace file, for tests and tools."""
+    import orjson
+
     return orjson.loads(bytes(loader.read_bytes(path))).get("traceEvents")
