@@ -26,9 +26,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The linter and the type checker, as .ci/run runs them ([tool.ruff], [tool.mypy] in pyproject.toml).
+# The linter, the formatter's check and the type checker, as .ci/run runs them ([tool.ruff],
+# [tool.mypy] in pyproject.toml). `ruff format .` formats.
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python .ci/typecheck.py
 
 bench: $(STAMP)

@@ -6,6 +6,7 @@ follows. So this builds that layout as symlinks under build/typecheck/ from the 
 `mypy -p profd` on it ([tool.mypy] in pyproject.toml holds the settings) and prints each error at its
 path in the repository. Exits with mypy's status.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,9 +53,22 @@ def _link(at: Path, to: Path) -> None:
 def main() -> int:
     build_farm()
     env = dict(os.environ, MYPYPATH=str(FARM))
-    run = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(FARM / ".mypy_cache"),
-                          "-p", "profd", *sys.argv[1:]],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(FARM / ".mypy_cache"),
+            "-p",
+            "profd",
+            *sys.argv[1:],
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     farm = str(FARM / "profd") + "/"
     for line in (run.stdout + run.stderr).splitlines():
         print(line.replace(farm, "").replace(os.path.relpath(farm, ROOT) + "/", ""))

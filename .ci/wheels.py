@@ -10,6 +10,7 @@ C scanner must import from the installed copy, and [tool.cibuildwheel] ``test-co
 
     python .ci/wheels.py [3.10 3.13 ...]     # default: every version of the build list
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,10 +41,17 @@ def claimed() -> tuple[list[str], str]:
 
 def find_python(v: str) -> str | None:
     """This machine's python``v``, as .ci/run finds it: on PATH, pyenv's, /usr(/local)/bin."""
-    cands = [shutil.which(f"python{v}") or ""] + sorted(glob.glob(f"/root/.pyenv/versions/{v}.*/bin/python{v}")) + \
-        [f"/usr/bin/python{v}", f"/usr/local/bin/python{v}"]
+    cands = (
+        [shutil.which(f"python{v}") or ""]
+        + sorted(glob.glob(f"/root/.pyenv/versions/{v}.*/bin/python{v}"))
+        + [f"/usr/bin/python{v}", f"/usr/local/bin/python{v}"]
+    )
     for p in cands:
-        if p and os.access(p, os.X_OK) and subprocess.run([p, "-c", "import sys"], capture_output=True).returncode == 0:
+        if (
+            p
+            and os.access(p, os.X_OK)
+            and subprocess.run([p, "-c", "import sys"], capture_output=True).returncode == 0
+        ):
             return p
     return None
 
@@ -68,13 +76,27 @@ def one(v: str, py: str, test_command: str, work: str) -> str:
     venv = os.path.join(work, "venv")
     run([py, "-m", "venv", venv], "venv")
     bin_ = os.path.join(venv, "bin")
-    clean = dict(os.environ, CC="/bin/false", CXX="/bin/false", PATH=f"{bin_}:/usr/bin:/bin",
-                 PROFD_NO_DAEMON="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    clean = dict(
+        os.environ,
+        CC="/bin/false",
+        CXX="/bin/false",
+        PATH=f"{bin_}:/usr/bin:/bin",
+        PROFD_NO_DAEMON="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
     clean.pop("PYTHONPATH", None)
-    run([os.path.join(bin_, "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:", fixed],
-        "pip install (no compiler, binary wheels only)", env=clean, cwd=work)
-    site = run([os.path.join(bin_, "python"), "-c", "import profd.server.engine._scan as s; print(s.__file__)"],
-               "import the C scanner", env=clean, cwd=work).stdout.strip()
+    run(
+        [os.path.join(bin_, "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:", fixed],
+        "pip install (no compiler, binary wheels only)",
+        env=clean,
+        cwd=work,
+    )
+    site = run(
+        [os.path.join(bin_, "python"), "-c", "import profd.server.engine._scan as s; print(s.__file__)"],
+        "import the C scanner",
+        env=clean,
+        cwd=work,
+    ).stdout.strip()
     if not site.startswith(venv):
         raise RuntimeError(f"the C scanner imported from {site}, not from the installed wheel")
     run(["bash", "-c", test_command.replace("{project}", ROOT)], "test-command", env=clean, cwd=work)
@@ -100,8 +122,10 @@ def main(argv: list[str]) -> int:
                 failed += 1
                 print(f"wheels: Python {v} ({py}): FAILED: {e}")
                 continue
-        print(f"wheels: Python {v}: {name} installed with no compiler, test-command passed "
-              f"({time.monotonic() - t:.0f} s)")
+        print(
+            f"wheels: Python {v}: {name} installed with no compiler, test-command passed "
+            f"({time.monotonic() - t:.0f} s)"
+        )
     return 1 if failed else 0
 
 

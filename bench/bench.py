@@ -17,6 +17,7 @@ HTA is not a profd dependency: ``bash bench/setup_hta.sh`` makes its own venv, `
 and the ``hta`` case then runs under that venv's python (``work s`` includes its imports, as every
 case's does); the table adds, per size, how many times faster profd-full is than HTA.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,32 +59,40 @@ def _read(path: str) -> bytes:
 
 def child(mode: str, path: str) -> dict:
     import gc
+
     t0, c0 = time.perf_counter(), time.process_time()
     extra = {}
     if mode == "orjson-gc":
         import orjson
+
         doc = orjson.loads(_read(path))
         extra["events"] = len(doc["traceEvents"])
     elif mode == "orjson":
         import orjson
+
         gc.disable()
         doc = orjson.loads(_read(path))
         extra["events"] = len(doc["traceEvents"])
     elif mode == "msgspec-raw":
         import msgspec
+
         gc.disable()
         doc = msgspec.json.decode(_read(path))
         extra["events"] = len(doc["traceEvents"])
     elif mode == "profd-load":
         from profd.server.engine import loader
+
         doc, _, _ = loader.load(path)
         extra["events"] = len(doc.traceEvents)
     elif mode in ("profd-full", "profd-select"):
         from profd.client_cli.format import json_doc
         from profd.protocol.catalog import RULES
         from profd.server.engine import Options, analyze_file
+
         disabled = set(RULES) - {SELECT_RULE} if mode == "profd-select" else set()
-        rep = analyze_file(path, Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled))
+        rep = analyze_file(
+            path, Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
+        )
         # the JSON report written, as `profd-client analyze --format json` writes it
         with open(os.path.join(OUT, mode.replace("-", "_") + "_report.json"), "wb") as f:
             f.write(json_doc([rep]) + b"\n")
@@ -93,6 +102,7 @@ def child(mode: str, path: str) -> dict:
     elif mode == "hta":
         # Runs under HTA_PYTHON when bench/.hta-venv exists: nothing of profd may be imported here.
         from hta.trace_analysis import TraceAnalysis  # type: ignore
+
         d = os.path.join(OUT, "hta_" + os.path.basename(path).replace(".", "_"))
         os.makedirs(d, exist_ok=True)
         link = os.path.join(d, "rank0.json")
@@ -119,6 +129,7 @@ def _vm_hwm() -> int:
     """This process's peak RSS. ``VmHWM`` belongs to the mm created at exec; ``ru_maxrss`` also
     keeps the RSS of the forked parent image, which would charge the bench's own memory to us."""
     import resource
+
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -140,10 +151,20 @@ def have_hta() -> bool:
     py = child_python("hta")
     try:
         if py != sys.executable:
-            return subprocess.run([py, "-c", "import importlib.util, sys; "
-                                   "sys.exit(importlib.util.find_spec('hta') is None)"],
-                                  capture_output=True, timeout=60).returncode == 0
+            return (
+                subprocess.run(
+                    [
+                        py,
+                        "-c",
+                        "import importlib.util, sys; sys.exit(importlib.util.find_spec('hta') is None)",
+                    ],
+                    capture_output=True,
+                    timeout=60,
+                ).returncode
+                == 0
+            )
         import importlib.util
+
         return importlib.util.find_spec("hta") is not None
     except Exception:
         return False
@@ -151,8 +172,11 @@ def have_hta() -> bool:
 
 def run_child(mode: str, path: str) -> dict:
     t0 = time.perf_counter()
-    p = subprocess.Popen([child_python(mode), os.path.abspath(__file__), "--child", mode, path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [child_python(mode), os.path.abspath(__file__), "--child", mode, path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = p.communicate()  # both pipes at once: HTA logs to stderr and could fill it
     proc = time.perf_counter() - t0
     if p.returncode != 0:
@@ -171,13 +195,19 @@ def ensure_trace(source: str, mb: int) -> str:
     if os.path.exists(path) and os.path.exists(stamp) and open(stamp).read() == os.path.abspath(source):
         return path
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, os.path.join(HERE, "tile.py"), source, path, "--mb", str(mb)],
-                         check=True, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, os.path.join(HERE, "tile.py"), source, path, "--mb", str(mb)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     n, copies = os.path.getsize(path), res.stdout.split(" copies")[0].rsplit(" ", 1)[-1]
     with open(stamp, "w") as f:
         f.write(os.path.abspath(source))
-    print(f"# tiled {source} x{copies} -> {path} ({n / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(
+        f"# tiled {source} x{copies} -> {path} ({n / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     return path
 
 
@@ -200,11 +230,15 @@ def main(argv=None) -> int:
     modes = [m for m in ns.modes.split(",") if m]
     if "hta" in modes and not have_hta():
         modes.remove("hta")
-        print("# HTA (HolisticTraceAnalysis) not installed: skipped (run bench/setup_hta.sh to make "
-              "bench/.hta-venv, HTA's own venv)")
+        print(
+            "# HTA (HolisticTraceAnalysis) not installed: skipped (run bench/setup_hta.sh to make "
+            "bench/.hta-venv, HTA's own venv)"
+        )
     if "hta" in modes:
         print(f"# hta runs under {os.path.relpath(child_python('hta'), ROOT)}")
-    print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, source {os.path.relpath(ns.source, ROOT)}")
+    print(
+        f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, source {os.path.relpath(ns.source, ROOT)}"
+    )
     for mode in modes:
         print(f"#   {mode:12} {dict(MODES)[mode]}")
     rows = []
@@ -224,23 +258,32 @@ def main(argv=None) -> int:
                 "cpu_s": statistics.median(r["cpu_s"] for r in ok),
                 "proc_s": statistics.median(r["proc_s"] for r in ok),
                 "rss": statistics.median(r["rss"] for r in ok),
-                "n": len(ok), "events": ok[0].get("events"),
+                "n": len(ok),
+                "events": ok[0].get("events"),
             }
             if mode == "hta":
                 for k in ("import_s", "load_s", "temporal_s", "idle_s"):
                     results[mode][k] = statistics.median(r[k] for r in ok)
                 results[mode]["idle_pct"] = ok[0]["idle_pct"]
                 h = results[mode]
-                print(f"#   {mb} MB hta: import {h['import_s']:.2f} s, load {h['load_s']:.2f} s, temporal "
-                      f"{h['temporal_s']:.2f} s, idle {h['idle_s']:.2f} s; {h['events']:,} events kept, "
-                      f"idle {h['idle_pct']:.1f}%", flush=True)
-            print(f"#   {mb} MB {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
-                  f"(n={len(ok)})", flush=True)
+                print(
+                    f"#   {mb} MB hta: import {h['import_s']:.2f} s, load {h['load_s']:.2f} s, temporal "
+                    f"{h['temporal_s']:.2f} s, idle {h['idle_s']:.2f} s; {h['events']:,} events kept, "
+                    f"idle {h['idle_pct']:.1f}%",
+                    flush=True,
+                )
+            print(
+                f"#   {mb} MB {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
+                f"(n={len(ok)})",
+                flush=True,
+            )
         rows.append((mb, path, size, reps, results))
 
     print()
-    hdr = (f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'cpu s':>7} {'proc s':>8} {'peak RSS MB':>11} "
-           f"{'t/orjson':>9} {'RSS/file':>9} {'MB/s':>7}")
+    hdr = (
+        f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'cpu s':>7} {'proc s':>8} {'peak RSS MB':>11} "
+        f"{'t/orjson':>9} {'RSS/file':>9} {'MB/s':>7}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for mb, path, size, reps, results in rows:
@@ -251,30 +294,40 @@ def main(argv=None) -> int:
                 print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} error: {r['error'][:70]}")
                 continue
             ratio = f"{r['work_s'] / base:.2f}x" if base else "-"
-            print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['cpu_s']:>7.2f} {r['proc_s']:>8.2f} "
-                  f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}")
+            print(
+                f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['cpu_s']:>7.2f} {r['proc_s']:>8.2f} "
+                f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}"
+            )
         full = results.get("profd-full", {})
         if base and "work_s" in full:
             t_ok = full["work_s"] <= 0.5 * base
             m_ok = full["rss"] <= size
-            print(f"{'':>9} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
-                  f"{'MET' if t_ok else 'MISSED'}; peak RSS <= file: {full['rss'] / size:.2f}x "
-                  f"{'MET' if m_ok else 'MISSED'}")
+            print(
+                f"{'':>9} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
+                f"{'MET' if t_ok else 'MISSED'}; peak RSS <= file: {full['rss'] / size:.2f}x "
+                f"{'MET' if m_ok else 'MISSED'}"
+            )
             gc_on = results.get("orjson-gc", {}).get("work_s")
             if gc_on:  # orjson.loads as a script calls it, the cyclic GC on (the issue's measurement)
-                print(f"{'':>9}          full vs orjson.loads with the GC on (default): {full['work_s'] / gc_on:.2f}x "
-                      f"{'MET' if full['work_s'] <= 0.5 * gc_on else 'MISSED'}")
+                print(
+                    f"{'':>9}          full vs orjson.loads with the GC on (default): {full['work_s'] / gc_on:.2f}x "
+                    f"{'MET' if full['work_s'] <= 0.5 * gc_on else 'MISSED'}"
+                )
         sel = results.get("profd-select", {})
         if "work_s" in full and "work_s" in sel:
-            print(f"{'':>9} --select {SELECT_RULE}: {sel['work_s'] / full['work_s']:.2f}x the full analysis's time, "
-                  f"{sel['cpu_s'] / full['cpu_s']:.2f}x its CPU time")
+            print(
+                f"{'':>9} --select {SELECT_RULE}: {sel['work_s'] / full['work_s']:.2f}x the full analysis's time, "
+                f"{sel['cpu_s'] / full['cpu_s']:.2f}x its CPU time"
+            )
         hta = results.get("hta", {})
         if "work_s" in full and "work_s" in hta:
             lt = hta["import_s"] + hta["load_s"] + hta["temporal_s"]
             x = lt / full["work_s"]
-            print(f"{'':>9} vs HTA: profd-full {hta['work_s'] / full['work_s']:.1f}x faster than HTA "
-                  f"(load+temporal+idle); target >= 20x faster than HTA import+load+temporal: {x:.1f}x "
-                  f"{'MET' if x >= 20 else 'MISSED'}; peak RSS {full['rss'] / hta['rss']:.2f}x HTA's")
+            print(
+                f"{'':>9} vs HTA: profd-full {hta['work_s'] / full['work_s']:.1f}x faster than HTA "
+                f"(load+temporal+idle); target >= 20x faster than HTA import+load+temporal: {x:.1f}x "
+                f"{'MET' if x >= 20 else 'MISSED'}; peak RSS {full['rss'] / hta['rss']:.2f}x HTA's"
+            )
     return 0
 
 

@@ -3,6 +3,7 @@
 
     python bench/breakdown.py bench/out/tinygpt_naive_x250MB.json
 """
+
 import gc
 import os
 import sys

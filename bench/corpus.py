@@ -21,6 +21,7 @@ expects, location accuracy = located / expects with a line. Findings no entry ju
 unjudged, never counted. Like ``bench.py`` this prints numbers and asserts nothing on its own;
 ``tests/test_corpus.py`` fails when an entry held in ``examples/corpus/baseline.json`` stops holding.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,6 +29,7 @@ import json
 import os
 import sys
 import time
+
 try:
     import tomllib
 except ImportError:  # Python 3.10: the same parser from PyPI (a dependency of profd there)
@@ -40,8 +42,22 @@ ROOT = os.path.dirname(HERE)
 EXPECTATIONS = os.path.join(ROOT, "examples", "corpus", "expectations.toml")
 BASELINE = os.path.join(ROOT, "examples", "corpus", "baseline.json")
 
-_TRACE_KEYS = {"id", "file", "files", "workspace", "vendor", "format", "recorded", "verdict",
-               "expect", "absent", "notes", "path_map", "gpu_busy", "part"}
+_TRACE_KEYS = {
+    "id",
+    "file",
+    "files",
+    "workspace",
+    "vendor",
+    "format",
+    "recorded",
+    "verdict",
+    "expect",
+    "absent",
+    "notes",
+    "path_map",
+    "gpu_busy",
+    "part",
+}
 # recorded: traces recorded for the corpus the way DESIGN.md recommends (and the earlier recordings);
 # wild: recorded the way people really profile (no steps, cold calls, one activity), or by strangers
 PARTS = ("recorded", "wild")
@@ -105,6 +121,7 @@ class Outcome:
 
 # --------------------------------------------------------------------------- loading
 
+
 def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
     """Parse and validate the expectations file; raises CorpusError naming the bad entry."""
     try:
@@ -148,17 +165,30 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
         tid = t["id"]
         entries = []
         if "verdict" in t:
-            entries.append(Entry(id=f"{tid}/verdict", kind="verdict", code=t["verdict"],
-                                 why="the summary verdict"))
+            entries.append(
+                Entry(id=f"{tid}/verdict", kind="verdict", code=t["verdict"], why="the summary verdict")
+            )
         if "gpu_busy" in t:
             b = t["gpu_busy"]
-            ok = isinstance(b, dict) and not set(b) - _BUSY_KEYS and \
-                all(isinstance(b.get(k), (int, float)) for k in ("pct", "within")) and \
-                isinstance(b.get("source"), str) and b["source"]
+            ok = (
+                isinstance(b, dict)
+                and not set(b) - _BUSY_KEYS
+                and all(isinstance(b.get(k), (int, float)) for k in ("pct", "within"))
+                and isinstance(b.get("source"), str)
+                and b["source"]
+            )
             if not ok:
                 raise CorpusError(f"{where}: gpu_busy takes pct and within (numbers) and source (a string)")
-            entries.append(Entry(id=f"{tid}/gpu-busy", kind="busy", code=f"{b['pct']}±{b['within']}",
-                                 why=b["source"], pct=float(b["pct"]), within=float(b["within"])))
+            entries.append(
+                Entry(
+                    id=f"{tid}/gpu-busy",
+                    kind="busy",
+                    code=f"{b['pct']}±{b['within']}",
+                    why=b["source"],
+                    pct=float(b["pct"]),
+                    within=float(b["within"]),
+                )
+            )
         for kind in ("expect", "absent"):
             for e in t.get(kind, []):
                 ew = f"{where}: {kind} {e.get('id', '?')}"
@@ -170,30 +200,48 @@ def load(path: str = EXPECTATIONS, root: str = ROOT) -> list[Trace]:
                         raise CorpusError(f"{ew}: {k} (a non-empty string) is required")
                 if "line" in e and ("file" not in e or not isinstance(e["line"], int)):
                     raise CorpusError(f"{ew}: a line needs a file and must be an integer")
-                entries.append(Entry(id=e["id"], kind=kind, code=e["code"], why=e["why"],
-                                     file=e.get("file"), line=e.get("line"), rank=e.get("rank")))
+                entries.append(
+                    Entry(
+                        id=e["id"],
+                        kind=kind,
+                        code=e["code"],
+                        why=e["why"],
+                        file=e.get("file"),
+                        line=e.get("line"),
+                        rank=e.get("rank"),
+                    )
+                )
         for e in entries:
             if e.id in ids:
                 raise CorpusError(f"{where}: duplicate id {e.id}")
             ids.add(e.id)
         if tid in ids:
             raise CorpusError(f"{where}: trace id {tid} clashes with an entry id")
-        traces.append(Trace(id=tid, files=files, workspace=list(t["workspace"]), vendor=t["vendor"],
-                            format=t["format"], recorded=t["recorded"], entries=entries,
-                            path_map=[tuple(p) for p in t.get("path_map", [])],
-                            part=t.get("part", "recorded")))
+        traces.append(
+            Trace(
+                id=tid,
+                files=files,
+                workspace=list(t["workspace"]),
+                vendor=t["vendor"],
+                format=t["format"],
+                recorded=t["recorded"],
+                entries=entries,
+                path_map=[tuple(p) for p in t.get("path_map", [])],
+                part=t.get("part", "recorded"),
+            )
+        )
     return traces
 
 
 # --------------------------------------------------------------------------- running
+
 
 def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list]:
     """Run the engine on one corpus trace: every finding, and every report's summary."""
     from profd.server.engine import Options, analyze_file
     from profd.server.engine.job import analyze_job
 
-    opts = Options(workspace=[os.path.join(root, w) for w in trace.workspace],
-                   path_map=list(trace.path_map))
+    opts = Options(workspace=[os.path.join(root, w) for w in trace.workspace], path_map=list(trace.path_map))
     paths = [os.path.join(root, f) for f in trace.files]
     if len(paths) == 1:
         reports, jobs = [analyze_file(paths[0], opts)], []
@@ -217,8 +265,14 @@ def findings_of(trace: Trace, root: str = ROOT) -> tuple[list[Finding], list]:
 
 def _finding(d, rank) -> Finding:
     loc = d.location
-    return Finding(code=d.code, path=loc.path, trace_path=loc.trace_path, line=loc.line,
-                   precision=loc.precision, rank=rank)
+    return Finding(
+        code=d.code,
+        path=loc.path,
+        trace_path=loc.trace_path,
+        line=loc.line,
+        precision=loc.precision,
+        rank=rank,
+    )
 
 
 def _file_matches(want: str, f: Finding) -> bool:
@@ -265,8 +319,9 @@ def judge(trace: Trace, found: list[Finding], summaries: list) -> tuple[list[Out
             judged.update(at if e.line is not None else hits)
             lines = sorted({found[k].line for k in hits if found[k].line is not None})
             located = None if e.line is None else bool(at)
-            outcomes.append(Outcome(e, bool(hits), located,
-                                    seen="lines " + ",".join(map(str, lines)) if lines else ""))
+            outcomes.append(
+                Outcome(e, bool(hits), located, seen="lines " + ",".join(map(str, lines)) if lines else "")
+            )
         else:
             judged.update(hits)
             where = sorted({f"{found[k].line}" for k in hits if found[k].line is not None})
@@ -292,8 +347,15 @@ def score(traces: list[Trace], root: str = ROOT) -> list[TraceResult]:
         try:
             found, summaries = findings_of(t, root)
         except CorpusError as e:
-            results.append(TraceResult(t, [Outcome(x, False, False if x.line else None) for x in t.entries],
-                                       [], time.perf_counter() - t0, error=str(e)))
+            results.append(
+                TraceResult(
+                    t,
+                    [Outcome(x, False, False if x.line else None) for x in t.entries],
+                    [],
+                    time.perf_counter() - t0,
+                    error=str(e),
+                )
+            )
             continue
         outcomes, unjudged = judge(t, found, summaries)
         results.append(TraceResult(t, outcomes, unjudged, time.perf_counter() - t0))
@@ -301,6 +363,7 @@ def score(traces: list[Trace], root: str = ROOT) -> list[TraceResult]:
 
 
 # --------------------------------------------------------------------------- baseline
+
 
 def passing(results: list[TraceResult]) -> dict[str, list[str]]:
     """The ids that hold now: ``held`` (detected / not fired / verdict) and ``located`` (at the line)."""
@@ -324,8 +387,10 @@ def regressions(results: list[TraceResult], baseline: dict) -> list[str]:
         for i in baseline.get(key, []):
             if i in scored and i not in have:
                 o = scored[i]
-                out.append(f"{i} {what}: {o.entry.kind} {o.entry.code}"
-                           f"{_where(o.entry)} ({o.entry.why}){'; saw ' + o.seen if o.seen else ''}")
+                out.append(
+                    f"{i} {what}: {o.entry.kind} {o.entry.code}"
+                    f"{_where(o.entry)} ({o.entry.why}){'; saw ' + o.seen if o.seen else ''}"
+                )
     return out
 
 
@@ -339,6 +404,7 @@ def _where(e: Entry) -> str:
 
 
 # --------------------------------------------------------------------------- table
+
 
 def _ratio(a: int, b: int) -> str:
     return f"{a / b:.2f}" if b else "  - "
@@ -360,43 +426,66 @@ def table(results: list[TraceResult]) -> str:
                 continue
             row = rules.setdefault(e.code, [0] * 6)
             if e.kind == "expect":
-                row[0] += 1; row[1] += o.held; g[1] += 1; g[2] += o.held
+                row[0] += 1
+                row[1] += o.held
+                g[1] += 1
+                g[2] += o.held
                 if e.line is not None:
-                    row[4] += 1; row[5] += bool(o.located); g[5] += 1; g[6] += bool(o.located)
+                    row[4] += 1
+                    row[5] += bool(o.located)
+                    g[5] += 1
+                    g[6] += bool(o.located)
             else:
-                row[2] += 1; row[3] += not o.held; g[3] += 1; g[4] += not o.held
+                row[2] += 1
+                row[3] += not o.held
+                g[3] += 1
+                g[4] += not o.held
     lines = []
     w = max([len(c) for c in rules] + [22])
-    lines.append(f"{'rule':<{w}} {'expect':>6} {'held':>5} {'recall':>6} {'absent':>6} {'FP':>4} "
-                 f"{'precision':>9} {'lines':>5} {'at line':>7} {'loc acc':>7}")
+    lines.append(
+        f"{'rule':<{w}} {'expect':>6} {'held':>5} {'recall':>6} {'absent':>6} {'FP':>4} "
+        f"{'precision':>9} {'lines':>5} {'at line':>7} {'loc acc':>7}"
+    )
     tot = [0] * 6
     for code in sorted(rules):
         e, h, a, v, ln, lo = rules[code]
         tot = [x + y for x, y in zip(tot, rules[code])]
-        lines.append(f"{code:<{w}} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} {_ratio(h, h + v):>9} "
-                     f"{ln:>5} {lo:>7} {_ratio(lo, ln):>7}")
+        lines.append(
+            f"{code:<{w}} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} {_ratio(h, h + v):>9} "
+            f"{ln:>5} {lo:>7} {_ratio(lo, ln):>7}"
+        )
     e, h, a, v, ln, lo = tot
-    lines.append(f"{'ALL':<{w}} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} {_ratio(h, h + v):>9} "
-                 f"{ln:>5} {lo:>7} {_ratio(lo, ln):>7}")
+    lines.append(
+        f"{'ALL':<{w}} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} {_ratio(h, h + v):>9} "
+        f"{ln:>5} {lo:>7} {_ratio(lo, ln):>7}"
+    )
     lines.append("")
-    lines.append(f"{'vendor/format':<{w}} {'traces':>6} {'expect':>6} {'held':>5} {'recall':>6} "
-                 f"{'absent':>6} {'FP':>4} {'precision':>9} {'loc acc':>7} {'verdict':>7} {'GPU busy':>8}")
+    lines.append(
+        f"{'vendor/format':<{w}} {'traces':>6} {'expect':>6} {'held':>5} {'recall':>6} "
+        f"{'absent':>6} {'FP':>4} {'precision':>9} {'loc acc':>7} {'verdict':>7} {'GPU busy':>8}"
+    )
     for name in sorted(groups):
         n, e, h, a, v, ln, lo, vd, vh, bd, bh = groups[name]
-        lines.append(f"{name:<{w}} {n:>6} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} "
-                     f"{_ratio(h, h + v):>9} {_ratio(lo, ln):>7} {f'{vh}/{vd}':>7} {f'{bh}/{bd}':>8}")
+        lines.append(
+            f"{name:<{w}} {n:>6} {e:>6} {h:>5} {_ratio(h, e):>6} {a:>6} {v:>4} "
+            f"{_ratio(h, h + v):>9} {_ratio(lo, ln):>7} {f'{vh}/{vd}':>7} {f'{bh}/{bd}':>8}"
+        )
     n_all = sum(len(r.outcomes) for r in results)
     n_ok = sum(o.held for r in results for o in r.outcomes)
     ln_all = sum(1 for r in results for o in r.outcomes if o.located is not None)
     ln_ok = sum(1 for r in results for o in r.outcomes if o.located)
     lines.append("")
-    lines.append(f"{n_ok} of {n_all} entries held (expect, absent, verdict, GPU busy); {ln_ok} of {ln_all} "
-                 f"statement-level locations; {len(results)} traces")
+    lines.append(
+        f"{n_ok} of {n_all} entries held (expect, absent, verdict, GPU busy); {ln_ok} of {ln_all} "
+        f"statement-level locations; {len(results)} traces"
+    )
     for part in PARTS:
         rs = [r for r in results if r.trace.part == part]
         if rs:
             held = sum(o.held for r in rs for o in r.outcomes)
-            lines.append(f"  {part}: {held} of {sum(len(r.outcomes) for r in rs)} entries held, {len(rs)} traces")
+            lines.append(
+                f"  {part}: {held} of {sum(len(r.outcomes) for r in rs)} entries held, {len(rs)} traces"
+            )
     return "\n".join(lines)
 
 
@@ -424,20 +513,43 @@ def per_trace(results: list[TraceResult], unjudged: bool = True) -> str:
                 if f.rank is not None:
                     s += f"@r{f.rank}"
                 by.setdefault(f.code, []).append(s)
-            lines.append("  unjudged  " + "; ".join(
-                f"{c} ({', '.join(sorted(set(v))[:4])}{', ...' if len(set(v)) > 4 else ''})"
-                for c, v in sorted(by.items())))
+            lines.append(
+                "  unjudged  "
+                + "; ".join(
+                    f"{c} ({', '.join(sorted(set(v))[:4])}{', ...' if len(set(v)) > 4 else ''})"
+                    for c, v in sorted(by.items())
+                )
+            )
     return "\n".join(lines)
 
 
 def as_json(results: list[TraceResult]) -> dict:
-    return {"traces": [{
-        "id": r.trace.id, "files": r.trace.files, "group": r.trace.group, "seconds": round(r.seconds, 3),
-        "error": r.error,
-        "entries": [{"id": o.entry.id, "kind": o.entry.kind, "code": o.entry.code, "held": o.held,
-                     "located": o.located, "seen": o.seen} for o in r.outcomes],
-        "unjudged": [{"code": f.code, "path": f.path, "line": f.line, "rank": f.rank} for f in r.unjudged],
-    } for r in results]}
+    return {
+        "traces": [
+            {
+                "id": r.trace.id,
+                "files": r.trace.files,
+                "group": r.trace.group,
+                "seconds": round(r.seconds, 3),
+                "error": r.error,
+                "entries": [
+                    {
+                        "id": o.entry.id,
+                        "kind": o.entry.kind,
+                        "code": o.entry.code,
+                        "held": o.held,
+                        "located": o.located,
+                        "seen": o.seen,
+                    }
+                    for o in r.outcomes
+                ],
+                "unjudged": [
+                    {"code": f.code, "path": f.path, "line": f.line, "rank": f.rank} for f in r.unjudged
+                ],
+            }
+            for r in results
+        ]
+    }
 
 
 def main(argv=None) -> int:
@@ -466,8 +578,10 @@ def main(argv=None) -> int:
     print(table(results))
     detail = per_trace(results, unjudged=not a.no_unjudged)
     if detail:
-        print("\nper trace (MISS: expected and absent; FALSE+: fired though it would be wrong; "
-              "MISPLACED: fired, not on the line)\n" + detail)
+        print(
+            "\nper trace (MISS: expected and absent; FALSE+: fired though it would be wrong; "
+            "MISPLACED: fired, not on the line)\n" + detail
+        )
     print(f"\nscored in {time.perf_counter() - t0:.1f} s")
     if a.json:
         with open(a.json, "w") as f:

@@ -23,6 +23,7 @@ overhead = latency - analysis (target <= 0.5 s); the daemon's own timings from i
 the daemon and its pool workers (``VmHWM`` each, and the sampled sum of ``VmRSS`` over the tree).
 Benchmarks print numbers; nothing here asserts a time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -239,8 +240,7 @@ print(json.dumps({"s": wall, "cpu": cpu, "hwm": hwm, "diagnostics": len(rep.diag
 
 
 def reference_analysis(path: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", REF_CHILD, path, SRC], capture_output=True,
-                       text=True, cwd=ROOT)
+    p = subprocess.run([sys.executable, "-c", REF_CHILD, path, SRC], capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -253,22 +253,41 @@ async def run(ns) -> dict:
     os.makedirs(watch)
     log_path = os.path.join(work, "daemon.log")
     log = open(log_path, "wb")
-    cmd = [sys.executable, "-m", "profd.server.daemon.cli", "serve", "--stdio", "--watch", watch,
-           "--workspace", SRC, "--state", state, "--log-level", "INFO"]
-    proc = await asyncio.create_subprocess_exec(*cmd, stdin=subprocess.PIPE,
-                                                stdout=subprocess.PIPE, stderr=log, cwd=ROOT,
-                                                limit=64 << 20)
+    cmd = [
+        sys.executable,
+        "-m",
+        "profd.server.daemon.cli",
+        "serve",
+        "--stdio",
+        "--watch",
+        watch,
+        "--workspace",
+        SRC,
+        "--state",
+        state,
+        "--log-level",
+        "INFO",
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, limit=64 << 20
+    )
     c = Client(proc)
     res: dict = {"work": work, "log": log_path}
     sampler = RssSampler(proc.pid)
     sampler.start()
     try:
         t0 = time.perf_counter()
-        await c.request("initialize", {
-            "processId": os.getpid(), "rootUri": uri(ROOT),
-            "capabilities": {"window": {"workDoneProgress": True},
-                             "textDocument": {"hover": {"contentFormat": ["markdown"]},
-                                              "publishDiagnostics": {}}}})
+        await c.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": uri(ROOT),
+                "capabilities": {
+                    "window": {"workDoneProgress": True},
+                    "textDocument": {"hover": {"contentFormat": ["markdown"]}, "publishDiagnostics": {}},
+                },
+            },
+        )
         c.notify("initialized", {})
         await c.request("profd/status", {})
         res["start_s"] = time.perf_counter() - t0
@@ -282,8 +301,10 @@ async def run(ns) -> dict:
         if not hots:
             raise SystemExit("no hot line under examples/src in the small report")
         h = max(hots, key=lambda x: (x["gpuUs"], x["cpuTotalUs"]))
-        target = {"textDocument": {"uri": uri(h["path"])},
-                  "position": {"line": h["line"] - 1, "character": 4}}
+        target = {
+            "textDocument": {"uri": uri(h["path"])},
+            "position": {"line": h["line"] - 1, "character": 4},
+        }
         hv = await c.request("textDocument/hover", target)
         if not hv or "profd" not in hv["contents"]["value"]:
             raise SystemExit(f"no hover on {h['path']}:{h['line']}: {hv!r}")
@@ -319,10 +340,15 @@ async def run(ns) -> dict:
                     pass
         t_ready, ready = c.ready[big]
         first_diag = next((t for t, u, _ in c.diags[n_diags_before:] if t >= t_rename), None)
-        res.update(hovers=lat, t_ready=t_ready - t_rename, big_path=big,
-                   t_first_diag=(first_diag - t_rename) if first_diag else None,
-                   big_diagnostics=ready.get("diagnostics"), big_error=ready.get("error"),
-                   progress=[(t - t_rename, k) for t, k in c.progress if t >= t_rename])
+        res.update(
+            hovers=lat,
+            t_ready=t_ready - t_rename,
+            big_path=big,
+            t_first_diag=(first_diag - t_rename) if first_diag else None,
+            big_diagnostics=ready.get("diagnostics"),
+            big_error=ready.get("error"),
+            progress=[(t - t_rename, k) for t, k in c.progress if t >= t_rename],
+        )
         hv = await c.request("textDocument/hover", target)
         res["hover_after"] = bool(hv and big_name in hv["contents"]["value"])
         st = await c.request("profd/status", {})
@@ -339,8 +365,10 @@ async def run(ns) -> dict:
     return res
 
 
-ANALYSED = re.compile(r"analysed (?P<path>.+?) \((?P<bytes>\d+) bytes\): (?P<wall>[\d.]+) s in the "
-                      r"worker \(CPU (?P<cpu>[\d.]+) s\), (?P<submit>[\d.]+) s from submit")
+ANALYSED = re.compile(
+    r"analysed (?P<path>.+?) \((?P<bytes>\d+) bytes\): (?P<wall>[\d.]+) s in the "
+    r"worker \(CPU (?P<cpu>[\d.]+) s\), (?P<submit>[\d.]+) s from submit"
+)
 
 
 def daemon_analysis(log_path: str, path: str) -> dict | None:
@@ -357,41 +385,58 @@ def daemon_analysis(log_path: str, path: str) -> dict | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--big", default=DEFAULT_BIG,
-                    help="the big trace (default bench/out/tinygpt_naive_x1000MB.json; make it "
-                         "with: python bench/tile.py examples/tinygpt_naive.json.gz OUT --mb 1000)")
+    ap.add_argument(
+        "--big",
+        default=DEFAULT_BIG,
+        help="the big trace (default bench/out/tinygpt_naive_x1000MB.json; make it "
+        "with: python bench/tile.py examples/tinygpt_naive.json.gz OUT --mb 1000)",
+    )
     ap.add_argument("--every", type=float, default=20.0, help="ms between hovers (default 20)")
-    ap.add_argument("--copy", action="store_true",
-                    help="copy the big trace into the folder (default: hard link when possible)")
-    ap.add_argument("--no-reference", action="store_true",
-                    help="skip the reference analysis in a fresh subprocess")
+    ap.add_argument(
+        "--copy",
+        action="store_true",
+        help="copy the big trace into the folder (default: hard link when possible)",
+    )
+    ap.add_argument(
+        "--no-reference", action="store_true", help="skip the reference analysis in a fresh subprocess"
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="s to wait for the big report")
     ap.add_argument("--tmp", default=None, help="where the temp folder goes (default $TMPDIR)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (daemon log, state)")
-    ap.add_argument("--dump", metavar="FILE", help="write the raw hover samples "
-                    "[[s since rename, latency s], ...] and the timings as JSON")
+    ap.add_argument(
+        "--dump",
+        metavar="FILE",
+        help="write the raw hover samples [[s since rename, latency s], ...] and the timings as JSON",
+    )
     ns = ap.parse_args(argv)
     ns.big = os.path.abspath(ns.big)
     if not os.path.isfile(ns.big):
         print(f"no such file: {ns.big} (make it with bench/tile.py)", file=sys.stderr)
         return 2
     size = os.path.getsize(ns.big)
-    print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
-          f"{os.getloadavg()[0]:.2f}; big trace {os.path.relpath(ns.big, ROOT)} "
-          f"({size / 1e6:,.0f} MB); hover every {ns.every:g} ms", flush=True)
+    print(
+        f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
+        f"{os.getloadavg()[0]:.2f}; big trace {os.path.relpath(ns.big, ROOT)} "
+        f"({size / 1e6:,.0f} MB); hover every {ns.every:g} ms",
+        flush=True,
+    )
 
     res = asyncio.run(run(ns))
     ref = None if ns.no_reference else reference_analysis(ns.big)
 
     lat = [x * 1e3 for _, x in res["hovers"]]
-    print(f"\ndaemon: profd serve --stdio (default settle/quiet, 2 workers), ready in "
-          f"{res['start_s']:.2f} s; small trace published {res['small_latency_s']:.2f} s after "
-          f"its rename; hover target {res['target']}")
+    print(
+        f"\ndaemon: profd serve --stdio (default settle/quiet, 2 workers), ready in "
+        f"{res['start_s']:.2f} s; small trace published {res['small_latency_s']:.2f} s after "
+        f"its rename; hover target {res['target']}"
+    )
     print("\n1. hover latency while the daemon analyses the big trace")
     if lat:
         worst = sorted(res["hovers"], key=lambda x: -x[1])[:5]
-        print(f"   hovers {len(lat)}  p50 {pct(lat, 50):.2f} ms  p95 {pct(lat, 95):.2f} ms  "
-              f"p99 {pct(lat, 99):.2f} ms  max {max(lat):.2f} ms   (target p99 <= 10 ms)")
+        print(
+            f"   hovers {len(lat)}  p50 {pct(lat, 50):.2f} ms  p95 {pct(lat, 95):.2f} ms  "
+            f"p99 {pct(lat, 99):.2f} ms  max {max(lat):.2f} ms   (target p99 <= 10 ms)"
+        )
         print("   worst: " + ", ".join(f"{x * 1e3:.1f} ms at +{t:.2f} s" for t, x in worst))
     else:
         print("   no hovers were sent (the report came first)")
@@ -400,24 +445,33 @@ def main(argv=None) -> int:
     print("\n2. watch latency (rename into the folder -> diagnostics at the client)")
     lat_s = res["t_ready"]
     fd = res["t_first_diag"]
-    print(f"   first publishDiagnostics +{fd:.3f} s; profd/reportReady +{lat_s:.3f} s "
-          f"({res['big_diagnostics']} diagnostics, error {res['big_error']!r}, "
-          f"analyses {res['analyses']})" if fd is not None else
-          f"   profd/reportReady +{lat_s:.3f} s (no publishDiagnostics seen)")
+    print(
+        f"   first publishDiagnostics +{fd:.3f} s; profd/reportReady +{lat_s:.3f} s "
+        f"({res['big_diagnostics']} diagnostics, error {res['big_error']!r}, "
+        f"analyses {res['analyses']})"
+        if fd is not None
+        else f"   profd/reportReady +{lat_s:.3f} s (no publishDiagnostics seen)"
+    )
     if res["progress"]:
         print("   $/progress: " + ", ".join(f"{k} +{t:.3f} s" for t, k in res["progress"]))
     pub = fd if fd is not None else lat_s
     dm = daemon_analysis(res["log"], res["big_path"])
     if dm:
-        print(f"   the daemon's worker: analysis {dm['wall']:.3f} s wall, {dm['cpu']:.3f} s CPU "
-              f"(submit -> result {dm['submit']:.3f} s); latency - worker analysis = "
-              f"{pub - dm['wall']:+.3f} s (the daemon's own share)")
+        print(
+            f"   the daemon's worker: analysis {dm['wall']:.3f} s wall, {dm['cpu']:.3f} s CPU "
+            f"(submit -> result {dm['submit']:.3f} s); latency - worker analysis = "
+            f"{pub - dm['wall']:+.3f} s (the daemon's own share)"
+        )
     if ref and "s" in ref:
-        print(f"   reference analysis (fresh process, analyze_file, imports excluded): "
-              f"{ref['s']:.3f} s wall, {ref['cpu']:.3f} s CPU, peak RSS "
-              f"{ref['hwm'] / 2**20:,.0f} MiB, {ref['diagnostics']} diagnostics")
-        print(f"   publish latency {pub:.3f} s  analysis {ref['s']:.3f} s  overhead "
-              f"{pub - ref['s']:+.3f} s   (target overhead <= 0.5 s)")
+        print(
+            f"   reference analysis (fresh process, analyze_file, imports excluded): "
+            f"{ref['s']:.3f} s wall, {ref['cpu']:.3f} s CPU, peak RSS "
+            f"{ref['hwm'] / 2**20:,.0f} MiB, {ref['diagnostics']} diagnostics"
+        )
+        print(
+            f"   publish latency {pub:.3f} s  analysis {ref['s']:.3f} s  overhead "
+            f"{pub - ref['s']:+.3f} s   (target overhead <= 0.5 s)"
+        )
     elif ref:
         print(f"   reference analysis failed: {ref['error']}")
 
@@ -428,9 +482,17 @@ def main(argv=None) -> int:
     print(f"   sampled peak of the tree's summed VmRSS: {res['rss_peak_sum'] / 2**20:,.0f} MiB")
     if ns.dump:
         with open(ns.dump, "w") as f:
-            json.dump({"hovers": res["hovers"], "t_ready": res["t_ready"],
-                       "t_first_diag": res["t_first_diag"], "daemon": dm, "reference": ref,
-                       "big": ns.big}, f)
+            json.dump(
+                {
+                    "hovers": res["hovers"],
+                    "t_ready": res["t_ready"],
+                    "t_first_diag": res["t_first_diag"],
+                    "daemon": dm,
+                    "reference": ref,
+                    "big": ns.big,
+                },
+                f,
+            )
     if ns.keep:
         print(f"\n# kept {res['work']}")
     else:

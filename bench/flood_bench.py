@@ -19,6 +19,7 @@ Printed per run and over the runs: flooded latency, idle latency, their ratio, a
 latency less the worker's analysis time (the daemon's log) against the issue's bound, "within its
 analysis time + 1 s". Benchmarks print numbers; nothing here asserts a time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,19 +67,41 @@ async def one_run(n_files: int, tmp: str | None) -> dict:
     log_path = os.path.join(work, "daemon.log")
     log = open(log_path, "wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "profd.server.daemon.cli", "serve", "--stdio", "--watch", watch,
-        "--workspace", SRC, "--state", state, "--log-level", "INFO",
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, limit=64 << 20)
+        sys.executable,
+        "-m",
+        "profd.server.daemon.cli",
+        "serve",
+        "--stdio",
+        "--watch",
+        watch,
+        "--workspace",
+        SRC,
+        "--state",
+        state,
+        "--log-level",
+        "INFO",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=ROOT,
+        limit=64 << 20,
+    )
     c = Client(proc)
     res: dict = {}
     try:
-        await c.request("initialize", {"processId": os.getpid(), "rootUri": uri(ROOT),
-                                       "capabilities": {"textDocument": {"publishDiagnostics": {}}}})
+        await c.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": uri(ROOT),
+                "capabilities": {"textDocument": {"publishDiagnostics": {}}},
+            },
+        )
         c.notify("initialized", {})
         await c.request("profd/status", {})
 
         warm, _ = rename_in(watch, "warm.json.gz", variant(TRACE, 2))  # the workers' first
-        await asyncio.wait_for(c.ready_event(warm).wait(), 120)        # job imports the engine
+        await asyncio.wait_for(c.ready_event(warm).wait(), 120)  # job imports the engine
         idle, t = rename_in(watch, "idle.json.gz", variant(TRACE, 0))
         await asyncio.wait_for(c.ready_event(idle).wait(), 120)
         res["idle_s"] = c.ready[idle][0] - t
@@ -94,8 +117,10 @@ async def one_run(n_files: int, tmp: str | None) -> dict:
         res["backlog"] = st["queued"] + st["running"]
 
         contents[good] = good_data
-        distinct = {hashlib.sha256(gzip.decompress(v) if v[:2] == b"\x1f\x8b" else v).digest()
-                    for v in contents.values()}
+        distinct = {
+            hashlib.sha256(gzip.decompress(v) if v[:2] == b"\x1f\x8b" else v).digest()
+            for v in contents.values()
+        }
         while True:
             st = await c.request("profd/status", {})
             if st["queued"] == 0 and st["running"] == 0 and st["analyses"] >= len(distinct) + 2:
@@ -125,27 +150,36 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs, each on a fresh daemon (default 3)")
     ap.add_argument("--tmp", default=None, help="where the temp folders go (default $TMPDIR)")
     ns = ap.parse_args(argv)
-    print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
-          f"{os.getloadavg()[0]:.2f}; {ns.files} files per flood, then {TRACE} renamed in",
-          flush=True)
+    print(
+        f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
+        f"{os.getloadavg()[0]:.2f}; {ns.files} files per flood, then {TRACE} renamed in",
+        flush=True,
+    )
     runs = []
     for i in range(ns.runs):
         r = asyncio.run(one_run(ns.files, ns.tmp))
         runs.append(r)
-        print(f"run {i + 1}: {r['paths']} paths written in {r['written_s']:.2f} s; the trace "
-              f"after them reported in {r['flooded_s']:.3f} s ({r['backlog']} still queued), "
-              f"on the idle daemon {r['idle_s']:.3f} s: x{r['flooded_s'] / r['idle_s']:.1f}; "
-              f"worker {r['worker_s']:.3f} s, so analysis + {r['flooded_s'] - r['worker_s']:.3f} s "
-              f"(bound: + 1 s); drained in {r['drain_s']:.1f} s, {r['analyses']} analyses for "
-              f"{r['distinct']} contents", flush=True)
+        print(
+            f"run {i + 1}: {r['paths']} paths written in {r['written_s']:.2f} s; the trace "
+            f"after them reported in {r['flooded_s']:.3f} s ({r['backlog']} still queued), "
+            f"on the idle daemon {r['idle_s']:.3f} s: x{r['flooded_s'] / r['idle_s']:.1f}; "
+            f"worker {r['worker_s']:.3f} s, so analysis + {r['flooded_s'] - r['worker_s']:.3f} s "
+            f"(bound: + 1 s); drained in {r['drain_s']:.1f} s, {r['analyses']} analyses for "
+            f"{r['distinct']} contents",
+            flush=True,
+        )
         if r.get("twice") and r["analyses"] > r["distinct"]:  # a path analysed twice holds
-            print(f"   paths analysed twice (one may have held two contents): "    # two contents
-                  f"{', '.join(os.path.basename(p) for p in r['twice'][:5])} "       # when its file
-                  f"(log kept in {r['work']})")                                      # was replaced
+            print(
+                f"   paths analysed twice (one may have held two contents): "  # two contents
+                f"{', '.join(os.path.basename(p) for p in r['twice'][:5])} "  # when its file
+                f"(log kept in {r['work']})"
+            )  # was replaced
     worst = max(runs, key=lambda r: r["flooded_s"] - r["worker_s"])
-    print(f"\nworst of {len(runs)}: analysis + {worst['flooded_s'] - worst['worker_s']:.3f} s "
-          f"(bound + 1 s); flooded / idle latency median "
-          f"x{sorted(r['flooded_s'] / r['idle_s'] for r in runs)[len(runs) // 2]:.1f}")
+    print(
+        f"\nworst of {len(runs)}: analysis + {worst['flooded_s'] - worst['worker_s']:.3f} s "
+        f"(bound + 1 s); flooded / idle latency median "
+        f"x{sorted(r['flooded_s'] / r['idle_s'] for r in runs)[len(runs) // 2]:.1f}"
+    )
     return 0
 
 

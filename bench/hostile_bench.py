@@ -10,6 +10,7 @@ that inflates to SIZE MB of one hostile shape. Every case runs in a fresh child 
 outcome. Linear time shows as a flat s/GB column across sizes; bounded memory as a flat peak for
 the shapes that need none. Synthetic by nature: no profiler writes these. Nothing is asserted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,16 +90,28 @@ def main() -> None:
                 for how in ("native", "python"):
                     t0 = time.perf_counter()
                     try:
-                        r = subprocess.run([sys.executable, "-c", CHILD, p, how], capture_output=True,
-                                           text=True, timeout=args.timeout)
-                        res = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
-                            else {"wall": time.perf_counter() - t0, "hwm_mb": 0,
-                                  "out": f"child died ({r.returncode})"}
+                        r = subprocess.run(
+                            [sys.executable, "-c", CHILD, p, how],
+                            capture_output=True,
+                            text=True,
+                            timeout=args.timeout,
+                        )
+                        res = (
+                            json.loads(r.stdout.strip().splitlines()[-1])
+                            if r.returncode == 0
+                            else {
+                                "wall": time.perf_counter() - t0,
+                                "hwm_mb": 0,
+                                "out": f"child died ({r.returncode})",
+                            }
+                        )
                     except subprocess.TimeoutExpired:
                         res = {"wall": args.timeout, "hwm_mb": 0, "out": "timed out"}
-                    print(f"{name:28} {how:7} {mb:6d} {res['wall']:8.2f} "
-                          f"{res['wall'] / mb * 1024:6.2f} {res['hwm_mb']:8.0f}  {res['out']}",
-                          flush=True)
+                    print(
+                        f"{name:28} {how:7} {mb:6d} {res['wall']:8.2f} "
+                        f"{res['wall'] / mb * 1024:6.2f} {res['hwm_mb']:8.0f}  {res['out']}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ noise floor (``NOISE_SHARE`` of the measured step: run-to-run spread of the unpr
 The ranking holds on a recording with two or more measured fixes when the finding profd puts first
 among them is the one whose fix gave back most.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,18 @@ class Result:
 def load(path: str = PAIRS) -> list[Pair]:
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    keys = {"id", "before", "after", "fix", "codes", "measured_before_us", "measured_after_us",
-            "source_before", "source_after", "note"}
+    keys = {
+        "id",
+        "before",
+        "after",
+        "fix",
+        "codes",
+        "measured_before_us",
+        "measured_after_us",
+        "source_before",
+        "source_after",
+        "note",
+    }
     out = []
     for p in doc.get("pair", []):
         extra = set(p) - keys
@@ -100,8 +111,10 @@ def load(path: str = PAIRS) -> list[Pair]:
 def _analysed(trace) -> tuple:
     """(report, context) of a corpus trace, analysed as the corpus does."""
     path = os.path.join(ROOT, trace.files[0])
-    opts = Options(workspace=[os.path.join(ROOT, w) for w in trace.workspace],
-                   path_map=[(r, os.path.join(ROOT, l)) for r, l in trace.path_map])
+    opts = Options(
+        workspace=[os.path.join(ROOT, w) for w in trace.workspace],
+        path_map=[(r, os.path.join(ROOT, l)) for r, l in trace.path_map],
+    )
     done = analyze_trace(path, opts)
     return done.report, done.context
 
@@ -116,8 +129,14 @@ def score(pairs: list[Pair]) -> list[Result]:
         report, ctx = cache[p.before]
         ds = [d for d in report.diagnostics if d.code in p.codes]
         gain, step = pair_gain(ctx, ds)
-        found = [(d.code, f"{os.path.basename(d.location.path or '')}:{d.location.line or ''}", d.impact_us_per_step)
-                 for d in ds]
+        found = [
+            (
+                d.code,
+                f"{os.path.basename(d.location.path or '')}:{d.location.line or ''}",
+                d.impact_us_per_step,
+            )
+            for d in ds
+        ]
         out.append(Result(p, found, gain, step))
     return out
 
@@ -134,8 +153,13 @@ def ranking(results: list[Result]) -> list[tuple[str, bool, str]]:
             continue
         best = max(rs, key=lambda r: r.pair.measured_us)
         first = max(rs, key=lambda r: max((imp or 0.0) for _, _, imp in r.findings))
-        out.append((before, first.pair.codes == best.pair.codes,
-                    f"profd first: {'+'.join(first.pair.codes)}; measured most: {'+'.join(best.pair.codes)}"))
+        out.append(
+            (
+                before,
+                first.pair.codes == best.pair.codes,
+                f"profd first: {'+'.join(first.pair.codes)}; measured most: {'+'.join(best.pair.codes)}",
+            )
+        )
     return out
 
 
@@ -148,8 +172,17 @@ def table(results: list[Result]) -> str:
     for r in results:
         fs = ", ".join(sorted({c for c, _, _ in r.findings})) or f"(none of {', '.join(r.pair.codes)})"
         ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
-        rows.append((r.pair.id, fs, _us(r.predicted_us), _us(r.pair.measured_us), ratio,
-                     "noise" if r.noise else "ok" if r.within else "OUT", f"{_us(r.model_step_us)} / {_us(r.pair.measured_before_us)}"))
+        rows.append(
+            (
+                r.pair.id,
+                fs,
+                _us(r.predicted_us),
+                _us(r.pair.measured_us),
+                ratio,
+                "noise" if r.noise else "ok" if r.within else "OUT",
+                f"{_us(r.model_step_us)} / {_us(r.pair.measured_before_us)}",
+            )
+        )
     w = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip() for row in rows]
     rk = ranking(results)
@@ -158,14 +191,20 @@ def table(results: list[Result]) -> str:
         lines.append(f"ranking on {before}: {'right' if ok else 'WRONG'} ({what})")
     n = sum(r.within for r in results)
     lines.append(f"noise: predicted and measured both under {NOISE_SHARE:.0%} of the measured step")
-    lines.append(f"{n} of {len(results)} pairs within {BOUND}x; ranking right on {sum(ok for _, ok, _ in rk)} of {len(rk)}")
+    lines.append(
+        f"{n} of {len(results)} pairs within {BOUND}x; ranking right on {sum(ok for _, ok, _ in rk)} of {len(rk)}"
+    )
     return "\n".join(lines)
 
 
 def regressions(results: list[Result], baseline: dict) -> list[str]:
     held = set(baseline.get("within", []))
-    return [f"{r.pair.id}: predicted {_us(r.predicted_us)} for a measured {_us(r.pair.measured_us)} "
-            f"({r.pair.fix}); it was within {BOUND}x" for r in results if r.pair.id in held and not r.within]
+    return [
+        f"{r.pair.id}: predicted {_us(r.predicted_us)} for a measured {_us(r.pair.measured_us)} "
+        f"({r.pair.fix}); it was within {BOUND}x"
+        for r in results
+        if r.pair.id in held and not r.within
+    ]
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ and comparing on the commit after: the reports must be byte-identical. The trace
 with their job reports) and every other trace under ``examples/`` (workspace ``examples/src``).
 The file's own path is written relative to the repository, so two checkouts compare equal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,8 +101,10 @@ def main(argv=None) -> int:
         print(f"changed: {cid}")
     for cid in missing:
         print(f"not in the snapshot: {cid}")
-    print(f"snapshot: {n} reports, {n - len(changed) - len(missing)} byte-identical, "
-          f"{len(changed)} changed, {len(missing)} new")
+    print(
+        f"snapshot: {n} reports, {n - len(changed) - len(missing)} byte-identical, "
+        f"{len(changed)} changed, {len(missing)} new"
+    )
     return 1 if changed or missing else 0
 
 

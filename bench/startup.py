@@ -11,6 +11,7 @@ on a loaded machine. Children run with bytecode caching allowed (``PYTHONDONTWRI
 unset) after one warm-up round, as an installed profd runs from its compiled ``.pyc`` files.
 ``--importtime`` prints the modules an in-process analyze imports, slowest first (``-X importtime``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,18 @@ DEFAULT_TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 
 
 def analyze_cmd(python: str, trace: str) -> list[str]:
-    return [python, "-m", "profd.client_cli.main", "analyze", "--no-daemon", "--format", "json",
-            "--fail-on", "never", trace]
+    return [
+        python,
+        "-m",
+        "profd.client_cli.main",
+        "analyze",
+        "--no-daemon",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        trace,
+    ]
 
 
 # The children run in an empty folder: the current folder is the default workspace, and from a
@@ -61,8 +72,13 @@ def importtime(python: str, trace: str, top: int) -> None:
     """The modules an in-process analyze imports, by their own import time (best of 3 runs)."""
     best: dict[str, int] = {}
     for _ in range(3):
-        p = subprocess.run([python, "-X", "importtime", *analyze_cmd(python, trace)[1:]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(), cwd=CWD)
+        p = subprocess.run(
+            [python, "-X", "importtime", *analyze_cmd(python, trace)[1:]],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            cwd=CWD,
+        )
         for line in p.stderr.decode().splitlines():
             m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| +(\S+)", line)
             if m:
@@ -76,14 +92,25 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="profd-client analyze start-up vs the interpreter's")
     ap.add_argument("--trace", default=DEFAULT_TRACE)
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--python", action="append", default=[],
-                    help="also time this interpreter's profd (another checkout's venv); repeatable")
-    ap.add_argument("--importtime", type=int, default=0, metavar="N",
-                    help="also print the N slowest imports of each interpreter's analyze")
+    ap.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        help="also time this interpreter's profd (another checkout's venv); repeatable",
+    )
+    ap.add_argument(
+        "--importtime",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N slowest imports of each interpreter's analyze",
+    )
     ns = ap.parse_args(argv)
     env = child_env()
-    cases = [("python -c pass", [sys.executable, "-c", "pass"]),
-             ("python -c 'import orjson'", [sys.executable, "-c", "import orjson"])]
+    cases = [
+        ("python -c pass", [sys.executable, "-c", "pass"]),
+        ("python -c 'import orjson'", [sys.executable, "-c", "import orjson"]),
+    ]
     for py in [sys.executable, *ns.python]:
         label = "analyze" if py == sys.executable else f"analyze ({os.path.relpath(py, '/work')})"
         cases.append((label, analyze_cmd(py, ns.trace)))
@@ -93,8 +120,10 @@ def main(argv=None) -> int:
     for _ in range(ns.rounds):
         for label, cmd in cases:
             times[label].append(run_once(cmd, env))
-    print(f"# {os.path.relpath(ns.trace, ROOT)}, {ns.rounds} rounds round-robin, {os.cpu_count()} cpus, "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"# {os.path.relpath(ns.trace, ROOT)}, {ns.rounds} rounds round-robin, {os.cpu_count()} cpus, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     base_wall = statistics.median(w for w, _ in times["python -c pass"])
     base_cpu = statistics.median(c for _, c in times["python -c pass"])
     hdr = f"{'case':<44} {'wall ms':>8} {'cpu ms':>8} {'wall/pass':>9} {'cpu/pass':>9}"
@@ -105,8 +134,10 @@ def main(argv=None) -> int:
         c = statistics.median(x for _, x in times[label])
         print(f"{label:<44} {w * 1e3:8.1f} {c * 1e3:8.1f} {w / base_wall:8.2f}x {c / base_cpu:8.2f}x")
     w = statistics.median(x for x, _ in times["analyze"])
-    print(f"target: analyze of a small trace under 150 ms wall: {w * 1e3:.0f} ms "
-          f"{'MET' if w < 0.150 else 'MISSED'}")
+    print(
+        f"target: analyze of a small trace under 150 ms wall: {w * 1e3:.0f} ms "
+        f"{'MET' if w < 0.150 else 'MISSED'}"
+    )
     if ns.importtime:
         for py in [sys.executable, *ns.python]:
             importtime(py, ns.trace, ns.importtime)

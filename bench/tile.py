@@ -11,6 +11,7 @@ with orjson, so producing 1 GB needs only the source's objects in memory.
 
     python bench/tile.py SOURCE OUT --mb 250
 """
+
 from __future__ import annotations
 
 import argparse

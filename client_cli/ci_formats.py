@@ -2,6 +2,7 @@
 into annotations on the diff) and ``junit`` (JUnit XML, which most CI systems show as test
 results). Pure functions of Report lists, like format.py; a finding on the trace itself (no source
 line) is annotated on the trace file."""
+
 from __future__ import annotations
 
 import os
@@ -69,28 +70,42 @@ def junit(reports: Iterable[T.Report], jobs=(), show_hints: bool = False) -> str
         cases = []
         for d in ds:
             loc = d.location
-            where = f"{_rel(loc.path)}:{loc.line}:{loc.column}" if loc.line else _rel(loc.path or r.trace.path)
-            cases.append(f'    <testcase name={quoteattr(f"{d.code} at {where}")} classname={quoteattr(_rel(loc.path or r.trace.path))}>\n'
-                         f'      <failure type={quoteattr(d.severity)} message={quoteattr(d.message)}>'
-                         f'{_xml_text(where + ": " + d.severity + "[" + d.code + "] " + d.message)}</failure>\n'
-                         '    </testcase>')
+            where = (
+                f"{_rel(loc.path)}:{loc.line}:{loc.column}" if loc.line else _rel(loc.path or r.trace.path)
+            )
+            cases.append(
+                f"    <testcase name={quoteattr(f'{d.code} at {where}')} classname={quoteattr(_rel(loc.path or r.trace.path))}>\n"
+                f"      <failure type={quoteattr(d.severity)} message={quoteattr(d.message)}>"
+                f"{_xml_text(where + ': ' + d.severity + '[' + d.code + '] ' + d.message)}</failure>\n"
+                "    </testcase>"
+            )
         if not ds:
             cases.append(f'    <testcase name="no findings" classname={quoteattr(_rel(r.trace.path))}/>')
         total += max(1, len(ds))
         fails += len(ds)
-        suites.append(f'  <testsuite name={quoteattr(_rel(r.trace.path))} tests="{max(1, len(ds))}" '
-                      f'failures="{len(ds)}" errors="{1 if r.error else 0}">\n' + "\n".join(cases) + "\n  </testsuite>")
+        suites.append(
+            f'  <testsuite name={quoteattr(_rel(r.trace.path))} tests="{max(1, len(ds))}" '
+            f'failures="{len(ds)}" errors="{1 if r.error else 0}">\n' + "\n".join(cases) + "\n  </testsuite>"
+        )
     for k, j in enumerate(jobs):
         name = f"job {k + 1}: {len(j.ranks)} of {j.world_size} ranks"
-        cases = [f'    <testcase name={quoteattr(f"{d.code}")} classname={quoteattr(name)}>\n'
-                 f'      <failure type={quoteattr(d.severity)} message={quoteattr(d.message)}/>\n    </testcase>'
-                 for d in j.diagnostics] or [f'    <testcase name="no findings" classname={quoteattr(name)}/>']
+        cases = [
+            f"    <testcase name={quoteattr(f'{d.code}')} classname={quoteattr(name)}>\n"
+            f"      <failure type={quoteattr(d.severity)} message={quoteattr(d.message)}/>\n    </testcase>"
+            for d in j.diagnostics
+        ] or [f'    <testcase name="no findings" classname={quoteattr(name)}/>']
         total += max(1, len(j.diagnostics))
         fails += len(j.diagnostics)
-        suites.append(f'  <testsuite name={quoteattr(name)} tests="{max(1, len(j.diagnostics))}" '
-                      f'failures="{len(j.diagnostics)}">\n' + "\n".join(cases) + "\n  </testsuite>")
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuites name="profd" tests="{total}" failures="{fails}">\n' + "\n".join(suites) + "\n</testsuites>\n")
+        suites.append(
+            f'  <testsuite name={quoteattr(name)} tests="{max(1, len(j.diagnostics))}" '
+            f'failures="{len(j.diagnostics)}">\n' + "\n".join(cases) + "\n  </testsuite>"
+        )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<testsuites name="profd" tests="{total}" failures="{fails}">\n'
+        + "\n".join(suites)
+        + "\n</testsuites>\n"
+    )
 
 
 def _xml_text(s: str) -> str:

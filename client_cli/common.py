@@ -5,6 +5,7 @@ reports. The subcommand modules import this one, never ``main``, which imports t
 Exit codes as ruff: 0 clean (or nothing at/above --fail-on, or --exit-zero), 1 findings at/above
 --fail-on, 2 bad input, a bad trace or bad usage.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,72 +62,152 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if "%(default)" not in h and action.default not in (None, False, [], argparse.SUPPRESS) \
-                and action.option_strings and action.nargs != 0:
+        if (
+            "%(default)" not in h
+            and action.default not in (None, False, [], argparse.SUPPRESS)
+            and action.option_strings
+            and action.nargs != 0
+        ):
             h += " (default: %(default)s)"
         return h
 
 
 # ---- the common options --------------------------------------------------------------------------
 
-def output_options(p: argparse.ArgumentParser, formats=("text", "json"), statistics: bool = False,
-                   output_file: bool = True) -> None:
+
+def output_options(
+    p: argparse.ArgumentParser, formats=("text", "json"), statistics: bool = False, output_file: bool = True
+) -> None:
     """``--format``, ``-o/--output-file``, ``-q/--quiet``, ``--color`` (and ``--statistics``): on every
     command that prints results (``annotate``'s ``-o`` is the annotated trace it writes)."""
     p.set_defaults(_formats=tuple(formats))
     g = p.add_argument_group("output")
-    g.add_argument("--format", "--output-format", dest="format", choices=list(formats), default=None,
-                   help=f"output format: {', '.join(formats)} (default: text)")
+    g.add_argument(
+        "--format",
+        "--output-format",
+        dest="format",
+        choices=list(formats),
+        default=None,
+        help=f"output format: {', '.join(formats)} (default: text)",
+    )
     if output_file:
-        g.add_argument("-o", "--output-file", metavar="FILE", default=None,
-                       help="write the output to FILE instead of stdout")
-    g.add_argument("-q", "--quiet", action="store_true",
-                   help="only the findings: no summaries, notes or progress")
-    g.add_argument("--color", choices=["auto", "always", "never"], default=None,
-                   help="colour the text output (default: auto: when stdout is a terminal and NO_COLOR is unset)")
+        g.add_argument(
+            "-o",
+            "--output-file",
+            metavar="FILE",
+            default=None,
+            help="write the output to FILE instead of stdout",
+        )
+    g.add_argument(
+        "-q", "--quiet", action="store_true", help="only the findings: no summaries, notes or progress"
+    )
+    g.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default=None,
+        help="colour the text output (default: auto: when stdout is a terminal and NO_COLOR is unset)",
+    )
     if statistics:
-        g.add_argument("--statistics", action="store_true", default=None,
-                       help="print the number of findings per rule (and those suppressed inline) instead of the findings")
-    g.add_argument("-v", "--verbose", action="store_true",
-                   help="say on stderr which configuration file is used, how each trace is analysed and how long it took")
-    g.add_argument("--config", metavar="FILE|KEY=VALUE", action="append", default=None,
-                   help="read [tool.profd] from FILE (default: the nearest pyproject.toml with one, upwards from the "
-                        "current folder), or override one setting with a TOML pair, as ruff's: "
-                        "--config 'fail-on = \"error\"' (repeatable)")
+        g.add_argument(
+            "--statistics",
+            action="store_true",
+            default=None,
+            help="print the number of findings per rule (and those suppressed inline) instead of the findings",
+        )
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr which configuration file is used, how each trace is analysed and how long it took",
+    )
+    g.add_argument(
+        "--config",
+        metavar="FILE|KEY=VALUE",
+        action="append",
+        default=None,
+        help="read [tool.profd] from FILE (default: the nearest pyproject.toml with one, upwards from the "
+        "current folder), or override one setting with a TOML pair, as ruff's: "
+        "--config 'fail-on = \"error\"' (repeatable)",
+    )
     g.add_argument("--isolated", action="store_true", help="ignore every configuration file")
-    g.add_argument("--show-settings", action="store_true",
-                   help="print the configuration file used and the settings in effect, and exit")
+    g.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the configuration file used and the settings in effect, and exit",
+    )
 
 
 def analysis_options(p: argparse.ArgumentParser, daemon: bool = True, gate: bool = True) -> None:
     """Where sources are, which rules run, and (``gate``) what fails the run."""
     g = p.add_argument_group("analysis")
-    g.add_argument("--workspace", action="append", default=None, metavar="DIR",
-                   help="where your sources live, to map the trace's frame paths onto (repeatable; default: .)")
-    g.add_argument("--path-map", action="append", default=None, metavar="REMOTE=LOCAL",
-                   help="map a frame path prefix from the profiled machine onto a local folder (repeatable)")
-    g.add_argument("--select", action="append", default=None, metavar="CODES",
-                   help="run only these rules: codes, families (kernels) or ALL, comma-separated (default: ALL)")
-    g.add_argument("--extend-select", action="append", default=None, metavar="CODES",
-                   help="run these rules in addition to --select")
-    g.add_argument("--ignore", action="append", default=None, metavar="CODES",
-                   help="do not run these rules (comma-separated codes or families)")
+    g.add_argument(
+        "--workspace",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="where your sources live, to map the trace's frame paths onto (repeatable; default: .)",
+    )
+    g.add_argument(
+        "--path-map",
+        action="append",
+        default=None,
+        metavar="REMOTE=LOCAL",
+        help="map a frame path prefix from the profiled machine onto a local folder (repeatable)",
+    )
+    g.add_argument(
+        "--select",
+        action="append",
+        default=None,
+        metavar="CODES",
+        help="run only these rules: codes, families (kernels) or ALL, comma-separated (default: ALL)",
+    )
+    g.add_argument(
+        "--extend-select",
+        action="append",
+        default=None,
+        metavar="CODES",
+        help="run these rules in addition to --select",
+    )
+    g.add_argument(
+        "--ignore",
+        action="append",
+        default=None,
+        metavar="CODES",
+        help="do not run these rules (comma-separated codes or families)",
+    )
     g.add_argument("--disable", action="append", default=None, metavar="CODES", help=argparse.SUPPRESS)
     g.add_argument("--hints", action="store_true", default=None, help="also print hint-level findings")
     if gate:
-        g.add_argument("--fail-on", choices=list(config.FAIL_ON), default=None,
-                       help=f"lowest severity that makes the exit status 1 (default: {DEFAULT_FAIL_ON})")
-        g.add_argument("--exit-zero", action="store_true",
-                       help="exit 0 even when there are findings (2 still means bad input)")
+        g.add_argument(
+            "--fail-on",
+            choices=list(config.FAIL_ON),
+            default=None,
+            help=f"lowest severity that makes the exit status 1 (default: {DEFAULT_FAIL_ON})",
+        )
+        g.add_argument(
+            "--exit-zero",
+            action="store_true",
+            help="exit 0 even when there are findings (2 still means bad input)",
+        )
     if daemon:
         d = g.add_mutually_exclusive_group()
-        d.add_argument("--no-daemon", action="store_true",
-                       help="analyse in this process (default: through a running daemon; one is started only "
-                            "at a terminal, never in CI or a script)")
-        d.add_argument("--daemon", action="store_true",
-                       help="go through the daemon, starting one if none runs (also in CI or a script)")
-        g.add_argument("--state", metavar="DIR", default=None,
-                       help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)")
+        d.add_argument(
+            "--no-daemon",
+            action="store_true",
+            help="analyse in this process (default: through a running daemon; one is started only "
+            "at a terminal, never in CI or a script)",
+        )
+        d.add_argument(
+            "--daemon",
+            action="store_true",
+            help="go through the daemon, starting one if none runs (also in CI or a script)",
+        )
+        g.add_argument(
+            "--state",
+            metavar="DIR",
+            default=None,
+            help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)",
+        )
 
 
 def resolve(ns) -> argparse.Namespace:
@@ -136,8 +217,12 @@ def resolve(ns) -> argparse.Namespace:
     ns.config_path = cfg.path
     ns.per_file_ignores = cfg.get("per-file-ignores", {})
     if getattr(ns, "verbose", False):
-        warn(f"configuration: {cfg.path}" if cfg.path else "configuration: none (defaults and flags only)"
-             + (" (--isolated)" if getattr(ns, "isolated", False) else ""))
+        warn(
+            f"configuration: {cfg.path}"
+            if cfg.path
+            else "configuration: none (defaults and flags only)"
+            + (" (--isolated)" if getattr(ns, "isolated", False) else "")
+        )
 
     def pick(attr, key, default):
         v = getattr(ns, attr, None)
@@ -159,10 +244,17 @@ def resolve(ns) -> argparse.Namespace:
         pick("path_map", "path-map", [])
         ns.workspace = [os.path.abspath(w) for w in ns.workspace]
         ns.path_map = parse_path_map(ns.path_map)
-        sel = config.split_codes(ns.select) if ns.select is not None else (
-            config.split_codes(cfg.get("select")) if cfg.get("select") is not None else None)
+        sel = (
+            config.split_codes(ns.select)
+            if ns.select is not None
+            else (config.split_codes(cfg.get("select")) if cfg.get("select") is not None else None)
+        )
         ext = config.split_codes(cfg.get("extend-select", [])) + config.split_codes(ns.extend_select or [])
-        ign = config.split_codes(cfg.get("ignore", [])) + config.split_codes(ns.ignore or []) + config.split_codes(ns.disable or [])
+        ign = (
+            config.split_codes(cfg.get("ignore", []))
+            + config.split_codes(ns.ignore or [])
+            + config.split_codes(ns.disable or [])
+        )
         chosen = config.selection(sel, ext, ign)
         from ..protocol.catalog import RULES
 
@@ -183,8 +275,13 @@ def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
 def engine_options(ns):
     from ..server.engine import Options
 
-    return Options(workspace=ns.workspace, path_map=ns.path_map, disabled=set(ns.disabled),
-                   thresholds=dict(ns.thresholds or {}), library_lines=bool(getattr(ns, "library_lines", False)))
+    return Options(
+        workspace=ns.workspace,
+        path_map=ns.path_map,
+        disabled=set(ns.disabled),
+        thresholds=dict(ns.thresholds or {}),
+        library_lines=bool(getattr(ns, "library_lines", False)),
+    )
 
 
 def env_flag(name: str) -> bool:
@@ -206,6 +303,7 @@ def interactive() -> bool:
 
 
 # ---- where output goes -------------------------------------------------------------------------
+
 
 class Output:
     """stdout or ``-o FILE``; colour only on a terminal (``--color``, ``NO_COLOR``)."""
@@ -246,6 +344,7 @@ class Output:
 
 # ---- traces: folders, progress, analysis ---------------------------------------------------------
 
+
 def expand_paths(paths: list[str]) -> tuple[list[str], set[str]]:
     """Files as given; a folder stands for every trace under it (recursively: ``*.json``,
     ``*.pt.trace.json``, ``*.json.gz``; hidden ones skipped). Returns the files and those that
@@ -260,7 +359,9 @@ def expand_paths(paths: list[str]) -> tuple[list[str], set[str]]:
 
             got = trace_files(p)
             if not got:
-                raise config.UsageError(f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}")
+                raise config.UsageError(
+                    f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) under {p}"
+                )
             out += got
             found.update(got)
         else:
@@ -306,7 +407,10 @@ def per_file_ignores(ns, reports: list[T.Report]) -> list[T.Report]:
         for d in r.diagnostics:
             path = d.location.path or ""
             name = os.path.basename(path)
-            if any(d.code in cs and (fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(name, pat)) for pat, cs in rules):
+            if any(
+                d.code in cs and (fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(name, pat))
+                for pat, cs in rules
+            ):
                 dropped += 1
             else:
                 keep.append(d)
@@ -345,8 +449,9 @@ def _analyze_paths(ns, files: list[str], progress=None, summaries: Optional[list
         return analyze_local(files, opts, progress, summaries)
 
 
-def analyze_local(paths: list[str], opts, progress: Optional[Callable] = None,
-                  summaries: Optional[list] = None) -> list[T.Report]:
+def analyze_local(
+    paths: list[str], opts, progress: Optional[Callable] = None, summaries: Optional[list] = None
+) -> list[T.Report]:
     """Reports of ``paths`` in this process; ``summaries`` (when given) gets the rank summary of
     each that is a rank of a multi-process job, from the same run."""
     from ..server.engine import analyze_for_jobs, analyze_or_error
@@ -383,8 +488,10 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
             print(r.error, file=sys.stderr)
     if getattr(ns, "statistics", False):
         if ns.format not in ("text", "json"):
-            raise config.UsageError(f"--statistics prints text or json, not {ns.format} "
-                               f"(--format {ns.format} without --statistics prints the findings)")
+            raise config.UsageError(
+                f"--statistics prints text or json, not {ns.format} "
+                f"(--format {ns.format} without --statistics prints the findings)"
+            )
         rows = fmt.statistics(reports, jobs, show_hints=ns.hints)
         if ns.format == "json":
             out.json(rows)
@@ -398,12 +505,21 @@ def emit(out: Output, ns, reports: list[T.Report], jobs=()) -> None:
     elif ns.format in ("github", "junit"):
         from . import ci_formats
 
-        out.write(getattr(ci_formats, ns.format)([r for r in reports if not r.error], jobs, show_hints=ns.hints))
+        out.write(
+            getattr(ci_formats, ns.format)([r for r in reports if not r.error], jobs, show_hints=ns.hints)
+        )
     else:
         ok = [r for r in reports if not r.error]
         if ok:
-            out.write(fmt.text(ok, color=out.color, show_hints=ns.hints, quiet=out.quiet,
-                               modules=bool(getattr(ns, "modules", False))))
+            out.write(
+                fmt.text(
+                    ok,
+                    color=out.color,
+                    show_hints=ns.hints,
+                    quiet=out.quiet,
+                    modules=bool(getattr(ns, "modules", False)),
+                )
+            )
         if jobs:
             out.write(("\n" if ok else "") + fmt.job_text(jobs, color=out.color))
         if not out.quiet and (ok or jobs):

@@ -3,6 +3,7 @@
 ``find_daemon`` reads STATE/daemon.json; ``ensure_daemon`` starts one when none runs (as
 ``dmypy run`` does); the ``*_sync`` helpers are what ``profd-client`` calls.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,24 +21,29 @@ from ..server.daemon.rpc import DaemonClient, RpcError, analyze, analyze_rank, s
 # ---- finding / starting the daemon --------------------------------------------------------------
 def state_dir(state: Optional[str] = None) -> str:
     from ..server.daemon.cli import default_state
+
     return os.path.abspath(state or default_state())
 
 
 def find_daemon(state: Optional[str] = None) -> Optional[dict]:
     from ..server.daemon.cli import running
+
     return running(state_dir(state))
 
 
 IDLE_EXIT_S = 1800
 
 
-def ensure_daemon(state: Optional[str], workspace: list[str], paths: list[str], announce: bool = True) -> dict:
+def ensure_daemon(
+    state: Optional[str], workspace: list[str], paths: list[str], announce: bool = True
+) -> dict:
     """The running daemon, or a new one allowed to read the workspace, the cwd and ``paths``
     (said on stderr: it stays until it has been idle for 30 minutes)."""
     doc = find_daemon(state)
     if doc:
         return doc
     from ..server.daemon.cli import start_daemon
+
     opts = ["--tcp", "127.0.0.1:0", "--idle-exit", str(IDLE_EXIT_S)]  # an auto-started daemon goes away
     allow = {os.getcwd(), *workspace, *(os.path.dirname(os.path.abspath(p)) for p in paths)}
     for w in workspace:
@@ -46,22 +52,32 @@ def ensure_daemon(state: Optional[str], workspace: list[str], paths: list[str], 
         opts += ["--allow", a]
     doc = start_daemon(opts, state_dir(state))
     if announce:
-        warn(f"started a daemon for later runs (pid {doc['pid']}, state {state_dir(state)}); it exits "
-             f"after {IDLE_EXIT_S // 60} idle minutes, or now with `profd stop`; --no-daemon analyses in-process")
+        warn(
+            f"started a daemon for later runs (pid {doc['pid']}, state {state_dir(state)}); it exits "
+            f"after {IDLE_EXIT_S // 60} idle minutes, or now with `profd stop`; --no-daemon analyses in-process"
+        )
     return doc
 
 
 def _relabel(rep: T.Report, typed: str) -> T.Report:
     from ..server.daemon.index import relabel
+
     return relabel(rep, typed)
 
 
-def analyze_sync(doc: dict, paths: list[str], options: AnalysisOptions, fallback, progress=None,
-                 summaries: Optional[list] = None) -> list[T.Report]:
+def analyze_sync(
+    doc: dict,
+    paths: list[str],
+    options: AnalysisOptions,
+    fallback,
+    progress=None,
+    summaries: Optional[list] = None,
+) -> list[T.Report]:
     """Reports for ``paths`` from the daemon, analysed with ``options``, in order; a path it
     refuses goes to ``fallback(path, summaries)``. ``summaries`` (when given) gets the rank
     summary of each trace that is a rank of a multi-process job, made by the daemon from the same
     analysis as its report: nothing the daemon returned is analysed here again."""
+
     async def go(c: DaemonClient):
         out = []
         for p in paths:
@@ -87,6 +103,7 @@ def analyze_sync(doc: dict, paths: list[str], options: AnalysisOptions, fallback
 
 def reports_sync(doc: dict, path: Optional[str] = None) -> list[dict]:
     """The daemon's reports, each with its ``report`` (verdict, findings) beside the entry."""
+
     async def go(c: DaemonClient):
         res = await c.request(M.REPORTS, {"path": os.path.abspath(path) if path else None}, timeout=30)
         rows = res["reports"]
@@ -101,9 +118,11 @@ def hover_sync(doc: dict, file: str, line: int) -> Optional[str]:
     uri = "file://" + os.path.abspath(file)
 
     async def go(c: DaemonClient):
-        return await c.request("textDocument/hover", {
-            "textDocument": {"uri": uri}, "position": {"line": line - 1, "character": 0}},
-            timeout=30)
+        return await c.request(
+            "textDocument/hover",
+            {"textDocument": {"uri": uri}, "position": {"line": line - 1, "character": 0}},
+            timeout=30,
+        )
 
     res = asyncio.run(with_client(doc, go))
     if not res:

@@ -1,5 +1,6 @@
 """Printing reports: compiler-style text, JSON, SARIF 2.1.0, rule statistics. Pure functions of
 Report lists. Numbers in text are per profiled step unless labelled otherwise ("total")."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,9 +18,11 @@ _BOLD, _RESET = "\033[1m", "\033[0m"
 _BARS = " ▁▂▃▄▅▆▇█"
 
 # What each profiler flag brings, for the advice on a trace recorded without it.
-_FLAGS = (("with_stack", "findings on your source lines"),
-          ("record_shapes", "GEMM shapes: small-problem, misaligned-dims, conv-bias-before-bn"),
-          ("profile_memory", "memory-peak and memory-child-pressure"))
+_FLAGS = (
+    ("with_stack", "findings on your source lines"),
+    ("record_shapes", "GEMM shapes: small-problem, misaligned-dims, conv-bias-before-bn"),
+    ("profile_memory", "memory-peak and memory-child-pressure"),
+)
 
 
 def _rel(path: str) -> str:
@@ -30,8 +33,13 @@ def _rel(path: str) -> str:
         return path
 
 
-def text(reports: Iterable[T.Report], color: bool = False, show_hints: bool = False,
-         quiet: bool = False, modules: bool = False) -> str:
+def text(
+    reports: Iterable[T.Report],
+    color: bool = False,
+    show_hints: bool = False,
+    quiet: bool = False,
+    modules: bool = False,
+) -> str:
     out: list[str] = []
     for r in reports:
         if r.error:
@@ -75,8 +83,10 @@ def _diag_lines(d: T.Diagnostic, color: bool) -> list[str]:
         if rel.library and rel.path:
             lines.append(f"       = library: {_rel(rel.path)}:{rel.line} ({rel.module}.{rel.function})")
     if loc.precision == "function" and loc.line:
-        lines.append(f"       = note: line of the enclosing function ({loc.function}); "
-                     "the statement was not recoverable")
+        lines.append(
+            f"       = note: line of the enclosing function ({loc.function}); "
+            "the statement was not recoverable"
+        )
     return lines
 
 
@@ -113,31 +123,48 @@ def _summary_line(r: T.Report, show_hints: bool = False) -> str:
     s = r.summary
     path = _rel(r.trace.path)
     if not r.trace.events:
-        return (f"{path}: empty trace: the profiler recorded no events (was export_chrome_trace called "
-                "before the schedule's active steps ran, or outside `with profile(...)`?)")
+        return (
+            f"{path}: empty trace: the profiler recorded no events (was export_chrome_trace called "
+            "before the schedule's active steps ran, or outside `with profile(...)`?)"
+        )
     if s is None:
         return f"{path}: no summary"
     n = len(s.steps)
     per = max(1, n)
-    busy = f"GPU busy {s.gpu_busy_pct:.1f}% of the active window" if s.gpu_busy_pct is not None else "no GPU events"
+    busy = (
+        f"GPU busy {s.gpu_busy_pct:.1f}% of the active window"
+        if s.gpu_busy_pct is not None
+        else "no GPU events"
+    )
     if s.copy_busy_pct:  # the copy engines' work, which the kernels' busy share leaves out
         busy += f" (copy engines {s.copy_busy_pct:.1f}%)" if s.copy_busy_pct >= 0.1 else ""
-    steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (" …" if n > 8 else "")
+    steps = ", ".join(f"{(st.step_us or st.dur_us) / 1000:.2f}" for st in s.steps[:8]) + (
+        " …" if n > 8 else ""
+    )
     spark = sparkline([st.gpu_busy_us / st.dur_us if st.dur_us else 0 for st in s.steps])
     found = severity_counts(d.severity for d in r.diagnostics if d.severity != "hint" or show_hints)
     sup = sum((r.suppressed or {}).values())
     found += f" ({sup} suppressed inline)" if sup else ""
     # one word, one meaning: "per step" unless "total" is said; the verdict's word, never a second
     # "-bound" beside it (which side ends each step is said as "paced by")
-    timing = (f"per step CPU ops {us(s.cpu_total_us / per)} vs GPU {us(s.cuda_total_us / per)}"
-              f" over {plural(n, 'step')}" + (f" (ms: {steps}{_bound(s.steps)})" if n else "") if n else
-              f"no ProfilerStep# steps: CPU ops total {us(s.cpu_total_us)} vs GPU total {us(s.cuda_total_us)} "
-              "for the whole trace")
+    timing = (
+        f"per step CPU ops {us(s.cpu_total_us / per)} vs GPU {us(s.cuda_total_us / per)}"
+        f" over {plural(n, 'step')}" + (f" (ms: {steps}{_bound(s.steps)})" if n else "")
+        if n
+        else f"no ProfilerStep# steps: CPU ops total {us(s.cpu_total_us)} vs GPU total {us(s.cuda_total_us)} "
+        "for the whole trace"
+    )
     best = top_findings(r.diagnostics)
-    most = ("; fixes that give back most: " + ", ".join(f"{d.code} ~{us(d.impact_us_per_step)}" for d in best)
-            if best else "")
-    return (f"{path}: {s.verdict}: {timing}; {busy}" + (f"; GPU busy/step {spark}" if spark else "")
-            + f"; {found}{most}")
+    most = (
+        "; fixes that give back most: " + ", ".join(f"{d.code} ~{us(d.impact_us_per_step)}" for d in best)
+        if best
+        else ""
+    )
+    return (
+        f"{path}: {s.verdict}: {timing}; {busy}"
+        + (f"; GPU busy/step {spark}" if spark else "")
+        + f"; {found}{most}"
+    )
 
 
 def _bound(steps: list[T.Step]) -> str:
@@ -158,15 +185,23 @@ def severity_counts(severities: Iterable[str]) -> str:
     counts: dict[str, int] = {}
     for s in severities:
         counts[s] = counts.get(s, 0) + 1
-    return ", ".join(plural(counts[k], k, "information" if k == "information" else None)
-                     for k in ("error", "warning", "information", "hint") if k in counts) or "no findings"
+    return (
+        ", ".join(
+            plural(counts[k], k, "information" if k == "information" else None)
+            for k in ("error", "warning", "information", "hint")
+            if k in counts
+        )
+        or "no findings"
+    )
 
 
 def closing_line(reports: Iterable[T.Report], jobs=(), show_hints: bool = False) -> str:
     """The last line of the text output, as ruff's: ``Found 17 findings (11 warnings, 6 information)
     in 6 traces``; hints not shown are counted, so that a hint-only run does not read as clean."""
     reports = list(reports)
-    sevs = [d.severity for r in reports for d in r.diagnostics] + [d.severity for j in jobs for d in j.diagnostics]
+    sevs = [d.severity for r in reports for d in r.diagnostics] + [
+        d.severity for j in jobs for d in j.diagnostics
+    ]
     shown = [s for s in sevs if s != "hint" or show_hints]
     hidden = len(sevs) - len(shown)
     sup = sum(sum((r.suppressed or {}).values()) for r in reports)
@@ -183,15 +218,24 @@ def sparkline(fractions: list[float]) -> str:
 
 # ---- statistics -----------------------------------------------------------------------------------
 
+
 def statistics(reports: Iterable[T.Report], jobs=(), show_hints: bool = False) -> list[dict]:
     """Per rule: findings shown and findings suppressed inline, most first."""
     rows: dict[str, dict] = {}
 
     def row(code):
         info = RULES.get(code)
-        return rows.setdefault(code, {"code": code, "count": 0, "suppressed": 0,
-                                      "severity": info.severity if info else "warning", "severities": {},
-                                      "title": info.title if info else ""})
+        return rows.setdefault(
+            code,
+            {
+                "code": code,
+                "count": 0,
+                "suppressed": 0,
+                "severity": info.severity if info else "warning",
+                "severities": {},
+                "title": info.title if info else "",
+            },
+        )
 
     def count(d):
         x = row(d.code)
@@ -223,12 +267,16 @@ def statistics_text(rows: list[dict]) -> str:
         return x["severity"] if len(s) <= 1 else severity_counts(k for k, n in s.items() for _ in range(n))
 
     sw = max(11, *(len(sev(x)) for x in rows))
-    out = [f"{x['count']:5d}  {x['code']:<{w}}  {sev(x):<{sw}}  {x['title']}"
-           + (f"  ({x['suppressed']} suppressed inline)" if x["suppressed"] else "") for x in rows]
+    out = [
+        f"{x['count']:5d}  {x['code']:<{w}}  {sev(x):<{sw}}  {x['title']}"
+        + (f"  ({x['suppressed']} suppressed inline)" if x["suppressed"] else "")
+        for x in rows
+    ]
     return "\n".join(out) + "\n"
 
 
 # ---- JSON --------------------------------------------------------------------------------------------
+
 
 def _camel(k: str) -> str:
     head, *rest = k.split("_")
@@ -238,15 +286,18 @@ def _camel(k: str) -> str:
 def camel_evidence(ev: dict) -> dict:
     """Evidence keys in the documents' camelCase. Keys of lists of records are field names too;
     a dict value is data keyed by names from the trace (kernel classes, ops) and is left as is."""
+
     def rec(v):
         if isinstance(v, list):
             return [{_camel(k): x for k, x in e.items()} if isinstance(e, dict) else e for e in v]
         return v
+
     return {_camel(k): rec(v) for k, v in ev.items()}
 
 
 def camel_json(obj) -> bytes:
     """A wire type as JSON with every ``evidence`` (of findings, of job reports) in camelCase."""
+
     def walk(x):
         if isinstance(x, dict):
             for k, v in x.items():
@@ -281,12 +332,16 @@ def _sarif_rule(code: str) -> dict:
 
     info = RULES[code]
     doc = rule_doc(code)
-    return {"id": code, "name": code, "shortDescription": {"text": info.title},
-            "fullDescription": {"text": doc.what},
-            "help": {"text": doc.text(), "markdown": doc.markdown()},
-            "helpUri": info.doc_url,
-            "defaultConfiguration": {"level": _SARIF_LEVEL[info.severity]},
-            "properties": {"family": info.family}}
+    return {
+        "id": code,
+        "name": code,
+        "shortDescription": {"text": info.title},
+        "fullDescription": {"text": doc.what},
+        "help": {"text": doc.text(), "markdown": doc.markdown()},
+        "helpUri": info.doc_url,
+        "defaultConfiguration": {"level": _SARIF_LEVEL[info.severity]},
+        "properties": {"family": info.family},
+    }
 
 
 def _artifact(path: str, root: str) -> dict:
@@ -302,7 +357,9 @@ def _fingerprint(d: T.Diagnostic, root: str, seen: dict) -> str:
     loc = d.location
     src = source_line(loc.path, loc.line) if loc.line and loc.path and os.path.isfile(loc.path) else None
     rel = os.path.relpath(os.path.abspath(loc.path), root) if loc.path else ""
-    key = "\0".join([d.code, rel, loc.function or "", (src or "").strip(), "" if src else str(loc.line or "")])
+    key = "\0".join(
+        [d.code, rel, loc.function or "", (src or "").strip(), "" if src else str(loc.line or "")]
+    )
     n = seen[key] = seen.get(key, 0) + 1
     return hashlib.sha256(f"{key}\0{n}".encode()).hexdigest()[:32]
 
@@ -327,22 +384,40 @@ def sarif(reports: Iterable[T.Report], jobs=()) -> dict:
             if loc.end_column:
                 region["endColumn"] = loc.end_column
             phys["region"] = region
-        return {"ruleId": d.code, "ruleIndex": index.get(d.code, -1), "level": _SARIF_LEVEL[d.severity],
-                "message": {"text": d.message + (f" Fix: {d.fix}" if d.fix else "")},
-                "locations": [{"physicalLocation": phys}],
-                "partialFingerprints": {"profdFinding/v1": _fingerprint(d, root, seen)},
-                "properties": {"evidence": camel_evidence(d.evidence), "precision": loc.precision,
-                               **({"impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct}
-                                  if d.impact_us_per_step is not None else {}),
-                               **({"impactNote": d.impact_note} if d.impact_note else {}),
-                               **({"impactHiddenBy": d.impact_hidden_by,
-                                   "impactThenUsPerStep": d.impact_then_us_per_step} if d.impact_hidden_by else {}),
-                               **props}}
+        return {
+            "ruleId": d.code,
+            "ruleIndex": index.get(d.code, -1),
+            "level": _SARIF_LEVEL[d.severity],
+            "message": {"text": d.message + (f" Fix: {d.fix}" if d.fix else "")},
+            "locations": [{"physicalLocation": phys}],
+            "partialFingerprints": {"profdFinding/v1": _fingerprint(d, root, seen)},
+            "properties": {
+                "evidence": camel_evidence(d.evidence),
+                "precision": loc.precision,
+                **(
+                    {"impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct}
+                    if d.impact_us_per_step is not None
+                    else {}
+                ),
+                **({"impactNote": d.impact_note} if d.impact_note else {}),
+                **(
+                    {"impactHiddenBy": d.impact_hidden_by, "impactThenUsPerStep": d.impact_then_us_per_step}
+                    if d.impact_hidden_by
+                    else {}
+                ),
+                **props,
+            },
+        }
 
     for r in reports:
         if r.error:
-            notifications.append({"level": "error", "message": {"text": r.error},
-                                  "locations": [{"physicalLocation": {"artifactLocation": _artifact(r.trace.path, root)}}]})
+            notifications.append(
+                {
+                    "level": "error",
+                    "message": {"text": r.error},
+                    "locations": [{"physicalLocation": {"artifactLocation": _artifact(r.trace.path, root)}}],
+                }
+            )
             continue
         for d in r.diagnostics:
             results.append(result(d, r.trace.path, {"trace": r.trace.path}))
@@ -351,12 +426,25 @@ def sarif(reports: Iterable[T.Report], jobs=()) -> dict:
             results.append(result(d, d.location.path or "", {"job": j.group}))
     from .. import __version__
 
-    run = {"tool": {"driver": {"name": "profd", "version": __version__, "semanticVersion": __version__,
-                               "informationUri": docs_url(), "rules": rules}},
-           "originalUriBaseIds": {SRCROOT: {"uri": _uri(root) + "/"}},
-           "results": results}
-    run["invocations"] = [{"executionSuccessful": not notifications,
-                           **({"toolExecutionNotifications": notifications} if notifications else {})}]
+    run = {
+        "tool": {
+            "driver": {
+                "name": "profd",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": docs_url(),
+                "rules": rules,
+            }
+        },
+        "originalUriBaseIds": {SRCROOT: {"uri": _uri(root) + "/"}},
+        "results": results,
+    }
+    run["invocations"] = [
+        {
+            "executionSuccessful": not notifications,
+            **({"toolExecutionNotifications": notifications} if notifications else {}),
+        }
+    ]
     return {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
 
 
@@ -370,24 +458,33 @@ def _uri(path: str) -> str:
 
 # ---- multi-rank jobs and before/after diffs -------------------------------------------------------
 
+
 def job_text(jobs, color: bool = False) -> str:
     """The job reports: one row per rank (per-step means), then the job findings."""
     from ..server.engine import comm_findings
 
     out: list[str] = []
     for j in jobs:
-        out.append(f"job: {len(j.ranks)} of {j.world_size} ranks ({j.backend}); "
-                   f"{j.collectives_matched} collectives matched across ranks")
-        out.append("  traces: " + ", ".join(f"rank {r.rank if r.rank is not None else '?'} {_rel(r.path)}"
-                                            for r in j.ranks))
-        out.append(f"  {'rank':>4} {'step':>9} {'cpu own':>9} {'compute':>9} {'comm':>9} {'exposed':>9} "
-                   f"{'overlap':>7} {'wait':>9} {'last':>5}  (ms per step)")
+        out.append(
+            f"job: {len(j.ranks)} of {j.world_size} ranks ({j.backend}); "
+            f"{j.collectives_matched} collectives matched across ranks"
+        )
+        out.append(
+            "  traces: "
+            + ", ".join(f"rank {r.rank if r.rank is not None else '?'} {_rel(r.path)}" for r in j.ranks)
+        )
+        out.append(
+            f"  {'rank':>4} {'step':>9} {'cpu own':>9} {'compute':>9} {'comm':>9} {'exposed':>9} "
+            f"{'overlap':>7} {'wait':>9} {'last':>5}  (ms per step)"
+        )
         for r in j.ranks:
             ov = f"{r.overlap_pct:.0f}%" if r.overlap_pct is not None else "-"
             wait = f"{r.wait_us / 1000:9.2f}" if r.wait_us is not None else f"{'-':>9}"
-            out.append(f"  {r.rank if r.rank is not None else '?':>4} {r.step_us / 1000:9.2f} "
-                       f"{r.cpu_own_us / 1000:9.2f} {r.compute_us / 1000:9.2f} {r.comm_us / 1000:9.2f} "
-                       f"{r.exposed_comm_us / 1000:9.2f} {ov:>7} {wait} {r.last_arrivals:5d}")
+            out.append(
+                f"  {r.rank if r.rank is not None else '?':>4} {r.step_us / 1000:9.2f} "
+                f"{r.cpu_own_us / 1000:9.2f} {r.compute_us / 1000:9.2f} {r.comm_us / 1000:9.2f} "
+                f"{r.exposed_comm_us / 1000:9.2f} {ov:>7} {wait} {r.last_arrivals:5d}"
+            )
         if j.missing_ranks:
             out.append(f"  missing ranks: {', '.join(map(str, j.missing_ranks))}")
         for line in comm_findings(j):
@@ -412,15 +509,21 @@ def diff_text(d, max_lines: int = 20) -> str:
     if d.different_programs:
         out.append(f"  = warning: {d.different_programs}")
     if s.old_step_us is not None and s.new_step_us is not None:
-        out.append(f"  step (median): {s.old_step_us / 1000:.2f} ms -> {s.new_step_us / 1000:.2f} ms "
-                   f"({_pct_change(s.old_step_us, s.new_step_us)}); verdict {s.old_verdict} -> {s.new_verdict}")
+        out.append(
+            f"  step (median): {s.old_step_us / 1000:.2f} ms -> {s.new_step_us / 1000:.2f} ms "
+            f"({_pct_change(s.old_step_us, s.new_step_us)}); verdict {s.old_verdict} -> {s.new_verdict}"
+        )
     if s.old_cuda_per_step_us is not None and s.new_cuda_per_step_us is not None:
-        out.append(f"  per step: CPU ops {us(s.old_cpu_per_step_us)} -> {us(s.new_cpu_per_step_us)}, "
-                   f"GPU {us(s.old_cuda_per_step_us)} -> {us(s.new_cuda_per_step_us)}")
+        out.append(
+            f"  per step: CPU ops {us(s.old_cpu_per_step_us)} -> {us(s.new_cpu_per_step_us)}, "
+            f"GPU {us(s.old_cuda_per_step_us)} -> {us(s.new_cuda_per_step_us)}"
+        )
     for r in d.rules:
         if r.change != "kept":
-            out.append(f"  {'-' if r.change == 'gone' else '+'} [{r.code}] {r.change} "
-                       f"({r.old_count} -> {r.new_count})")
+            out.append(
+                f"  {'-' if r.change == 'gone' else '+'} [{r.code}] {r.change} "
+                f"({r.old_count} -> {r.new_count})"
+            )
     out.append("")
     for f in d.findings:
         if f.change == "kept":
@@ -439,10 +542,12 @@ def diff_text(d, max_lines: int = 20) -> str:
         out.append("lines (CPU + GPU per step, with what each line calls):")
         for ln in moved:
             old, new = ln.old_cpu_us + ln.old_gpu_us, ln.new_cpu_us + ln.new_gpu_us
-            out.append(f"  {_TREND[ln.trend]} {_rel(ln.path)}:{ln.line} ({ln.function}) {ln.trend}: "
-                       f"{us(old)} -> {us(new)}"
-                       + (f"; gone: {', '.join(ln.codes_gone)}" if ln.codes_gone else "")
-                       + (f"; new: {', '.join(ln.codes_new)}" if ln.codes_new else ""))
+            out.append(
+                f"  {_TREND[ln.trend]} {_rel(ln.path)}:{ln.line} ({ln.function}) {ln.trend}: "
+                f"{us(old)} -> {us(new)}"
+                + (f"; gone: {', '.join(ln.codes_gone)}" if ln.codes_gone else "")
+                + (f"; new: {', '.join(ln.codes_new)}" if ln.codes_new else "")
+            )
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -454,13 +559,16 @@ def _pct_change(old: float, new: float) -> str:
 
 # ---- the daemon's answers --------------------------------------------------------------------------
 
+
 def status_text(st: dict, doc: dict) -> str:
     watch = f"watching {st['watch']}" if st.get("watch") else "watching no folder (analyses on request)"
     ws = ", ".join(st.get("workspace") or []) or "none"
-    return (f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: {watch}; workspace {ws}; "
-            f"{plural(st['reports'], 'report')}, {st['queued']} queued, {st['running']} running, "
-            f"{plural(st['analyses'], 'analysis', 'analyses')}, {plural(st['sessions'], 'session')}, "
-            f"up {st['uptimeS']:.0f} s\n")
+    return (
+        f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: {watch}; workspace {ws}; "
+        f"{plural(st['reports'], 'report')}, {st['queued']} queued, {st['running']} running, "
+        f"{plural(st['analyses'], 'analysis', 'analyses')}, {plural(st['sessions'], 'session')}, "
+        f"up {st['uptimeS']:.0f} s\n"
+    )
 
 
 def reports_text(rows: list[dict]) -> str:

@@ -1,5 +1,6 @@
 """``profd-client`` for several traces at once: a before/after ``diff OLD NEW``, ``annotate TRACE
 -o OUT.json`` and a multi-rank job on a Dask cluster (``analyze --cluster``). Kept apart from main.py."""
+
 from __future__ import annotations
 
 import os
@@ -12,20 +13,30 @@ from .config import UsageError
 
 
 def add_subcommands(cmd) -> None:
-    d = cmd("diff", "what got faster or slower between two traces, and which findings came or went",
-            "Compare two traces of the same program (before/after a change): step time, verdict,\n"
-            "rules and findings that came or went, and the source lines whose cost moved.\n"
-            "With --fail-on, findings that are new in NEW at or above that severity exit 1: a CI gate\n"
-            "for regressions. --format sarif reports the new findings only.")
+    d = cmd(
+        "diff",
+        "what got faster or slower between two traces, and which findings came or went",
+        "Compare two traces of the same program (before/after a change): step time, verdict,\n"
+        "rules and findings that came or went, and the source lines whose cost moved.\n"
+        "With --fail-on, findings that are new in NEW at or above that severity exit 1: a CI gate\n"
+        "for regressions. --format sarif reports the new findings only.",
+    )
     d.add_argument("old", metavar="OLD", help="the trace before")
     d.add_argument("new", metavar="NEW", help="the trace after")
     common.output_options(d, ("text", "json", "sarif"))
     common.analysis_options(d)
     d.add_argument("--max-lines", type=int, default=20, metavar="N", help="source lines to list (text)")
-    a = cmd("annotate", "write a copy of the trace with the findings as markers, for Perfetto or chrome://tracing")
+    a = cmd(
+        "annotate", "write a copy of the trace with the findings as markers, for Perfetto or chrome://tracing"
+    )
     a.add_argument("trace", metavar="TRACE", help="the trace to annotate")
-    a.add_argument("-o", "--output", required=True, metavar="OUT.json",
-                   help="where to write the annotated trace (.json, or .json.gz to compress it)")
+    a.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.json",
+        help="where to write the annotated trace (.json, or .json.gz to compress it)",
+    )
     common.output_options(a, ("text", "json"), output_file=False)
     common.analysis_options(a, daemon=False, gate=False)
 
@@ -59,8 +70,18 @@ def _diff(ns, out: common.Output) -> int:
     if ns.format == "json":
         out.write(fmt.camel_json(d) + b"\n")
     elif ns.format == "sarif":
-        out.json(fmt.sarif([T.Report(trace=new.trace, summary=new.summary, diagnostics=came,
-                                     profd_version=new.profd_version)]))
+        out.json(
+            fmt.sarif(
+                [
+                    T.Report(
+                        trace=new.trace,
+                        summary=new.summary,
+                        diagnostics=came,
+                        profd_version=new.profd_version,
+                    )
+                ]
+            )
+        )
     else:
         out.write(fmt.diff_text(d, max_lines=ns.max_lines))
     return common.exit_code(ns, [], came)
@@ -80,9 +101,11 @@ def _annotate(ns, out: common.Output) -> int:
     if ns.format == "json":
         out.json({"output": os.path.abspath(ns.output), "findings": len(r.diagnostics), "steps": steps})
     elif not out.quiet:
-        out.write(f"{ns.output}: {fmt.plural(len(r.diagnostics), 'finding')} and "
-                  f"{fmt.plural(steps, 'step verdict')} added; open it in https://ui.perfetto.dev "
-                  "or chrome://tracing\n")
+        out.write(
+            f"{ns.output}: {fmt.plural(len(r.diagnostics), 'finding')} and "
+            f"{fmt.plural(steps, 'step verdict')} added; open it in https://ui.perfetto.dev "
+            "or chrome://tracing\n"
+        )
     return common.EXIT_CLEAN
 
 
@@ -96,9 +119,13 @@ def analyze_cluster(ns, out: common.Output) -> int:
     files = [os.path.abspath(f) for f in files]
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:
-        raise UsageError(f"no such trace: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise UsageError(
+            f"no such trace: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     try:
-        summaries = cluster.summarize_paths(files, common.engine_options(ns), cluster=ns.cluster, workers=ns.workers)
+        summaries = cluster.summarize_paths(
+            files, common.engine_options(ns), cluster=ns.cluster, workers=ns.workers
+        )
     except (OSError, RuntimeError, TimeoutError) as e:
         common.warn(f"cluster analysis failed: {e}")
         return common.EXIT_ERROR
@@ -114,9 +141,11 @@ def analyze_cluster(ns, out: common.Output) -> int:
         out.write(fmt.statistics_text(fmt.statistics([], jobs_)))
     else:
         ok = len(summaries) - len(failed)
-        out.write(fmt.job_text(jobs_, color=out.color) or
-                  f"no multi-rank job among the {fmt.plural(ok, 'trace')} summarised"
-                  f"{f' ({len(failed)} failed)' if failed else ''}\n")
+        out.write(
+            fmt.job_text(jobs_, color=out.color)
+            or f"no multi-rank job among the {fmt.plural(ok, 'trace')} summarised"
+            f"{f' ({len(failed)} failed)' if failed else ''}\n"
+        )
     if failed:
         return common.EXIT_ERROR
     return common.exit_code(ns, [], [d for j in jobs_ for d in j.diagnostics])

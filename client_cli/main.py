@@ -7,6 +7,7 @@ Every command that prints results takes the same output options (--format, -o/--
 Flags win over [tool.profd] in pyproject.toml. Exit status as ruff: 0 no finding at or above
 --fail-on, 1 findings at or above it, 2 bad usage or input, or an internal error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,35 +21,59 @@ from .config import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="profd-client", description=__doc__, formatter_class=common.Formatter,
-                                epilog=common.epilog(common.EXIT_GATE))
+    p = argparse.ArgumentParser(
+        prog="profd-client",
+        description=__doc__,
+        formatter_class=common.Formatter,
+        epilog=common.epilog(common.EXIT_GATE),
+    )
     p.add_argument("--version", action="version", version=f"profd-client {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def cmd(name, help, description=None, exit_text=None, env=True):
         """A subcommand; its epilog says its own exit statuses (those with --fail-on: the gate's)."""
-        x = sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                           formatter_class=common.Formatter)
+        x = sub.add_parser(
+            name,
+            help=help,
+            description=description or help[:1].upper() + help[1:] + ".",
+            formatter_class=common.Formatter,
+        )
         x.set_defaults(_epilog=(exit_text, env))
         return x
 
-    a = cmd("analyze", "analyse trace files or folders of them and print the findings",
-            "Analyse torch.profiler traces and print the findings on your source lines.\n\n"
-            "PATH is a trace (*.json, *.pt.trace.json, *.json.gz) or a folder: every trace under it,\n"
-            "recursively (a JSON file there that is not a trace is skipped and said). Traces that are\n"
-            "ranks of one distributed job also get a job report.")
+    a = cmd(
+        "analyze",
+        "analyse trace files or folders of them and print the findings",
+        "Analyse torch.profiler traces and print the findings on your source lines.\n\n"
+        "PATH is a trace (*.json, *.pt.trace.json, *.json.gz) or a folder: every trace under it,\n"
+        "recursively (a JSON file there that is not a trace is skipped and said). Traces that are\n"
+        "ranks of one distributed job also get a job report.",
+    )
     a.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     common.output_options(a, ("text", "json", "sarif", "github", "junit"), statistics=True)
     common.analysis_options(a)
     j = a.add_argument_group("multi-rank jobs")
-    j.add_argument("--cluster", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786): summarise the "
-                   "rank traces there, reading them where they lie; prints only the job report")
-    j.add_argument("--workers", type=int, metavar="N", help="local processes for --cluster-less job summaries")
-    a.add_argument("--modules", action=argparse.BooleanOptionalAction, default=False,
-                   help="also print each trace's nn.Module tree (text output)")
-    a.add_argument("--library-lines", action="store_true",
-                   help="also put module costs and findings on library lines (a module's forward in "
-                        "transformers, torchvision, ...) when that source is installed here (in-process)")
+    j.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="a Dask scheduler (tcp://host:8786): summarise the "
+        "rank traces there, reading them where they lie; prints only the job report",
+    )
+    j.add_argument(
+        "--workers", type=int, metavar="N", help="local processes for --cluster-less job summaries"
+    )
+    a.add_argument(
+        "--modules",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also print each trace's nn.Module tree (text output)",
+    )
+    a.add_argument(
+        "--library-lines",
+        action="store_true",
+        help="also put module costs and findings on library lines (a module's forward in "
+        "transformers, torchvision, ...) when that source is installed here (in-process)",
+    )
     mo = cmd("modules", "the nn.Module tree of traces: GPU and CPU per module, hottest first")
     mo.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     mo.add_argument("--depth", type=int, default=4, metavar="N", help="levels of the tree to print")
@@ -62,20 +87,43 @@ def _parser() -> argparse.ArgumentParser:
     record.add_subcommands(cmd)  # record -- COMMAND...
 
     s = cmd("status", "what the running daemon is doing", exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
-    h = cmd("hover", "the daemon's numbers for one source line", exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
-    h.add_argument("where", metavar="FILE:LINE", help="a source file (relative to the current folder or "
-                   "a workspace root) and a 1-based line")
-    h.add_argument("--workspace", action="append", default=None, metavar="DIR",
-                   help="where to look for FILE besides the current folder (default: the daemon's workspace)")
-    r = cmd("reports", "the reports the daemon holds, with their verdicts and finding counts",
-            exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
+    h = cmd(
+        "hover",
+        "the daemon's numbers for one source line",
+        exit_text=common.EXIT_DAEMON,
+        env=common.DAEMON_ENV,
+    )
+    h.add_argument(
+        "where",
+        metavar="FILE:LINE",
+        help="a source file (relative to the current folder or a workspace root) and a 1-based line",
+    )
+    h.add_argument(
+        "--workspace",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="where to look for FILE besides the current folder (default: the daemon's workspace)",
+    )
+    r = cmd(
+        "reports",
+        "the reports the daemon holds, with their verdicts and finding counts",
+        exit_text=common.EXIT_DAEMON,
+        env=common.DAEMON_ENV,
+    )
     r.add_argument("path", nargs="?", metavar="PATH", help="only this trace or source file")
     for x in (s, h, r):
         common.output_options(x, ("text", "json"))
-        x.add_argument("--state", metavar="DIR", help="the daemon's state folder (default: $PROFD_STATE or "
-                       "the user cache dir)")
-    ru = cmd("rule", "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it",
-             env=("NO_COLOR", "PROFD_DOCS_URL"))
+        x.add_argument(
+            "--state",
+            metavar="DIR",
+            help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)",
+        )
+    ru = cmd(
+        "rule",
+        "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it",
+        env=("NO_COLOR", "PROFD_DOCS_URL"),
+    )
     ru.add_argument("code", nargs="?", metavar="CODE", help="a rule code (host-sync)")
     ru.add_argument("--all", action="store_true", help="every rule (with --format text: one line each)")
     common.output_options(ru, ("text", "json"))
@@ -84,7 +132,9 @@ def _parser() -> argparse.ArgumentParser:
         dests = {a.dest for a in x._actions}
         if env is True and "state" not in dests:  # no daemon involved: its variables do not apply
             env = tuple(k for k in common.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
-        x.epilog = common.epilog(exit_text or (common.EXIT_GATE if "fail_on" in dests else common.EXIT_PLAIN), env)
+        x.epilog = common.epilog(
+            exit_text or (common.EXIT_GATE if "fail_on" in dests else common.EXIT_PLAIN), env
+        )
     return p
 
 
@@ -125,7 +175,9 @@ def cmd_daemon(ns, out: common.Output) -> int:
 
     doc = dc.find_daemon(ns.state)
     if doc is None:  # as `profd status` and `profd stop`: 1 says none runs
-        common.warn("no daemon running (start one with `profd start --watch DIR`, or `profd-client analyze --daemon`)")
+        common.warn(
+            "no daemon running (start one with `profd start --watch DIR`, or `profd-client analyze --daemon`)"
+        )
         return common.EXIT_FINDINGS
     if ns.cmd == "status":
         st = dc.status_sync(doc)
@@ -204,7 +256,10 @@ def cmd_modules(ns, out: common.Output) -> int:
             print(r.error, file=sys.stderr)
     good = [r for r in reports if not r.error]
     if ns.format == "json":
-        out.write(msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules} for r in good]}) + b"\n")
+        out.write(
+            msgspec.json.encode({"modules": [{"path": r.trace.path, "tree": r.modules} for r in good]})
+            + b"\n"
+        )
     elif good:
         out.write(fmt.modules_text(good, ns.depth))
     return common.EXIT_ERROR if len(good) < len(reports) else common.EXIT_CLEAN
@@ -226,8 +281,11 @@ def cmd_analyze(ns, out: common.Output) -> int:
         bar.close()
     skipped = [r for r in reports if r.trace.path in from_folder and common.not_a_trace(r)]
     if skipped and not ns.quiet:
-        common.warn(f"skipped {len(skipped)} JSON file(s) that are not traces: "
-               + ", ".join(os.path.relpath(r.trace.path) for r in skipped[:5]) + (" …" if len(skipped) > 5 else ""))
+        common.warn(
+            f"skipped {len(skipped)} JSON file(s) that are not traces: "
+            + ", ".join(os.path.relpath(r.trace.path) for r in skipped[:5])
+            + (" …" if len(skipped) > 5 else "")
+        )
     reports = [r for r in reports if r not in skipped]
     if not reports:
         raise UsageError("no traces among " + ", ".join(ns.paths))

@@ -5,6 +5,7 @@ thread redraws it so a single 1 GB trace shows it is alive. Cleared before anyth
 Bytes within the current file come from what this process has read so far (``rchar`` in
 ``/proc/self/io``, Linux; capped at the file's size): the engine needs no hook for it. Where that
 is not available (another OS, or the daemon does the reading) the line shows whole files only."""
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,10 @@ class Progress:
             frac = (read / self.total) if self.total else (self.done / max(1, n))
             bar = "#" * int(frac * 20)
             name = os.path.basename(self.current or "")
-            line = (f"profd [{bar:<20}] {self.done}/{n} traces, {size(read)} of {size(self.total)}"
-                    f"; {name} ({size(self.sizes.get(self.current, 0))}, {time.monotonic() - self.since:.0f} s)")
+            line = (
+                f"profd [{bar:<20}] {self.done}/{n} traces, {size(read)} of {size(self.total)}"
+                f"; {name} ({size(self.sizes.get(self.current, 0))}, {time.monotonic() - self.since:.0f} s)"
+            )
             pad = max(0, self._width - len(line))
             self._width = len(line)
             self.stream.write("\r" + line + " " * pad)

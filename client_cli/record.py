@@ -7,6 +7,7 @@ server); this module only translates options and prints. The program's output go
 (stdout is the findings'); the trace goes into the watched folder of the running daemon, else
 ``--out`` (default ./profd-traces).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,35 +39,66 @@ its exit status is kept."""
 
 
 def add_subcommands(cmd) -> None:
-    r = cmd("record", "run your own program under the profiler (no code change) and print its findings",
-            DESCRIPTION)
+    r = cmd(
+        "record",
+        "run your own program under the profiler (no code change) and print its findings",
+        DESCRIPTION,
+    )
     g = r.add_argument_group("recording")
-    g.add_argument("--step", default="optimizer", metavar="RULE",
-                   help="what ends a step: optimizer (each Optimizer.step()), forward (each top-level "
-                        "nn.Module call: inference), MODULE:FUNCTION (each return of it; the script is "
-                        "MODULE by its file name, e.g. train:train_step), or time (--window s windows)")
+    g.add_argument(
+        "--step",
+        default="optimizer",
+        metavar="RULE",
+        help="what ends a step: optimizer (each Optimizer.step()), forward (each top-level "
+        "nn.Module call: inference), MODULE:FUNCTION (each return of it; the script is "
+        "MODULE by its file name, e.g. train:train_step), or time (--window s windows)",
+    )
     g.add_argument("--window", type=float, default=1.0, metavar="S", help="--step time: seconds per step")
-    g.add_argument("--warmup", type=int, default=5, metavar="N",
-                   help="steps run untouched first (at least 1)")
-    g.add_argument("--timed", type=int, default=10, metavar="N",
-                   help="steps then timed without the profiler (0: none)")
+    g.add_argument(
+        "--warmup", type=int, default=5, metavar="N", help="steps run untouched first (at least 1)"
+    )
+    g.add_argument(
+        "--timed", type=int, default=10, metavar="N", help="steps then timed without the profiler (0: none)"
+    )
     g.add_argument("--steps", type=int, default=3, metavar="N", help="steps profiled")
-    g.add_argument("--then", choices=["continue", "exit"], default="continue",
-                   help="once the trace is written: let the program run on, or stop it")
+    g.add_argument(
+        "--then",
+        choices=["continue", "exit"],
+        default="continue",
+        help="once the trace is written: let the program run on, or stop it",
+    )
     g.add_argument("--memory", action="store_true", help="profile_memory=True (memory rules; bigger traces)")
-    g.add_argument("--stack", action=argparse.BooleanOptionalAction, default=True,
-                   help="with_stack (findings on your lines)")
+    g.add_argument(
+        "--stack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with_stack (findings on your lines)",
+    )
     g.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=True, help="record_shapes")
-    g.add_argument("--out", metavar="DIR", default=None,
-                   help="folder for the trace (default: the running daemon's watched folder, else ./profd-traces)")
-    g.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="seconds until the trace is written before the program is stopped")
-    g.add_argument("--baseline", metavar="OLD_TRACE", default=None,
-                   help="print the diff against this earlier recording instead of the findings")
+    g.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="folder for the trace (default: the running daemon's watched folder, else ./profd-traces)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds until the trace is written before the program is stopped",
+    )
+    g.add_argument(
+        "--baseline",
+        metavar="OLD_TRACE",
+        default=None,
+        help="print the diff against this earlier recording instead of the findings",
+    )
     common.output_options(r, ("text", "json", "sarif"), statistics=True)
     common.analysis_options(r)
-    r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...",
-                   help="the program and its arguments")
+    r.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="the program and its arguments"
+    )
 
 
 def _out_dir(ns) -> str:
@@ -102,22 +134,40 @@ def step_line(res, reports) -> str:
     p = sum(prof) / len(prof) if prof else None
     ratio = f" ({p / res.unprofiled_us:.2f}x)" if p and res.unprofiled_us else ""
     timed = res.metas[0].get("timed") if res.metas else None
-    return (f"record: {res.command.program}: {res.rule_desc}; step time unprofiled {_ms(res.unprofiled_us)}"
-            + (f" (mean of {timed} steps{_spread(res.metas[0])})" if res.unprofiled_us and timed else "")
-            + f", profiled {_ms(p)}{ratio}; " + ", ".join(res.traces) + "\n")
+    return (
+        f"record: {res.command.program}: {res.rule_desc}; step time unprofiled {_ms(res.unprofiled_us)}"
+        + (f" (mean of {timed} steps{_spread(res.metas[0])})" if res.unprofiled_us and timed else "")
+        + f", profiled {_ms(p)}{ratio}; "
+        + ", ".join(res.traces)
+        + "\n"
+    )
 
 
 def run(ns, out: common.Output) -> int:
     from ..server.workloads import record as R
 
     if not ns.command or ns.command == ["--"]:
-        raise UsageError("no command: give the program after --, as in `profd-client record -- python train.py`")
-    opts = R.RecordOptions(step=ns.step, window_s=ns.window, warmup=ns.warmup, timed=ns.timed, steps=ns.steps,
-                           then=ns.then, memory=ns.memory, stack=ns.stack, shapes=ns.shapes, timeout=ns.timeout)
+        raise UsageError(
+            "no command: give the program after --, as in `profd-client record -- python train.py`"
+        )
+    opts = R.RecordOptions(
+        step=ns.step,
+        window_s=ns.window,
+        warmup=ns.warmup,
+        timed=ns.timed,
+        steps=ns.steps,
+        then=ns.then,
+        memory=ns.memory,
+        stack=ns.stack,
+        shapes=ns.shapes,
+        timeout=ns.timeout,
+    )
     if ns.baseline and not os.path.isfile(ns.baseline):
         raise UsageError(f"--baseline {ns.baseline}: no such trace")
     quiet = ns.quiet
-    progress = (lambda m, p: None) if quiet else (lambda m, p: print(f"profd: {m}", file=sys.stderr, flush=True))
+    progress = (
+        (lambda m, p: None) if quiet else (lambda m, p: print(f"profd: {m}", file=sys.stderr, flush=True))
+    )
     echo = lambda line: print(line, file=sys.stderr, flush=True)  # the program's output: stderr
     try:
         res = R.record(ns.command, opts, _out_dir(ns), progress=progress, echo=echo)

@@ -5,6 +5,7 @@ Runs the workload in a subprocess of this process (``profd.server.workloads.runn
 with the engine. The daemon's ``profd/runWorkload`` does the same on the daemon's side; until the
 CLI talks to it for this command, ``--no-daemon`` is what happens either way.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,19 +17,33 @@ from . import common
 def add_subcommands(cmd) -> None:
     from ..server.workloads.runner import add_workload_args
 
-    r = cmd("run", "run a built-in workload under the profiler and print the findings on its trace",
-            "Run a built-in workload under a correct profiler set-up, then print the findings on its\n"
-            "trace; for a size sweep (--n 64,512,4096) also the table of where it turns from\n"
-            "overhead-bound to compute-bound. Needs torch (pip install 'profd[workload]').")
+    r = cmd(
+        "run",
+        "run a built-in workload under the profiler and print the findings on its trace",
+        "Run a built-in workload under a correct profiler set-up, then print the findings on its\n"
+        "trace; for a size sweep (--n 64,512,4096) also the table of where it turns from\n"
+        "overhead-bound to compute-bound. Needs torch (pip install 'profd[workload]').",
+    )
     add_workload_args(r)
-    r.add_argument("--out", default=None, metavar="DIR",
-                   help="folder for the trace (.json.gz) and table (.txt) (default: ./profd-runs)")
-    r.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is killed")
-    r.add_argument("--python", default=None, metavar="PATH", help="interpreter with torch (default: this one)")
+    r.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the trace (.json.gz) and table (.txt) (default: ./profd-runs)",
+    )
+    r.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is killed"
+    )
+    r.add_argument(
+        "--python", default=None, metavar="PATH", help="interpreter with torch (default: this one)"
+    )
     common.output_options(r, ("text", "json", "sarif"), statistics=True)
     common.analysis_options(r, daemon=False)
-    r.add_argument("--no-daemon", action="store_true",
-                   help="accepted for symmetry: the run and its analysis happen in this process")
+    r.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="accepted for symmetry: the run and its analysis happen in this process",
+    )
 
 
 def run(ns, out: common.Output) -> int:
@@ -37,9 +52,15 @@ def run(ns, out: common.Output) -> int:
     from ..server.workloads import HERE
 
     out_dir = os.path.abspath(ns.out or "profd-runs")  # `out` is where the findings print
-    progress = (lambda msg, pct: None) if ns.quiet else (
-        lambda msg, pct: print(f"profd: {msg}" + (f" ({pct:.0f}%)" if pct is not None else ""),
-                               file=sys.stderr, flush=True))
+    progress = (
+        (lambda msg, pct: None)
+        if ns.quiet
+        else (
+            lambda msg, pct: print(
+                f"profd: {msg}" + (f" ({pct:.0f}%)" if pct is not None else ""), file=sys.stderr, flush=True
+            )
+        )
+    )
     try:
         spec, sizes = runner.spec_from_args(ns)
         if len(sizes) > 1:
@@ -67,8 +88,10 @@ def run(ns, out: common.Output) -> int:
         rep = analyze_or_error(path, opts)
         reports.append(rep)
         if meta.get("device") == "cpu":
-            print(f"profd: {os.path.basename(path)} ran on the CPU (no CUDA GPU visible): "
-                  "CPU activity only", file=sys.stderr)
+            print(
+                f"profd: {os.path.basename(path)} ran on the CPU (no CUDA GPU visible): CPU activity only",
+                file=sys.stderr,
+            )
         rows.append(runner.row_of(path, meta, [HERE]) if len(traces) > 1 else None)
     common.emit(out, ns, reports)
     if len(traces) > 1 and ns.format == "text" and not ns.statistics:

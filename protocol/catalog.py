@@ -9,6 +9,7 @@ LSP ``codeDescription`` and SARIF ``helpUri`` carry: ``rules.md#<code>`` in the 
 the package (``docs/`` ships as ``profd/docs``), or under ``$PROFD_DOCS_URL`` when set (a base URL
 such as ``https://example.org/profd/docs``).
 """
+
 from __future__ import annotations
 
 import os
@@ -82,6 +83,7 @@ def expand_code(code: str, allow_families: bool = True) -> set[str]:
         return fam[code]
     import difflib
 
-    near = difflib.get_close_matches(code, list(RULES) + (list(fam) if allow_families else []), n=1, cutoff=0.5)
+    near = difflib.get_close_matches(
+        code, list(RULES) + (list(fam) if allow_families else []), n=1, cutoff=0.5
+    )
     raise UnknownCode(code, near[0] if near else None)
-

@@ -1,4 +1,5 @@
 """Wire types for before/after diffs of two reports of the same program (``profd/diff``). No I/O."""
+
 from __future__ import annotations
 
 from typing import Literal, Optional

@@ -6,6 +6,7 @@ and its hottest lines. It is small and picklable, so a cluster can map the per-t
 ranks and reduce summaries without ever holding the rank reports. ``JobReport`` is the reduction.
 msgspec structs, camelCase on the wire like ``protocol/types.py``. No I/O here.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional

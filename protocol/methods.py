@@ -6,6 +6,7 @@ gzip or not) plus a short fingerprint of the analysis options (workspace roots, 
 disabled rules, thresholds, library lines), ``"<sha256>:<opts>"``. The same content analysed with the same options is never
 analysed twice.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -14,24 +15,26 @@ from .job import RankSummary
 from .options import AnalysisOptions
 from .types import Report, Struct
 
-ANALYZE = "profd/analyze"          # AnalyzeParams -> Report
+ANALYZE = "profd/analyze"  # AnalyzeParams -> Report
 ANALYZE_RANK = "profd/analyzeRank"  # AnalyzeParams -> RankAnalysis (the report and a job rank's summary)
-REPORTS = "profd/reports"          # ReportsParams -> ReportsResult
-REPORT = "profd/report"            # ReportParams -> Report (or null)
-STATUS = "profd/status"            # {} -> StatusResult
+REPORTS = "profd/reports"  # ReportsParams -> ReportsResult
+REPORT = "profd/report"  # ReportParams -> Report (or null)
+STATUS = "profd/status"  # {} -> StatusResult
 REPORT_READY = "profd/reportReady"  # notification, ReportReady
 RUN_WORKLOAD = "profd/runWorkload"  # {workload, params} -> {trace, table, wallS, report}
 
-CMD_ANALYZE = "profd.analyze"      # workspace/executeCommand, arguments: [path]
-CMD_SHOW = "profd.show"            # arguments: [text]; shows it (window/showMessage), returns it
-CMD_ANNOTATE = "profd.annotate"    # arguments: [report key]; writes the annotated trace, opens it
-CMD_RECORD = "profd.record"        # arguments: [script path, {args, step, ...}]; records it (stdio / --allow-record)
-SETTINGS_SECTION = "profd"         # workspace/configuration section; keys as in [tool.profd]
+CMD_ANALYZE = "profd.analyze"  # workspace/executeCommand, arguments: [path]
+CMD_SHOW = "profd.show"  # arguments: [text]; shows it (window/showMessage), returns it
+CMD_ANNOTATE = "profd.annotate"  # arguments: [report key]; writes the annotated trace, opens it
+CMD_RECORD = (
+    "profd.record"  # arguments: [script path, {args, step, ...}]; records it (stdio / --allow-record)
+)
+SETTINGS_SECTION = "profd"  # workspace/configuration section; keys as in [tool.profd]
 
 # JSON-RPC error codes used by the daemon (besides the standard -32700/-32600/-32601/-32602).
-ERR_UNAUTHORIZED = -32001    # TCP initialize without the right token
+ERR_UNAUTHORIZED = -32001  # TCP initialize without the right token
 ERR_FORBIDDEN_PATH = -32004  # profd/analyze outside the watched folder / workspace / allow-list
-ERR_NOT_FOUND = -32003       # profd/analyze on a missing file
+ERR_NOT_FOUND = -32003  # profd/analyze on a missing file
 ERR_NOT_INITIALIZED = -32002  # LSP ServerNotInitialized (before initialize)
 
 
@@ -98,7 +101,27 @@ class RunWorkloadParams(Struct):
     params: dict[str, Any] = {}
 
 
-__all__ = ["ANALYZE", "ANALYZE_RANK", "REPORTS", "REPORT", "STATUS", "REPORT_READY", "RUN_WORKLOAD", "CMD_ANALYZE",
-           "CMD_SHOW", "CMD_ANNOTATE", "CMD_RECORD", "SETTINGS_SECTION",
-           "AnalyzeParams", "RankAnalysis", "ReportsParams", "ReportEntry", "ReportsResult", "ReportParams",
-           "StatusResult", "ReportReady", "RunWorkloadParams", "Report"]
+__all__ = [
+    "ANALYZE",
+    "ANALYZE_RANK",
+    "REPORTS",
+    "REPORT",
+    "STATUS",
+    "REPORT_READY",
+    "RUN_WORKLOAD",
+    "CMD_ANALYZE",
+    "CMD_SHOW",
+    "CMD_ANNOTATE",
+    "CMD_RECORD",
+    "SETTINGS_SECTION",
+    "AnalyzeParams",
+    "RankAnalysis",
+    "ReportsParams",
+    "ReportEntry",
+    "ReportsResult",
+    "ReportParams",
+    "StatusResult",
+    "ReportReady",
+    "RunWorkloadParams",
+    "Report",
+]

@@ -1,5 +1,6 @@
 """Option values every front end takes alike (``profd-client``, ``profd serve``, the editor's
 settings, ``[tool.profd]``): one parser for each, so each front end says the same of a bad one."""
+
 from __future__ import annotations
 
 import os

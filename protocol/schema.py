@@ -5,6 +5,7 @@ The document is ``{"reports": [Report...], "jobs": [JobReport...]}``: every trac
 job report per multi-rank job among them (``[]`` when none). Keys are camelCase throughout; the
 keys of a finding's ``evidence`` too (the CLI writes them so; their values are the rule's own
 numbers and names)."""
+
 from __future__ import annotations
 
 import sys

@@ -3,6 +3,7 @@
 msgspec structs with camelCase names on the wire (``hotLines``, ``cpuTotalUs``), so the same
 types encode JSON for ``profd-client --format json`` and the LSP custom methods. No I/O here.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
@@ -11,7 +12,9 @@ import msgspec
 
 Severity = Literal["error", "warning", "information", "hint"]
 Precision = Literal["statement", "function", "trace"]
-Verdict = Literal["overhead-bound", "compute-bound", "transfer-bound", "balanced", "set-up", "cpu-only", "no-steps"]
+Verdict = Literal[
+    "overhead-bound", "compute-bound", "transfer-bound", "balanced", "set-up", "cpu-only", "no-steps"
+]
 
 SEVERITY_RANK = {"hint": 0, "information": 1, "warning": 2, "error": 3}
 

@@ -16,6 +16,7 @@ nesting at most ``MAX_DEPTH`` deep (TOML parsers recurse per level), else a clea
 A ``pyproject.toml`` found on the way up that cannot be read or parsed is as loud as one named
 by ``--config``, unless it never mentions profd (then it cannot configure us and is passed over).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -30,8 +31,21 @@ from typing import Any, Iterable, Optional
 from ..protocol.catalog import UnknownCode, expand_code
 from ..protocol.options import path_map_item
 
-KEYS = {"workspace", "path-map", "select", "ignore", "extend-select", "fail-on", "format", "hints",
-        "color", "statistics", "output-file", "rules", "per-file-ignores"}
+KEYS = {
+    "workspace",
+    "path-map",
+    "select",
+    "ignore",
+    "extend-select",
+    "fail-on",
+    "format",
+    "hints",
+    "color",
+    "statistics",
+    "output-file",
+    "rules",
+    "per-file-ignores",
+}
 FAIL_ON = ("error", "warning", "information", "hint", "never")
 FORMATS = ("text", "json", "sarif", "github", "junit")
 MAX_BYTES = 1 << 20  # a pyproject.toml is a few KB; this bounds what a hostile one costs
@@ -73,8 +87,14 @@ def find_pyproject(start: str) -> Optional[str]:
 
 
 def _found(found_from: Optional[str]) -> str:
-    return (f" (found looking for [tool.profd] upwards from {os.path.abspath(found_from)}; "
-            "--isolated ignores configuration files)") if found_from else ""
+    return (
+        (
+            f" (found looking for [tool.profd] upwards from {os.path.abspath(found_from)}; "
+            "--isolated ignores configuration files)"
+        )
+        if found_from
+        else ""
+    )
 
 
 def _read(path: str, found_from: Optional[str] = None) -> Optional[bytes]:
@@ -92,8 +112,10 @@ def _read(path: str, found_from: Optional[str] = None) -> Optional[bytes]:
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"{path}: not a regular file")
         if st.st_size > MAX_BYTES:
-            raise UsageError(f"{path}: {st.st_size:,} bytes, larger than the {MAX_BYTES:,} a configuration "
-                             f"file may be{_found(found_from)}")
+            raise UsageError(
+                f"{path}: {st.st_size:,} bytes, larger than the {MAX_BYTES:,} a configuration "
+                f"file may be{_found(found_from)}"
+            )
         chunks, n = [], 0
         while n <= MAX_BYTES:
             b = os.read(fd, min(1 << 16, MAX_BYTES + 1 - n))
@@ -113,8 +135,10 @@ def _read(path: str, found_from: Optional[str] = None) -> Optional[bytes]:
     return data
 
 
-_TOKENS = re.compile(r'"""(?:[^"\\]|\\.|"(?!""))*"""|\'\'\'(?:[^\']|\'(?!\'\'))*\'\'\''
-                     r'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
+_TOKENS = re.compile(
+    r'"""(?:[^"\\]|\\.|"(?!""))*"""|\'\'\'(?:[^\']|\'(?!\'\'))*\'\'\''
+    r'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]'
+)
 
 
 def _nesting(text: str) -> int:
@@ -142,8 +166,10 @@ def _profd_table(path: str, data: Optional[bytes] = None, found_from: Optional[s
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise UsageError(f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} on line {line}); TOML files are UTF-8{where}")
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(
+            f"{path}: not UTF-8 (byte 0x{data[e.start]:02x} on line {line}); TOML files are UTF-8{where}"
+        )
     depth = _nesting(text)
     if depth > MAX_DEPTH:
         raise UsageError(f"{path}: arrays or tables nested more than {MAX_DEPTH} deep{where}")
@@ -171,8 +197,10 @@ def load(config, isolated: bool, cwd: Optional[str] = None) -> FileConfig:
     if files:
         config = files[0]
         if not os.path.isfile(config):
-            raise UsageError(f"--config {config}: no such file"
-                             + (" (a KEY = VALUE override needs an '=')" if "=" not in config else ""))
+            raise UsageError(
+                f"--config {config}: no such file"
+                + (" (a KEY = VALUE override needs an '=')" if "=" not in config else "")
+            )
         got = _profd_table(config)
         path = os.path.abspath(config)
         if got is None:
@@ -186,7 +214,9 @@ def load(config, isolated: bool, cwd: Optional[str] = None) -> FileConfig:
         t = _merge(dict(t), _overrides(overrides))
     if path is None and not t:
         return FileConfig()
-    return FileConfig(path, _check(t, path or "--config", os.path.dirname(path) if path else (cwd or os.getcwd())))
+    return FileConfig(
+        path, _check(t, path or "--config", os.path.dirname(path) if path else (cwd or os.getcwd()))
+    )
 
 
 def _is_override(c: str) -> bool:
@@ -202,8 +232,10 @@ def _overrides(items: list[str]) -> dict:
         try:
             doc = tomllib.loads(it)
         except tomllib.TOMLDecodeError as e:
-            raise UsageError(f"--config {it!r}: not a file, nor a TOML KEY = VALUE pair ({e}); "
-                             "e.g. --config 'fail-on = \"error\"' or --config 'rules.launch-storm.launches-per-step = 64'")
+            raise UsageError(
+                f"--config {it!r}: not a file, nor a TOML KEY = VALUE pair ({e}); "
+                "e.g. --config 'fail-on = \"error\"' or --config 'rules.launch-storm.launches-per-step = 64'"
+            )
         _merge(out, doc)
     return out
 
@@ -223,9 +255,11 @@ def _check(t: dict, path: str, base: str) -> dict:
     unknown = sorted(set(t) - KEYS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], sorted(KEYS), n=1)
-        raise UsageError(f"{path}: unknown key {unknown[0]!r} in [tool.profd]"
-                         + (f" (did you mean {near[0]!r}?)" if near else "")
-                         + f"; known: {', '.join(sorted(KEYS))}")
+        raise UsageError(
+            f"{path}: unknown key {unknown[0]!r} in [tool.profd]"
+            + (f" (did you mean {near[0]!r}?)" if near else "")
+            + f"; known: {', '.join(sorted(KEYS))}"
+        )
     vals = dict(t)
     for k in ("select", "ignore", "extend-select", "workspace", "path-map"):
         if k in vals:
@@ -239,16 +273,22 @@ def _check(t: dict, path: str, base: str) -> dict:
         for c in split_codes(vals.get(k, [])):
             check_code(c, f"{path}: [tool.profd] {k}")
     if "workspace" in vals:
-        vals["workspace"] = [os.path.normpath(os.path.join(base, os.path.expanduser(w))) for w in vals["workspace"]]
+        vals["workspace"] = [
+            os.path.normpath(os.path.join(base, os.path.expanduser(w))) for w in vals["workspace"]
+        ]
     if "path-map" in vals:
         vals["path-map"] = [_rebase_map(m, base, path) for m in vals["path-map"]]
     if "output-file" in vals:
         if not isinstance(vals["output-file"], str) or not vals["output-file"]:
-            raise UsageError(f"{path}: [tool.profd] output-file wants a path, got {_short(vals['output-file'])}")
+            raise UsageError(
+                f"{path}: [tool.profd] output-file wants a path, got {_short(vals['output-file'])}"
+            )
         vals["output-file"] = os.path.join(base, os.path.expanduser(vals["output-file"]))
     for key, allowed in (("fail-on", FAIL_ON), ("format", FORMATS), ("color", ("auto", "always", "never"))):
         if key in vals and vals[key] not in allowed:
-            raise UsageError(f"{path}: [tool.profd] {key} must be one of {', '.join(allowed)}, got {_short(vals[key])}")
+            raise UsageError(
+                f"{path}: [tool.profd] {key} must be one of {', '.join(allowed)}, got {_short(vals[key])}"
+            )
     for key in ("hints", "statistics"):
         if key in vals and not isinstance(vals[key], bool):
             raise UsageError(f"{path}: [tool.profd] {key} wants true or false, got {_short(vals[key])}")
@@ -268,7 +308,7 @@ def _per_file_ignores(t, path: str, base: str) -> dict[str, list[str]]:
     """``[tool.profd.per-file-ignores] "GLOB" = ["code", ...]`` (as ruff's): findings located in a
     file matching GLOB (relative to the config file's folder, or a bare file name) are dropped."""
     if not isinstance(t, dict):
-        raise UsageError(f"{path}: [tool.profd.per-file-ignores] wants \"GLOB\" = [\"code\", ...] pairs")
+        raise UsageError(f'{path}: [tool.profd.per-file-ignores] wants "GLOB" = ["code", ...] pairs')
     out: dict[str, list[str]] = {}
     for glob, codes in t.items():
         if isinstance(codes, str):
@@ -277,8 +317,11 @@ def _per_file_ignores(t, path: str, base: str) -> dict[str, list[str]]:
             raise UsageError(f"{path}: [tool.profd.per-file-ignores] {glob!r} wants a list of rule codes")
         for c in split_codes(codes):
             check_code(c, f"{path}: [tool.profd.per-file-ignores] {glob!r}")
-        pat = glob if os.path.isabs(glob) or "/" not in glob.strip("*") and not glob.startswith("./") \
+        pat = (
+            glob
+            if os.path.isabs(glob) or "/" not in glob.strip("*") and not glob.startswith("./")
             else os.path.join(base, glob)
+        )
         out[pat] = split_codes(codes)
     return out
 
@@ -307,19 +350,24 @@ def _thresholds(t, path: str) -> dict[str, dict[str, float]]:
         for name, v in kv.items():
             if name not in known.get(code, {}):
                 opts = sorted(known.get(code, {}))
-                raise UsageError(f"{path}: rule {code} has no threshold {name!r}; "
-                                 + (f"it has: {', '.join(opts)}" if opts else "it has none to set"))
+                raise UsageError(
+                    f"{path}: rule {code} has no threshold {name!r}; "
+                    + (f"it has: {', '.join(opts)}" if opts else "it has none to set")
+                )
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise UsageError(f"{path}: [tool.profd.rules.{code}] {name} wants a number, got {_short(v)}")
             if not math.isfinite(v) or v < 0 or (name.endswith("-share") and v > 1):
-                raise UsageError(f"{path}: [tool.profd.rules.{code}] {name} = {v!r}: wants a finite number >= 0"
-                                 + (" and <= 1 (a share of the time)" if name.endswith("-share") else "")
-                                 + " (nan or inf would turn the rule off, a negative one fire everywhere)")
+                raise UsageError(
+                    f"{path}: [tool.profd.rules.{code}] {name} = {v!r}: wants a finite number >= 0"
+                    + (" and <= 1 (a share of the time)" if name.endswith("-share") else "")
+                    + " (nan or inf would turn the rule off, a negative one fire everywhere)"
+                )
         out[code] = {k: float(v) for k, v in kv.items()}
     return out
 
 
 # ---- selection -----------------------------------------------------------------------------------
+
 
 def check_code(code: str, where: str, families: bool = True) -> set[str]:
     """The rule codes ``code`` stands for; a UsageError naming the nearest code when it is none."""

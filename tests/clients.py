@@ -18,6 +18,7 @@ Neovim 0.12.0-dev       yes                    no (``workspace.workspace.refresh
 eglot 1.9               no                     no
 ======================  =====================  ======================================
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,16 @@ FILES = {
     "eglot-1.9": "eglot_v1.9.json",
 }
 SNAPSHOTS = {"neovim-0.10.0": "neovim@v0.10.0", "neovim-0.11.0": "neovim@v0.11.0"}
-ALL = ["vscode", "helix-25.07", "helix-24.07", "neovim-0.7.2", "neovim-0.10.0", "neovim-0.11.0",
-       "neovim-0.12.0-dev", "eglot-1.9"]
+ALL = [
+    "vscode",
+    "helix-25.07",
+    "helix-24.07",
+    "neovim-0.7.2",
+    "neovim-0.10.0",
+    "neovim-0.11.0",
+    "neovim-0.12.0-dev",
+    "eglot-1.9",
+]
 # The clients profd offers pull diagnostics to: they pull and can be asked to pull again.
 PULL = {"vscode"}
 

@@ -13,8 +13,12 @@ SRC = os.path.join(EXAMPLES, "src")
 
 def trace(name: str) -> str:
     """Path of a shipped real trace (examples/), by its short name."""
-    for d in (EXAMPLES, os.path.join(EXAMPLES, "nccl"), os.path.join(EXAMPLES, "recorded"),
-              os.path.join(ROOT, "tests", "data")):
+    for d in (
+        EXAMPLES,
+        os.path.join(EXAMPLES, "nccl"),
+        os.path.join(EXAMPLES, "recorded"),
+        os.path.join(ROOT, "tests", "data"),
+    ):
         if not os.path.isdir(d):
             continue
         for f in sorted(os.listdir(d)):

@@ -2,6 +2,7 @@
 stdio (``served``: the test's one scenario runs on each), an in-process ``Core``, the requests they
 send, and the edited real traces and synthetic inputs several features are tried with (each
 synthetic one says so: nothing a profiler writes)."""
+
 import asyncio
 import gzip
 import json
@@ -30,8 +31,7 @@ def seed_doc() -> dict:
 async def ask(src, method, params=None):
     """A request to a daemon: through a ``Served``'s own client, or a connection to the TCP
     daemon of a daemon.json ``doc``."""
-    return await (src.request(method, params) if isinstance(src, Served) else
-                  call(src, method, params))
+    return await (src.request(method, params) if isinstance(src, Served) else call(src, method, params))
 
 
 async def wait_status(src, pred, what, timeout=30):
@@ -75,6 +75,7 @@ async def served(request, folders):
         watch, default_state = folders
         made.append(Served(request.param, watch, state or default_state, *extra, log=log))
         return made[-1]
+
     yield make
     for s in made:
         await s.stop()
@@ -91,9 +92,9 @@ def strict_daemon(folders):
 @pytest.fixture
 async def core(folders):
     from profd.server.daemon.core import Config, Core
+
     watch, state = folders
-    c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=2,
-                    settle=0.1, quiet=0.5))
+    c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=2, settle=0.1, quiet=0.5))
     c.index.retry_s = 0.3
     await c.start()
     c.watch = str(watch)
@@ -103,8 +104,7 @@ async def core(folders):
 
 def trace_naming(path: str) -> bytes:
     """The real seed trace with its user frames pointing at ``path`` (edited: the attack)."""
-    raw = gzip.decompress(trace_bytes("seed_n64_bf16")).replace(b'"seed_matmul.py(',
-                                                              f'"{path}('.encode())
+    raw = gzip.decompress(trace_bytes("seed_n64_bf16")).replace(b'"seed_matmul.py(', f'"{path}('.encode())
     return gzip.compress(raw)
 
 

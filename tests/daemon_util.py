@@ -1,4 +1,5 @@
 """Helpers for the daemon tests: start/stop real daemons, wait on conditions, write traces."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,20 @@ FAST = ["--settle", "0.2", "--quiet", "0.8"]  # debounce tuned for tests (defaul
 
 def serve_cmd(watch, state, *extra, transport=("--stdio",), workspace=SRC):
     ws = ["--workspace", workspace] if workspace else []
-    return [PY, "-m", "profd.server.daemon.cli", "serve", *transport, "--watch", str(watch),
-            *ws, "--state", str(state), *FAST, *extra]
+    return [
+        PY,
+        "-m",
+        "profd.server.daemon.cli",
+        "serve",
+        *transport,
+        "--watch",
+        str(watch),
+        *ws,
+        "--state",
+        str(state),
+        *FAST,
+        *extra,
+    ]
 
 
 class Daemon:
@@ -41,11 +54,16 @@ class Daemon:
         os.makedirs(self.state, exist_ok=True)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            serve_cmd(self.watch, self.state, *self.extra, "--log-level", "INFO",
-                      transport=("--tcp", "127.0.0.1:0")),
-            stdout=self.log, stderr=self.log, start_new_session=True)
-        self.doc = wait_for(lambda: _daemon_doc(djson, self.proc.pid), timeout,
-                            f"daemon.json from pid {self.proc.pid}")
+            serve_cmd(
+                self.watch, self.state, *self.extra, "--log-level", "INFO", transport=("--tcp", "127.0.0.1:0")
+            ),
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,
+        )
+        self.doc = wait_for(
+            lambda: _daemon_doc(djson, self.proc.pid), timeout, f"daemon.json from pid {self.proc.pid}"
+        )
         return self.doc
 
     def log_text(self) -> str:
@@ -184,6 +202,7 @@ def uri(path: str) -> str:
 async def connect(doc, token="__doc__"):
     """A DaemonClient on the TCP daemon of ``doc`` (its daemon.json), with its token or ``token``."""
     from profd.client_cli.daemon_client import DaemonClient
+
     c = DaemonClient()
     await c.connect(doc["host"], doc["port"], doc["token"] if token == "__doc__" else token)
     return c
@@ -208,6 +227,7 @@ async def lsp_client(doc=None, cmd=None, ready=None):
     ``ready`` (a list), each profd/reportReady's params are appended to it as a dict."""
     from lsprotocol import types as L
     from pytest_lsp import client_capabilities, make_test_lsp_client
+
     client = make_test_lsp_client()
     if ready is not None:
         client.feature(M.REPORT_READY)(lambda params: ready.append(plain(params)))
@@ -216,9 +236,15 @@ async def lsp_client(doc=None, cmd=None, ready=None):
     else:
         await client.start_io(*cmd)
     try:
-        await asyncio.wait_for(client.initialize_session(L.InitializeParams(
-            capabilities=client_capabilities("neovim@v0.9.1"),
-            initialization_options={"token": doc["token"]} if doc is not None else None)), 60)
+        await asyncio.wait_for(
+            client.initialize_session(
+                L.InitializeParams(
+                    capabilities=client_capabilities("neovim@v0.9.1"),
+                    initialization_options={"token": doc["token"]} if doc is not None else None,
+                )
+            ),
+            60,
+        )
     except BaseException:
         if client._server is not None and client._server.returncode is None:
             client._server.kill()  # a daemon that never answered initialize: not left behind
@@ -287,14 +313,18 @@ class Served:
             self.lsp = await lsp_client(doc=self.tcp.doc, ready=self.ready)
         else:
             os.makedirs(self.state, exist_ok=True)
-            self.lsp = await lsp_client(cmd=serve_cmd(
-                self.watch, self.state, *self.extra, "--log-level", "INFO",
-                "--log-file", self.log_path), ready=self.ready)
+            self.lsp = await lsp_client(
+                cmd=serve_cmd(
+                    self.watch, self.state, *self.extra, "--log-level", "INFO", "--log-file", self.log_path
+                ),
+                ready=self.ready,
+            )
         return self
 
     async def request(self, method: str, params=None, timeout: float = 20):
-        return plain(await asyncio.wait_for(
-            self.lsp.protocol.send_request_async(method, params or {}), timeout))
+        return plain(
+            await asyncio.wait_for(self.lsp.protocol.send_request_async(method, params or {}), timeout)
+        )
 
     def log_text(self) -> str:
         with open(self.log_path, errors="replace") as f:

@@ -2,6 +2,7 @@
 traces by short name (``conftest.trace``), examples/recorded/ (recorded for the rules on an H200,
 its README says how), examples/corpus/ (other programs, examples/corpus/README.md), and the
 synthetic-from-real variants a few tests need (a real trace with kernels renamed or delayed)."""
+
 import gzip
 import json
 import os
@@ -49,7 +50,9 @@ def recorded_tools(name):
     """A trace of examples/recorded/, its sources there and the runner's workloads."""
     key = ("recorded+workloads", name)
     if key not in _cache:
-        _cache[key] = analyze_file(os.path.join(REC, name + ".json.gz"), Options(workspace=[REC_SRC, WORKLOADS]))
+        _cache[key] = analyze_file(
+            os.path.join(REC, name + ".json.gz"), Options(workspace=[REC_SRC, WORKLOADS])
+        )
     return _cache[key]
 
 
@@ -58,16 +61,20 @@ def recorded_of(name, code):
 
 
 def recorded_lines(name, code, file):
-    return sorted(d.location.line for d in recorded_of(name, code)
-                  if d.location.path and d.location.path.endswith(os.sep + file))
+    return sorted(
+        d.location.line
+        for d in recorded_of(name, code)
+        if d.location.path and d.location.path.endswith(os.sep + file)
+    )
 
 
 def recorded_job(prefix):
     """The job report of a 2-rank recording in examples/recorded/."""
     from profd.server.engine.job import analyze_job
 
-    _, jobs = analyze_job([os.path.join(REC, f"{prefix}_rank{r}.json.gz") for r in (0, 1)],
-                          Options(workspace=[REC_SRC]))
+    _, jobs = analyze_job(
+        [os.path.join(REC, f"{prefix}_rank{r}.json.gz") for r in (0, 1)], Options(workspace=[REC_SRC])
+    )
     (job,) = jobs
     return job
 
@@ -75,6 +82,7 @@ def recorded_job(prefix):
 def job_of(name):
     """The job report of a shipped 2-rank pair (``NAME_rank0``, ``NAME_rank1``)."""
     from profd.server.engine import job
+
     return job.reduce_job([job.summarize_rank(trace(f"{name}_rank{r}")) for r in (0, 1)])
 
 
@@ -82,8 +90,10 @@ def corpus(name):
     """A trace of examples/corpus/traces, its sources in examples/corpus/src."""
     key = ("corpus", name)
     if key not in _cache:
-        _cache[key] = analyze_file(os.path.join(CORPUS, "traces", name + ".json.gz"),
-                                   Options(workspace=[os.path.join(CORPUS, "src")]))
+        _cache[key] = analyze_file(
+            os.path.join(CORPUS, "traces", name + ".json.gz"),
+            Options(workspace=[os.path.join(CORPUS, "src")]),
+        )
     return _cache[key]
 
 
@@ -96,8 +106,9 @@ def corpus_job(name):
 
     key = ("job", name)
     if key not in _cache:
-        _cache[key] = job.reduce_job([job.summarize_rank(os.path.join(CORPUS, "traces", f"{name}_rank{r}.json.gz"))
-                                      for r in (0, 1)])
+        _cache[key] = job.reduce_job(
+            [job.summarize_rank(os.path.join(CORPUS, "traces", f"{name}_rank{r}.json.gz")) for r in (0, 1)]
+        )
     return _cache[key]
 
 
@@ -122,8 +133,10 @@ def delayed_kernels(tmp_path, name: str, which, by_us: float = 300.0) -> str:
     with gzip.open(os.path.join(REC, name + ".json.gz")) as f:
         d = json.load(f)
     seen: dict = {}
-    for e in sorted((e for e in d["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
-                    key=lambda e: e["ts"]):
+    for e in sorted(
+        (e for e in d["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+        key=lambda e: e["ts"],
+    ):
         k = seen[e["name"]] = seen.get(e["name"], -1) + 1
         if which(k):
             e["ts"] += by_us

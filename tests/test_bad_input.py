@@ -3,6 +3,7 @@
 Never a traceback, never a hang. The bases are real traces from examples/, corrupted; a synthetic
 document is written only where no real trace can show the case (each such test says so).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -22,10 +23,10 @@ from profd.server.engine.loader import TraceError
 from daemon_util import trace_bytes
 from daemon_cases import KINDS, hostile
 
-SMALL = "seed_n64_bf16"          # with_stack, one GPU, steps: 86 KB of JSON
+SMALL = "seed_n64_bf16"  # with_stack, one GPU, steps: 86 KB of JSON
 CLI = os.path.join(os.path.dirname(sys.executable), "profd-client")
 NOSTACK = "seed_n1024_bf16_nostack"
-TRAINING = "mlp_eager"           # fwd/bwd flows, memory, optimizer
+TRAINING = "mlp_eager"  # fwd/bwd flows, memory, optimizer
 
 
 def raw(name: str) -> bytes:
@@ -214,22 +215,25 @@ def test_concatenated_gzip_members(tmp_path):
 
 
 # ---- JSON that is not a trace ------------------------------------------------------------------
-@pytest.mark.parametrize("text,needle", [
-    (b'{"foo":1}', "traceEvents"),
-    (b'[1,2]', "object"),
-    (b'"str"', "not JSON"),
-    (b'null', "not JSON"),
-    (b'123', "not JSON"),
-    (b'true', "not JSON"),
-    (b'{}', "traceEvents"),
-    (b'{"traceEvents": 5}', "traceEvents"),
-    (b'{"traceEvents": null}', "traceEvents"),
-    (b'{"traceEvents": [1, 2]}', "traceEvents"),
-    (b'{"traceEvents": {"a": 1}}', "traceEvents"),
-    (b'{"traceEvents": []', "invalid JSON"),
-    (b'{"traceEvents": []}}', "invalid JSON"),
-    (b'{"traceEvents": [], "traceEvents": [}', "invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (b'{"foo":1}', "traceEvents"),
+        (b"[1,2]", "object"),
+        (b'"str"', "not JSON"),
+        (b"null", "not JSON"),
+        (b"123", "not JSON"),
+        (b"true", "not JSON"),
+        (b"{}", "traceEvents"),
+        (b'{"traceEvents": 5}', "traceEvents"),
+        (b'{"traceEvents": null}', "traceEvents"),
+        (b'{"traceEvents": [1, 2]}', "traceEvents"),
+        (b'{"traceEvents": {"a": 1}}', "traceEvents"),
+        (b'{"traceEvents": []', "invalid JSON"),
+        (b'{"traceEvents": []}}', "invalid JSON"),
+        (b'{"traceEvents": [], "traceEvents": [}', "invalid JSON"),
+    ],
+)
 def test_not_a_trace(tmp_path, text, needle):
     bad(write(tmp_path, text), needle)
 
@@ -254,19 +258,22 @@ def _first(d, cat):
     return next(e for e in d["traceEvents"] if e.get("cat") == cat)
 
 
-@pytest.mark.parametrize("cat,field,value,where", [
-    ("cpu_op", "ts", "soon", "ts"),  # a string that is not a number ("12.5" is read as 12.5)
-    ("cpu_op", "ts", "nan", "ts"),
-    ("kernel", "dur", "inf", "dur"),
-    ("kernel", "dur", None, "dur"),
-    ("cpu_op", "args", "not an object", "args"),
-    ("cpu_op", "args", [1, 2], "args"),
-    ("cuda_runtime", "pid", [1, 2], "pid"),
-    ("kernel", "tid", {"a": 1}, "tid"),
-    ("cpu_op", "name", 17, "name"),
-    ("cpu_op", "ph", None, "ph"),
-    ("kernel", "ts", True, "ts"),
-])
+@pytest.mark.parametrize(
+    "cat,field,value,where",
+    [
+        ("cpu_op", "ts", "soon", "ts"),  # a string that is not a number ("12.5" is read as 12.5)
+        ("cpu_op", "ts", "nan", "ts"),
+        ("kernel", "dur", "inf", "dur"),
+        ("kernel", "dur", None, "dur"),
+        ("cpu_op", "args", "not an object", "args"),
+        ("cpu_op", "args", [1, 2], "args"),
+        ("cuda_runtime", "pid", [1, 2], "pid"),
+        ("kernel", "tid", {"a": 1}, "tid"),
+        ("cpu_op", "name", 17, "name"),
+        ("cpu_op", "ph", None, "ph"),
+        ("kernel", "ts", True, "ts"),
+    ],
+)
 def test_wrong_types(tmp_path, cat, field, value, where):
     d = doc(SMALL)
     _first(d, cat)[field] = value
@@ -303,10 +310,20 @@ def test_events_that_are_empty_objects(tmp_path):
     good(write(tmp_path, d))
 
 
-@pytest.mark.parametrize("field,value", [
-    ("ts", 1e308), ("dur", 1e308), ("dur", -5000.0), ("ts", -1e308), ("ts", 0),
-    ("dur", 1e-300), ("ts", 2**63), ("dur", 10**30), ("ts", -(10**40)),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("ts", 1e308),
+        ("dur", 1e308),
+        ("dur", -5000.0),
+        ("ts", -1e308),
+        ("ts", 0),
+        ("dur", 1e-300),
+        ("ts", 2**63),
+        ("dur", 10**30),
+        ("ts", -(10**40)),
+    ],
+)
 def test_absurd_numbers(tmp_path, field, value):
     d = doc(SMALL)
     for cat in ("cpu_op", "kernel", "cuda_runtime", "user_annotation"):
@@ -461,8 +478,10 @@ def test_no_steps(tmp_path):
 
 
 def test_no_gpu(tmp_path):
-    d = _drop(TRAINING, lambda e: e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
-                                                   "ac2g"))
+    d = _drop(
+        TRAINING,
+        lambda e: e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g"),
+    )
     d.pop("deviceProperties", None)
     rep = good(write(tmp_path, d))
     assert rep.summary.kernels == 0
@@ -529,8 +548,7 @@ def _cli_cases(tmp_path) -> list[str]:
 def test_cli_bad_inputs(tmp_path):
     cases = _cli_cases(tmp_path)
     for p in cases:
-        r = subprocess.run([CLI, "analyze", "--no-daemon", p],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([CLI, "analyze", "--no-daemon", p], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (p, r.returncode, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
         assert f"profd: bad trace {p}: " in r.stderr, r.stderr
@@ -538,8 +556,12 @@ def test_cli_bad_inputs(tmp_path):
 
 def test_cli_mixed_good_and_bad(tmp_path):
     p = write(tmp_path, b"[", "cut.json")
-    r = subprocess.run([CLI, "analyze", "--no-daemon",
-                        "--fail-on", "never", trace(SMALL), p], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [CLI, "analyze", "--no-daemon", "--fail-on", "never", trace(SMALL), p],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert f"profd: bad trace {p}: " in r.stderr
     assert "Traceback" not in r.stderr
@@ -550,6 +572,7 @@ def test_cli_mixed_good_and_bad(tmp_path):
 class _RuleErrors:
     def __init__(self):
         import logging
+
         self.records = []
         outer = self
 
@@ -572,9 +595,13 @@ class _RuleErrors:
 
 
 def _first_gemm(d) -> dict:
-    return next(e for e in d["traceEvents"] if e.get("cat") == "cpu_op"
-                and e.get("name") in ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
-                and "Input Dims" in e.get("args", {}))
+    return next(
+        e
+        for e in d["traceEvents"]
+        if e.get("cat") == "cpu_op"
+        and e.get("name") in ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
+        and "Input Dims" in e.get("args", {})
+    )
 
 
 @pytest.mark.parametrize("dims", [None, 5, [[None, 3], [3, None]], [["a", "b"], ["c", "d"]]])
@@ -600,6 +627,7 @@ def test_gemm_with_scalar_shapes(tmp_path, key):
 
 def test_engine_never_reads_a_fifo_as_source(tmp_path):
     from profd.server.engine.sourcemap import source_lines
+
     fifo = str(tmp_path / "src.py")
     os.mkfifo(fifo)
     assert source_lines(fifo) == () and source_lines("/dev/zero") == ()
@@ -637,9 +665,11 @@ def test_scanner_work_is_linear(tmp_path, monkeypatch, shape):
     if passes.native() is None:
         pytest.skip("scanner not built")
     n = 48 << 20
-    body = {"blanks between events": EV + b"," + b" " * n + EV,
-            "blanks inside an event": EV + b',{"ph":"X",' + b" " * n + b'"name":"b"}',
-            "long name": EV + b',{"ph":"X","name":"' + b"x" * n + b'"}'}[shape]
+    body = {
+        "blanks between events": EV + b"," + b" " * n + EV,
+        "blanks inside an event": EV + b',{"ph":"X",' + b" " * n + b'"name":"b"}',
+        "long name": EV + b',{"ph":"X","name":"' + b"x" * n + b'"}',
+    }[shape]
     p = tmp_path / "t.json"
     p.write_bytes(b'{"traceEvents":[' + body + b"]}")
     offered, size = _offered(monkeypatch, str(p))
@@ -662,8 +692,9 @@ def test_native_and_python_decide_alike(tmp_path, monkeypatch, kind):
                 loader.load(p)
             errors.append(str(e.value))
     assert errors[0] == errors[1]
-    assert {"lone surrogate": "surrogate", "overflow": "out of range",
-            "deep": "nested too deeply"}[kind] in errors[0]
+    assert {"lone surrogate": "surrogate", "overflow": "out of range", "deep": "nested too deeply"}[
+        kind
+    ] in errors[0]
 
 
 def test_a_second_trace_events_key_decides_alike(tmp_path, monkeypatch):

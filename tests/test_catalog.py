@@ -1,4 +1,5 @@
 """The rule declarations, the catalog generated from them and the docs agree."""
+
 import os
 
 from conftest import ROOT
@@ -11,7 +12,11 @@ def test_every_rule_is_declared_with_its_page():
     rules = load_all()
     assert list(rules) == list(RULES)
     for code, r in rules.items():
-        assert (r.title, r.severity, r.family) == (RULES[code].title, RULES[code].severity, RULES[code].family)
+        assert (r.title, r.severity, r.family) == (
+            RULES[code].title,
+            RULES[code].severity,
+            RULES[code].family,
+        )
         assert "Evidence" in r.doc and "Threshold" in r.doc, code
 
 

@@ -1,4 +1,5 @@
 """profd-client analyze as a user runs it: a real console script in a subprocess."""
+
 import json
 import os
 import shutil
@@ -11,8 +12,9 @@ CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
 
 
 def run(*args, cwd=None):
-    return subprocess.run([CLIENT, "analyze", "--no-daemon", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [CLIENT, "analyze", "--no-daemon", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_text_output_is_compiler_style_with_the_source_line():
@@ -73,8 +75,17 @@ def test_bad_input_is_one_clear_error_and_exit_2(tmp_path):
 
 
 def test_path_map_maps_remote_paths(tmp_path):
-    p = run("--workspace", str(tmp_path), "--path-map", f"train_tinygpt.py={SRC}/train_tinygpt.py",
-            "--format", "json", "--fail-on", "never", trace("tinygpt_naive"))
+    p = run(
+        "--workspace",
+        str(tmp_path),
+        "--path-map",
+        f"train_tinygpt.py={SRC}/train_tinygpt.py",
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        trace("tinygpt_naive"),
+    )
     rep = json.loads(p.stdout)["reports"][0]
     d = next(d for d in rep["diagnostics"] if d["code"] == "host-sync")
     assert d["location"]["path"] == os.path.join(SRC, "train_tinygpt.py")

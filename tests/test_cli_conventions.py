@@ -1,6 +1,7 @@
 """profd-client behaving as ruff users expect, each point through the real console script in a
 subprocess: folders, exit codes, rule selection, [tool.profd], common options, columns, units,
 machine output (JSON schema, SARIF), diff as a CI gate, and the advice on how a trace was recorded."""
+
 import json
 import os
 import re
@@ -28,6 +29,7 @@ def analyze(*args, **kw):
 
 
 # ---- folders ----------------------------------------------------------------------------------------
+
 
 def test_a_folder_means_every_trace_under_it_with_a_job_report_for_ranks(tmp_path):
     deep = tmp_path / "runs" / "a" / "b"
@@ -59,6 +61,7 @@ def test_an_empty_folder_is_an_error_not_a_clean_run(tmp_path):
 
 # ---- exit codes -------------------------------------------------------------------------------------
 
+
 def test_exit_codes_default_fail_on_warning_exit_zero_and_bad_input(tmp_path):
     assert analyze(NAIVE).returncode == 1  # warnings: the default --fail-on warning fails
     assert analyze("--exit-zero", NAIVE).returncode == 0
@@ -66,8 +69,10 @@ def test_exit_codes_default_fail_on_warning_exit_zero_and_bad_input(tmp_path):
     # only information-level findings: below the default, at --fail-on information
     info = analyze("--select", "compute-bound", trace("seed_n4096_bf16"))
     assert "information[compute-bound]" in info.stdout and info.returncode == 0
-    assert analyze("--select", "compute-bound", "--fail-on", "information",
-                   trace("seed_n4096_bf16")).returncode == 1
+    assert (
+        analyze("--select", "compute-bound", "--fail-on", "information", trace("seed_n4096_bf16")).returncode
+        == 1
+    )
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert analyze("--exit-zero", str(bad)).returncode == 2  # --exit-zero never hides bad input
@@ -77,6 +82,7 @@ def test_exit_codes_default_fail_on_warning_exit_zero_and_bad_input(tmp_path):
 
 # ---- selection -------------------------------------------------------------------------------------
 
+
 def _codes(p):
     return {d["code"] for r in json.loads(p.stdout)["reports"] for d in r["diagnostics"]}
 
@@ -84,12 +90,31 @@ def _codes(p):
 def test_select_ignore_extend_select_take_comma_lists_and_families():
     all_ = _codes(analyze("--format", "json", "--fail-on", "never", NAIVE))
     assert {"host-sync", "launch-storm", "pageable-memcpy"} <= all_
-    ign = _codes(analyze("--format", "json", "--fail-on", "never", "--ignore", "host-sync,launch-storm", NAIVE))
+    ign = _codes(
+        analyze("--format", "json", "--fail-on", "never", "--ignore", "host-sync,launch-storm", NAIVE)
+    )
     assert ign == all_ - {"host-sync", "launch-storm"}
-    sel = _codes(analyze("--format", "json", "--fail-on", "never", "--select", "host-sync",
-                         "--extend-select", "training", NAIVE))
-    assert "host-sync" in sel and sel <= {"host-sync", "pageable-memcpy", "optimizer-foreach-off",
-                                          "zero-grad-not-none", "conv-bias-before-bn", "dataloader-bound"}
+    sel = _codes(
+        analyze(
+            "--format",
+            "json",
+            "--fail-on",
+            "never",
+            "--select",
+            "host-sync",
+            "--extend-select",
+            "training",
+            NAIVE,
+        )
+    )
+    assert "host-sync" in sel and sel <= {
+        "host-sync",
+        "pageable-memcpy",
+        "optimizer-foreach-off",
+        "zero-grad-not-none",
+        "conv-bias-before-bn",
+        "dataloader-bound",
+    }
     assert {"pageable-memcpy", "zero-grad-not-none"} <= sel
 
 
@@ -102,6 +127,7 @@ def test_an_unknown_code_is_a_usage_error_naming_the_nearest(flag):
 
 # ---- [tool.profd] ----------------------------------------------------------------------------------
 
+
 def _project(tmp_path, body):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n\n[tool.profd]\n" + body)
     sub = tmp_path / "pkg" / "deep"
@@ -111,20 +137,26 @@ def _project(tmp_path, body):
 
 def test_pyproject_is_found_upwards_and_flags_win(tmp_path):
     shutil.copytree(SRC, tmp_path / "src")
-    sub = _project(tmp_path, 'workspace = ["src"]\nignore = ["launch-storm"]\nfail-on = "never"\nformat = "json"\n')
+    sub = _project(
+        tmp_path, 'workspace = ["src"]\nignore = ["launch-storm"]\nfail-on = "never"\nformat = "json"\n'
+    )
     p = cli("analyze", "--no-daemon", NAIVE, cwd=sub)
     assert p.returncode == 0, p.stderr  # fail-on never from the file
     doc = json.loads(p.stdout)  # format json from the file
     codes = {d["code"] for d in doc["reports"][0]["diagnostics"]}
     assert "launch-storm" not in codes and "host-sync" in codes
     sync = next(d for d in doc["reports"][0]["diagnostics"] if d["code"] == "host-sync")
-    assert sync["location"]["path"] == str(tmp_path / "src" / "train_tinygpt.py")  # workspace relative to the file
+    assert sync["location"]["path"] == str(
+        tmp_path / "src" / "train_tinygpt.py"
+    )  # workspace relative to the file
     # a flag wins over the file; --isolated ignores it; --config names another
     assert cli("analyze", "--no-daemon", "--fail-on", "warning", NAIVE, cwd=sub).returncode == 1
     iso = cli("analyze", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE, cwd=sub)
     assert "warning[launch-storm]" in iso.stdout and not iso.stdout.startswith("{")
     other = tmp_path / "ci.toml"
-    other.write_text('[tool.profd]\nselect = ["host-sync"]\nfail-on = "information"\n')  # 0.2% of the step: information
+    other.write_text(
+        '[tool.profd]\nselect = ["host-sync"]\nfail-on = "information"\n'
+    )  # 0.2% of the step: information
     p = cli("analyze", "--no-daemon", "--config", str(other), NAIVE, cwd=sub)
     assert p.returncode == 1 and set(re.findall(r"\[([a-z0-9-]+)\]", p.stdout)) == {"host-sync"}
 
@@ -145,16 +177,23 @@ def test_per_rule_thresholds_from_pyproject(tmp_path):
     storms = [d for d in json.loads(base.stdout)["reports"][0]["diagnostics"] if d["code"] == "launch-storm"]
     assert storms  # 48, 424 and 53 launches per step from three lines
     least = min(d["evidence"]["launchesPerStep"] for d in storms)
-    sub = _project(tmp_path, f'fail-on = "never"\n\n[tool.profd.rules.launch-storm]\nlaunches-per-step = {int(least) + 1000}\n')
+    sub = _project(
+        tmp_path,
+        f'fail-on = "never"\n\n[tool.profd.rules.launch-storm]\nlaunches-per-step = {int(least) + 1000}\n',
+    )
     p = cli("analyze", "--no-daemon", "--format", "json", "--workspace", SRC, NAIVE, cwd=sub)
     assert p.returncode == 0, p.stderr
     assert not [d for d in json.loads(p.stdout)["reports"][0]["diagnostics"] if d["code"] == "launch-storm"]
-    sub = _project(tmp_path, '[tool.profd.rules.launch-storm]\nlaunches = 3\n')
+    sub = _project(tmp_path, "[tool.profd.rules.launch-storm]\nlaunches = 3\n")
     p = cli("analyze", "--no-daemon", NAIVE, cwd=sub)
-    assert p.returncode == 2 and "rule launch-storm has no threshold 'launches'; it has: launches-per-step" in p.stderr
+    assert (
+        p.returncode == 2
+        and "rule launch-storm has no threshold 'launches'; it has: launches-per-step" in p.stderr
+    )
 
 
 # ---- common options on every command ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", ["analyze", "diff", "run", "status", "reports", "hover", "annotate", "rule"])
 def test_every_command_that_prints_takes_the_common_options(cmd):
@@ -211,7 +250,9 @@ def test_colour_and_progress_at_a_terminal_and_no_color(tmp_path):
     assert rc == 0 and "\033[33mwarning\033[0m" in out  # auto: colour at a terminal
     # the progress line on stderr: traces done, bytes read of all, the current file
     assert "0/2 traces, " in out and " of 1.0 MiB; tinygpt_naive.json.gz (598.8 KiB" in out
-    rc, out = _pty_run(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE], {"NO_COLOR": "1"})
+    rc, out = _pty_run(
+        ["analyze", "--no-daemon", "--isolated", "--fail-on", "never", NAIVE], {"NO_COLOR": "1"}
+    )
     assert "\033[33m" not in out and "[host-sync]" in out
     rc, out = _pty_run(["analyze", "--no-daemon", "--isolated", "-q", "--fail-on", "never", NAIVE])
     assert "profd [" not in out  # --quiet: no progress
@@ -221,6 +262,7 @@ def test_colour_and_progress_at_a_terminal_and_no_color(tmp_path):
 
 
 # ---- what the text says ------------------------------------------------------------------------
+
 
 def test_columns_and_ranges_come_from_the_ast():
     p = analyze("--format", "json", "--fail-on", "never", "--workspace", SRC, NAIVE)
@@ -240,8 +282,10 @@ def test_columns_and_ranges_come_from_the_ast():
 
 
 def test_units_and_plurals():
-    outs = [analyze("--fail-on", "never", "--workspace", SRC, "--hints", t).stdout
-            for t in (NAIVE, TUNED, trace("seed_n64_bf16"), trace("mlp_eager"), trace("dataloader_w0"))]
+    outs = [
+        analyze("--fail-on", "never", "--workspace", SRC, "--hints", t).stdout
+        for t in (NAIVE, TUNED, trace("seed_n64_bf16"), trace("mlp_eager"), trace("dataloader_w0"))
+    ]
     for out in outs:
         assert not re.search(r"\((?:s|ies|es)\)", out), out
         assert not re.search(r"\b1 (?:launches|copies|syncs|kernels|calls|gaps|steps)\b", out), out
@@ -270,6 +314,7 @@ def test_advice_to_re_profile_with_the_missing_flags():
 
 # ---- machine output -------------------------------------------------------------------------------
 
+
 def test_json_evidence_is_camel_case_and_the_schema_is_generated():
     doc = json.loads(analyze("--format", "json", "--fail-on", "never", NAIVE).stdout)
     assert doc["jobs"] == []
@@ -284,8 +329,12 @@ def test_json_evidence_is_camel_case_and_the_schema_is_generated():
 
 
 def test_sarif_has_base_ids_fingerprints_rule_help_and_real_doc_links(tmp_path):
-    a = json.loads(analyze("--format", "sarif", "--fail-on", "never", "--workspace", SRC, NAIVE, cwd=ROOT).stdout)
-    b = json.loads(analyze("--format", "sarif", "--fail-on", "never", "--workspace", SRC, NAIVE, cwd=ROOT).stdout)
+    a = json.loads(
+        analyze("--format", "sarif", "--fail-on", "never", "--workspace", SRC, NAIVE, cwd=ROOT).stdout
+    )
+    b = json.loads(
+        analyze("--format", "sarif", "--fail-on", "never", "--workspace", SRC, NAIVE, cwd=ROOT).stdout
+    )
     run = a["runs"][0]
     assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == "file://" + urllib.parse.quote(ROOT) + "/"
     res = next(r for r in run["results"] if r["ruleId"] == "host-sync")
@@ -296,16 +345,24 @@ def test_sarif_has_base_ids_fingerprints_rule_help_and_real_doc_links(tmp_path):
     assert len(set(fp)) == len(fp)  # one per finding
     rule = next(r for r in run["tool"]["driver"]["rules"] if r["id"] == "host-sync")
     assert rule["fullDescription"]["text"] and "How to fix" in rule["help"]["markdown"]
-    path, _, anchor = rule["helpUri"][len("file://"):].partition("#")
+    path, _, anchor = rule["helpUri"][len("file://") :].partition("#")
     assert anchor == "host-sync" and os.path.isfile(urllib.parse.unquote(path))
     with open(urllib.parse.unquote(path), encoding="utf-8") as f:
         assert "\n## host-sync\n" in f.read()
-    env = analyze("--format", "sarif", "--fail-on", "never", NAIVE, env={"PROFD_DOCS_URL": "https://docs.example/profd/"})
+    env = analyze(
+        "--format",
+        "sarif",
+        "--fail-on",
+        "never",
+        NAIVE,
+        env={"PROFD_DOCS_URL": "https://docs.example/profd/"},
+    )
     urls = {r["helpUri"] for r in json.loads(env.stdout)["runs"][0]["tool"]["driver"]["rules"]}
     assert all(u.startswith("https://docs.example/profd/rules.md#") for u in urls)
 
 
 # ---- diff as a CI gate ----------------------------------------------------------------------------
+
 
 def test_diff_gates_new_findings_and_prints_sarif():
     reg = cli("diff", "--no-daemon", "--isolated", "--format", "sarif", "--workspace", SRC, TUNED, NAIVE)
@@ -324,11 +381,19 @@ def test_diff_gates_new_findings_and_prints_sarif():
 
 # ---- rule pages ------------------------------------------------------------------------------------
 
+
 def test_rule_prints_the_page_and_unknown_codes_get_the_nearest():
     p = cli("rule", "host-sync")
     assert p.returncode == 0
-    for head in ("What it means", "Why it costs time", "Example", "How to fix", "When to ignore it",
-                 "A shipped trace that shows it", "# profd: ignore[host-sync]"):
+    for head in (
+        "What it means",
+        "Why it costs time",
+        "Example",
+        "How to fix",
+        "When to ignore it",
+        "A shipped trace that shows it",
+        "# profd: ignore[host-sync]",
+    ):
         assert head in p.stdout, head
     assert "loss.item()" in p.stdout
     bad = cli("rule", "host-synk")
@@ -361,9 +426,12 @@ def test_every_option_of_both_commands_has_help_text():
     from profd.client_cli.main import _parser as client_parser
     from profd.server.daemon.cli import _parser as daemon_parser
 
-    bare = [f"{n} {a.option_strings or a.dest}" for p, name in ((client_parser(), "profd-client"),
-                                                                (daemon_parser(), "profd"))
-            for n, a in _actions(p, name) if not a.help]
+    bare = [
+        f"{n} {a.option_strings or a.dest}"
+        for p, name in ((client_parser(), "profd-client"), (daemon_parser(), "profd"))
+        for n, a in _actions(p, name)
+        if not a.help
+    ]
     assert bare == []
     assert "PROFD_STATE" in subprocess.run([PROFD, "--help"], capture_output=True, text=True).stdout
     run_help = cli("run", "--help").stdout
@@ -372,12 +440,21 @@ def test_every_option_of_both_commands_has_help_text():
 
 
 def test_the_daemon_refuses_unknown_codes_and_bad_path_maps(tmp_path):
-    p = subprocess.run([PROFD, "start", "--disable", "host-synk", "--state", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [PROFD, "start", "--disable", "host-synk", "--state", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "did you mean 'host-sync'?" in p.stderr
     assert not (tmp_path / "daemon.json").exists()
-    p = subprocess.run([PROFD, "serve", "--stdio", "--path-map", "foo", "--state", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [PROFD, "serve", "--stdio", "--path-map", "foo", "--state", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert p.returncode == 2 and "--path-map wants REMOTE=LOCAL" in p.stderr
 
 
@@ -387,6 +464,7 @@ def test_path_map_items_read_alike_everywhere(monkeypatch, tmp_path):
     file's folder there, else the working directory); anything without ``=`` is refused with the
     same words."""
     from profd.protocol.options import path_map_item
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", "/home/u")
     assert path_map_item("/job/run42=src") == ("/job/run42", str(tmp_path / "src"))

@@ -4,6 +4,7 @@ reduced from summaries; the job findings equal the single-process ones.
 The jobs are tiled from the real NCCL traces with new rank ids: an 8-rank DDP job of balanced
 rank copies (no straggler), and a 4-rank FSDP job where one rank is a copy of the slow fsdp rank 0
 (the planted straggler, at rank 2) and the others copies of fsdp rank 1."""
+
 import os
 
 import msgspec
@@ -59,8 +60,12 @@ def test_folder_of_rank_traces_on_a_process_pool(jobs):
 
 def test_dask_local_cluster_equals_single_process(jobs):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as lc, distributed.Client(lc) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as lc,
+        distributed.Client(lc) as client,
+    ):
         for name in ("ddp", "fsdp"):
             folder, paths = jobs[name]
             got = cluster.analyze_job_paths([folder], client=client)
@@ -79,10 +84,22 @@ def test_cli_cluster_address(jobs, capsys):
     from profd.client_cli.main import main
 
     folder, _ = jobs["fsdp"]
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None, scheduler_port=0) as lc:
-        rc = main(["analyze", "--no-daemon", "--fail-on", "never", "--format", "json",
-                   "--cluster", lc.scheduler_address, folder])
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None, scheduler_port=0
+    ) as lc:
+        rc = main(
+            [
+                "analyze",
+                "--no-daemon",
+                "--fail-on",
+                "never",
+                "--format",
+                "json",
+                "--cluster",
+                lc.scheduler_address,
+                folder,
+            ]
+        )
     assert rc == 0
     doc = msgspec.json.decode(capsys.readouterr().out)
     assert doc["reports"] == [] and doc["jobs"][0]["straggler"] == 2
@@ -105,16 +122,40 @@ def test_cli_cluster_sends_absolute_paths_and_names_each_failed_task(jobs, tmp_p
     elsewhere.mkdir()
     monkeypatch.chdir(os.path.dirname(folder))
     rel = [os.path.relpath(p) for p in paths]
-    with distributed.LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None,
-                                  scheduler_port=0) as lc:
-        worker = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dask"), "worker",
-                                   lc.scheduler_address, "--nthreads", "1", "--no-dashboard"],
-                                  cwd=str(elsewhere), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with distributed.LocalCluster(
+        n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None, scheduler_port=0
+    ) as lc:
+        worker = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "dask"),
+                "worker",
+                lc.scheduler_address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+            ],
+            cwd=str(elsewhere),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             with distributed.Client(lc.scheduler_address) as c:
                 c.wait_for_workers(1, timeout=60)
-            rc = main(["analyze", "--no-daemon", "--isolated", "--fail-on", "never", "--format", "json",
-                       "--cluster", lc.scheduler_address, *rel, str(bad)])
+            rc = main(
+                [
+                    "analyze",
+                    "--no-daemon",
+                    "--isolated",
+                    "--fail-on",
+                    "never",
+                    "--format",
+                    "json",
+                    "--cluster",
+                    lc.scheduler_address,
+                    *rel,
+                    str(bad),
+                ]
+            )
         finally:
             worker.terminate()
             worker.wait(timeout=30)

@@ -7,6 +7,7 @@ kernels appear in published profiles (``void deep_ep::intranode::dispatch<(int)2
 (int)8192>(int4 *, ...)``), launched with ``cudaLaunchKernelExC`` as DeepEP launches them. The other
 tests use real traces.
 """
+
 import gzip
 import json
 import os
@@ -39,30 +40,90 @@ def _ep_trace(path, rank=0, comm_us=400.0):
         t0 = t
         ops = []
         gpu_t = t + 50
-        for name, dur, api, op in [(GEMM_NAME, 300.0, "cuLaunchKernelEx", "aten::mm")] + \
-                [(n, comm_us / len(COMM_NAMES), "cudaLaunchKernelExC", None) for n in COMM_NAMES]:
+        for name, dur, api, op in [(GEMM_NAME, 300.0, "cuLaunchKernelEx", "aten::mm")] + [
+            (n, comm_us / len(COMM_NAMES), "cudaLaunchKernelExC", None) for n in COMM_NAMES
+        ]:
             corr += 1
             if op:
-                ev.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": t, "dur": 20,
-                           "args": {"External id": corr}})
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": pid, "tid": tid, "ts": t + 5, "dur": 10,
-                       "args": {"External id": corr, "correlation": corr}})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": op,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": t,
+                        "dur": 20,
+                        "args": {"External id": corr},
+                    }
+                )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": api,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t + 5,
+                    "dur": 10,
+                    "args": {"External id": corr, "correlation": corr},
+                }
+            )
             stream = 7 if op else 20
-            ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": gpu_t, "dur": dur,
-                       "args": {"External id": corr, "correlation": corr, "device": 0, "stream": stream,
-                                "grid": [132, 1, 1], "block": [768, 1, 1]}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": gpu_t,
+                    "dur": dur,
+                    "args": {
+                        "External id": corr,
+                        "correlation": corr,
+                        "device": 0,
+                        "stream": stream,
+                        "grid": [132, 1, 1],
+                        "block": [768, 1, 1],
+                    },
+                }
+            )
             ops.append(gpu_t + dur)
             gpu_t += dur
             t += 25
         end = max(ops) + 10
-        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": pid, "tid": tid,
-                   "ts": t, "dur": end - t, "args": {}})
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": pid, "tid": tid,
-                   "ts": t0, "dur": end - t0 + 1, "args": {}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaDeviceSynchronize",
+                "pid": pid,
+                "tid": tid,
+                "ts": t,
+                "dur": end - t,
+                "args": {},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step + 1}",
+                "pid": pid,
+                "tid": tid,
+                "ts": t0,
+                "dur": end - t0 + 1,
+                "args": {},
+            }
+        )
         t = end + 2
-    doc = {"schemaVersion": 1, "traceEvents": ev,
-           "deviceProperties": [{"id": 0, "name": "NVIDIA H800", "computeMajor": 9, "computeMinor": 0}],
-           "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": ev,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H800", "computeMajor": 9, "computeMinor": 0}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+    }
     with gzip.open(path, "wt") as f:
         json.dump(doc, f)
     return path
@@ -84,8 +145,10 @@ def test_expert_parallel_and_custom_all_reduce_kernels_are_communication(tmp_pat
     assert a.comm_us == pytest.approx(3 * 400, rel=0.01)
     # ... exposed (nothing overlaps them) in the rank's steps ...
     steps = job.step_stats(m, a)
-    assert all(s.comm_us == pytest.approx(400, rel=0.01) and s.exposed_comm_us == pytest.approx(400, rel=0.01)
-               for s in steps)
+    assert all(
+        s.comm_us == pytest.approx(400, rel=0.01) and s.exposed_comm_us == pytest.approx(400, rel=0.01)
+        for s in steps
+    )
     # ... and never the largest GEMM
     fams = dict(kernel_families(m, a))
     assert fams[K.GEMM]["top"] == GEMM_NAME and fams[K.GEMM]["count"] == 3
@@ -111,12 +174,23 @@ def test_the_launch_api_is_no_evidence_of_a_gemm():
     assert gemm_names and all(K.classify_name(n) == K.GEMM for n in gemm_names)
 
 
-KINETO_RESNET = os.path.join(ROOT, "examples", "peer", "kineto", "tb_plugin", "samples", "resnet50_num_workers_0",
-                             "worker0.1623143566756.pt.trace.json.gz")
+KINETO_RESNET = os.path.join(
+    ROOT,
+    "examples",
+    "peer",
+    "kineto",
+    "tb_plugin",
+    "samples",
+    "resnet50_num_workers_0",
+    "worker0.1623143566756.pt.trace.json.gz",
+)
 
 
-@pytest.mark.parametrize("path", [KINETO_RESNET, os.path.join(ROOT, "examples", "corpus", "traces", "mobilenet_v3_b1.json.gz")],
-                         ids=["kineto_resnet50_v100", "mobilenet_v3_b1_h200"])
+@pytest.mark.parametrize(
+    "path",
+    [KINETO_RESNET, os.path.join(ROOT, "examples", "corpus", "traces", "mobilenet_v3_b1.json.gz")],
+    ids=["kineto_resnet50_v100", "mobilenet_v3_b1_h200"],
+)
 def test_a_convolution_lowered_to_gemms_is_convolution_time(path):
     # real traces: cuDNN runs convolutions as volta_sgemm_* (V100) / cutlass, gemvx, xmma GEMMs
     # (H200) under aten::cudnn_convolution and its backward; the model's Linear stays a GEMM

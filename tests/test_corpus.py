@@ -5,6 +5,7 @@ expectation that held (a miss, a false positive, a finding moved off its stateme
 the entry's id, what was expected and why. After a fix that makes more entries hold, run
 ``make corpus-baseline`` to hold them too.
 """
+
 import dataclasses
 import importlib.util
 import json
@@ -66,8 +67,9 @@ def test_a_finding_that_would_be_wrong_is_a_regression(traces, baseline):
     found, verdicts = corpus.findings_of(t)
     fired = next(f for f in found if f.code == "overhead-bound")
     wrong = corpus.Entry(id="probe/absent", kind="absent", code=fired.code, why="probe")
-    off_line = corpus.Entry(id="probe/line", kind="expect", code="memory-peak", file="seed_matmul.py",
-                            line=7, why="probe")
+    off_line = corpus.Entry(
+        id="probe/line", kind="expect", code="memory-peak", file="seed_matmul.py", line=7, why="probe"
+    )
     probe = dataclasses.replace(t, entries=[wrong, off_line])
     outcomes, _ = corpus.judge(probe, found, verdicts)
     by = {o.entry.id: o for o in outcomes}
@@ -80,12 +82,17 @@ def test_a_finding_that_would_be_wrong_is_a_regression(traces, baseline):
 
 def test_bad_expectations_name_the_entry(tmp_path):
     p = tmp_path / "bad.toml"
-    p.write_text('schema = 1\n[[trace]]\nid = "x"\nfile = "examples/seed_n64_bf16.json.gz"\n'
-                 'workspace = ["examples/src"]\nvendor = "nvidia"\nformat = "kineto-modern"\n'
-                 'recorded = "r"\nexpect = [{ id = "x/a", code = "host-sync" }]\n')
+    p.write_text(
+        'schema = 1\n[[trace]]\nid = "x"\nfile = "examples/seed_n64_bf16.json.gz"\n'
+        'workspace = ["examples/src"]\nvendor = "nvidia"\nformat = "kineto-modern"\n'
+        'recorded = "r"\nexpect = [{ id = "x/a", code = "host-sync" }]\n'
+    )
     with pytest.raises(corpus.CorpusError, match=r"x/a: why"):
         corpus.load(str(p))
-    p.write_text(p.read_text().replace('code = "host-sync" }', 'code = "host-sync", why = "w" }')
-                 .replace("seed_n64_bf16.json.gz", "nope.json.gz"))
+    p.write_text(
+        p.read_text()
+        .replace('code = "host-sync" }', 'code = "host-sync", why = "w" }')
+        .replace("seed_n64_bf16.json.gz", "nope.json.gz")
+    )
     with pytest.raises(corpus.CorpusError, match="nope.json.gz does not exist"):
         corpus.load(str(p))

@@ -3,6 +3,7 @@ alone with an error report naming the budget (once; again under a bigger budget)
 faster than the poll meets the ceiling, stopping the daemon stops busy workers, bombs and sparse
 or oversized files are refused at once and bad files never starve a good one. The bombs are
 synthetic by nature (nothing a profiler writes) and say so."""
+
 import asyncio
 import gzip
 import json
@@ -38,8 +39,9 @@ async def test_budgets_end_the_analysis_with_an_error_report_once(served):
     the events (time). Each ends with an error report naming its budget, the other worker goes
     on, a good trace after them gets its diagnostics, and a restart does not queue them again."""
     d = await served(*BUDGETS).start()
-    name = put(d.watch, "name.json.gz", gz_repeat(b'{"traceEvents":[{"n\\u0061me":"',
-                                                  b"x" * MB16, 128, b'"}]}'))
+    name = put(
+        d.watch, "name.json.gz", gz_repeat(b'{"traceEvents":[{"n\\u0061me":"', b"x" * MB16, 128, b'"}]}')
+    )
     blank = put(d.watch, "blank.json.gz", gz_repeat(b'{"traceEvents":[', b" " * MB16, 512, b"]}"))
     await wait_status(d, lambda st: st["reports"] == 2, "the bombs' reports", timeout=60)
     r = await ask_report(d, name)
@@ -66,9 +68,24 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
     served = editor = None
     if way == "profd stop":
         env = dict(os.environ, PROFD_STATE=str(state))
-        subprocess.run([PY, "-m", "profd.server.daemon.cli", "start", "--watch", str(watch),
-                        "--state", str(state), "--analysis-timeout", "600"], check=True, env=env,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                PY,
+                "-m",
+                "profd.server.daemon.cli",
+                "start",
+                "--watch",
+                str(watch),
+                "--state",
+                str(state),
+                "--analysis-timeout",
+                "600",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )
         src = json.load(open(os.path.join(state, "daemon.json")))
         pid = src["pid"]
     else:
@@ -85,8 +102,12 @@ async def test_stop_stops_the_daemon_and_its_busy_workers(folders, way):
         assert len(workers) >= 2, workers
         if way == "profd stop":
             editor = await lsp_tcp_client(src)
-            out = subprocess.run([PY, "-m", "profd.server.daemon.cli", "stop", "--state",
-                                  str(state)], capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [PY, "-m", "profd.server.daemon.cli", "stop", "--state", str(state)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert out.returncode == 0 and "stopped" in out.stdout, out
             with open(os.path.join(state, "daemon.log")) as f:  # the daemon's own, rotated, log
                 log = f.read()
@@ -119,6 +140,7 @@ async def test_an_allocation_faster_than_the_poll_meets_the_ceiling():
     400 MB budget ends with the budget's error, and the next task runs on a fresh worker. (The task
     is ``eval`` of an allocation: a stand-in for what a hostile trace makes the reader do.)"""
     from profd.server.daemon.pool import Budget, WorkerPool
+
     pool = WorkerPool(1, True, 60.0, 400 << 20)
     try:
         with pytest.raises(Budget, match="over the 400 MB memory budget .*--analysis-mb"):
@@ -135,18 +157,31 @@ async def test_a_budget_error_is_tried_again_under_a_bigger_budget(folders):
     is the real seed trace with 256 MB of blanks after ``"traceEvents": [`` (edited: it must run
     past the daemon's first 50 ms look at the worker); in-process Cores on one real store."""
     from profd.server.daemon.core import Config, Core
+
     watch, state = folders
     raw = gzip.decompress(trace_bytes("seed_n64_bf16"))
     i = raw.index(b'"traceEvents": [') + len(b'"traceEvents": [')
     path = put(watch, "slow.json.gz", gz_repeat(raw[:i], b" " * MB16, 16, raw[i:]))
 
     async def run(mb: int):
-        c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=1,
-                        settle=0.1, quiet=0.5, analysis_mb=mb))
+        c = Core(
+            Config(
+                watch=str(watch),
+                workspace=[SRC],
+                state=str(state),
+                workers=1,
+                settle=0.1,
+                quiet=0.5,
+                analysis_mb=mb,
+            )
+        )
         await c.start()
         try:
-            await await_for(lambda: c.index.key_of_trace(path) in c.index and c.intake.queued == 0 and
-                            c.running == 0, 60, "the trace's report")
+            await await_for(
+                lambda: c.index.key_of_trace(path) in c.index and c.intake.queued == 0 and c.running == 0,
+                60,
+                "the trace's report",
+            )
             await asyncio.sleep(0.3)
             return c.analyses, c.index.row(c.index.key_of_trace(path)).error
         finally:
@@ -165,8 +200,7 @@ async def test_nul_bomb_is_refused_for_its_first_byte(served):
     fallback inflated all of it, 2.1 GB, to say so), the header bomb likewise."""
     d = await served(*BUDGETS).start()
     nuls = put(d.watch, "nuls.json.gz", gz_repeat(b"\0", b"\0" * MB16, 128))
-    head = put(d.watch, "head.json.gz", gz_repeat(b'{"x":"', b"a" * MB16, 128,
-                                                  b'","traceEvents":[]}'))
+    head = put(d.watch, "head.json.gz", gz_repeat(b'{"x":"', b"a" * MB16, 128, b'","traceEvents":[]}'))
     await wait_status(d, lambda st: st["reports"] == 2, "two error reports")
     assert "not JSON" in (await ask_report(d, nuls))["error"]
     assert "no 'traceEvents' array in the first 64 MB" in (await ask_report(d, head))["error"]
@@ -200,8 +234,11 @@ async def test_sparse_and_oversized_files_are_refused_at_once(core, tmp_path):
     await asyncio.sleep(0.3)
     core._pool.mem_bytes = 4 << 30
     good = drop(core.watch, "seed_n64_bf16")
-    await await_for(lambda: all(core.index.key_of_trace(p) is not None for p in [*sparse, big, good]), 30,
-                    "every file's report")
+    await await_for(
+        lambda: all(core.index.key_of_trace(p) is not None for p in [*sparse, big, good]),
+        30,
+        "every file's report",
+    )
     assert core.index.report(core.index.key_of_trace(good)).error is None
     for p in sparse:
         err = core.index.row(core.index.key_of_trace(p)).error

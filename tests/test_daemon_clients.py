@@ -3,6 +3,7 @@ token (cheap, capped, never pushing the owner out), over-long headers, clients t
 or never read (bounded, dropped at the cap), odd and hostile requests (plain errors, no
 traceback), and a request's own options (its result is that client's alone). On the real daemon
 over TCP and stdio, real sockets."""
+
 import asyncio
 import json
 import os
@@ -28,12 +29,14 @@ async def test_strangers_cost_no_server_and_never_push_out_the_owner(core, monke
     any stranger (each used to cost one before its token was read, and a burst of 40 lost 7 to
     the eviction of the 'oldest')."""
     from profd.server.daemon import transport
+
     built = []
     real = transport.LspSession
 
     def counting(*a, **k):
         built.append(a[2] if len(a) > 2 else k.get("peer"))
         return real(*a, **k)
+
     monkeypatch.setattr(transport, "LspSession", counting)
     srv = transport.TcpServer(core, "127.0.0.1", 0, "t0ken")
     host, port = await srv.start()
@@ -48,8 +51,14 @@ async def test_strangers_cost_no_server_and_never_push_out_the_owner(core, monke
             if i % 3 == 1:
                 await loop.sock_sendall(s, b"Content-Length: 2\r\n\r\n{}")
             elif i % 3 == 2:
-                body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "initializationOptions": {"token": "wrong"}}}).encode()
+                body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "initialize",
+                        "params": {"initializationOptions": {"token": "wrong"}},
+                    }
+                ).encode()
                 await loop.sock_sendall(s, b"Content-Length: %d\r\n\r\n" % len(body) + body)
             socks.append(s)
         await asyncio.sleep(0.2)
@@ -57,6 +66,7 @@ async def test_strangers_cost_no_server_and_never_push_out_the_owner(core, monke
 
         async def owner():
             return (await call(doc, M.STATUS))["pid"]
+
         pids = await asyncio.gather(*[owner() for _ in range(40)], return_exceptions=True)
         assert pids == [os.getpid()] * 40, [p for p in pids if p != os.getpid()][:3]
         assert len(built) == 40
@@ -80,11 +90,18 @@ ODD = [
     (M.RUN_WORKLOAD, {"workload": "matmul-bias", "params": {"n": ["a", {}]}}),
     (M.RUN_WORKLOAD, ["matmul-bias"]),
     (M.RUN_WORKLOAD, {"workload": ["x"]}),
-    ("textDocument/hover", {"textDocument": {"uri": "file:///tmp/a%00b.py"},
-                            "position": {"line": 1, "character": 0}}),
+    (
+        "textDocument/hover",
+        {"textDocument": {"uri": "file:///tmp/a%00b.py"}, "position": {"line": 1, "character": 0}},
+    ),
     ("textDocument/codeLens", {"textDocument": {"uri": "file:///tmp/a%00b.py"}}),
-    ("textDocument/inlayHint", {"textDocument": {"uri": "file:///tmp/a%00b.py"}, "range": {
-        "start": {"line": 0, "character": 0}, "end": {"line": 9, "character": 0}}}),
+    (
+        "textDocument/inlayHint",
+        {
+            "textDocument": {"uri": "file:///tmp/a%00b.py"},
+            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 9, "character": 0}},
+        },
+    ),
     ("textDocument/diagnostic", {"textDocument": {"uri": "file:///tmp/a%00b.py"}}),
     ("workspace/executeCommand", {"command": M.CMD_ANALYZE, "arguments": ["/tmp/\0"]}),
     ("workspace/executeCommand", {"command": M.CMD_ANALYZE, "arguments": [["x"]]}),
@@ -97,6 +114,7 @@ async def test_odd_requests_get_plain_errors(core):
     the daemon's own codes) with a short plain message, the traceback in the log only."""
     from profd.client_cli.daemon_client import RpcError
     from profd.server.daemon import transport
+
     srv = transport.TcpServer(core, "127.0.0.1", 0, "t0ken")
     host, port = await srv.start()
     c = await connect({"host": host, "port": port, "token": "t0ken"})
@@ -120,8 +138,9 @@ async def test_hostile_values_get_error_reports_over_tcp(daemon):
         assert r["error"] and r["error"].startswith(f"profd: bad trace {p}: "), (k, r["error"])
         got = await call(daemon.doc, M.ANALYZE, {"path": p})  # a Report, never -32603
         assert got["error"] == r["error"]
-    out = subprocess.run([CLIENT, "analyze", "--no-daemon", *paths.values()], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [CLIENT, "analyze", "--no-daemon", *paths.values()], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr and "Error:" not in out.stderr
     assert out.stderr.count("profd: bad trace") + out.stdout.count("profd: bad trace") >= 3
 
@@ -156,11 +175,11 @@ async def test_per_request_options_do_not_change_what_others_see(daemon):
         assert mine["diagnostics"] == []
         mine = await call(daemon.doc, M.ANALYZE, {"path": path, "workspace": [os.getcwd()]})
         assert mine["trace"]["path"] == path
-        pulled = await viewer.text_document_diagnostic_async(L.DocumentDiagnosticParams(
-            text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
+        pulled = await viewer.text_document_diagnostic_async(
+            L.DocumentDiagnosticParams(text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)))
+        )
         assert "overhead-bound" in {x.code for x in pulled.items}
-        assert sorted({d["code"] for d in (await ask_report(daemon.doc, path))["diagnostics"]}) \
-            == codes
+        assert sorted({d["code"] for d in (await ask_report(daemon.doc, path))["diagnostics"]}) == codes
         assert "overhead-bound" in {d.code for d in viewer.diagnostics[uri(SEED_SRC)]}
         listed = await call(daemon.doc, M.REPORTS, {"path": path})
         assert len(listed["reports"]) == 1  # the per-request results are not listed for others
@@ -219,8 +238,9 @@ async def test_strangers_time_out_are_capped_and_get_clean_errors(strict_daemon)
 
 def test_over_long_header_on_stdio_is_answered(folders):
     watch, state = folders
-    p = subprocess.Popen(serve_cmd(watch, state), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        serve_cmd(watch, state), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     out, err = p.communicate(b"X-Junk: " + b"x" * 100_000 + b"\r\n", timeout=60)
     assert b'"code":-32600' in out.replace(b" ", b""), out[:500]
     assert b"Traceback" not in err, err[-2000:]
@@ -251,16 +271,26 @@ async def test_a_client_that_reads_nothing_does_not_grow_the_daemon(folders):
     try:
         good = drop(d.watch, "seed_n4096_bf16")
         await wait_status(d.doc, lambda st: st["reports"] == 1, "a report to ask for")
-        s.sendall(_frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "capabilities": {}, "initializationOptions": {"token": d.doc["token"]}}}))
+        s.sendall(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"capabilities": {}, "initializationOptions": {"token": d.doc["token"]}},
+                }
+            )
+        )
         before = rss_mb(d.proc.pid)
         s.setblocking(False)
         batch, sent, n, stuck, since = b"", 0, 0, False, None
         deadline = time.monotonic() + 60
         while not stuck and time.monotonic() < deadline:
             if sent == len(batch):  # more requests (asking for the report, ~5 KB each)
-                batch = b"".join(_frame({"jsonrpc": "2.0", "id": n + i, "method": M.REPORT,
-                                         "params": {"path": good}}) for i in range(1, 1001))
+                batch = b"".join(
+                    _frame({"jsonrpc": "2.0", "id": n + i, "method": M.REPORT, "params": {"path": good}})
+                    for i in range(1, 1001)
+                )
                 sent, n = 0, n + 1000
             try:
                 sent += s.send(batch[sent:])
@@ -300,6 +330,7 @@ async def test_a_client_never_reading_is_dropped_at_the_cap(core, monkeypatch, c
     off, so that what a client never reads piles up as pushes to a frozen editor would): the
     client is disconnected at the cap with one line, and the next client is served."""
     from profd.server.daemon import transport
+
     monkeypatch.setattr(transport, "PAUSE_UNREAD", 1 << 40)
     monkeypatch.setattr(transport, "MAX_UNREAD", 256 << 10)
     good = drop(core.watch, "seed_n4096_bf16")
@@ -308,16 +339,24 @@ async def test_a_client_never_reading_is_dropped_at_the_cap(core, monkeypatch, c
     host, port = await srv.start()
     try:
         reader, writer = await asyncio.open_connection(host, port)
-        writer.write(_frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "capabilities": {}, "initializationOptions": {"token": "tok"}}}))
+        writer.write(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"capabilities": {}, "initializationOptions": {"token": "tok"}},
+                }
+            )
+        )
         for i in range(1, 2001):
-            writer.write(_frame({"jsonrpc": "2.0", "id": i, "method": M.REPORT,
-                                 "params": {"path": good}}))
+            writer.write(_frame({"jsonrpc": "2.0", "id": i, "method": M.REPORT, "params": {"path": good}}))
             await asyncio.sleep(0)
         await await_for_async(lambda: _gone(srv), "the client dropped", timeout=60)
         assert any("has not read the last" in r.getMessage() for r in caplog.records)
         writer.close()
         from profd.client_cli.daemon_client import DaemonClient
+
         c = DaemonClient()
         await c.connect(host, port, "tok")
         assert (await c.request(M.REPORT, {"path": good}))["trace"]["path"] == good

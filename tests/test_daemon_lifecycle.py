@@ -2,6 +2,7 @@
 a missing folder refused, a second ``start`` with other settings refused clearly (or ``--replace``),
 ``status`` naming what it watches, ``hover FILE:LINE`` relative to the workspace, ``reports`` with
 verdicts and counts."""
+
 import json
 import os
 import shutil

@@ -12,6 +12,7 @@ pull of every file's diagnostics, and another request (``profd/status``) is sent
 its answer must come while the stat is still asleep (no marker yet), i.e. the loop was free.
 The editor's requests are still answered (from what was read before).
 """
+
 import asyncio
 import gzip
 import os
@@ -63,22 +64,38 @@ async def test_a_hung_source_file_does_not_stop_the_loop(tmp_path):
     flag, done = str(tmp_path / "hang"), str(tmp_path / "slept")
     os.environ["PROFD_TEST_HANG_FLAG"], os.environ["PROFD_TEST_HANG_DONE"] = flag, done
     client = make_test_lsp_client()
-    await client.start_io(sys.executable, "-c", SHIM, "serve", "--stdio", "--watch", str(watch),
-                          "--state", str(state), "--workspace", str(slow), *FAST)  # (frames outside it stay unmapped)
+    await client.start_io(
+        sys.executable,
+        "-c",
+        SHIM,
+        "serve",
+        "--stdio",
+        "--watch",
+        str(watch),
+        "--state",
+        str(state),
+        "--workspace",
+        str(slow),
+        *FAST,
+    )  # (frames outside it stay unmapped)
     try:
-        await client.initialize_session(L.InitializeParams(
-            capabilities=client_capabilities("neovim@v0.9.1")))
-        raw = gzip.decompress(trace_bytes("seed_n64_bf16")).replace(b'"seed_matmul.py(',
-                                                                  f'"{src}('.encode())
+        await client.initialize_session(L.InitializeParams(capabilities=client_capabilities("neovim@v0.9.1")))
+        raw = gzip.decompress(trace_bytes("seed_n64_bf16")).replace(b'"seed_matmul.py(', f'"{src}('.encode())
         put(watch, "seed.json.gz", gzip.compress(raw))
         diags = await await_for(lambda: client.diagnostics.get(uri(src)), 30, "findings on the file")
         assert diags
 
         open(flag, "w").close()  # from now on, a stat of the file hangs for 3 s
-        client.text_document_did_open(L.DidOpenTextDocumentParams(text_document=L.TextDocumentItem(
-            uri=uri(src), language_id="python", version=1, text=open(src).read())))
-        pull = asyncio.ensure_future(client.workspace_diagnostic_async(
-            L.WorkspaceDiagnosticParams(previous_result_ids=[])))
+        client.text_document_did_open(
+            L.DidOpenTextDocumentParams(
+                text_document=L.TextDocumentItem(
+                    uri=uri(src), language_id="python", version=1, text=open(src).read()
+                )
+            )
+        )
+        pull = asyncio.ensure_future(
+            client.workspace_diagnostic_async(L.WorkspaceDiagnosticParams(previous_result_ids=[]))
+        )
         status = await asyncio.wait_for(client.protocol.send_request_async(M.STATUS, {}), 20)
         assert not os.path.exists(done), "profd/status waited for a stat on the hung mount"
         reports = status["reports"] if isinstance(status, dict) else status.reports

@@ -1,6 +1,7 @@
 """What the editor shows of a report (server/daemon/present.py): hovers, inlay hints and code
 lenses speak per profiled step, as the README promises ("per step unless 'total' is said, and
 then it means the whole window"), on a real trace."""
+
 from conftest import report_of
 
 from profd.server.daemon import present
@@ -20,8 +21,10 @@ def test_the_hover_says_per_step_and_never_total_for_a_per_step_number():
     text = present.hover_markdown(h, r.trace.path, [], (), n)
     assert "per step (mean of 3 profiled steps)" in text.splitlines()[0]
     # the time in the line's ops and their self time, per step (the sums over 3 steps, divided)
-    assert (f"- CPU: {us(h.cpu_total_us / n)} in its ops, {us(h.cpu_self_us / n)} self, "
-            f"{plural(h.calls / n, 'call')}") in text.splitlines()
+    assert (
+        f"- CPU: {us(h.cpu_total_us / n)} in its ops, {us(h.cpu_self_us / n)} self, "
+        f"{plural(h.calls / n, 'call')}"
+    ) in text.splitlines()
     costs = [ln for ln in text.split("Top kernels")[0].splitlines() if ln.startswith("- ")]
     assert len(costs) >= 3 and not [ln for ln in costs if "total" in ln]  # no window total here
 

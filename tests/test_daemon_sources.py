@@ -3,6 +3,7 @@ inside the workspace (a frame naming a FIFO, /dev/zero, a file outside, a NUL by
 bounded however many and however big (sources.SourceLines). On the real daemon over TCP and stdio
 where the transport matters; the traces are the shipped seed trace with its frames pointed
 elsewhere, or a small synthetic one where a trace must name hundreds of files (it says so)."""
+
 import asyncio
 import json
 import os
@@ -20,8 +21,10 @@ async def test_fifo_and_dev_zero_as_source(served, tmp_path):
     d = await served().start()
     fifo = str(tmp_path / "fifo.py")
     os.mkfifo(fifo)
-    traces = [put(d.watch, "fifo.json.gz", trace_naming(fifo)),
-              put(d.watch, "zero.json.gz", trace_naming("/dev/zero"))]
+    traces = [
+        put(d.watch, "fifo.json.gz", trace_naming(fifo)),
+        put(d.watch, "zero.json.gz", trace_naming("/dev/zero")),
+    ]
     await wait_status(d, lambda st: st["reports"] == 2, "two reports")
     for _ in range(2):  # it used to recur on every reconnect: initialized publishes everything
         c = d.lsp
@@ -29,12 +32,21 @@ async def test_fifo_and_dev_zero_as_source(served, tmp_path):
             diags = await await_for(lambda: c.diagnostics.get(uri(t)), 10, "diagnostics")
             assert any(fifo in x.message or "/dev/zero" in x.message for x in diags)
         for src in (fifo, "/dev/zero"):  # an editor asking about them is answered at once
-            hover = await asyncio.wait_for(c.text_document_hover_async(L.HoverParams(
-                text_document=L.TextDocumentIdentifier(uri=uri(src)),
-                position=L.Position(20, 0))), 10)
+            hover = await asyncio.wait_for(
+                c.text_document_hover_async(
+                    L.HoverParams(
+                        text_document=L.TextDocumentIdentifier(uri=uri(src)), position=L.Position(20, 0)
+                    )
+                ),
+                10,
+            )
             assert hover is None or hover.contents
-            lens = await asyncio.wait_for(c.text_document_code_lens_async(L.CodeLensParams(
-                text_document=L.TextDocumentIdentifier(uri=uri(src)))), 10)
+            lens = await asyncio.wait_for(
+                c.text_document_code_lens_async(
+                    L.CodeLensParams(text_document=L.TextDocumentIdentifier(uri=uri(src)))
+                ),
+                10,
+            )
             assert lens is not None
         await d.reconnect()
     assert (await d.request(M.STATUS))["reports"] == 2
@@ -71,15 +83,44 @@ async def test_a_frame_path_with_a_nul_byte_is_reported(core):
 
 def many_sources(paths: list[str]) -> bytes:
     """Synthetic trace: one Python frame per path, each calling an aten op (one hot line each)."""
-    ev = [{"ph": "X", "cat": "python_function", "name": "main.py(1): <module>", "pid": 1,
-           "tid": 1, "ts": 0, "dur": 100 * len(paths) + 100,
-           "args": {"Python parent id": None, "Python id": 1}}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "main.py(1): <module>",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100 * len(paths) + 100,
+            "args": {"Python parent id": None, "Python id": 1},
+        }
+    ]
     for k, p in enumerate(paths):
         t = 10 + k * 100
-        ev.append({"ph": "X", "cat": "python_function", "name": f"{p}(3): f{k}", "pid": 1,
-                   "tid": 1, "ts": t, "dur": 80, "args": {"Python parent id": 1, "Python id": k + 2}})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
-                   "ts": t + 10, "dur": 50, "args": {}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"{p}(3): f{k}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": 80,
+                "args": {"Python parent id": 1, "Python id": k + 2},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::add",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + 10,
+                "dur": 50,
+                "args": {},
+            }
+        )
     return json.dumps({"traceEvents": ev}).encode()
 
 
@@ -99,6 +140,7 @@ def test_source_text_held_is_bounded(tmp_path):
     to 16 MB each, again)."""
     from profd.server.daemon.sources import SourceLines
     from profd.server.engine import sourcemap
+
     paths = sparse_sources(tmp_path / "src", 6, 4 << 20)
     small = tmp_path / "small.py"
     small.write_text("x = 1\n")

@@ -2,6 +2,7 @@
 links; a report the store cannot take, a garbage or truncated store, reports that do not decode,
 a full disk, a read-only state folder, a store at its page cap or turning read-only in use: the
 daemon keeps serving, from memory where it must, and says what is wrong."""
+
 import asyncio
 import errno
 import os
@@ -80,6 +81,7 @@ async def test_a_report_the_store_cannot_take_is_refused_alone(core):
 
 def test_the_report_cache_is_bounded_in_bytes():
     from profd.server.daemon.store import Lru
+
     c = Lru(max_items=64, max_bytes=1000)
     for i in range(10):
         c.put(i, f"r{i}", 300)
@@ -135,11 +137,12 @@ async def test_reports_that_do_not_decode_are_analysed_again(served):
 
 
 def mount_or_skip(*args) -> None:
-    r = subprocess.run(["mount", *args], capture_output=True, text=True) \
-        if shutil.which("mount") else None
+    r = subprocess.run(["mount", *args], capture_output=True, text=True) if shutil.which("mount") else None
     if r is None or r.returncode:
-        pytest.skip("cannot mount here (needs mount(8), root and CAP_SYS_ADMIN): "
-                    f"{r.stderr.strip() if r else 'no mount'}")
+        pytest.skip(
+            "cannot mount here (needs mount(8), root and CAP_SYS_ADMIN): "
+            f"{r.stderr.strip() if r else 'no mount'}"
+        )
 
 
 def umount(path) -> None:
@@ -195,16 +198,16 @@ def fill(folder) -> str:
     return path
 
 
-async def test_full_disk_keeps_reports_and_saves_them_when_space_returns(served, small_disk,
-                                                                        tmp_path):
+async def test_full_disk_keeps_reports_and_saves_them_when_space_returns(served, small_disk, tmp_path):
     """The state on a real filesystem filled to the last block (the log beside it, elsewhere,
     to be read): 30 traces dropped then are all served, from memory; once there is room again
     they are saved (a restart analyses nothing)."""
     d = await served(state=small_disk / "state", log=tmp_path / "daemon.log").start()
     filler = fill(small_disk)
     paths = [put(d.watch, f"t{i:02d}.json.gz", variant("seed_n64_bf16", i)) for i in range(30)]
-    await wait_status(d, lambda st: st["reports"] == 30 and st["queued"] == st["running"] == 0,
-                      "30 reports", timeout=120)
+    await wait_status(
+        d, lambda st: st["reports"] == 30 and st["queued"] == st["running"] == 0, "30 reports", timeout=120
+    )
     for p in paths:
         r = await ask_report(d, p)
         assert r["error"] is None and r["trace"]["path"] == p and r["diagnostics"], p
@@ -243,8 +246,9 @@ async def test_read_only_state_is_served_as_it_is_over_stdio(served, read_only_s
 async def test_read_only_state_is_refused_clearly_over_tcp(read_only_state, folders):
     """A TCP daemon is found through STATE/daemon.json: on a read-only state it says so and
     exits 2 (it died with a traceback)."""
-    out = subprocess.run(serve_cmd(*folders, transport=("--tcp", "127.0.0.1:0")),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        serve_cmd(*folders, transport=("--tcp", "127.0.0.1:0")), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2, out
     assert "cannot write" in out.stderr and "writable --state" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
@@ -267,8 +271,9 @@ async def test_store_turning_read_only_in_use_keeps_serving(core):
     """A store that stops taking writes while the daemon runs (a ``mode=ro`` connection: a
     filesystem cannot be remounted read-only under a file open for writing)."""
     core.index.store._db.close()
-    core.index.store._db = sqlite3.connect(f"file:{core.index.store.path}?mode=ro", uri=True,
-                                     check_same_thread=False, isolation_level=None)
+    core.index.store._db = sqlite3.connect(
+        f"file:{core.index.store.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+    )
     path = drop(core.watch, "seed_n64_bf16")
     await await_for(lambda: core.index.key_of_trace(path) is not None, 30, "a report in memory")
     _, diags = core.diagnostics_for(SEED_SRC)

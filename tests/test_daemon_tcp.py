@@ -1,4 +1,5 @@
 """The TCP daemon: token, several clients, CLI runs, restart from SQLite, bad JSON-RPC, kill -9."""
+
 import asyncio
 import json
 import os
@@ -97,7 +98,7 @@ async def test_malformed_json_rpc_and_unknown_method_get_errors(daemon):
     await c.close()
     # a client that hangs up mid-message does not hurt either
     s = socket.create_connection((doc["host"], doc["port"]))
-    s.sendall(b"Content-Length: 1000\r\n\r\n{\"jsonrpc\"")
+    s.sendall(b'Content-Length: 1000\r\n\r\n{"jsonrpc"')
     s.close()
     assert (await call(doc, M.STATUS))["pid"] == doc["pid"]
 
@@ -127,11 +128,19 @@ def test_cli_outside_the_roots_falls_back_with_identical_output(daemon):
     env = dict(os.environ, PROFD_STATE=daemon.state)
     env.pop("PROFD_NO_DAEMON", None)
     t = trace("seed_n64_bf16")
-    local = subprocess.run([CLIENT, "analyze", "--no-daemon", "--workspace", SRC, "--format", "json",
-                            "--fail-on", "never", t], capture_output=True, env=env, timeout=60)
+    local = subprocess.run(
+        [CLIENT, "analyze", "--no-daemon", "--workspace", SRC, "--format", "json", "--fail-on", "never", t],
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     for i in range(10):
-        p = subprocess.run([CLIENT, "analyze", "--workspace", SRC, "--format", "json",
-                            "--fail-on", "never", t], capture_output=True, env=env, timeout=60)
+        p = subprocess.run(
+            [CLIENT, "analyze", "--workspace", SRC, "--format", "json", "--fail-on", "never", t],
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
         assert p.returncode == 0 and p.stderr == b"", p.stderr
         assert p.stdout == local.stdout  # same output as in-process
     # ... served by the daemon (refused paths would fall back silently: check it analysed once)
@@ -145,11 +154,17 @@ def test_ten_cli_runs_served_by_the_daemon(daemon):
     t = drop(daemon.watch, "seed_n64_bf16")
     hover = None
     for i in range(10):
-        p = subprocess.run([CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
-                           capture_output=True, text=True, env=env, timeout=60)
+        p = subprocess.run(
+            [CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert p.returncode == 0 and "warning[overhead-bound]" in p.stdout, p.stderr
-    hover = subprocess.run([CLIENT, "hover", f"{SEED_SRC}:21"], capture_output=True, text=True,
-                           env=env, timeout=30)
+    hover = subprocess.run(
+        [CLIENT, "hover", f"{SEED_SRC}:21"], capture_output=True, text=True, env=env, timeout=30
+    )
     assert "Launches: 2" in hover.stdout
     reps = subprocess.run([CLIENT, "reports"], capture_output=True, text=True, env=env, timeout=30)
     assert os.path.basename(t) in reps.stdout
@@ -166,7 +181,8 @@ _CLI_THAT_ANALYSES_NOTHING = (
     "    raise AssertionError('the CLI analysed a trace itself')\n"
     "pipeline.analyze_trace = refuse\n"
     "from profd.client_cli.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n")
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 def test_a_job_through_the_daemon_comes_back_whole_with_its_options(daemon):
@@ -177,13 +193,28 @@ def test_a_job_through_the_daemon_comes_back_whole_with_its_options(daemon):
     env = dict(os.environ, PROFD_STATE=daemon.state)
     env.pop("PROFD_NO_DAEMON", None)
     ranks = [drop(daemon.watch, f"ddp_straggler_rank{r}") for r in (0, 1)]
-    args = ["analyze", "--isolated", "--workspace", SRC, "--format", "json", "--fail-on", "never",
-            "--config", "rules.launch-storm.launches-per-step = 50", *ranks]
+    args = [
+        "analyze",
+        "--isolated",
+        "--workspace",
+        SRC,
+        "--format",
+        "json",
+        "--fail-on",
+        "never",
+        "--config",
+        "rules.launch-storm.launches-per-step = 50",
+        *ranks,
+    ]
     local = subprocess.run([CLIENT, *args, "--no-daemon"], capture_output=True, env=env, timeout=120)
     assert local.returncode == 0, local.stderr
     assert json.loads(local.stdout)["jobs"], "the two ranks make one job"
-    p = subprocess.run([sys.executable, "-c", _CLI_THAT_ANALYSES_NOTHING, *args, "--daemon", "-v"],
-                       capture_output=True, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", _CLI_THAT_ANALYSES_NOTHING, *args, "--daemon", "-v"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert b"analysing through the daemon" in p.stderr
     assert p.stdout == local.stdout
@@ -203,8 +234,10 @@ async def test_restart_serves_from_sqlite_without_reanalysis(tmp_path):
         d.stop()
         d.start()
         c = await connect(d.doc)
-        hover = await c.request("textDocument/hover", {
-            "textDocument": {"uri": uri(SEED_SRC)}, "position": {"line": 20, "character": 0}})
+        hover = await c.request(
+            "textDocument/hover",
+            {"textDocument": {"uri": uri(SEED_SRC)}, "position": {"line": 20, "character": 0}},
+        )
         assert "Launches: 2" in hover["contents"]["value"]
         st = await c.request(M.STATUS, {})
         assert st["reports"] == 1 and st["analyses"] == 0
@@ -235,8 +268,10 @@ async def test_kill9_during_analysis_then_restart(tmp_path):
         st = await await_for_async(c, lambda st: st["reports"] == 2, "re-analysis", timeout=30)
         assert st["analyses"] == 1  # only the interrupted file, not the finished one
         reps = await c.request(M.REPORTS, {})
-        assert sorted(os.path.basename(r["path"]) for r in reps["reports"]) == \
-            ["seed_n64_bf16.json.gz", "tinygpt_naive.json.gz"]
+        assert sorted(os.path.basename(r["path"]) for r in reps["reports"]) == [
+            "seed_n64_bf16.json.gz",
+            "tinygpt_naive.json.gz",
+        ]
         assert all(r["error"] is None for r in reps["reports"])
         await c.close()
     finally:
@@ -260,14 +295,23 @@ def test_client_starts_a_daemon_when_none_runs(tmp_path):
     env.pop("PROFD_NO_DAEMON", None)
     t = trace("seed_n64_bf16")
     try:
-        p = subprocess.run([CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
-                           capture_output=True, text=True, env=env, timeout=60)
+        p = subprocess.run(
+            [CLIENT, "analyze", "--daemon", "--workspace", SRC, "--fail-on", "never", t],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert p.returncode == 0 and "warning[overhead-bound]" in p.stdout, p.stderr
         doc = json.load(open(os.path.join(state, "daemon.json")))
         assert mode(os.path.join(state, "daemon.json")) == 0o600
         st = asyncio.run(call(doc, M.STATUS))
         assert st["analyses"] == 1 and st["reports"] == 1
     finally:
-        subprocess.run([os.path.join(os.path.dirname(sys.executable), "profd"), "stop"],
-                       env=env, timeout=30, capture_output=True)
+        subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "profd"), "stop"],
+            env=env,
+            timeout=30,
+            capture_output=True,
+        )
     assert not os.path.exists(os.path.join(state, "daemon.json"))

@@ -1,5 +1,6 @@
 """Before/after diff on the real TinyGPT traces: the naive run's planted problems go away in the
 tuned run, each on its own source line; the tuned step is about half the naive one."""
+
 from conftest import codes, report_of
 from profd.server.engine.diff import diff_reports
 from test_rules_training import NAIVE_ONLY, line_of

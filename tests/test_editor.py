@@ -10,6 +10,7 @@ not pull, pull with result ids and ``unchanged``, refresh requests when a report
 per qualified function whose command shows something; before/after against the previous trace;
 code actions that edit the buffer to code that compiles and runs; the annotated trace opened.
 """
+
 import asyncio
 import gzip
 import json
@@ -82,8 +83,9 @@ def field(obj, name):
 
 
 async def pulled(client, path, previous=None):
-    return await client.text_document_diagnostic_async(L.DocumentDiagnosticParams(
-        text_document=doc_id(path), previous_result_id=previous))
+    return await client.text_document_diagnostic_async(
+        L.DocumentDiagnosticParams(text_document=doc_id(path), previous_result_id=previous)
+    )
 
 
 async def pull_until(client, path, pred, timeout=60, what="diagnostics"):
@@ -98,14 +100,16 @@ async def pull_until(client, path, pred, timeout=60, what="diagnostics"):
 
 
 async def hover_text(client, path, line0):
-    h = await client.text_document_hover_async(L.HoverParams(
-        text_document=doc_id(path), position=L.Position(line0, 4)))
+    h = await client.text_document_hover_async(
+        L.HoverParams(text_document=doc_id(path), position=L.Position(line0, 4))
+    )
     return h.contents.value if h else None
 
 
 async def wait_reports(client, n, timeout=60):
     async def count():
         return field(await rpc(client, "profd/status"), "reports")
+
     deadline = asyncio.get_running_loop().time() + timeout
     while (c := await count()) < n:
         assert asyncio.get_running_loop().time() < deadline, f"{c} of {n} reports"
@@ -130,7 +134,9 @@ async def test_newest_recorded_trace_wins_over_the_last_analysed_and_shows_befor
         # the older one stays reachable
         rows = field(await rpc(client, "profd/reports"), "reports")
         assert sorted(os.path.basename(field(r, "path")) for r in rows) == [
-            "tinygpt_naive.json.gz", "tinygpt_tuned.json.gz"]
+            "tinygpt_naive.json.gz",
+            "tinygpt_tuned.json.gz",
+        ]
         # before/after: the newest against the one recorded before it, per line
         text = await hover_text(client, TRAIN_SRC, 67)  # opt.zero_grad(set_to_none=...)
         assert "Before/after" in text and "tinygpt_naive" in text
@@ -138,10 +144,13 @@ async def test_newest_recorded_trace_wins_over_the_last_analysed_and_shows_befor
         assert "`zero-grad-not-none`" in gone
         lenses = await client.text_document_code_lens_async(L.CodeLensParams(text_document=doc_id(TRAIN_SRC)))
         deltas = [x for x in lenses if x.command.title.startswith("profd: vs tinygpt_naive")]
-        assert any(x.range.start.line == 67 and "zero-grad-not-none" in x.command.title.split("gone:")[1]
-                   for x in deltas)
-        shown_text = await client.workspace_execute_command_async(L.ExecuteCommandParams(
-            command=deltas[0].command.command, arguments=deltas[0].command.arguments))
+        assert any(
+            x.range.start.line == 67 and "zero-grad-not-none" in x.command.title.split("gone:")[1]
+            for x in deltas
+        )
+        shown_text = await client.workspace_execute_command_async(
+            L.ExecuteCommandParams(command=deltas[0].command.command, arguments=deltas[0].command.arguments)
+        )
         assert "Before/after" in shown_text and any("Before/after" in m.message for m in client.messages)
     finally:
         await stop(client)
@@ -167,7 +176,10 @@ async def test_related_information_links_backward_waits_and_graph_breaks(tmp_pat
         def related(path, code):
             for d in client.diagnostics.get(uri(path), []):
                 if d.code == code and d.related_information:
-                    return [(r.location.uri, r.location.range.start.line, r.message) for r in d.related_information]
+                    return [
+                        (r.location.uri, r.location.range.start.line, r.message)
+                        for r in d.related_information
+                    ]
             return None
 
         # a forward line's GEMMs <-> the line whose backward pass runs their backward kernels
@@ -194,7 +206,10 @@ def remote_copy(dst_dir, name="tinygpt_naive"):
     are untouched; only the file names in python_function frames get the remote prefix)."""
     doc = json.loads(gzip.decompress(trace_bytes(name)))
     for e in doc["traceEvents"]:
-        if e.get("cat") == "python_function" and e["name"].split("(")[0] in ("train_tinygpt.py", "tinygpt.py"):
+        if e.get("cat") == "python_function" and e["name"].split("(")[0] in (
+            "train_tinygpt.py",
+            "tinygpt.py",
+        ):
             e["name"] = f"{REMOTE}/{e['name']}"
     path = os.path.join(str(dst_dir), "run42.json.gz")
     with open(path + ".part", "wb") as f:
@@ -221,8 +236,11 @@ async def test_unmapped_frames_land_on_the_trace_and_the_path_map_setting_maps_t
         ws = await client.workspace_diagnostic_async(L.WorkspaceDiagnosticParams(previous_result_ids=[]))
         on_trace = next(r for r in ws.items if r.uri == uri(path))
         assert any(d.code == "unmapped-source" for d in on_trace.items)
-        ws2 = await client.workspace_diagnostic_async(L.WorkspaceDiagnosticParams(previous_result_ids=[
-            L.PreviousResultId(uri=r.uri, value=r.result_id) for r in ws.items]))
+        ws2 = await client.workspace_diagnostic_async(
+            L.WorkspaceDiagnosticParams(
+                previous_result_ids=[L.PreviousResultId(uri=r.uri, value=r.result_id) for r in ws.items]
+            )
+        )
         assert {r.kind for r in ws2.items} == {"unchanged"}
         # the same report again: unchanged
         again = await pulled(client, path, previous=rep.result_id)
@@ -252,8 +270,9 @@ async def test_settings_select_and_ignore_apply_like_tool_profd(tmp_path):
         await pull_until(client, TRAIN_SRC, lambda c: "zero-grad-not-none" in c)
         codes = {d.code for d in (await pulled(client, TRAIN_SRC)).items}
         assert "host-sync" not in codes  # ignored by the setting
-        client.workspace_did_change_configuration(L.DidChangeConfigurationParams(
-            settings={"profd": {"select": ["host-sync"]}}))
+        client.workspace_did_change_configuration(
+            L.DidChangeConfigurationParams(settings={"profd": {"select": ["host-sync"]}})
+        )
         await pull_until(client, TRAIN_SRC, lambda c: c == {"host-sync"}, what="only host-sync")
     finally:
         await stop(client)
@@ -263,7 +282,9 @@ async def test_the_editors_workspace_folders_are_the_workspace(tmp_path):
     client = await start(tmp_path, PUSH, workspace=None, root=SRC)
     try:
         drop(client.watch, "seed_n64_bf16")
-        diags = await await_for(lambda: client.diagnostics.get(uri(SEED_SRC)), 30, "diagnostics on the source")
+        diags = await await_for(
+            lambda: client.diagnostics.get(uri(SEED_SRC)), 30, "diagnostics on the source"
+        )
         assert any(d.code == "overhead-bound" and d.range.start.line == 20 for d in diags)
         st = await rpc(client, "profd/status")
         assert field(st, "workspace") == [SRC]
@@ -299,8 +320,12 @@ def _answer(proc, msg_id):
 def test_lifecycle_errors_per_the_spec(tmp_path):
     watch = tmp_path / "watch"
     watch.mkdir()
-    proc = subprocess.Popen(serve_cmd(watch, tmp_path / "state"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        serve_cmd(watch, tmp_path / "state"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         hover = {"textDocument": {"uri": uri(SEED_SRC)}, "position": {"line": 20, "character": 4}}
 
@@ -310,8 +335,13 @@ def test_lifecycle_errors_per_the_spec(tmp_path):
 
         send({"id": 1, "method": "textDocument/hover", "params": hover})
         assert _answer(proc, 1)["error"]["code"] == -32002  # ServerNotInitialized
-        send({"id": 2, "method": "initialize", "params": {"processId": None, "rootUri": None,
-                                                          "capabilities": {}}})
+        send(
+            {
+                "id": 2,
+                "method": "initialize",
+                "params": {"processId": None, "rootUri": None, "capabilities": {}},
+            }
+        )
         assert "capabilities" in _answer(proc, 2)["result"]
         send({"method": "initialized", "params": {}})
         send({"id": 3, "method": "profd/status", "params": {}})
@@ -333,11 +363,23 @@ def test_exit_without_shutdown_exits_1(tmp_path):
     received before; otherwise with error code 1"."""
     watch = tmp_path / "watch"
     watch.mkdir()
-    proc = subprocess.Popen(serve_cmd(watch, tmp_path / "state"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        serve_cmd(watch, tmp_path / "state"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                 "params": {"processId": None, "rootUri": None, "capabilities": {}}}))
+        proc.stdin.write(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"processId": None, "rootUri": None, "capabilities": {}},
+                }
+            )
+        )
         proc.stdin.flush()
         assert "capabilities" in _answer(proc, 1)["result"]
         proc.stdin.write(_frame({"jsonrpc": "2.0", "method": "exit"}))
@@ -357,16 +399,22 @@ async def test_lenses_per_qualified_function_do_something_visible(tmp_path):
         await await_for(lambda: client.diagnostics.get(uri(TRAIN_SRC)), 30, "diagnostics")
         lenses = await client.text_document_code_lens_async(L.CodeLensParams(text_document=doc_id(MODEL_SRC)))
         names = {x.command.title.split(":")[1].strip(): x for x in lenses}
-        for q, def_line in (("Attention.forward", 14), ("MLP.forward", 33), ("Block.forward", 45),
-                            ("TinyGPT.forward", 59)):
+        for q, def_line in (
+            ("Attention.forward", 14),
+            ("MLP.forward", 33),
+            ("Block.forward", 45),
+            ("TinyGPT.forward", 59),
+        ):
             assert q in names, names.keys()
             assert names[q].range.start.line == def_line - 1
         lens = names["Attention.forward"]
-        text = await client.workspace_execute_command_async(L.ExecuteCommandParams(
-            command=lens.command.command, arguments=lens.command.arguments))
+        text = await client.workspace_execute_command_async(
+            L.ExecuteCommandParams(command=lens.command.command, arguments=lens.command.arguments)
+        )
         assert "Attention.forward" in text and "line 20" in text  # its hot lines, with numbers
-        await await_for(lambda: any("Attention.forward" in m.message for m in client.messages), 5,
-                        "showMessage")
+        await await_for(
+            lambda: any("Attention.forward" in m.message for m in client.messages), 5, "showMessage"
+        )
         # kernel names keep what tells them apart
         hover = await hover_text(client, MODEL_SRC, 33)
         kernels = [ln for ln in hover.splitlines() if ln.startswith("- `")]
@@ -376,9 +424,13 @@ async def test_lenses_per_qualified_function_do_something_visible(tmp_path):
 
 
 async def code_actions(client, path, line0):
-    return await client.text_document_code_action_async(L.CodeActionParams(
-        text_document=doc_id(path), range=L.Range(L.Position(line0, 0), L.Position(line0, 0)),
-        context=L.CodeActionContext(diagnostics=[])))
+    return await client.text_document_code_action_async(
+        L.CodeActionParams(
+            text_document=doc_id(path),
+            range=L.Range(L.Position(line0, 0), L.Position(line0, 0)),
+            context=L.CodeActionContext(diagnostics=[]),
+        )
+    )
 
 
 def annotate_command(acts):
@@ -386,6 +438,7 @@ def annotate_command(acts):
     any CodeAction that carries a command as a bare Command (its ``command`` the stringified
     object); real editors read the CodeAction."""
     import ast
+
     for a in acts:
         if isinstance(a, L.CodeAction) and a.command and a.command.command == "profd.annotate":
             return a.command
@@ -396,8 +449,12 @@ def annotate_command(acts):
 
 
 def apply_edit(text, edit: L.WorkspaceEdit, path):
-    edits = [quickfix.Edit(e.range.start.line, e.range.start.character, e.range.end.line,
-                           e.range.end.character, e.new_text) for e in edit.changes[uri(path)]]
+    edits = [
+        quickfix.Edit(
+            e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character, e.new_text
+        )
+        for e in edit.changes[uri(path)]
+    ]
     return quickfix.apply(text, edits)
 
 
@@ -407,23 +464,39 @@ async def test_quick_fixes_edit_the_buffer_to_code_that_compiles(tmp_path):
         drop(client.watch, "tinygpt_naive")
         await await_for(lambda: client.diagnostics.get(uri(TRAIN_SRC)), 30, "diagnostics")
         text = open(TRAIN_SRC).read()
-        client.text_document_did_open(L.DidOpenTextDocumentParams(text_document=L.TextDocumentItem(
-            uri=uri(TRAIN_SRC), language_id="python", version=1, text=text)))
+        client.text_document_did_open(
+            L.DidOpenTextDocumentParams(
+                text_document=L.TextDocumentItem(
+                    uri=uri(TRAIN_SRC), language_id="python", version=1, text=text
+                )
+            )
+        )
         want = {67: "zero_grad(set_to_none=True)", 66: "fused=True"}
         # the batch copied at line 52 is unpacked from a list inside the step loop: no place to pin
         # it once, and `.pin_memory()` there would pin every batch on the main thread
         acts = await code_actions(client, TRAIN_SRC, 52)
         assert [a.title for a in acts if a.title.startswith("Ignore pageable-memcpy")]
-        assert not any("pin_memory" in e.new_text for a in acts if getattr(a, "edit", None)
-                       for e in a.edit.changes[uri(TRAIN_SRC)])
+        assert not any(
+            "pin_memory" in e.new_text
+            for a in acts
+            if getattr(a, "edit", None)
+            for e in a.edit.changes[uri(TRAIN_SRC)]
+        )
         for line0, expect in want.items():
             acts = await code_actions(client, TRAIN_SRC, line0)
-            fix = next(a for a in acts if getattr(a, "edit", None) and "Ignore" not in a.title
-                       and expect in apply_edit(text, a.edit, TRAIN_SRC))
+            fix = next(
+                a
+                for a in acts
+                if getattr(a, "edit", None)
+                and "Ignore" not in a.title
+                and expect in apply_edit(text, a.edit, TRAIN_SRC)
+            )
             new = apply_edit(text, fix.edit, TRAIN_SRC)
             assert expect in new and new != text
             compile(new, TRAIN_SRC, "exec")
-            sup = next(a for a in acts if a.title.startswith("Ignore") and a.diagnostics[0].range.start.line == line0)
+            sup = next(
+                a for a in acts if a.title.startswith("Ignore") and a.diagnostics[0].range.start.line == line0
+            )
             code = sup.diagnostics[0].code
             assert f"# profd: ignore[{code}]" in apply_edit(text, sup.edit, TRAIN_SRC).splitlines()[line0]
             assert annotate_command(acts) is not None
@@ -455,8 +528,11 @@ async def test_suppress_action_then_save_drops_the_finding(tmp_path):
         with open(train, "w") as f:
             f.write(apply_edit(text, sup.edit, train))
         client.text_document_did_save(L.DidSaveTextDocumentParams(text_document=doc_id(train)))
-        await await_for(lambda: not any(d.code == "zero-grad-not-none"
-                                        for d in client.diagnostics.get(uri(train), [])), 30, "suppressed")
+        await await_for(
+            lambda: not any(d.code == "zero-grad-not-none" for d in client.diagnostics.get(uri(train), [])),
+            30,
+            "suppressed",
+        )
         assert any(d.code == "host-sync" for d in client.diagnostics[uri(train)])  # the others stay
     finally:
         await stop(client)
@@ -469,8 +545,9 @@ async def test_open_in_the_annotated_trace(tmp_path):
         await wait_reports(client, 1)
         acts = await code_actions(client, SEED_SRC, 20)
         ann = annotate_command(acts)
-        res = await client.workspace_execute_command_async(L.ExecuteCommandParams(
-            command=ann.command, arguments=ann.arguments))
+        res = await client.workspace_execute_command_async(
+            L.ExecuteCommandParams(command=ann.command, arguments=ann.arguments)
+        )
         out = field(res, "path")
         with gzip.open(out) as f:
             doc = json.load(f)
@@ -483,6 +560,7 @@ async def test_open_in_the_annotated_trace(tmp_path):
 # ---- quick fixes that run (torch on the CPU) ----------------------------------------------------
 def _load(text, name):
     import types
+
     mod = types.ModuleType(name)
     exec(compile(text, name, "exec"), mod.__dict__)
     return mod

@@ -6,6 +6,7 @@ set (tests/clients.py), on the shipped H200 traces tinygpt_naive and tinygpt_tun
 Before this, Neovim 0.10-0.12 (they pull but cannot be asked to pull again) showed nothing until
 the user edited the buffer: their first pull was answered before the report existed.
 """
+
 import asyncio
 import os
 
@@ -44,9 +45,13 @@ async def start(tmp_path, name, *before, root=SRC):
         client.ready.append((params, {u: list(d) for u, d in client.diagnostics.items()}))
 
     await client.start_io(*serve_cmd(watch, tmp_path / "state", workspace=None))
-    result = await client.initialize_session(L.InitializeParams(
-        capabilities=clients.capabilities(name), root_uri=uri(root),
-        workspace_folders=[L.WorkspaceFolder(uri=uri(root), name="src")]))
+    result = await client.initialize_session(
+        L.InitializeParams(
+            capabilities=clients.capabilities(name),
+            root_uri=uri(root),
+            workspace_folders=[L.WorkspaceFolder(uri=uri(root), name="src")],
+        )
+    )
     client.pulls = result.capabilities.diagnostic_provider is not None
     client.watch = str(watch)
     return client
@@ -58,13 +63,19 @@ async def stop(client):
 
 
 def did_open(client, path):
-    client.text_document_did_open(L.DidOpenTextDocumentParams(text_document=L.TextDocumentItem(
-        uri=uri(path), language_id="python", version=1, text=open(path).read())))
+    client.text_document_did_open(
+        L.DidOpenTextDocumentParams(
+            text_document=L.TextDocumentItem(
+                uri=uri(path), language_id="python", version=1, text=open(path).read()
+            )
+        )
+    )
 
 
 async def pull(client, path):
-    rep = await client.text_document_diagnostic_async(L.DocumentDiagnosticParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(path))))
+    rep = await client.text_document_diagnostic_async(
+        L.DocumentDiagnosticParams(text_document=L.TextDocumentIdentifier(uri=uri(path)))
+    )
     return rep.items
 
 
@@ -85,12 +96,15 @@ async def replaced_by_tuned(client):
     refreshes = client.diagnostic_refresh_count
     drop(client.watch, "tinygpt_tuned")
     if client.pulls:
-        await await_for(lambda: client.diagnostic_refresh_count > refreshes and
-                        ready_for(client, "tinygpt_tuned"), 60, "a refresh after the newer trace")
+        await await_for(
+            lambda: client.diagnostic_refresh_count > refreshes and ready_for(client, "tinygpt_tuned"),
+            60,
+            "a refresh after the newer trace",
+        )
         assert not has(await pull(client, MODEL_SRC), "fp32-matmul")
         assert client.diagnostics == {}  # a pulling client gets no push: nothing shown twice
     else:
-        (_, snap), = await await_for(lambda: ready_for(client, "tinygpt_tuned"), 60, "reportReady")
+        ((_, snap),) = await await_for(lambda: ready_for(client, "tinygpt_tuned"), 60, "reportReady")
         # published before the report is announced: shown the moment it exists
         assert not has(snap.get(uri(MODEL_SRC), []), "fp32-matmul")
         assert not has(pushed(client, MODEL_SRC), "fp32-matmul")
@@ -123,7 +137,7 @@ async def test_a_file_opened_before_its_trace_lands_shows_its_findings(tmp_path,
             assert list(await pull(client, TRAIN_SRC)) == []  # nothing to wait for: known absent
         refreshes = client.diagnostic_refresh_count
         drop(client.watch, "tinygpt_naive")
-        (_, snap), = await await_for(lambda: ready_for(client, "tinygpt_naive"), 60, "reportReady")
+        ((_, snap),) = await await_for(lambda: ready_for(client, "tinygpt_naive"), 60, "reportReady")
         if client.pulls:
             await await_for(lambda: client.diagnostic_refresh_count > refreshes, 10, "a refresh")
             assert has(await pull(client, TRAIN_SRC), "host-sync", 69)
@@ -147,13 +161,16 @@ async def test_each_file_is_published_once_per_change(tmp_path):
         assert first and len(first) == len(set(first)), first
         # the same content again under another name: nothing new to show
         import shutil
-        shutil.copy(os.path.join(client.watch, "tinygpt_naive.json.gz"),
-                    os.path.join(client.watch, "copy.json.gz"))
+
+        shutil.copy(
+            os.path.join(client.watch, "tinygpt_naive.json.gz"), os.path.join(client.watch, "copy.json.gz")
+        )
         await await_for(lambda: len(client.ready) >= 2, 30, "the copy's reportReady")
-        client.workspace_did_change_configuration(L.DidChangeConfigurationParams(
-            settings={"profd": {"path-map": []}}))
+        client.workspace_did_change_configuration(
+            L.DidChangeConfigurationParams(settings={"profd": {"path-map": []}})
+        )
         await asyncio.sleep(1.0)
-        again = sent[len(first):]
+        again = sent[len(first) :]
         assert uri(TRAIN_SRC) not in again and uri(MODEL_SRC) not in again, again
     finally:
         await stop(client)
@@ -163,17 +180,24 @@ async def test_each_file_is_published_once_per_change(tmp_path):
 def change(client, path, version, line0, text, end=None):
     """An incremental didChange: ``text`` replaces [line0:0, end) (an insertion by default)."""
     end = end or L.Position(line0, 0)
-    client.text_document_did_change(L.DidChangeTextDocumentParams(
-        text_document=L.VersionedTextDocumentIdentifier(uri=uri(path), version=version),
-        content_changes=[L.TextDocumentContentChangePartial(
-            range=L.Range(L.Position(line0, 0), end), text=text)]))
+    client.text_document_did_change(
+        L.DidChangeTextDocumentParams(
+            text_document=L.VersionedTextDocumentIdentifier(uri=uri(path), version=version),
+            content_changes=[
+                L.TextDocumentContentChangePartial(range=L.Range(L.Position(line0, 0), end), text=text)
+            ],
+        )
+    )
 
 
 async def shown_now(client, path, previous=None):
     """What the editor shows on ``path`` once its findings settle: (items, result id or None)."""
     if client.pulls:
-        rep = await client.text_document_diagnostic_async(L.DocumentDiagnosticParams(
-            text_document=L.TextDocumentIdentifier(uri=uri(path)), previous_result_id=previous))
+        rep = await client.text_document_diagnostic_async(
+            L.DocumentDiagnosticParams(
+                text_document=L.TextDocumentIdentifier(uri=uri(path)), previous_result_id=previous
+            )
+        )
         assert rep.kind == "full", "a buffer that moved must not be answered unchanged"
         return list(rep.items), rep.result_id
     await asyncio.sleep(0.6)  # the push after an edit waits for typing to pause (0.2 s)
@@ -211,18 +235,23 @@ async def test_an_edit_then_a_save_keeps_every_finding_on_its_statement(tmp_path
         lines = ["import os  # added after profiling"] + lines
         moved, rid2 = await shown_now(client, model, rid)
         if not client.pulls:
-            moved = await await_for(lambda: has(pushed(client, model), "fp32-matmul", 34) and
-                                    pushed(client, model), 10, "the findings moved")
+            moved = await await_for(
+                lambda: has(pushed(client, model), "fp32-matmul", 34) and pushed(client, model),
+                10,
+                "the findings moved",
+            )
         assert statements(moved, lines) == want  # every finding on its statement, none new
         assert rid2 != rid or not client.pulls
-        hover = await client.text_document_hover_async(L.HoverParams(
-            text_document=L.TextDocumentIdentifier(uri=uri(model)), position=L.Position(34, 8)))
+        hover = await client.text_document_hover_async(
+            L.HoverParams(text_document=L.TextDocumentIdentifier(uri=uri(model)), position=L.Position(34, 8))
+        )
         assert hover and "GPU" in hover.contents.value and "changed since" not in hover.contents.value
         # saved: still the trace's report, on the saved text; nothing analysed again
         with open(model, "w") as f:
             f.write("\n".join(lines) + "\n")
-        client.text_document_did_save(L.DidSaveTextDocumentParams(
-            text_document=L.TextDocumentIdentifier(uri=uri(model))))
+        client.text_document_did_save(
+            L.DidSaveTextDocumentParams(text_document=L.TextDocumentIdentifier(uri=uri(model)))
+        )
         saved, _ = await shown_now(client, model)
         if not client.pulls:
             saved = pushed(client, model)
@@ -235,11 +264,17 @@ async def test_an_edit_then_a_save_keeps_every_finding_on_its_statement(tmp_path
         lines[34] = stmt + "  # tf32 later"
         edited, _ = await shown_now(client, model)
         if not client.pulls:
-            edited = await await_for(lambda: [d for d in pushed(client, model)
-                                              if d.code == "fp32-matmul"] and pushed(client, model), 10, "")
+            edited = await await_for(
+                lambda: (
+                    [d for d in pushed(client, model) if d.code == "fp32-matmul"] and pushed(client, model)
+                ),
+                10,
+                "",
+            )
         assert has(edited, "fp32-matmul", 34)
-        hover = await client.text_document_hover_async(L.HoverParams(
-            text_document=L.TextDocumentIdentifier(uri=uri(model)), position=L.Position(34, 8)))
+        hover = await client.text_document_hover_async(
+            L.HoverParams(text_document=L.TextDocumentIdentifier(uri=uri(model)), position=L.Position(34, 8))
+        )
         assert "changed since the trace" in hover.contents.value and "it was line 34" in hover.contents.value
     finally:
         await stop(client)
@@ -264,24 +299,45 @@ async def test_unplaced_findings_are_told_and_the_suggested_map_places_them(tmp_
         did_open(client, train_a)
         remote_copy(client.watch)
         await await_for(lambda: client.ready, 60, "reportReady")
-        told = await await_for(lambda: [m for m in client.messages if m.type == L.MessageType.Warning
-                                        and "run42.json.gz" in m.message], 30, "a showMessage")
+        told = await await_for(
+            lambda: [
+                m for m in client.messages if m.type == L.MessageType.Warning and "run42.json.gz" in m.message
+            ],
+            30,
+            "a showMessage",
+        )
         text = told[0].message
         for sub in ("a", "b"):  # both folders hold the files: both maps, to pick from
             assert f"--path-map {REMOTE}={ws / sub}" in text, text
         # where the user looks: a note on the open file of that name
-        note = await await_for(lambda: [d for d in pushed(client, train_a) if d.code == "unmapped-source"],
-                               30, "a note on the open file")
+        note = await await_for(
+            lambda: [d for d in pushed(client, train_a) if d.code == "unmapped-source"],
+            30,
+            "a note on the open file",
+        )
         assert "run42.json.gz" in note[0].message and f"{REMOTE}/train_tinygpt.py" in note[0].message
         # the suggested map works: the findings land on their lines
-        client.workspace_did_change_configuration(L.DidChangeConfigurationParams(
-            settings={"profd": {"path-map": [f"{REMOTE}={ws / 'a'}"]}}))
-        diags = await await_for(lambda: has(pushed(client, train_a), "host-sync", 69) and
-                                pushed(client, train_a), 60, "the findings on their lines")
+        client.workspace_did_change_configuration(
+            L.DidChangeConfigurationParams(settings={"profd": {"path-map": [f"{REMOTE}={ws / 'a'}"]}})
+        )
+        diags = await await_for(
+            lambda: has(pushed(client, train_a), "host-sync", 69) and pushed(client, train_a),
+            60,
+            "the findings on their lines",
+        )
         assert not any(d.code == "unmapped-source" for d in diags)
         await asyncio.sleep(0.5)
-        assert len(told) == len([m for m in client.messages if m.type == L.MessageType.Warning
-                                 and "run42.json.gz" in m.message]) == 1  # said once
+        assert (
+            len(told)
+            == len(
+                [
+                    m
+                    for m in client.messages
+                    if m.type == L.MessageType.Warning and "run42.json.gz" in m.message
+                ]
+            )
+            == 1
+        )  # said once
     finally:
         await stop(client)
 

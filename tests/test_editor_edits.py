@@ -7,6 +7,7 @@ an emoji and an "é" before the ``zero_grad`` call (columns in UTF-16 or UTF-8 u
 negotiated), a statement continued by a trailing backslash, and a string holding the
 suppression comment's text. No line is added or removed: the trace's lines stay the source's.
 """
+
 import os
 import shutil
 
@@ -35,13 +36,22 @@ def _edit_lines(path, edits):
 def ws(tmp_path):
     d = tmp_path / "src"
     shutil.copytree(SRC, d)
-    _edit_lines(str(d / TRAIN), [
-        ("naive   - pageable host batches", lambda s: s + " \x0c\x1c"),
-        ("zero_grad(set_to_none=False), AdamW", lambda s: s + " \x85\u2028"),
-        ("x = xb.to(dev", lambda s: s + "; \\"),  # the copies of x and y: one statement now
-        ("opt.zero_grad(set_to_none=not naive)", lambda s: s.replace("opt.zero_grad", '_ = "🙂é"; opt.zero_grad')),
-        ('print("step", step', lambda s: s + '; _ = "# profd: ignore[host-sync]"'),  # a string, not a comment
-    ])
+    _edit_lines(
+        str(d / TRAIN),
+        [
+            ("naive   - pageable host batches", lambda s: s + " \x0c\x1c"),
+            ("zero_grad(set_to_none=False), AdamW", lambda s: s + " \x85\u2028"),
+            ("x = xb.to(dev", lambda s: s + "; \\"),  # the copies of x and y: one statement now
+            (
+                "opt.zero_grad(set_to_none=not naive)",
+                lambda s: s.replace("opt.zero_grad", '_ = "🙂é"; opt.zero_grad'),
+            ),
+            (
+                'print("step", step',
+                lambda s: s + '; _ = "# profd: ignore[host-sync]"',
+            ),  # a string, not a comment
+        ],
+    )
     text = open(d / TRAIN, newline="").read()
     assert len(text.split("\n")) == len(open(os.path.join(SRC, TRAIN)).read().split("\n"))
     assert len(text.splitlines()) > len(text.split("\n"))  # what str.splitlines would have counted
@@ -70,20 +80,31 @@ def doc_id(path):
 
 def open_doc(client, path):
     text = open(path, newline="").read()
-    client.text_document_did_open(L.DidOpenTextDocumentParams(text_document=L.TextDocumentItem(
-        uri=uri(path), language_id="python", version=1, text=text)))
+    client.text_document_did_open(
+        L.DidOpenTextDocumentParams(
+            text_document=L.TextDocumentItem(uri=uri(path), language_id="python", version=1, text=text)
+        )
+    )
     return text
 
 
 async def actions(client, path, line0, only=None):
-    return await client.text_document_code_action_async(L.CodeActionParams(
-        text_document=doc_id(path), range=L.Range(L.Position(line0, 0), L.Position(line0, 0)),
-        context=L.CodeActionContext(diagnostics=[], only=only)))
+    return await client.text_document_code_action_async(
+        L.CodeActionParams(
+            text_document=doc_id(path),
+            range=L.Range(L.Position(line0, 0), L.Position(line0, 0)),
+            context=L.CodeActionContext(diagnostics=[], only=only),
+        )
+    )
 
 
 # the client's side, written here on purpose (not profd's encoding.py): columns in its units
 def units(s, enc):
-    return len(s) if enc == "utf-32" else len(s.encode(enc.replace("utf-16", "utf-16-le"))) // (2 if enc == "utf-16" else 1)
+    return (
+        len(s)
+        if enc == "utf-32"
+        else len(s.encode(enc.replace("utf-16", "utf-16-le"))) // (2 if enc == "utf-16" else 1)
+    )
 
 
 def char_col(line, col, enc):
@@ -98,18 +119,21 @@ def char_col(line, col, enc):
 def apply_client_edits(text, edits, enc):
     """``text`` with LSP TextEdits applied as an editor does, lines ending at \\n, \\r\\n, \\r."""
     import re
+
     starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
     lines = [text[a:b].rstrip("\r\n") for a, b in zip(starts, starts[1:] + [len(text)])]
 
     def off(p):
         return starts[p.line] + char_col(lines[p.line], p.character, enc)
+
     for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-        text = text[:off(e.range.start)] + e.new_text + text[off(e.range.end):]
+        text = text[: off(e.range.start)] + e.new_text + text[off(e.range.end) :]
     return text
 
 
 def lines_of(text):
     import re
+
     return re.split(r"\r\n|\r|\n", text)
 
 
@@ -118,9 +142,12 @@ async def diagnostics(client, caps, path, timeout=60):
     if client_capabilities(caps).text_document.diagnostic is None:
         return await await_for(lambda: client.diagnostics.get(uri(path)), timeout, "diagnostics")
     import asyncio
+
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        rep = await client.text_document_diagnostic_async(L.DocumentDiagnosticParams(text_document=doc_id(path)))
+        rep = await client.text_document_diagnostic_async(
+            L.DocumentDiagnosticParams(text_document=doc_id(path))
+        )
         if rep.items:
             return rep.items
         assert asyncio.get_running_loop().time() < deadline, "no diagnostics"
@@ -148,10 +175,12 @@ async def _findings_and_fixes(tmp_path, ws, caps, enc):
         assert "opt.zero_grad(" in lines[zg.range.start.line]
         # its range starts at the call, in the client's units, past the emoji and the é
         line = lines[zg.range.start.line]
-        assert zg.range.start.character == units(line[:line.index("opt.zero_grad")], enc)
+        assert zg.range.start.character == units(line[: line.index("opt.zero_grad")], enc)
         assert {"pageable-memcpy", "optimizer-foreach-off", "zero-grad-not-none"} <= set(by_code)
-        assert all("xb.to(" in lines[d.range.start.line] or "yb.to(" in lines[d.range.start.line]
-                   for d in by_code["pageable-memcpy"])
+        assert all(
+            "xb.to(" in lines[d.range.start.line] or "yb.to(" in lines[d.range.start.line]
+            for d in by_code["pageable-memcpy"]
+        )
         # a string holding the comment's text suppresses nothing
         assert any("loss.item()" in lines[d.range.start.line] for d in by_code.get("host-sync", []))
 
@@ -169,7 +198,9 @@ async def _findings_and_fixes(tmp_path, ws, caps, enc):
         ignored = apply_client_edits(text, sup.edit.changes[uri(train)], enc)
         compile(ignored, train, "exec")
         new_lines = lines_of(ignored)
-        assert new_lines[copy.range.start.line] == lines[copy.range.start.line]  # the backslash line as it was
+        assert (
+            new_lines[copy.range.start.line] == lines[copy.range.start.line]
+        )  # the backslash line as it was
         assert new_lines[copy.range.start.line + 1].endswith("# profd: ignore[pageable-memcpy]")
         return train, ignored, client
     except BaseException:
@@ -181,14 +212,20 @@ async def test_lines_columns_and_edits_on_real_text_utf16(tmp_path, ws):
     train, ignored, client = await _findings_and_fixes(tmp_path, ws, PUSH, "utf-16")
     try:
         # and the comment it wrote does suppress the finding once saved
-        client.text_document_did_change(L.DidChangeTextDocumentParams(
-            text_document=L.VersionedTextDocumentIdentifier(uri=uri(train), version=2),
-            content_changes=[L.TextDocumentContentChangeWholeDocument(text=ignored)]))
+        client.text_document_did_change(
+            L.DidChangeTextDocumentParams(
+                text_document=L.VersionedTextDocumentIdentifier(uri=uri(train), version=2),
+                content_changes=[L.TextDocumentContentChangeWholeDocument(text=ignored)],
+            )
+        )
         with open(train, "w", newline="") as f:
             f.write(ignored)
         client.text_document_did_save(L.DidSaveTextDocumentParams(text_document=doc_id(train)))
-        await await_for(lambda: not any(d.code == "pageable-memcpy"
-                                        for d in client.diagnostics.get(uri(train), [])), 30, "suppressed")
+        await await_for(
+            lambda: not any(d.code == "pageable-memcpy" for d in client.diagnostics.get(uri(train), [])),
+            30,
+            "suppressed",
+        )
     finally:
         await stop(client)
 
@@ -215,8 +252,10 @@ async def test_fix_all_and_the_optimizers_constructor_in_related_information(tmp
         assert "opt.step()" in lines[opt.range.start.line]
         built = [r for r in opt.related_information or () if "the optimizer is built here" in r.message]
         assert len(built) == 1 and built[0].location.uri == uri(train)
-        assert "torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)" in \
-            lines[built[0].location.range.start.line]
+        assert (
+            "torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)"
+            in lines[built[0].location.range.start.line]
+        )
         # the client asks for source.fixAll (VS Code on save, `editor.codeActionsOnSave`)
         acts = await actions(client, train, 0, only=[L.CodeActionKind.SourceFixAll])
         assert [a.kind for a in acts] == ["source.fixAll.profd"]
@@ -253,9 +292,12 @@ async def test_pinned_memory_goes_on_the_dataloader_not_into_the_step_loop(tmp_p
 def test_pinning_once_outside_the_loop_or_not_at_all():
     """(the fix on its own, on text: no trace shows a tensor made once before the loop)"""
     from profd.server.daemon import quickfix
-    text = ("import torch\n\ndef main(dev, batches):\n    x = torch.randn(64, 64)\n"
-            "    w = torch.randn(64, 64) + 1\n    for step in range(10):\n        a = x.to(dev)\n"
-            "        b = w.to(dev)\n        for xb in batches:\n            c = xb.to(dev)\n")
+
+    text = (
+        "import torch\n\ndef main(dev, batches):\n    x = torch.randn(64, 64)\n"
+        "    w = torch.randn(64, 64) + 1\n    for step in range(10):\n        a = x.to(dev)\n"
+        "        b = w.to(dev)\n        for xb in batches:\n            c = xb.to(dev)\n"
+    )
     (fx,) = quickfix.fixes(text, "pageable-memcpy", 7)
     new = quickfix.apply(text, fx.edits)
     assert "x = torch.randn(64, 64).pin_memory()" in new and "a = x.to(dev, non_blocking=True)" in new
@@ -268,7 +310,8 @@ def test_pinning_once_outside_the_loop_or_not_at_all():
 def _padded_model(n):
     """tinygpt.py (fp32-matmul on its line 34) with ``n`` assignments appended, as a long module."""
     return open(os.path.join(SRC, "tinygpt.py")).read() + "".join(
-        f"w{i} = torch.mm(a{i}, b{i})  # table {i}\n" for i in range(n))
+        f"w{i} = torch.mm(a{i}, b{i})  # table {i}\n" for i in range(n)
+    )
 
 
 def test_the_fp32_fix_is_linear_in_the_file():
@@ -277,6 +320,7 @@ def test_the_fp32_fix_is_linear_in_the_file():
     26 s, ~390 compiles; now ~6)."""
     import time
     from profd.server.daemon import quickfix
+
     text = _padded_model(1400)
     assert len(text) > 38_000
     t = time.perf_counter()
@@ -291,6 +335,7 @@ def test_the_fp32_fix_is_linear_in_the_file():
 async def test_code_actions_run_off_the_loop(tmp_path):
     """A hover asked while the code actions of a 380 KB module are computed is answered first."""
     import asyncio
+
     ws = tmp_path / "src"
     shutil.copytree(SRC, ws)
     model = str(ws / "tinygpt.py")
@@ -307,8 +352,9 @@ async def test_code_actions_run_off_the_loop(tmp_path):
         slow = asyncio.ensure_future(actions(client, model, fp32.range.start.line))
         slow.add_done_callback(lambda f: done.append("actions"))
         await asyncio.sleep(0.05)
-        h = await client.text_document_hover_async(L.HoverParams(
-            text_document=doc_id(train), position=L.Position(66, 8)))
+        h = await client.text_document_hover_async(
+            L.HoverParams(text_document=doc_id(train), position=L.Position(66, 8))
+        )
         done.append("hover")
         assert h is not None
         acts = await slow

@@ -3,6 +3,7 @@ docs/editors.md as written (only its command pointed at this checkout), on ``pro
 a file opened before its trace lands and one opened after show the findings, hover and a quick
 fix work, a newer trace replaces the findings, and a line added at the top and saved keeps every
 finding on its statement."""
+
 import json
 import os
 import re
@@ -21,13 +22,20 @@ EMACS = shutil.which("emacs")
 def _has_eglot() -> bool:
     if EMACS is None:
         return False
-    p = subprocess.run([EMACS, "-batch", "--eval", "(progn (require 'eglot) (princ \"ok\"))"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [EMACS, "-batch", "--eval", '(progn (require \'eglot) (princ "ok"))'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return p.stdout.strip() == "ok"
 
 
-pytestmark = pytest.mark.skipif(not _has_eglot(), reason="emacs with eglot is not installed "
-                                "(apt-get install -y emacs-nox elpa-eglot; .ci/run installs them)")
+pytestmark = pytest.mark.skipif(
+    not _has_eglot(),
+    reason="emacs with eglot is not installed "
+    "(apt-get install -y emacs-nox elpa-eglot; .ci/run installs them)",
+)
 
 ELISP = r"""
 (defun profd-test-wait (pred secs)
@@ -116,17 +124,33 @@ def test_emacs_eglot_with_the_documented_config(tmp_path):
     watch.mkdir()
     shutil.copytree(SRC, src)  # a folder of its own: eglot's project is that folder
     init = doc_block("tested: tests/test_eglot.py", "elisp")
-    init, n = re.subn(r'\("profd" "serve" "--stdio"\s+"--watch" ,\(expand-file-name "~/profiles"\)\)',
-                      ',(split-string (getenv "PROFD_TEST_CMD") "\\\\n")', init)
+    init, n = re.subn(
+        r'\("profd" "serve" "--stdio"\s+"--watch" ,\(expand-file-name "~/profiles"\)\)',
+        ',(split-string (getenv "PROFD_TEST_CMD") "\\\\n")',
+        init,
+    )
     assert n == 1, "the documented config names its command once"
     (tmp_path / "init.el").write_text(init + ELISP)
     out = tmp_path / "out.json"
     a, b = str(src / "train_tinygpt.py"), str(src / "tinygpt.py")
-    env = dict(os.environ, PROFD_TEST_CMD="\n".join(serve_cmd(watch, state, workspace=None)),
-               PROFD_TEST_OUT=str(out), PROFD_TEST_A=a, PROFD_TEST_B=b, HOME=str(tmp_path),
-               PROFD_TEST_WATCH=str(watch), PROFD_TEST_TRACES=EXAMPLES)
-    p = subprocess.run([EMACS, "-batch", "-l", str(tmp_path / "init.el")], capture_output=True,
-                       text=True, timeout=240, cwd=str(src), env=env)
+    env = dict(
+        os.environ,
+        PROFD_TEST_CMD="\n".join(serve_cmd(watch, state, workspace=None)),
+        PROFD_TEST_OUT=str(out),
+        PROFD_TEST_A=a,
+        PROFD_TEST_B=b,
+        HOME=str(tmp_path),
+        PROFD_TEST_WATCH=str(watch),
+        PROFD_TEST_TRACES=EXAMPLES,
+    )
+    p = subprocess.run(
+        [EMACS, "-batch", "-l", str(tmp_path / "init.el")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=str(src),
+        env=env,
+    )
     assert out.exists(), p.stderr[-3000:]
     doc = json.loads(out.read_text())
     # opened before the trace landed, and after: shown
@@ -146,5 +170,7 @@ def test_emacs_eglot_with_the_documented_config(tmp_path):
     # a newer trace replaced them
     assert doc["tuned"] is True and not any("fp32" in text for _, text, _ in doc["b_tuned"])
     # a line added at the top and saved: the same findings, each on its statement
-    assert sorted((t, src) for _, t, src in doc["b_saved"]) == sorted((t, src) for _, t, src in doc["b_tuned"])
+    assert sorted((t, src) for _, t, src in doc["b_saved"]) == sorted(
+        (t, src) for _, t, src in doc["b_tuned"]
+    )
     assert all(line > 1 for line, _, _ in doc["b_saved"])

@@ -9,6 +9,7 @@ no schedule and the loop written right under it. Before, the loop's 16 calls wen
 statements after the with-block (print, makedirs, export, open, ...), which never ran under the
 profiler, and the profiler's own __enter__ on ``def main():``.
 """
+
 import os
 
 from profd.server.engine import Options, analyze_file
@@ -28,8 +29,11 @@ def test_the_loop_of_the_frame_the_profiler_opened_in_lands_on_its_statements():
     r, lines = _lines()
     with open(os.path.join(SRC, "entry_frame.py")) as f:
         src = f.read().splitlines()
-    assert src[WITH - 1].lstrip().startswith("with profile(") and "model(x)" in src[MODEL - 1] \
+    assert (
+        src[WITH - 1].lstrip().startswith("with profile(")
+        and "model(x)" in src[MODEL - 1]
         and "crit(out, x)" in src[LOSS - 1]
+    )
     for ln in (MODEL, LOSS):
         h = lines[ln]
         assert h.precision == "statement" and h.calls > 0 and h.cpu_total_us > 0 and h.bytes_allocated > 0

@@ -1,5 +1,6 @@
 """Impact on every finding (issue 15): what a fix gives back per step, findings sorted by it, and
 severity from it (engine/impact.py), on the shipped real traces."""
+
 import glob
 import os
 
@@ -29,8 +30,10 @@ def one(name, code):
 
 
 def _shipped():
-    return sorted(os.path.basename(p).split(".")[0] for p in
-                  glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+    return sorted(
+        os.path.basename(p).split(".")[0]
+        for p in glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz"))
+    )
 
 
 @pytest.mark.parametrize("name", _shipped())
@@ -100,7 +103,9 @@ def test_a_large_cost_hidden_by_the_bound_side_says_what_hides_it():
     """tinygpt_naive: fp32 GEMMs are 73.6% of its GPU time, but the single-tensor optimizer's
     dispatch bounds the step; the finding names that fix and what TF32 gives back after it."""
     d = one("tinygpt_naive", "fp32-matmul")
-    assert d.impact_note and d.impact_note.startswith("hidden behind the CPU-bound step: fix optimizer-foreach-off")
+    assert d.impact_note and d.impact_note.startswith(
+        "hidden behind the CPU-bound step: fix optimizer-foreach-off"
+    )
     assert d.impact_hidden_by == "optimizer-foreach-off"
     assert d.impact_then_us_per_step > 2 * d.impact_us_per_step
     assert d.evidence["impact_cost_us_per_step"] > 4 * d.impact_us_per_step

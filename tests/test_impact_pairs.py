@@ -2,6 +2,7 @@
 without the profiler, on real H200 before/after pairs (bench/impact.toml). CI has no GPU: the
 predictions are recomputed from the stored traces and compared with the stored measurements; a
 pair held in bench/impact_baseline.json that leaves the 1.5x bound fails here."""
+
 import importlib.util
 import json
 import os

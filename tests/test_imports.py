@@ -3,6 +3,7 @@ well under 150 ms, start-up included, so it must not pay for the daemon, the edi
 front ends, process pools or the workload runner's machinery). Modules, not times: a test of
 which modules load does not depend on how loaded the machine is. ``bench/startup.py`` measures
 the time."""
+
 import os
 import subprocess
 import sys
@@ -15,9 +16,23 @@ TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 # process pools and clusters (asyncio, multiprocessing, concurrent.futures, dask), running a
 # workload (subprocess, signal, tempfile), torch; orjson (~15 ms of the start-up) only writes the
 # JSON of statistics, SARIF, rule pages and the annotated trace: a report's JSON is msgspec's.
-NOT_IMPORTED = ("pygls", "lsprotocol", "watchdog", "mcp", "dask", "distributed", "torch", "asyncio",
-                "multiprocessing", "concurrent", "subprocess", "signal", "tempfile", "profd.server.daemon",
-                "orjson")
+NOT_IMPORTED = (
+    "pygls",
+    "lsprotocol",
+    "watchdog",
+    "mcp",
+    "dask",
+    "distributed",
+    "torch",
+    "asyncio",
+    "multiprocessing",
+    "concurrent",
+    "subprocess",
+    "signal",
+    "tempfile",
+    "profd.server.daemon",
+    "orjson",
+)
 
 PROBE = f"""
 import sys
@@ -29,8 +44,13 @@ print("\\n".join(sorted(sys.modules)))
 
 
 def test_in_process_analyze_imports_no_front_end_or_pool(tmp_path):
-    p = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "PROFD_NO_DAEMON": "1"})
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PROFD_NO_DAEMON": "1"},
+    )
     assert p.returncode == 0, p.stderr
     rc, *mods = p.stdout.split()
     assert rc == "0", p.stderr

@@ -9,6 +9,7 @@ What a performance engineer reads in them, measured before writing these tests:
   rank 0 is the last to arrive at every collective and rank 1's 294 ms of NCCL time is almost all
   spinning while it waits: rank 0 is the straggler, on the CPU side.
 """
+
 import pickle
 
 import msgspec
@@ -22,8 +23,10 @@ from profd.server.engine.rules import ranks
 
 @pytest.fixture(scope="module")
 def summaries():
-    return {n: job.summarize_rank(trace(n)) for n in
-            ("balanced_rank0", "balanced_rank1", "fsdp_rank0", "fsdp_rank1")}
+    return {
+        n: job.summarize_rank(trace(n))
+        for n in ("balanced_rank0", "balanced_rank1", "fsdp_rank0", "fsdp_rank1")
+    }
 
 
 def pair(summaries, name):
@@ -116,7 +119,9 @@ def test_the_same_rank_passed_twice_is_said(summaries):
     copy = msgspec.structs.replace(s0, path="/elsewhere/copy_of_rank0.json")  # the same bytes
     (g,) = job.group_jobs([s0, copy, s1])
     assert [s.rank for s in g] == [0, 1]
-    assert g.notes == [f"rank 0 passed twice: /elsewhere/copy_of_rank0.json is the same trace as {s0.path}; read once"]
+    assert g.notes == [
+        f"rank 0 passed twice: /elsewhere/copy_of_rank0.json is the same trace as {s0.path}; read once"
+    ]
     j = job.reduce_job(g)
     assert j.notes[0] == g.notes[0] and [r.rank for r in j.ranks] == [0, 1]
     (alone,) = job.group_jobs([s0, copy])  # only the twin: still a job, which says so
@@ -130,8 +135,18 @@ def test_cli_prints_per_rank_reports_and_the_job_report(capsys, monkeypatch):
     from profd.client_cli.main import main
 
     monkeypatch.setenv("PROFD_NO_DAEMON", "1")
-    rc = main(["analyze", "--no-daemon", "--fail-on", "never", "--format", "json",
-               trace("balanced_rank0"), trace("balanced_rank1")])
+    rc = main(
+        [
+            "analyze",
+            "--no-daemon",
+            "--fail-on",
+            "never",
+            "--format",
+            "json",
+            trace("balanced_rank0"),
+            trace("balanced_rank1"),
+        ]
+    )
     assert rc == 0
     doc = msgspec.json.decode(capsys.readouterr().out)
     assert len(doc["reports"]) == 2 and len(doc["jobs"]) == 1

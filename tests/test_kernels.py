@@ -1,6 +1,7 @@
 """Kernel classes and GEMM math on real kernel names (tests/data/kernel_names.tsv: every distinct
 kernel name of the shipped traces and of the peer projects' traces in ../shared/peer-traces, see
 tests/data/README.md), and on the shipped traces themselves."""
+
 import glob
 import os
 
@@ -44,7 +45,9 @@ def test_names_are_read_from_the_kernel_not_its_template_arguments():
     by = {r[3]: r[0] for r in ROWS}
     fbgemm = [n for n in by if n.startswith("void fbgemm_gpu::")]
     assert fbgemm and all(by[n] != K.GEMM for n in fbgemm)
-    assert all(by[n] == K.COMMUNICATION for n in by if n.startswith("ncclDevKernel") or n.startswith("ncclKernel"))
+    assert all(
+        by[n] == K.COMMUNICATION for n in by if n.startswith("ncclDevKernel") or n.startswith("ncclKernel")
+    )
     fills = [n for n in by if "vectorized_elementwise_kernel<4, at::native::FillFunctor" in n]
     adds = [n for n in by if "vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add" in n]
     assert fills and adds and {by[n] for n in fills} == {K.COPY} and {by[n] for n in adds} == {K.ELEMENTWISE}
@@ -96,9 +99,12 @@ def test_classes_explain_the_gpu_time_of_every_shipped_trace(path):
     total = sum(e.dur for e in m.gpu) or 1.0
     # torch.cuda._sleep's spin kernel (HTA's cuda_event_sync test trace) computes nothing by design:
     # "other" is its true class, so it is left out of the budget
-    other = sum(e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER and "spin_kernel" not in e.name)
-    assert other <= 0.05 * total, sorted({K.short_name(e.name) for g, e in enumerate(m.gpu)
-                                          if a.gpu_class[g] == K.OTHER})
+    other = sum(
+        e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER and "spin_kernel" not in e.name
+    )
+    assert other <= 0.05 * total, sorted(
+        {K.short_name(e.name) for g, e in enumerate(m.gpu) if a.gpu_class[g] == K.OTHER}
+    )
     for g, e in enumerate(m.gpu):
         if e.name.startswith("nccl"):
             assert a.gpu_class[g] == K.COMMUNICATION

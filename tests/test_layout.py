@@ -1,6 +1,7 @@
 """The layout is the architecture: data flows trace -> engine -> report -> daemon | CLI, and the
 imports must say the same. Every import in the source (top-level and lazy alike) is read with ``ast``
 and resolved to a profd module, so a new import against the flow fails here, not in review."""
+
 from __future__ import annotations
 
 import ast
@@ -10,8 +11,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package -> folder, as pyproject's package-dir maps them
-PACKAGES = {"profd.server": "server", "profd.client_cli": "client_cli", "profd.protocol": "protocol",
-            "profd": "profd"}
+PACKAGES = {
+    "profd.server": "server",
+    "profd.client_cli": "client_cli",
+    "profd.protocol": "protocol",
+    "profd": "profd",
+}
 
 
 def _modules() -> dict[str, str]:
@@ -49,12 +54,16 @@ def _imports(mod: str, path: str) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = here[:len(here) - node.level + 1] if node.level else []
+            base = here[: len(here) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             # `from pkg import sub` imports the submodule when there is one (a C extension such as
             # _scan is one too, and imports nothing of ours), else a name defined in pkg
-            names = [f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES or _extension(target, a.name)
-                     else target for a in node.names]
+            names = [
+                f"{target}.{a.name}"
+                if f"{target}.{a.name}" in MODULES or _extension(target, a.name)
+                else target
+                for a in node.names
+            ]
         else:
             continue
         out.update(n for n in names if n in MODULES and n != mod)
@@ -65,24 +74,29 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 
 def _edges(src_prefix: str, dst_prefix: str):
-    return [(a, b) for a, bs in GRAPH.items() if a.startswith(src_prefix) for b in bs
-            if b.startswith(dst_prefix)]
+    return [
+        (a, b) for a, bs in GRAPH.items() if a.startswith(src_prefix) for b in bs if b.startswith(dst_prefix)
+    ]
 
 
-@pytest.mark.parametrize("src,dst", [
-    ("profd.server.engine", "profd.server.daemon"),
-    ("profd.server.engine", "profd.server.workloads"),
-    ("profd.server.engine", "profd.client_cli"),
-    ("profd.protocol", "profd.server"),
-    ("profd.protocol", "profd.client_cli"),
-    ("profd.server", "profd.client_cli"),
-])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        ("profd.server.engine", "profd.server.daemon"),
+        ("profd.server.engine", "profd.server.workloads"),
+        ("profd.server.engine", "profd.client_cli"),
+        ("profd.protocol", "profd.server"),
+        ("profd.protocol", "profd.client_cli"),
+        ("profd.server", "profd.client_cli"),
+    ],
+)
 def test_no_import_against_the_flow(src, dst):
     assert _edges(src, dst) == []
 
 
-@pytest.mark.parametrize("front", ["profd.client_cli", "profd.server.daemon", "profd.server.workloads",
-                                   "profd.server.config"])
+@pytest.mark.parametrize(
+    "front", ["profd.client_cli", "profd.server.daemon", "profd.server.workloads", "profd.server.config"]
+)
 def test_front_ends_import_only_the_engine_facade(front):
     """The engine's one door is its package (``engine/api.py``, re-exported by ``__init__``): a
     module outside the engine that imports an engine submodule depends on the engine's insides."""
@@ -102,8 +116,13 @@ def test_the_wire_options_are_the_engine_options():
 
     sent = {f.name for f in dataclasses.fields(Options)} - set(Options.LOCAL)
     assert sent == set(AnalysisOptions.__struct_fields__)
-    opts = Options(workspace=["/w"], path_map=[("/remote", "/here")], disabled={"host-sync"},
-                   thresholds={"launch-storm": {"min_launches_per_step": 32.0}}, library_lines=True)
+    opts = Options(
+        workspace=["/w"],
+        path_map=[("/remote", "/here")],
+        disabled={"host-sync"},
+        thresholds={"launch-storm": {"min_launches_per_step": 32.0}},
+        library_lines=True,
+    )
     wire = msgspec.json.decode(msgspec.json.encode(opts.wire()), type=AnalysisOptions)
     assert Options().given(wire) == opts
     assert opts.given(AnalysisOptions()) == opts  # nothing given: every value kept
@@ -111,10 +130,15 @@ def test_the_wire_options_are_the_engine_options():
 
 def test_rules_see_the_context_not_the_entry_module():
     """The entry module imports the rules; a rule importing it back would be a circle."""
-    bad = [(a, b) for a, b in _edges("profd.server.engine.rules", "profd.server.engine")
-           if b in ("profd.server.engine.analyze", "profd.server.engine")]
+    bad = [
+        (a, b)
+        for a, b in _edges("profd.server.engine.rules", "profd.server.engine")
+        if b in ("profd.server.engine.analyze", "profd.server.engine")
+    ]
     assert bad == []
-    assert ("profd.server.engine.analyze", "profd.server.engine.rules") in _edges("profd.server.engine.analyze", "")
+    assert ("profd.server.engine.analyze", "profd.server.engine.rules") in _edges(
+        "profd.server.engine.analyze", ""
+    )
 
 
 def test_no_import_cycles():

@@ -6,6 +6,7 @@ Real traces: examples/tinygpt_naive.json.gz and tinygpt_tuned.json.gz (H200; exa
 58 ``with record_function("forward")``, 60 ``loss = model(x, y)`` (naive), 63 the same under autocast
 (tuned), 64/65 the backward label and ``loss.backward()``, 67 ``opt.step()``).
 """
+
 import os
 
 import pytest
@@ -19,8 +20,10 @@ SRC = os.path.join(ROOT, "examples", "src")
 
 @pytest.fixture(scope="module")
 def reports():
-    return {v: analyze_file(os.path.join(ROOT, "examples", f"tinygpt_{v}.json.gz"), Options(workspace=[SRC]))
-            for v in ("naive", "tuned")}
+    return {
+        v: analyze_file(os.path.join(ROOT, "examples", f"tinygpt_{v}.json.gz"), Options(workspace=[SRC]))
+        for v in ("naive", "tuned")
+    }
 
 
 def _train(r):
@@ -44,7 +47,9 @@ def test_a_record_function_label_is_not_the_line_that_did_the_work(reports):
         for label in (58, 64, 66):  # with record_function("forward" / "backward" / "optimizer")
             h = lines.get(label)
             assert h is None or (h.cpu_total_us < 100 and h.gpu_inclusive_us == 0), (label, h)
-        assert lines[65].cpu_inclusive_us > 5_000 * len(r.summary.steps)  # loss.backward() waits the backward out
+        assert lines[65].cpu_inclusive_us > 5_000 * len(
+            r.summary.steps
+        )  # loss.backward() waits the backward out
 
 
 def test_the_fused_optimizer_stays_on_its_statement_and_before_after_compares_it(reports):

@@ -6,6 +6,7 @@ of a few KB. Synthetic documents only for shapes no shipped trace has (trailer k
 the events, the bare-array form, string ids, escaped keys, a "traceEvents" inside a string), each
 marked as such.
 """
+
 import glob
 import gzip
 import os
@@ -23,8 +24,24 @@ pytestmark = pytest.mark.skipif(passes.native() is None, reason="the _scan exten
 _scan = passes.native()
 
 TRACES = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.gz"), recursive=True))
-ARGS = ("external_id", "correlation", "seq", "fwd_tid", "device_type", "mem_bytes", "total_allocated",
-        "total_reserved", "addr", "nbytes", "input_dims", "input_types", "grid", "block", "name", "call_from")
+ARGS = (
+    "external_id",
+    "correlation",
+    "seq",
+    "fwd_tid",
+    "device_type",
+    "mem_bytes",
+    "total_allocated",
+    "total_reserved",
+    "addr",
+    "nbytes",
+    "input_dims",
+    "input_types",
+    "grid",
+    "block",
+    "name",
+    "call_from",
+)
 
 
 def _norm(e):
@@ -32,16 +49,21 @@ def _norm(e):
     head = (e.ph, e.name, e.cat, e.pid, e.tid, e.ts, e.dur, e.id)
     if a is None:
         return head + (None,)
-    return head + tuple(bytes(v) if isinstance(v, (bytes, msgspec.Raw)) else v
-                        for v in (getattr(a, f) for f in ARGS))
+    return head + tuple(
+        bytes(v) if isinstance(v, (bytes, msgspec.Raw)) else v for v in (getattr(a, f) for f in ARGS)
+    )
 
 
 def _kept(events):
     x, flows, instants, meta = loader.KEEP
     out = []
     for e in events:
-        if (e.ph == "X" and (x is None or e.cat in x)) or (e.ph in ("s", "f") and e.cat in flows) or \
-                (e.ph in ("i", "I") and e.name in instants) or (e.ph == "M" and e.name in meta):
+        if (
+            (e.ph == "X" and (x is None or e.cat in x))
+            or (e.ph in ("s", "f") and e.cat in flows)
+            or (e.ph in ("i", "I") and e.name in instants)
+            or (e.ph == "M" and e.name in meta)
+        ):
             out.append(e)
     return out
 
@@ -67,13 +89,20 @@ def test_same_events_as_msgspec(path, monkeypatch):
     assert [_norm(e) for e in small.traceEvents] == [_norm(e) for e in doc.traceEvents]
 
 
-@pytest.mark.parametrize("name", ["tinygpt_naive.json.gz", "nccl/fsdp_rank0.1796064976619326162.pt.trace.json.gz",
-                                  "recorded/host_sync_all.json.gz", "recorded/graph_break_break.json.gz",
-                                  # other producers: ROCm, the 2021-era profiler (allocator samples
-                                  # with only Bytes), MTIA lanes profd does not read
-                                  "peer/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-                                  "peer/kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz",
-                                  "peer/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tinygpt_naive.json.gz",
+        "nccl/fsdp_rank0.1796064976619326162.pt.trace.json.gz",
+        "recorded/host_sync_all.json.gz",
+        "recorded/graph_break_break.json.gz",
+        # other producers: ROCm, the 2021-era profiler (allocator samples
+        # with only Bytes), MTIA lanes profd does not read
+        "peer/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "peer/kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz",
+        "peer/hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    ],
+)
 def test_same_report_as_msgspec(name, monkeypatch):
     path = os.path.join(EXAMPLES, name)
     opts = engine.Options(workspace=[SRC])
@@ -90,14 +119,23 @@ def _write(tmp_path, name, data: bytes) -> str:
     return str(p)
 
 
-EV = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10.5, "dur": 3, ' \
-     b'"args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]]}}'
+EV = (
+    b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10.5, "dur": 3, '
+    b'"args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]]}}'
+)
 
 
 def test_trailer_keys_after_the_events(tmp_path):
     """Synthetic: keys after the array (no shipped trace puts them there)."""
-    path = _write(tmp_path, "t.json", b'{"schemaVersion": 1, "traceEvents": [\n' + EV + b',\n' + EV +
-                  b'\n], "traceName": "after", "with_stack": 1}')
+    path = _write(
+        tmp_path,
+        "t.json",
+        b'{"schemaVersion": 1, "traceEvents": [\n'
+        + EV
+        + b",\n"
+        + EV
+        + b'\n], "traceName": "after", "with_stack": 1}',
+    )
     doc, _, _ = loader.load(path)
     assert isinstance(doc.traceEvents[0], _scan.Event)
     assert doc.traceName == "after" and doc.with_stack == 1 and doc.n_events == 2
@@ -113,13 +151,17 @@ def test_bare_array_form_and_gzip(tmp_path):
     assert size == len(gzip.decompress(open(path, "rb").read()))
 
 
-@pytest.mark.parametrize("doc", [
-    b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": "p", "tid": 1, "ts": 1, "dur": 1,'
-    b' "args": {"External id": "x7"}}]}',  # string ids: msgspec's Union[int, str]
-    b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "n\\u0061me": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}',
-    b'{"traceName": "x \\"traceEvents\\": [", "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "b", '
-    b'"pid": 1, "tid": 1, "ts": 1, "dur": 1}]}',
-], ids=["string-ids", "escaped-key", "key-inside-a-string"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": "p", "tid": 1, "ts": 1, "dur": 1,'
+        b' "args": {"External id": "x7"}}]}',  # string ids: msgspec's Union[int, str]
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "n\\u0061me": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}',
+        b'{"traceName": "x \\"traceEvents\\": [", "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "b", '
+        b'"pid": 1, "tid": 1, "ts": 1, "dur": 1}]}',
+    ],
+    ids=["string-ids", "escaped-key", "key-inside-a-string"],
+)
 def test_declined_shapes_fall_back_to_msgspec(tmp_path, doc):
     """Synthetic: shapes the scanner declines; the result is msgspec's, not an error."""
     path = _write(tmp_path, "d.json", doc)
@@ -160,8 +202,15 @@ def _outcome(path):
         doc, sha, size = loader.load(path)
     except TraceError as e:
         return str(e)
-    return (doc.n_events, [_norm(e) for e in _kept(doc.traceEvents)], doc.traceName, doc.with_stack,
-            doc.deviceProperties, sha, size)
+    return (
+        doc.n_events,
+        [_norm(e) for e in _kept(doc.traceEvents)],
+        doc.traceName,
+        doc.with_stack,
+        doc.deviceProperties,
+        sha,
+        size,
+    )
 
 
 def _stack_depth() -> int:
@@ -208,8 +257,10 @@ def test_nesting_limit_is_one_number_on_every_path_at_any_call_depth(tmp_path, m
     if levels <= loader.MAX_NESTING:
         assert not isinstance(outcomes[0], str) and outcomes[0][0] > 0  # read, whatever the call depth
     else:
-        assert outcomes[0] == f"profd: bad trace {path}: invalid JSON: nested too deeply (more than 64 levels " \
-                              f"of arrays/objects; traces nest fewer than 10)"
+        assert (
+            outcomes[0] == f"profd: bad trace {path}: invalid JSON: nested too deeply (more than 64 levels "
+            f"of arrays/objects; traces nest fewer than 10)"
+        )
 
 
 def test_scanner_follows_the_same_nesting_limit():
@@ -225,9 +276,11 @@ def test_a_long_trailer_is_streamed(tmp_path, monkeypatch, trailer):
     most a few blocks held (traced bytes, not time)."""
     monkeypatch.setattr(loader, "HEAD_LIMIT", 1 << 20)
     size = 48 << 20
-    pad = {"blanks": b" " * size,
-           "members": b'"pad": [1, -2.5e3, "a\\u00e9", {"b": null, "c": [true, false]}], ' * (size // 64),
-           "one string": b'"pad": "' + b"x" * size + b'", '}[trailer]
+    pad = {
+        "blanks": b" " * size,
+        "members": b'"pad": [1, -2.5e3, "a\\u00e9", {"b": null, "c": [true, false]}], ' * (size // 64),
+        "one string": b'"pad": "' + b"x" * size + b'", ',
+    }[trailer]
     i = SEED.rindex(b'"traceName"')
     path = _write(tmp_path, "trailer.json.gz", gzip.compress(SEED[:i] + pad + SEED[i:], 1))
     tracemalloc.start()
@@ -246,21 +299,32 @@ def test_a_long_trailer_is_streamed(tmp_path, monkeypatch, trailer):
     assert _outcome(path) == ref
 
 
-@pytest.mark.parametrize("case", ["second traceEvents", "escaped second traceEvents", "null after a value",
-                                  "field twice", "own events_total", "escaped other member"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "second traceEvents",
+        "escaped second traceEvents",
+        "null after a value",
+        "field twice",
+        "own events_total",
+        "escaped other member",
+    ],
+)
 def test_trailer_decides_as_msgspec(tmp_path, monkeypatch, case):
     """Synthetic (the real seed trace with members added after its events): msgspec keeps the
     last of a repeated member, a null included, and unescapes names. The streamed path declined
     on a second "traceEvents" (and a null after the header's value kept the header's), and the
     whole-buffer path took a file's own "~profd events_total" as the count."""
-    events = SEED[SEED.index(b"[", SEED.index(b'"traceEvents"')):SEED.rindex(b"]") + 1]
+    events = SEED[SEED.index(b"[", SEED.index(b'"traceEvents"')) : SEED.rindex(b"]") + 1]
     half = b"[" + b",".join(orjson.dumps(e) for e in orjson.loads(events)[::2]) + b"]"
-    add = {"second traceEvents": b'"traceEvents": ' + half + b", ",
-           "escaped second traceEvents": b'"trace\\u0045vents": ' + half + b", ",
-           "null after a value": b'"with_stack": null, ',
-           "field twice": b'"traceName": "first", "with_stack": 0, "with_stack": 1, ',
-           "own events_total": b'"~profd events_total": 7, ',
-           "escaped other member": b'"sch\\u0065ma": {"a": [1]}, '}[case]
+    add = {
+        "second traceEvents": b'"traceEvents": ' + half + b", ",
+        "escaped second traceEvents": b'"trace\\u0045vents": ' + half + b", ",
+        "null after a value": b'"with_stack": null, ',
+        "field twice": b'"traceName": "first", "with_stack": 0, "with_stack": 1, ',
+        "own events_total": b'"~profd events_total": 7, ',
+        "escaped other member": b'"sch\\u0065ma": {"a": [1]}, ',
+    }[case]
     i = SEED.rindex(b'"traceName"')
     path = _write(tmp_path, "t.json", SEED[:i] + add + SEED[i:])
     got = _outcome(path)
@@ -305,21 +369,30 @@ def test_one_huge_name_costs_twice_its_size(tmp_path, how):
     assert grew < 2.5 * n, grew / n
 
 
-HOSTILE = {"lone high surrogate": b'"\\ud800"', "lone low surrogate": b'"a\\udc00b"', "pair": b'"\\ud83d\\ude00"',
-           "1e309": b"1e309", "-1e309": b"-1e309", "64 deep": b"[" * 60 + b"]" * 60,
-           "1024 deep": b"[" * 1024 + b"]" * 1024, "raw NUL in a string": b'"a\x00b"', "NUL": b"\x00",
-           "70 KB string": b'"' + b"x" * 70000 + b'"', "blanks": b" " * 70000 + b"1",
-           "a traceEvents inside": b'{"traceEvents": [{"ph": "X"}]}'}
+HOSTILE = {
+    "lone high surrogate": b'"\\ud800"',
+    "lone low surrogate": b'"a\\udc00b"',
+    "pair": b'"\\ud83d\\ude00"',
+    "1e309": b"1e309",
+    "-1e309": b"-1e309",
+    "64 deep": b"[" * 60 + b"]" * 60,
+    "1024 deep": b"[" * 1024 + b"]" * 1024,
+    "raw NUL in a string": b'"a\x00b"',
+    "NUL": b"\x00",
+    "70 KB string": b'"' + b"x" * 70000 + b'"',
+    "blanks": b" " * 70000 + b"1",
+    "a traceEvents inside": b'{"traceEvents": [{"ph": "X"}]}',
+}
 
 
 def _placed(where: str, value: bytes) -> bytes:
-    first = SEED.index(b'{', SEED.index(b'"traceEvents"'))
+    first = SEED.index(b"{", SEED.index(b'"traceEvents"'))
     if where == "name":
         i = SEED.index(b'"name": ', first) + len(b'"name": ')
-        return SEED[:i] + value + SEED[SEED.index(b",", i):]
+        return SEED[:i] + value + SEED[SEED.index(b",", i) :]
     if where == "ts":
         i = SEED.index(b'"ts": ', first) + len(b'"ts": ')
-        return SEED[:i] + value + SEED[SEED.index(b",", i):]
+        return SEED[:i] + value + SEED[SEED.index(b",", i) :]
     if where == "args":
         return SEED.replace(b'"args": {', b'"args": {"x": ' + value + b", ", 1)
     if where == "header":
@@ -416,7 +489,7 @@ def test_native_and_python_reports_agree_bytes(tmp_path_factory, monkeypatch, da
 def _depth_in_pieces(scan, data: bytes, cuts, limit: int):
     state, over, at = (0, False, False), False, 0
     for n in list(cuts) + [len(data)]:
-        piece = data[at:at + n] if n < len(data) else data[at:]
+        piece = data[at : at + n] if n < len(data) else data[at:]
         if not piece:
             continue
         d, s, e, o = scan(piece, *state, limit)
@@ -424,15 +497,21 @@ def _depth_in_pieces(scan, data: bytes, cuts, limit: int):
     return state, over
 
 
-_JSONISH = st.lists(st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\", b'\\"', b"a", b" ", b"\x00"]),
-                    max_size=400).map(b"".join)
+_JSONISH = st.lists(
+    st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\", b'\\"', b"a", b" ", b"\x00"]), max_size=400
+).map(b"".join)
 
 
 @SETTINGS
-@given(st.one_of(mutated_bytes(), _JSONISH, st.binary(max_size=300)), st.lists(st.integers(1, 5000), max_size=8),
-       st.integers(0, 80))
+@given(
+    st.one_of(mutated_bytes(), _JSONISH, st.binary(max_size=300)),
+    st.lists(st.integers(1, 5000), max_size=8),
+    st.integers(0, 80),
+)
 def test_depth_rule_same_in_c_and_python(data, cuts, limit):
     """The nesting rule's two implementations (the extension's, and the one for an interpreter
     without it) agree on any bytes cut into any blocks (synthetic by nature)."""
     depth = passes.PASSES["depth"]
-    assert _depth_in_pieces(depth.native, data, cuts, limit) == _depth_in_pieces(depth.reference, data, cuts, limit)
+    assert _depth_in_pieces(depth.native, data, cuts, limit) == _depth_in_pieces(
+        depth.reference, data, cuts, limit
+    )

@@ -1,6 +1,7 @@
 """Where findings land and how steps are measured, on real H200 traces (issue 15, "Locations and
 summaries"): no work pinned on ``prof.step()``, a host sync inside a compiled forward on the line
 that breaks the graph, steps measured on the GPU timeline too, "held by" grouped by family."""
+
 import glob
 import os
 
@@ -22,8 +23,10 @@ def rec(name):
 
 
 def _shipped():
-    return sorted(os.path.basename(p).split(".")[0] for p in
-                  glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+    return sorted(
+        os.path.basename(p).split(".")[0]
+        for p in glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz"))
+    )
 
 
 @pytest.mark.parametrize("name", _shipped())
@@ -117,8 +120,9 @@ def corpus_model(name):
 def test_a_lambda_keeps_its_own_line():
     """gemm_precision.py runs `gemm = lambda: x @ w` (line 25) inside main (def line 9): the
     lambda's frame is named by its own first line, which is where the GEMM is."""
-    r = analyze_file(os.path.join(CORPUS, "traces", "gemm_fp32.json.gz"),
-                     Options(workspace=[os.path.join(CORPUS, "src")]))
+    r = analyze_file(
+        os.path.join(CORPUS, "traces", "gemm_fp32.json.gz"), Options(workspace=[os.path.join(CORPUS, "src")])
+    )
     (d,) = [d for d in r.diagnostics if d.code == "fp32-matmul"]
     assert d.location.line == 25
 

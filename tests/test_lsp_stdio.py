@@ -1,4 +1,5 @@
 """The daemon as an editor spawns it: ``profd serve --stdio``, driven by pytest-lsp's client."""
+
 import asyncio
 import os
 import urllib.parse
@@ -45,28 +46,36 @@ async def test_dropped_trace_gives_diagnostics_and_hover_on_the_source_line(lsp)
     # the rule's page in the docs installed with profd (a file that exists), at the rule's anchor
     href = d.code_description.href
     assert href.startswith("file://") and href.endswith("#overhead-bound")
-    assert os.path.isfile(urllib.parse.unquote(href[len("file://"):].split("#")[0]))
+    assert os.path.isfile(urllib.parse.unquote(href[len("file://") :].split("#")[0]))
     assert "fix:" in d.message
 
-    hover = await lsp.text_document_hover_async(L.HoverParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)), position=L.Position(20, 4)))
+    hover = await lsp.text_document_hover_async(
+        L.HoverParams(text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)), position=L.Position(20, 4))
+    )
     text = hover.contents.value
     # per profiled step, as the findings say: 11.9 µs and 6 launches over the 3 steps
     assert "per step (mean of 3 profiled steps)" in text
     assert "GPU: 4.0 µs" in text and "Launches: 2" in text and "(gemm)" in text
     assert "seed_n64_bf16.json.gz" in text  # which trace
 
-    pulled = await lsp.text_document_diagnostic_async(L.DocumentDiagnosticParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
+    pulled = await lsp.text_document_diagnostic_async(
+        L.DocumentDiagnosticParams(text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)))
+    )
     assert {x.code for x in pulled.items} == {x.code for x in diags}
 
-    hints = await lsp.text_document_inlay_hint_async(L.InlayHintParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)),
-        range=L.Range(L.Position(0, 0), L.Position(100, 0))))
+    hints = await lsp.text_document_inlay_hint_async(
+        L.InlayHintParams(
+            text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)),
+            range=L.Range(L.Position(0, 0), L.Position(100, 0)),
+        )
+    )
     assert any(h.position.line == 20 and "GPU" in h.label for h in hints)
-    lenses = await lsp.text_document_code_lens_async(L.CodeLensParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC))))
-    costs = [lens for lens in lenses if lens.command.command != "profd.record"]  # "Profile with profd": issue 31
+    lenses = await lsp.text_document_code_lens_async(
+        L.CodeLensParams(text_document=L.TextDocumentIdentifier(uri=uri(SEED_SRC)))
+    )
+    costs = [
+        lens for lens in lenses if lens.command.command != "profd.record"
+    ]  # "Profile with profd": issue 31
     assert costs and all(lens.command.title.startswith("profd:") for lens in costs)
 
     st = await status(lsp)
@@ -83,15 +92,17 @@ async def test_training_trace_lands_on_train_tinygpt_and_analyze_request(lsp):
     rep = await lsp.protocol.send_request_async("profd/analyze", {"path": path})
     assert field(field(rep, "trace"), "path") == path
     assert field(await status(lsp), "analyses") == 1
-    via_cmd = await lsp.workspace_execute_command_async(L.ExecuteCommandParams(
-        command="profd.analyze", arguments=[path]))
+    via_cmd = await lsp.workspace_execute_command_async(
+        L.ExecuteCommandParams(command="profd.analyze", arguments=[path])
+    )
     assert field(field(via_cmd, "summary"), "verdict") == field(field(rep, "summary"), "verdict")
     # outside the roots: refused
     with pytest.raises(Exception, match="outside"):
         await lsp.protocol.send_request_async("profd/analyze", {"path": "/etc/passwd"})
     with pytest.raises(Exception, match="outside"):
         await lsp.protocol.send_request_async(
-            "profd/analyze", {"path": os.path.join(lsp.watch, "..", "..", "x.json")})
+            "profd/analyze", {"path": os.path.join(lsp.watch, "..", "..", "x.json")}
+        )
 
 
 async def test_half_written_trace_waits_until_complete(lsp):
@@ -102,7 +113,7 @@ async def test_half_written_trace_waits_until_complete(lsp):
         # first half in small pieces (faster than the 0.2 s settle), then a pause longer than
         # settle but shorter than quiet (0.8 s): it is tried, fails, and is not reported
         for i in range(0, half, 4096):
-            f.write(data[i:min(i + 4096, half)])
+            f.write(data[i : min(i + 4096, half)])
             f.flush()
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.45)
@@ -135,8 +146,9 @@ async def test_corrupt_file_gives_one_error(lsp):
 
 async def test_run_workload_writes_into_the_watched_folder_and_answers_with_findings(lsp):
     pytest.importorskip("torch")
-    res = await lsp.protocol.send_request_async("profd/runWorkload", {
-        "workload": "matmul-bias", "params": {"n": 64, "device": "cpu", "active": 2}})
+    res = await lsp.protocol.send_request_async(
+        "profd/runWorkload", {"workload": "matmul-bias", "params": {"n": 64, "device": "cpu", "active": 2}}
+    )
     trace_path = field(res, "trace")
     assert os.path.dirname(trace_path) == lsp.watch and trace_path.endswith(".json.gz")
     assert os.path.isfile(field(res, "table"))
@@ -146,5 +158,6 @@ async def test_run_workload_writes_into_the_watched_folder_and_answers_with_find
     with pytest.raises(Exception, match="unknown workload"):
         await lsp.protocol.send_request_async("profd/runWorkload", {"workload": "rm -rf /"})
     with pytest.raises(Exception):
-        await lsp.protocol.send_request_async("profd/runWorkload", {"workload": "matmul-bias",
-                                                                    "params": {"n": "64; echo"}})
+        await lsp.protocol.send_request_async(
+            "profd/runWorkload", {"workload": "matmul-bias", "params": {"n": "64; echo"}}
+        )

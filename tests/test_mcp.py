@@ -1,5 +1,6 @@
 """``profd mcp`` end to end: the MCP SDK's own stdio client drives a real ``profd mcp`` process on
 the shipped real traces, as a coding agent would."""
+
 from __future__ import annotations
 
 import sys
@@ -18,12 +19,16 @@ from profd.server.engine.rules.docs import rule_page  # noqa: E402
 import os
 
 from daemon_util import trace_bytes
+
 PY = sys.executable
 
 
 def server(*args, env=None) -> StdioServerParameters:
-    return StdioServerParameters(command=PY, args=["-m", "profd.server.daemon.cli", "mcp", *args],
-                                 env={"PYTHONUNBUFFERED": "1", **(env or {})})
+    return StdioServerParameters(
+        command=PY,
+        args=["-m", "profd.server.daemon.cli", "mcp", *args],
+        env={"PYTHONUNBUFFERED": "1", **(env or {})},
+    )
 
 
 async def call(session: ClientSession, tool: str, **arguments):
@@ -52,8 +57,14 @@ async def test_agent_session_over_stdio(tmp_path):
 
     async def go(s: ClientSession):
         tools = {t.name: t for t in (await s.list_tools()).tools}
-        assert {"analyze_trace", "hot_lines", "explain_rule", "diff_traces", "job_report",
-                "list_reports"} <= set(tools)
+        assert {
+            "analyze_trace",
+            "hot_lines",
+            "explain_rule",
+            "diff_traces",
+            "job_report",
+            "list_reports",
+        } <= set(tools)
         assert "run_workload" not in tools  # not without --allow-workloads
         assert "path" in tools["analyze_trace"].input_schema["properties"]
 
@@ -71,7 +82,9 @@ async def test_agent_session_over_stdio(tmp_path):
         first, _ = await call(s, "analyze_trace", path=naive, workspace=SRC, top=2)
         assert len(first["findings"]) == 2 and first["nextCursor"] == 2
         rest, _ = await call(s, "analyze_trace", path=naive, workspace=SRC, top=100, cursor=2)
-        assert [f["code"] for f in first["findings"] + rest["findings"]] == [f["code"] for f in out["findings"]]
+        assert [f["code"] for f in first["findings"] + rest["findings"]] == [
+            f["code"] for f in out["findings"]
+        ]
         assert rest["nextCursor"] is None
 
         hot, _ = await call(s, "hot_lines", path=naive, workspace=SRC, top=3, sort="gpu")
@@ -136,6 +149,7 @@ async def test_analyses_go_through_a_running_daemon(tmp_path):
     d = Daemon(watch, tmp_path / "state", "--allow", EXAMPLES)
     d.start()
     try:
+
         async def go(s):
             out, err = await call(s, "analyze_trace", path=trace("seed_n64_bf16"), workspace=SRC)
             assert err is None and out["verdict"] == "overhead-bound"
@@ -167,6 +181,7 @@ async def test_mcp_confines_folders_bounds_echoes_and_jobs(tmp_path):
     from test_mcp import call, server, with_session
 
     from profd.server.daemon.mcp_server import MAX_JOB_RANKS
+
     root = tmp_path / "root"
     root.mkdir()
     secret = tmp_path / "outside.json.gz"
@@ -184,4 +199,5 @@ async def test_mcp_confines_folders_bounds_echoes_and_jobs(tmp_path):
         assert out is None and len(err) < 2000 and f"({(1 << 20) + 1} characters)" in err, err[:300]
         out, err = await call(s, "job_report", paths=[str(mine)] * (MAX_JOB_RANKS + 1))
         assert out is None and f"at most {MAX_JOB_RANKS} rank traces" in err
+
     await with_session(server("--root", str(root)), go)

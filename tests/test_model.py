@@ -1,4 +1,5 @@
 """The trace model's indexes on real traces."""
+
 import os
 
 import pytest
@@ -43,8 +44,14 @@ def test_backward_ops_link_to_their_forward_op(naive):
     assert bwd
     for i in bwd:
         fw = naive.fwd_of[i]
-        assert fw >= 0 and naive.cpu[fw].name in ("aten::mm", "aten::matmul", "aten::linear", "aten::addmm",
-                                                  "aten::t", "aten::view")
+        assert fw >= 0 and naive.cpu[fw].name in (
+            "aten::mm",
+            "aten::matmul",
+            "aten::linear",
+            "aten::addmm",
+            "aten::t",
+            "aten::view",
+        )
         assert naive.frame_of[fw] >= 0  # the forward op has a user frame to charge
 
 

@@ -1,6 +1,7 @@
 """The module tree (engine/modules.py) on real traces with ``nn.Module`` frames: names from the
 model's source, GPU time forward and backward per module summing to its parent's, repeated blocks
 compared, findings naming their module, the CLI and the hover showing it."""
+
 import os
 import statistics
 import subprocess
@@ -18,6 +19,7 @@ import json
 from profd.protocol import types as T
 from profd.server.engine import bound, modules
 
+
 def nodes_by_path(tree):
     return {nd.path: nd for nd in tree.nodes}
 
@@ -27,8 +29,11 @@ def independent_module_gpu(path: str, root_class: str) -> tuple[float, float]:
     without the module index: a launch inside one of the root's marker spans on its thread, or a
     backward launch whose fwdbwd forward op is."""
     m = build(load(path)[0])
-    spans = [(m.thread[i], e.ts, e.ts + e.dur) for i, e in enumerate(m.cpu)
-             if e.cat == "python_function" and e.name.startswith(f"nn.Module: {root_class}_")]
+    spans = [
+        (m.thread[i], e.ts, e.ts + e.dur)
+        for i, e in enumerate(m.cpu)
+        if e.cat == "python_function" and e.name.startswith(f"nn.Module: {root_class}_")
+    ]
 
     def inside(i):
         e = m.cpu[i]
@@ -58,7 +63,9 @@ def test_tinygpt_tree_names_every_block_by_attribute_and_sums_to_the_model():
         assert b.class_name == "Block" and b.calls == tree.steps  # once per step
         assert b.gpu_forward_us > 0 and b.gpu_backward_us > b.gpu_forward_us  # training: bwd ~2x fwd
         assert abs(b.gpu_us - (b.gpu_forward_us + b.gpu_backward_us)) < 0.01
-        assert {"TinyGPT.blocks.%d.%s" % (blocks.index(b), s) for s in ("attn", "mlp", "ln1", "ln2")} <= set(by)
+        assert {"TinyGPT.blocks.%d.%s" % (blocks.index(b), s) for s in ("attn", "mlp", "ln1", "ln2")} <= set(
+            by
+        )
         assert by[f"{b.path}.attn.qkv"].class_name == "Linear"
     # every node's GPU time is its own plus its children's, down the tree
     for nd in tree.nodes:
@@ -98,8 +105,11 @@ def test_fp32_gemm_finding_names_the_module_with_most_of_that_time():
     mod = d.evidence["module"]
     assert f"`{mod}`" in d.message
     owner, attr = mod.split(".")
-    assert any(nd.name == attr and r.modules.nodes[nd.parent].class_name == owner
-               for nd in r.modules.nodes if nd.parent >= 0)
+    assert any(
+        nd.name == attr and r.modules.nodes[nd.parent].class_name == owner
+        for nd in r.modules.nodes
+        if nd.parent >= 0
+    )
 
 
 def test_repeated_layers_with_the_same_kernels_are_compared_and_the_odd_one_flagged():
@@ -150,18 +160,38 @@ def test_hover_of_the_line_that_calls_the_model_lists_its_top_modules():
 def test_cli_modules_subcommand_and_analyze_flag():
     env = dict(os.environ, PROFD_NO_DAEMON="1")
     cmd = [sys.executable, "-m", "profd.client_cli.main"]
-    out = subprocess.run(cmd + ["modules", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive"),
-                                trace("seed_n64_bf16")], capture_output=True, text=True, env=env, cwd=ROOT)
+    out = subprocess.run(
+        cmd + ["modules", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive"), trace("seed_n64_bf16")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert "blocks.0 [Block]" in out.stdout and "blocks.3 [Block]" in out.stdout
     assert "no module frames" in out.stdout
-    plain = subprocess.run(cmd + ["analyze", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive")],
-                           capture_output=True, text=True, env=env, cwd=ROOT)
-    with_tree = subprocess.run(cmd + ["analyze", "--no-daemon", "--modules", "--workspace", SRC,
-                                      trace("tinygpt_naive")], capture_output=True, text=True, env=env, cwd=ROOT)
+    plain = subprocess.run(
+        cmd + ["analyze", "--no-daemon", "--workspace", SRC, trace("tinygpt_naive")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    with_tree = subprocess.run(
+        cmd + ["analyze", "--no-daemon", "--modules", "--workspace", SRC, trace("tinygpt_naive")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert "blocks.0 [Block]" not in plain.stdout and "blocks.0 [Block]" in with_tree.stdout
-    js = subprocess.run(cmd + ["modules", "--no-daemon", "--format", "json", trace("conv_bias_bn")],
-                        capture_output=True, text=True, env=env, cwd=ROOT)
+    js = subprocess.run(
+        cmd + ["modules", "--no-daemon", "--format", "json", trace("conv_bias_bn")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     import json
 
     (doc,) = json.loads(js.stdout)["modules"]
@@ -179,8 +209,12 @@ def test_library_lines_are_off_by_default_and_on_the_installed_source_when_asked
     assert not any(h.library for h in off.hot_lines)
     convs = [nd for nd in off.modules.nodes if nd.class_name == "Conv2d"]
     assert all(nd.source.path == str(conv) and nd.source.library for nd in convs)
-    assert all(nd.source.path is None for nd in off.modules.nodes if nd.class_name == "BatchNorm2d")  # not here
-    on = analyze_file(trace("conv_bias_bn"), Options(workspace=[], library_roots=[str(lib)], library_lines=True))
+    assert all(
+        nd.source.path is None for nd in off.modules.nodes if nd.class_name == "BatchNorm2d"
+    )  # not here
+    on = analyze_file(
+        trace("conv_bias_bn"), Options(workspace=[], library_roots=[str(lib)], library_lines=True)
+    )
     (h,) = [h for h in on.hot_lines if h.library]
     assert (h.path, h.line) == (str(conv), convs[0].source.line)
     assert abs(h.gpu_us - sum(nd.gpu_us for nd in convs)) < 0.01 and h.gpu_backward_us > 0
@@ -199,8 +233,10 @@ def corpus_report(name: str):
     from conftest import _cache
 
     if key not in _cache:
-        _cache[key] = analyze_file(os.path.join(CORPUS, "traces", name + ".json.gz"),
-                                   Options(workspace=[os.path.join(CORPUS, "src")], library_roots=[]))
+        _cache[key] = analyze_file(
+            os.path.join(CORPUS, "traces", name + ".json.gz"),
+            Options(workspace=[os.path.join(CORPUS, "src")], library_roots=[]),
+        )
     return _cache[key]
 
 
@@ -223,8 +259,9 @@ def test_hf_gpt2_training_tree_names_every_block_forward_and_backward():
     for b in blocks:
         assert b.calls == tree.steps and b.gpu_forward_us > 0 and b.gpu_backward_us > b.gpu_forward_us
         assert {tree.nodes[c].class_name for c in b.children} >= {"GPT2Attention", "GPT2MLP", "LayerNorm"}
-    fwd, bwd = independent_module_gpu(os.path.join(CORPUS, "traces", "gpt2_train_modules.json.gz"),
-                                      "GPT2LMHeadModel")
+    fwd, bwd = independent_module_gpu(
+        os.path.join(CORPUS, "traces", "gpt2_train_modules.json.gz"), "GPT2LMHeadModel"
+    )
     assert abs(root.gpu_forward_us - fwd) < 0.01 and abs(root.gpu_backward_us - bwd) < 0.01
     (g,) = [g for g in tree.groups if g.class_name == "GPT2Block"]
     assert g.members == [b.id for b in blocks] and not g.outliers  # the same layer four times
@@ -264,27 +301,70 @@ def test_torchvision_resnet_stages_are_not_peers_and_every_block_is_named():
 def test_activation_checkpointing_reruns_count_as_calls_of_the_module():
     tree = corpus_report("act_checkpoint").modules  # torch.utils.checkpoint around each block
     assert len(tree.roots) == 1  # the reruns inside backward are no separate trees
-    blocks = [tree.nodes[c] for c in tree.nodes[tree.roots[0]].children if tree.nodes[c].class_name == "Sequential"]
+    blocks = [
+        tree.nodes[c] for c in tree.nodes[tree.roots[0]].children if tree.nodes[c].class_name == "Sequential"
+    ]
     assert len(blocks) == 8 and all(b.calls == 2 * tree.steps for b in blocks)  # forward + rerun
 
 
 def _step(dur: float) -> dict:
-    return {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
-            "ts": 0.0, "dur": dur}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": "ProfilerStep#1",
+        "pid": 1,
+        "tid": 1,
+        "ts": 0.0,
+        "dur": dur,
+    }
 
 
 def _gemm(ts: float) -> list[dict]:
-    return [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
-             "args": {"External id": 1}},
-            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-             "ts": ts + 1, "dur": 2, "args": {"correlation": 7, "External id": 1}},
-            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
-             "ts": ts + 4, "dur": 30, "args": {"correlation": 7, "device": 0, "stream": 7}}]
+    return [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 5,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts + 1,
+            "dur": 2,
+            "args": {"correlation": 7, "External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ampere_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": 7,
+            "ts": ts + 4,
+            "dur": 30,
+            "args": {"correlation": 7, "device": 0, "stream": 7},
+        },
+    ]
 
 
 def _doc(events: list[dict]) -> bytes:
-    return gzip.compress(json.dumps({"schemaVersion": 1, "with_stack": 1, "deviceProperties": [
-        {"id": 0, "name": "NVIDIA H200"}], "traceEvents": events}).encode())
+    return gzip.compress(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "with_stack": 1,
+                "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}],
+                "traceEvents": events,
+            }
+        ).encode()
+    )
 
 
 def deep_modules(depth: int, name_len: int) -> bytes:
@@ -292,9 +372,17 @@ def deep_modules(depth: int, name_len: int) -> bytes:
     at the bottom: each module's path names all its ancestors (quadratic in depth)."""
     ev = [_step(4.0 * depth + 100)]
     for i in range(depth):
-        ev.append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
-                   "name": f"nn.Module: {('M%d' % i).ljust(name_len, 'x')}_0",
-                   "ts": 1.0 + 2 * i, "dur": 4.0 * depth - 4 * i + 50})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "pid": 1,
+                "tid": 1,
+                "name": f"nn.Module: {('M%d' % i).ljust(name_len, 'x')}_0",
+                "ts": 1.0 + 2 * i,
+                "dur": 4.0 * depth - 4 * i + 50,
+            }
+        )
     return _doc(ev + _gemm(2.0 * depth + 5))
 
 
@@ -302,9 +390,17 @@ def wide_modules(n: int, name_len: int) -> bytes:
     """``n`` sibling modules, each a class of its own."""
     ev = [_step(10.0 * n + 100)]
     for i in range(n):
-        ev.append({"ph": "X", "cat": "python_function", "pid": 1, "tid": 1,
-                   "name": f"nn.Module: {('W%d' % i).ljust(name_len, 'y')}_0",
-                   "ts": 1.0 + 10 * i, "dur": 5})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "pid": 1,
+                "tid": 1,
+                "name": f"nn.Module: {('W%d' % i).ljust(name_len, 'y')}_0",
+                "ts": 1.0 + 10 * i,
+                "dur": 5,
+            }
+        )
     return _doc(ev + _gemm(10.0 * n + 20))
 
 
@@ -337,8 +433,10 @@ def test_a_wide_module_tree_keeps_the_shallowest_hottest(tmp_path):
     assert all(nd.id == i for i, nd in enumerate(tree.nodes))
     assert all(c < len(tree.nodes) for nd in tree.nodes for c in nd.children)
     cut = [n for n in rep.summary.notes if n.startswith(bound.CUT)]
-    assert cut == [f"{bound.CUT}2000 of {bound.MAX_NODES + 2000} modules left out (the deepest, "
-                   f"then the coldest; at most {bound.MAX_NODES} kept)"], rep.summary.notes
+    assert cut == [
+        f"{bound.CUT}2000 of {bound.MAX_NODES + 2000} modules left out (the deepest, "
+        f"then the coldest; at most {bound.MAX_NODES} kept)"
+    ], rep.summary.notes
     assert cut[0] in tree.note
 
 
@@ -352,5 +450,5 @@ def test_the_total_bound_halves_what_grows_and_says_so():
     assert len(T.encode(rep)) <= 40_000
     cuts = [n for n in rep.summary.notes if n.startswith(bound.CUT)]
     assert cuts and all("left out" in c or "not listed" in c for c in cuts), cuts
-    assert [d.code for d in rep.diagnostics] == [d.code for d in whole.diagnostics][:len(rep.diagnostics)]
-    assert rep.hot_lines == whole.hot_lines[:len(rep.hot_lines)]
+    assert [d.code for d in rep.diagnostics] == [d.code for d in whole.diagnostics][: len(rep.diagnostics)]
+    assert rep.hot_lines == whole.hot_lines[: len(rep.hot_lines)]

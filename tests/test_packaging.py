@@ -1,6 +1,7 @@
 """The wheel: built with the C scanner inside, installed into a fresh venv with no compiler at
 install time (a binary wheel never compiles), both commands run from it with their version, the
 rule docs ship inside it (the links point at them), and the extras are declared."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,12 @@ from conftest import ROOT, trace
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), ROOT],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), ROOT],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     (whl,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
     return whl
@@ -39,27 +44,55 @@ def test_the_wheel_holds_the_scanner_the_docs_and_the_extras(wheel):
 def test_it_installs_in_a_fresh_venv_without_a_compiler(wheel, tmp_path):
     # the dependencies come from this environment (no index needed); profd itself from the wheel
     venv, py, env = _venv_with_deps(tmp_path)
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel],
-                       capture_output=True, text=True, env=env, timeout=300)
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    p = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    where = subprocess.run([str(py), "-c", "import profd.server.engine._scan as s, profd; print(s.__file__); print(profd.__file__)"],
-                           capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    where = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import profd.server.engine._scan as s, profd; print(s.__file__); print(profd.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
     scan, pkg = where.stdout.split()
     assert scan.startswith(site) and pkg.startswith(site)  # the wheel's own copy, C scanner included
     from profd import __version__
 
     client, profd = venv / "bin" / "profd-client", venv / "bin" / "profd"
-    assert subprocess.run([str(client), "--version"], capture_output=True, text=True, env=env).stdout.strip() \
+    assert (
+        subprocess.run([str(client), "--version"], capture_output=True, text=True, env=env).stdout.strip()
         == f"profd-client {__version__}"
-    assert subprocess.run([str(profd), "--version"], capture_output=True, text=True, env=env).stdout.strip() \
+    )
+    assert (
+        subprocess.run([str(profd), "--version"], capture_output=True, text=True, env=env).stdout.strip()
         == f"profd {__version__}"
-    a = subprocess.run([str(client), "analyze", "--isolated", trace("tinygpt_naive")], capture_output=True,
-                       text=True, env=env, cwd=str(tmp_path), timeout=120)
+    )
+    a = subprocess.run(
+        [str(client), "analyze", "--isolated", trace("tinygpt_naive")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
     assert a.returncode == 1 and "[host-sync]" in a.stdout, a.stderr
     page = subprocess.run([str(client), "rule", "host-sync"], capture_output=True, text=True, env=env)
-    link = next(l for l in page.stdout.splitlines() if l.startswith("Docs: "))[len("Docs: file://"):]
+    link = next(l for l in page.stdout.splitlines() if l.startswith("Docs: "))[len("Docs: file://") :]
     docs = urllib.parse.unquote(link.split("#")[0])
     assert docs.startswith(site) and os.path.isfile(docs)
 
@@ -69,8 +102,12 @@ def _venv_with_deps(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with open(os.path.join(site, "deps.pth"), "w") as f:
         f.write(sysconfig.get_path("purelib") + "\n")
     env = dict(os.environ, CC="/nonexistent/cc", PATH=f"{venv / 'bin'}:/usr/bin:/bin", PROFD_NO_DAEMON="1")
@@ -88,7 +125,9 @@ def _source_tree(dst):
         if rel and os.path.isfile(os.path.join(ROOT, rel)):
             os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, rel), os.path.join(dst, rel))
-    shutil.copy2(os.path.join(ROOT, "pyproject.toml"), os.path.join(dst, "pyproject.toml"))  # the working copy's
+    shutil.copy2(
+        os.path.join(ROOT, "pyproject.toml"), os.path.join(dst, "pyproject.toml")
+    )  # the working copy's
 
 
 def test_built_from_source_without_a_compiler_it_falls_back_to_the_pure_python_reader(tmp_path):
@@ -97,20 +136,40 @@ def test_built_from_source_without_a_compiler_it_falls_back_to_the_pure_python_r
     src, out = tmp_path / "src", tmp_path / "dist"
     _source_tree(src)
     env = dict(os.environ, CC="/nonexistent/cc")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     (whl,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
     assert not [n for n in zipfile.ZipFile(whl).namelist() if n.endswith((".so", ".pyd"))]
     venv, py, venv_env = _venv_with_deps(tmp_path)
-    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", whl],
-                       capture_output=True, text=True, env=venv_env, timeout=300)
+    p = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", whl],
+        capture_output=True,
+        text=True,
+        env=venv_env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     args = ["analyze", "--isolated", "--format", "json", "--fail-on", "never", trace("tinygpt_naive")]
-    pure = subprocess.run([str(venv / "bin" / "profd-client"), *args], capture_output=True, env=venv_env,
-                          cwd=str(tmp_path), timeout=300)
-    here = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profd-client"), *args],
-                          capture_output=True, env=dict(os.environ, PROFD_NO_DAEMON="1"), cwd=str(tmp_path), timeout=300)
+    pure = subprocess.run(
+        [str(venv / "bin" / "profd-client"), *args],
+        capture_output=True,
+        env=venv_env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
+    here = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "profd-client"), *args],
+        capture_output=True,
+        env=dict(os.environ, PROFD_NO_DAEMON="1"),
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert pure.returncode == 0, pure.stderr[-2000:]
     # A library frame's file is found in the running interpreter's own site-packages: CI's dev venv
     # has torch (torch/nn/modules/sparse.py resolves), the test venv reaches its dependencies through
@@ -120,8 +179,10 @@ def test_built_from_source_without_a_compiler_it_falls_back_to_the_pure_python_r
 
 def _without_library_paths(node):
     if isinstance(node, dict):
-        return {k: (None if k == "path" and node.get("library") else _without_library_paths(v))
-                for k, v in node.items()}
+        return {
+            k: (None if k == "path" and node.get("library") else _without_library_paths(v))
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_without_library_paths(v) for v in node]
     return node
@@ -132,17 +193,36 @@ def test_auditwheel_makes_the_wheel_manylinux_and_it_runs_without_a_compiler(whe
     bindir = os.path.dirname(sys.executable)
     env = dict(os.environ, PATH=f"{bindir}:{os.environ.get('PATH', '')}")
     out = tmp_path / "wheelhouse"
-    p = subprocess.run([sys.executable, "-m", "auditwheel", "repair", wheel, "-w", str(out)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "repair", wheel, "-w", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     (fixed,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
-    assert "manylinux" in os.path.basename(fixed) and "linux_x86_64" not in os.path.basename(fixed).split("manylinux")[0]
+    assert (
+        "manylinux" in os.path.basename(fixed)
+        and "linux_x86_64" not in os.path.basename(fixed).split("manylinux")[0]
+    )
     venv, py, venv_env = _venv_with_deps(tmp_path)
-    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", fixed],
-                       capture_output=True, text=True, env=venv_env, timeout=300)
+    p = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", fixed],
+        capture_output=True,
+        text=True,
+        env=venv_env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    a = subprocess.run([str(venv / "bin" / "profd-client"), "analyze", "--isolated", trace("tinygpt_naive")],
-                       capture_output=True, text=True, env=venv_env, cwd=str(tmp_path), timeout=120)
+    a = subprocess.run(
+        [str(venv / "bin" / "profd-client"), "analyze", "--isolated", trace("tinygpt_naive")],
+        capture_output=True,
+        text=True,
+        env=venv_env,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
     assert a.returncode == 1 and "[host-sync]" in a.stdout, a.stderr
 
 

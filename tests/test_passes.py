@@ -3,6 +3,7 @@
 the pass returns (types, order, float bits), not only the report; and one representation of the
 events after reading, so a file runs every pass one way.
 """
+
 import gzip
 import os
 import sys
@@ -84,7 +85,7 @@ def test_a_file_the_scanner_declines_is_read_into_its_events(tmp_path):
     and its report is the original's."""
     original = _report(_write(tmp_path, "t.json", SEED))
     i = SEED.index(b'"name": "', SEED.index(b'"traceEvents"'))  # an event's
-    path = _write(tmp_path, "t.json", SEED[:i] + b'"na\\u006de"' + SEED[i + 6:])  # same path
+    path = _write(tmp_path, "t.json", SEED[:i] + b'"na\\u006de"' + SEED[i + 6 :])  # same path
     with pytest.raises(loader._Declined):
         loader._load_stream(path, passes.native())
     doc, _, _ = loader.load(path)

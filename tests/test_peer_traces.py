@@ -7,6 +7,7 @@ one test per format for what that format changes. Synthetic inputs only where no
 the case (numbers written as strings, a ROCm ``.item()``), each derived from a real trace and
 marked as such.
 """
+
 import gzip
 import json
 import os
@@ -22,9 +23,12 @@ from profd.server.engine.loader import TraceError
 
 PEER = os.path.join(EXAMPLES, "peer")
 AMD = os.path.join(PEER, "hta", "amd_trace", "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-OLD = os.path.join(PEER, "kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
-OLD_ARRAY = os.path.join(PEER, "kineto", "tb_plugin", "samples", "resnet50_num_workers_4", "v7bd25bd0",
-                         "worker0.pt.trace.json.gz")
+OLD = os.path.join(
+    PEER, "kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz"
+)
+OLD_ARRAY = os.path.join(
+    PEER, "kineto", "tb_plugin", "samples", "resnet50_num_workers_4", "v7bd25bd0", "worker0.pt.trace.json.gz"
+)
 MTIA = os.path.join(PEER, "hta", "mtia_inference_trace", "mtia_inference_rank_0.json.gz")
 CUPTI_RANGE = os.path.join(PEER, "hta", "cupti_profiler", "benchmark_result_924719_1679055439_trace.json.gz")
 WITH_TOTALS = os.path.join(PEER, "hta", "df_index_resolver", "df_index_resolver.json.gz")
@@ -156,20 +160,26 @@ def test_numbers_written_as_strings_read_as_numbers(tmp_path, monkeypatch):
     strings): the scanner reads them itself, both paths agree, and the report is the original's."""
     path = _rewrite(AMD, tmp_path, _as_strings)
     doc, _, _ = loader.load(path)
-    assert passes.for_events(doc.traceEvents) is passes.NATIVE  # not declined: the scanner reads numeric strings
+    assert (
+        passes.for_events(doc.traceEvents) is passes.NATIVE
+    )  # not declined: the scanner reads numeric strings
     copies = [e for e in doc.traceEvents if e.name == "hipMemcpyWithStream"]
     assert copies and all(isinstance(e.args.nbytes, int) and e.args.nbytes > 0 for e in copies)
     rep = _same_report_both_ways(path, monkeypatch)
     ref = engine.analyze_file(AMD, engine.Options(workspace=[PEER]))
     assert rep.summary == ref.summary and rep.diagnostics == [
         msgspec.structs.replace(d, location=msgspec.structs.replace(d.location, path=path))
-        if d.location.path == AMD else d for d in ref.diagnostics]
+        if d.location.path == AMD
+        else d
+        for d in ref.diagnostics
+    ]
 
 
 @pytest.mark.parametrize("value", ["soon", "nan", "inf", "1e400", " 5"])
 def test_strings_that_are_not_finite_numbers_are_refused(tmp_path, value):
     def bad_ts(events):
         next(e for e in events if e.get("cat") == "kernel")["ts"] = value
+
     path = _rewrite(AMD, tmp_path, bad_ts)
     with pytest.raises(TraceError) as e:
         engine.analyze_file(path)
@@ -190,11 +200,16 @@ def test_host_sync_through_hip_blocking_copies(tmp_path):
     """Synthetic (the real host_sync traces with their CUDA calls rewritten as ROCm makes them):
     the host reads are found on the same lines, and the clean loop stays clean."""
     opts = engine.Options(workspace=[os.path.join(EXAMPLES, "recorded", "src")])
-    cuda = sorted(d.location.line for d in engine.analyze_file(trace("host_sync_all"), opts).diagnostics
-                  if d.code == "host-sync")
+    cuda = sorted(
+        d.location.line
+        for d in engine.analyze_file(trace("host_sync_all"), opts).diagnostics
+        if d.code == "host-sync"
+    )
     hip = engine.analyze_file(_rewrite(trace("host_sync_all"), tmp_path, _rocm_item, "all.json"), opts)
     assert cuda and sorted(d.location.line for d in hip.diagnostics if d.code == "host-sync") == cuda
-    assert all(d.evidence["sync_call"] == "hipMemcpyWithStream" for d in hip.diagnostics if d.code == "host-sync")
+    assert all(
+        d.evidence["sync_call"] == "hipMemcpyWithStream" for d in hip.diagnostics if d.code == "host-sync"
+    )
     clean = engine.analyze_file(_rewrite(trace("host_sync_none"), tmp_path, _rocm_item, "none.json"), opts)
     assert not [d for d in clean.diagnostics if d.code == "host-sync"]
 
@@ -220,14 +235,20 @@ def test_a_cuda_trace_has_nothing_unread():
 def test_gpu_work_recognised_by_what_it_carries(tmp_path):
     """Synthetic (the real MI250 trace with its GPU categories renamed as an unknown producer might):
     kernels and copies are still GPU work, by their device, stream and correlation id."""
+
     def rename(events):
         for e in events:
             if e.get("cat") in ("kernel", "gpu_memcpy"):
                 e["cat"] = "gpu_activity"
+
     path = _rewrite(AMD, tmp_path, rename)
     s = engine.analyze_file(path).summary
     ref = report(AMD).summary
-    assert (s.kernels, s.gpu_busy_pct, s.kernel_classes) == (ref.kernels, ref.gpu_busy_pct, ref.kernel_classes)
+    assert (s.kernels, s.gpu_busy_pct, s.kernel_classes) == (
+        ref.kernels,
+        ref.gpu_busy_pct,
+        ref.kernel_classes,
+    )
     assert not s.notes or not s.notes[0].startswith("not analysed")
 
 

@@ -9,6 +9,7 @@ train_args.py gets its own arguments and its DataLoader workers record nothing (
 crash_step2.py fails at step 2; never_steps.py never calls an optimizer (error naming the rule,
 program killed); ddp_gloo.py under torchrun gives one trace per rank and a job report.
 """
+
 import importlib.util
 import json
 import os
@@ -23,16 +24,33 @@ from daemon_util import processes_with
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "record")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CPU torch: .ci/run installs it)")
+needs_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="torch is not installed (CPU torch: .ci/run installs it)"
+)
 FAST = ["--warmup", "2", "--timed", "2", "--steps", "3"]
 
 
 def record(tmp_path, *args, cwd=DATA, timeout=300):
     env = dict(os.environ, PROFD_NO_DAEMON="1", NO_COLOR="1")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    p = subprocess.run([sys.executable, "-m", "profd.client_cli.main", "record", "--out", str(tmp_path / "out"),
-                        "--workspace", DATA, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profd.client_cli.main",
+            "record",
+            "--out",
+            str(tmp_path / "out"),
+            "--workspace",
+            DATA,
+            *args,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p
 
 
@@ -42,11 +60,15 @@ def doc_of(p):
 
 
 def findings(doc):
-    return {(d["code"], os.path.basename(d["location"]["path"]), d["location"]["line"])
-            for r in doc["reports"] for d in r["diagnostics"]}
+    return {
+        (d["code"], os.path.basename(d["location"]["path"]), d["location"]["line"])
+        for r in doc["reports"]
+        for d in r["diagnostics"]
+    }
 
 
 # ---- bad input that needs no torch ---------------------------------------------------------------
+
 
 def test_no_command(tmp_path):
     p = record(tmp_path)
@@ -79,6 +101,7 @@ def test_torch_missing_in_the_programs_interpreter(tmp_path):
 
 # ---- real recordings (CPU torch) -------------------------------------------------------------------
 
+
 @needs_torch
 def test_training_script(tmp_path):
     p = record(tmp_path, *FAST, "--format", "json", "--", sys.executable, "train_small.py")
@@ -87,7 +110,11 @@ def test_training_script(tmp_path):
     assert ("zero-grad-not-none", "train_small.py", 8) in findings(doc)
     (rep,) = doc["reports"]
     assert len(rep["summary"]["steps"]) == 3
-    assert [s["name"] for s in rep["summary"]["steps"]] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    assert [s["name"] for s in rep["summary"]["steps"]] == [
+        "ProfilerStep#1",
+        "ProfilerStep#2",
+        "ProfilerStep#3",
+    ]
     rec = doc["record"]
     (trace,) = rec["traces"]
     name = os.path.basename(trace)
@@ -110,8 +137,19 @@ def test_step_function_then_exit_and_baseline(tmp_path):
     program once the trace is written, --baseline prints the diff with both unprofiled times."""
     first = record(tmp_path, *FAST, "--format", "json", "--", sys.executable, "train_small.py")
     base = doc_of(first)["record"]["traces"][0]
-    p = record(tmp_path, *FAST, "--step", "train_small:train_step", "--then", "exit", "--baseline", base,
-               "--", sys.executable, "train_small.py")
+    p = record(
+        tmp_path,
+        *FAST,
+        "--step",
+        "train_small:train_step",
+        "--then",
+        "exit",
+        "--baseline",
+        base,
+        "--",
+        sys.executable,
+        "train_small.py",
+    )
     assert p.returncode in (0, 1), p.stderr
     assert "final loss" not in p.stderr  # stopped after the recording
     assert "each return of train_small:train_step ends a step" in p.stdout
@@ -124,7 +162,9 @@ def test_inference_script_needs_step_forward(tmp_path):
     p = record(tmp_path, *FAST, "--", sys.executable, "infer.py")
     assert p.returncode == 2
     assert "before the first step" in p.stderr and "'optimizer'" in p.stderr and "--step forward" in p.stderr
-    p = record(tmp_path, *FAST, "--step", "forward", "--memory", "--format", "json", "--", sys.executable, "infer.py")
+    p = record(
+        tmp_path, *FAST, "--step", "forward", "--memory", "--format", "json", "--", sys.executable, "infer.py"
+    )
     assert p.returncode == 1, p.stderr
     doc = doc_of(p)
     assert ("memory-growth", "infer.py", 15) in findings(doc)
@@ -133,16 +173,31 @@ def test_inference_script_needs_step_forward(tmp_path):
 
 @needs_torch
 def test_script_with_its_own_arguments_and_dataloader_workers(tmp_path):
-    p = record(tmp_path, *FAST, "--format", "json", "--", sys.executable, "train_args.py", "--epochs", "2",
-               "--lr", "0.01")
+    p = record(
+        tmp_path,
+        *FAST,
+        "--format",
+        "json",
+        "--",
+        sys.executable,
+        "train_args.py",
+        "--epochs",
+        "2",
+        "--lr",
+        "0.01",
+    )
     assert p.returncode in (0, 1), p.stderr
     assert "epochs 2 lr 0.01" in p.stderr
     doc = doc_of(p)
     assert len(doc["record"]["traces"]) == 1  # the two DataLoader workers did not record
-    assert os.listdir(tmp_path / "out") == [os.path.basename(doc["record"]["traces"][0]),
-                                           os.path.basename(doc["record"]["traces"][0]).replace(
-                                               ".pt.trace.json.gz", ".profd-meta")] or \
-        len([f for f in os.listdir(tmp_path / "out") if f.endswith(".gz")]) == 1
+    assert (
+        os.listdir(tmp_path / "out")
+        == [
+            os.path.basename(doc["record"]["traces"][0]),
+            os.path.basename(doc["record"]["traces"][0]).replace(".pt.trace.json.gz", ".profd-meta"),
+        ]
+        or len([f for f in os.listdir(tmp_path / "out") if f.endswith(".gz")]) == 1
+    )
     bad = record(tmp_path, *FAST, "--", sys.executable, "train_args.py")
     assert bad.returncode == 2 and "the following arguments are required: --epochs" in bad.stderr
     assert "exit status 2" in bad.stderr
@@ -175,17 +230,32 @@ def test_killed_by_a_signal(tmp_path):
 
 
 @needs_torch
-@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
-                    reason="torchrun is not installed beside this interpreter")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
+    reason="torchrun is not installed beside this interpreter",
+)
 def test_torchrun_two_ranks_gloo(tmp_path):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    p = record(tmp_path, *FAST, "--format", "json", "--", torchrun, "--standalone", "--nproc_per_node", "2",
-               "ddp_gloo.py")
+    p = record(
+        tmp_path,
+        *FAST,
+        "--format",
+        "json",
+        "--",
+        torchrun,
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "ddp_gloo.py",
+    )
     assert p.returncode in (0, 1), p.stderr
     doc = doc_of(p)
     names = sorted(os.path.basename(t) for t in doc["record"]["traces"])
-    assert len(names) == 2 and names[0].endswith(".rank0.pt.trace.json.gz") and names[1].endswith(
-        ".rank1.pt.trace.json.gz")
+    assert (
+        len(names) == 2
+        and names[0].endswith(".rank0.pt.trace.json.gz")
+        and names[1].endswith(".rank1.pt.trace.json.gz")
+    )
     assert {r["trace"]["rank"] for r in doc["reports"]} == {0, 1}
     (job,) = doc["jobs"]
     assert len(job["ranks"]) == 2
@@ -194,8 +264,20 @@ def test_torchrun_two_ranks_gloo(tmp_path):
 @needs_torch
 def test_python_dash_m(tmp_path):
     """`python -m MODULE` runs the module as __main__; --step MODULE:FUNCTION names it by its module."""
-    p = record(tmp_path, *FAST, "--step", "train_small:train_step", "--then", "exit", "--format", "json",
-               "--", sys.executable, "-m", "train_small")
+    p = record(
+        tmp_path,
+        *FAST,
+        "--step",
+        "train_small:train_step",
+        "--then",
+        "exit",
+        "--format",
+        "json",
+        "--",
+        sys.executable,
+        "-m",
+        "train_small",
+    )
     assert p.returncode == 1, p.stderr
     doc = doc_of(p)
     assert os.path.basename(doc["record"]["traces"][0]).startswith("train_small-")
@@ -206,8 +288,26 @@ def test_python_dash_m(tmp_path):
 def test_time_windows_for_a_program_with_no_step(tmp_path):
     """--step time: the program that never steps is recorded in fixed windows (SIGALRM), and stopped."""
     marker = f"120.{os.getpid()}1"
-    p = record(tmp_path, "--warmup", "2", "--steps", "3", "--step", "time", "--window", "0.5", "--then", "exit",
-               "--format", "json", "--", sys.executable, "never_steps.py", "--seconds", marker)
+    p = record(
+        tmp_path,
+        "--warmup",
+        "2",
+        "--steps",
+        "3",
+        "--step",
+        "time",
+        "--window",
+        "0.5",
+        "--then",
+        "exit",
+        "--format",
+        "json",
+        "--",
+        sys.executable,
+        "never_steps.py",
+        "--seconds",
+        marker,
+    )
     assert p.returncode in (0, 1), p.stderr
     doc = doc_of(p)
     assert doc["record"]["rule"] == "each 0.5 s window is a step"

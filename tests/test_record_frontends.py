@@ -3,6 +3,7 @@ TCP daemon without --allow-record refuses it) and the MCP tool ``record_program`
 stdio client on a real ``profd mcp --allow-record``). Each records a real script of
 tests/data/record/ on the CPU: train_small.py's zero_grad(set_to_none=False) must come back as a
 zero-grad-not-none diagnostic / finding on line 8."""
+
 import asyncio
 import importlib.util
 import os
@@ -20,7 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "record")
 TRAIN = os.path.join(DATA, "train_small.py")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CPU torch: .ci/run installs it)")
+needs_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="torch is not installed (CPU torch: .ci/run installs it)"
+)
 FAST = {"warmup": 2, "timed": 2, "steps": 3, "python": sys.executable}
 
 
@@ -39,20 +42,24 @@ async def lsp(tmp_path):
 
 
 def execute(client, *args):
-    return client.workspace_execute_command_async(L.ExecuteCommandParams(command="profd.record",
-                                                                         arguments=list(args)))
+    return client.workspace_execute_command_async(
+        L.ExecuteCommandParams(command="profd.record", arguments=list(args))
+    )
 
 
 async def test_lens_above_main_guard_only_in_the_workspace(lsp, tmp_path):
-    lenses = await lsp.text_document_code_lens_async(L.CodeLensParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(TRAIN))))
+    lenses = await lsp.text_document_code_lens_async(
+        L.CodeLensParams(text_document=L.TextDocumentIdentifier(uri=uri(TRAIN)))
+    )
     rec = [x for x in lenses if x.command.command == "profd.record"]
-    assert [(x.range.start.line, x.command.title, list(x.command.arguments)) for x in rec] == \
-        [(25, "Profile with profd", [TRAIN])]  # line 26: if __name__ == "__main__":
+    assert [(x.range.start.line, x.command.title, list(x.command.arguments)) for x in rec] == [
+        (25, "Profile with profd", [TRAIN])
+    ]  # line 26: if __name__ == "__main__":
     outside = tmp_path / "elsewhere.py"
     outside.write_text('if __name__ == "__main__":\n    pass\n')
-    lenses = await lsp.text_document_code_lens_async(L.CodeLensParams(
-        text_document=L.TextDocumentIdentifier(uri=uri(str(outside)))))
+    lenses = await lsp.text_document_code_lens_async(
+        L.CodeLensParams(text_document=L.TextDocumentIdentifier(uri=uri(str(outside))))
+    )
     assert not [x for x in lenses if x.command.command == "profd.record"]
     with pytest.raises(Exception, match="outside the workspace"):
         await execute(lsp, str(outside))
@@ -77,11 +84,15 @@ async def test_record_command_with_progress_lands_diagnostics(lsp):
 @needs_torch
 async def test_cancelling_the_progress_stops_the_program(lsp):
     marker = f"300.{os.getpid()}"
-    task = asyncio.ensure_future(execute(lsp, os.path.join(DATA, "never_steps.py"),
-                                         {**FAST, "args": ["--seconds", marker]}))
+    task = asyncio.ensure_future(
+        execute(lsp, os.path.join(DATA, "never_steps.py"), {**FAST, "args": ["--seconds", marker]})
+    )
     await await_for(lambda: processes_with(marker), 60, "the program to start")
-    token = await await_for(lambda: next((t for t in lsp.progress_reports if str(t).startswith("profd-record-")),
-                                         None), 30, "progress")
+    token = await await_for(
+        lambda: next((t for t in lsp.progress_reports if str(t).startswith("profd-record-")), None),
+        30,
+        "progress",
+    )
     lsp.protocol.notify("window/workDoneProgress/cancel", L.WorkDoneProgressCancelParams(token=token))
     with pytest.raises(Exception, match="cancelled"):
         await asyncio.wait_for(task, 60)
@@ -93,11 +104,15 @@ async def test_tcp_daemon_refuses_record_without_allow_record(tmp_path):
     os.makedirs(tmp_path / "watch")
     doc = d.start()
     try:
+
         async def go(c):  # connected and initialised with the token
             with pytest.raises(rpc.RpcError, match="allow-record"):
-                await c.request("workspace/executeCommand", {"command": "profd.record", "arguments": [TRAIN]},
-                                timeout=30)
-            lenses = await c.request("textDocument/codeLens", {"textDocument": {"uri": uri(TRAIN)}}, timeout=30)
+                await c.request(
+                    "workspace/executeCommand", {"command": "profd.record", "arguments": [TRAIN]}, timeout=30
+                )
+            lenses = await c.request(
+                "textDocument/codeLens", {"textDocument": {"uri": uri(TRAIN)}}, timeout=30
+            )
             assert not [x for x in lenses or [] if x["command"]["command"] == "profd.record"]
 
         await rpc.with_client(doc, go)
@@ -108,15 +123,20 @@ async def test_tcp_daemon_refuses_record_without_allow_record(tmp_path):
 # ---- MCP -------------------------------------------------------------------------------------------
 
 HAVE_MCP = importlib.util.find_spec("mcp") is not None
-needs_mcp = pytest.mark.skipif(not HAVE_MCP, reason="the mcp package is not installed (pip install profd[mcp])")
+needs_mcp = pytest.mark.skipif(
+    not HAVE_MCP, reason="the mcp package is not installed (pip install profd[mcp])"
+)
 if HAVE_MCP:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
 
 def mcp_server(*args):
-    return StdioServerParameters(command=sys.executable, args=["-m", "profd.server.daemon.cli", "mcp", *args],
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "profd.server.daemon.cli", "mcp", *args],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 async def call(s, tool, **arguments):
@@ -151,16 +171,28 @@ async def test_record_program_confined_and_returns_findings(tmp_path):
         assert err and "outside the roots" in err
         _, err = await call(s, "record_program", command=["/bin/echo", "hi"])
         assert err and "not a Python program" in err
-        res, err = await call(s, "record_program", command=[sys.executable, "train_small.py"],
-                              warmup=2, timed=2, steps=3)
+        res, err = await call(
+            s, "record_program", command=[sys.executable, "train_small.py"], warmup=2, timed=2, steps=3
+        )
         assert err is None, err
         (trace,) = res["traces"]
         assert os.path.dirname(trace) == str(out) and res["unprofiledUsPerStep"] > 0
         assert res["steps"] == 3 and res["verdict"] == "cpu-only"
-        assert any(f["code"] == "zero-grad-not-none" and f["line"] == 8 and f["file"] == TRAIN
-                   for f in res["findings"])
-        _, err = await call(s, "record_program", command=[sys.executable, "never_steps.py"], warmup=2, timed=2,
-                            steps=3, timeout_s=600)
+        assert any(
+            f["code"] == "zero-grad-not-none" and f["line"] == 8 and f["file"] == TRAIN
+            for f in res["findings"]
+        )
+        _, err = await call(
+            s,
+            "record_program",
+            command=[sys.executable, "never_steps.py"],
+            warmup=2,
+            timed=2,
+            steps=3,
+            timeout_s=600,
+        )
         assert err and "before the first step" in err and "--step forward" in err
 
-    await with_session(mcp_server("--root", DATA, "--no-daemon", "--allow-record", "--workload-dir", str(out)), go)
+    await with_session(
+        mcp_server("--root", DATA, "--no-daemon", "--allow-record", "--workload-dir", str(out)), go
+    )

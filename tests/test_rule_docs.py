@@ -1,5 +1,6 @@
 """Every rule's page is complete and true: each section is in its docstring, and the shipped trace
 the page names really makes the rule fire (a job rule: on the job its traces form)."""
+
 import ast
 import os
 

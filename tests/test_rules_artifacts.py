@@ -2,11 +2,13 @@
 each fires where the trace has the problem and stays silent where it does not. Traces: examples/
 (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and examples/corpus/
 (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads them."""
+
 from conftest import report_of
 from rule_traces import of, recorded
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_profiler_artifacts_lane_offset_flush_sync_judged_by_the_gpu():
     r = report_of("seed_n4096_bf16_active20")
@@ -25,12 +27,16 @@ def test_profiler_artifacts_lane_offset_flush_sync_judged_by_the_gpu():
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
 
+
 def test_a_dataloader_lead_in_is_not_called_a_lane_offset():
     # 46 ms of _SingleProcessDataLoaderIter.__next__ before the first kernel, as in every step
     kinds = {d.evidence["kind"] for d in of(recorded("dataloader_w0"), "profiler-artifact")}
     assert "lane-offset" not in kinds
     assert of(recorded("dataloader_w0"), "dataloader-bound")
     # a first step whose dispatch alone is slow still gets the explanation
-    lane = [d for d in of(report_of("seed_n4096_bf16_active20"), "profiler-artifact")
-            if d.evidence["kind"] == "lane-offset"]
+    lane = [
+        d
+        for d in of(report_of("seed_n4096_bf16_active20"), "profiler-artifact")
+        if d.evidence["kind"] == "lane-offset"
+    ]
     assert lane and lane[0].evidence["usual_lead_in_us"] < 0.5 * lane[0].evidence["offset_us"]

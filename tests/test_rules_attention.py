@@ -2,6 +2,7 @@
 each fires where the trace has the problem and stays silent where it does not. Traces: examples/
 (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and examples/corpus/
 (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads them."""
+
 import pytest
 
 from conftest import SRC
@@ -9,6 +10,7 @@ from rule_traces import shipped_of
 
 
 # ---- examples/recorded/ twins and the corpus -----------------------------------------------------
+
 
 def test_unfused_attention_on_hand_written_attention():
     (d,) = shipped_of("attention_naive", "unfused-attention")

@@ -3,6 +3,7 @@
 and stays silent where it does not. Traces: examples/ (MANIFEST.md says what a reader should
 conclude from each), examples/recorded/ and examples/corpus/ (recorded on an H200 for the rules;
 their READMEs say how); ``rule_traces`` reads them."""
+
 import pytest
 
 from conftest import codes, report_of
@@ -10,6 +11,7 @@ from rule_traces import corpus_of, of, recorded_tools
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_overhead_bound_on_64x64_points_at_the_launching_line():
     r = report_of("seed_n64_bf16")
@@ -51,6 +53,7 @@ def test_no_stack_trace_still_gets_findings_at_trace_level():
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
 
+
 def test_sweep_small_is_overhead_bound():
     r = recorded_tools("matmul-bias_n512_bfloat16_eager")
     assert r.summary.verdict == "overhead-bound"
@@ -58,6 +61,7 @@ def test_sweep_small_is_overhead_bound():
 
 
 # ---- workloads nobody tuned the rules for (examples/corpus/record2.sh) ---------------------------
+
 
 def test_small_problem_not_when_the_step_waits_on_host_work():
     # the step measures numpy, not the launch overhead of a small GEMM

@@ -3,6 +3,7 @@
 where it does not. Traces: examples/ (MANIFEST.md says what a reader should conclude from each),
 examples/recorded/ and examples/corpus/ (recorded on an H200 for the rules; their READMEs say how);
 ``rule_traces`` reads them."""
+
 import pytest
 
 from conftest import codes, report_of
@@ -10,6 +11,7 @@ from rule_traces import corpus, corpus_of, of, recorded_of, shipped_of
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_compile_overhead_on_single_op_compiled_region():
     (d,) = of(report_of("seed_n64_bf16_compiled"), "compile-overhead")
@@ -27,6 +29,7 @@ def test_compile_fusion_reports_the_bias_epilogue_on_hopper():
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
 
+
 def test_compile_overhead_on_one_op_functions_only():
     (d,) = of(report_of("seed_n64_bf16_compiled"), "compile-overhead")
     assert 1 <= d.evidence["kernels_per_call"] <= 2
@@ -42,6 +45,7 @@ def test_compile_overhead_not_on_a_model_whose_problem_is_graph_breaks():
 
 # ---- examples/recorded/ twins and the corpus -----------------------------------------------------
 
+
 def test_graph_break_points_at_the_line_that_breaks_the_graph():
     (d,) = shipped_of("graph_break_break", "compile-graph-break")
     assert d.location.path.endswith("graph_break.py")
@@ -53,8 +57,16 @@ def test_graph_break_points_at_the_line_that_breaks_the_graph():
     assert ev["regions"] == ["Torch-Compiled Region: 2/0"]
 
 
-@pytest.mark.parametrize("name", ["graph_break_whole", "seed_n64_bf16_compiled", "seed_n4096_bf16_compiled",
-                                  "matmul-bias_n64_bfloat16_compiled", "mlp_graphs_b1_w256_d6_float32"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "graph_break_whole",
+        "seed_n64_bf16_compiled",
+        "seed_n4096_bf16_compiled",
+        "matmul-bias_n64_bfloat16_compiled",
+        "mlp_graphs_b1_w256_d6_float32",
+    ],
+)
 def test_graph_break_silent_on_whole_graphs(name):
     assert not shipped_of(name, "compile-graph-break")
 
@@ -78,6 +90,7 @@ def test_corpus_whole_graph_and_memory_and_attention_twins_are_silent():
 
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
+
 
 def test_sweep_compile_tax_on_a_single_op():
     assert recorded_of("matmul-bias_n64_bfloat16_compiled", "compile-overhead")

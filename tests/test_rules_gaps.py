@@ -3,6 +3,7 @@ traces: each fires where the trace has the problem and stays silent where it doe
 examples/ (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and
 examples/corpus/ (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads
 them."""
+
 import os
 
 from conftest import codes, report_of
@@ -11,6 +12,7 @@ from rule_traces import REC, corpus, corpus_of, delayed_kernels, of, recorded, r
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_gpu_idle_gap_silent_when_gpu_is_saturated():
     assert "gpu-idle-gap" not in codes(report_of("seed_n4096_bf16_active20"))
@@ -25,6 +27,7 @@ def test_gpu_contention_silent_on_traces_where_the_queue_is_our_own():
 
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
+
 
 def test_contention_counts_no_first_launch():
     from profd.server.engine import loader, model
@@ -44,11 +47,16 @@ def test_contention_is_not_the_first_launch_of_each_kernel(tmp_path):
     process alone gets each kernel's first launch started 300 µs late on an idle lane, as lazy
     module loading does on other stacks: silent. The same delay on later launches is what another
     process holding the GPU looks like: fires."""
-    assert not of(analyze_file(delayed_kernels(tmp_path, "contention_alone", lambda k: k == 0)), "gpu-contention")
-    assert of(analyze_file(delayed_kernels(tmp_path, "contention_alone", lambda k: k in (5, 9))), "gpu-contention")
+    assert not of(
+        analyze_file(delayed_kernels(tmp_path, "contention_alone", lambda k: k == 0)), "gpu-contention"
+    )
+    assert of(
+        analyze_file(delayed_kernels(tmp_path, "contention_alone", lambda k: k in (5, 9))), "gpu-contention"
+    )
 
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
+
 
 def test_gpu_contention_fires_under_another_process():
     (d,) = recorded_of("contention_contended", "gpu-contention")
@@ -63,6 +71,7 @@ def test_no_contention_alone():
 
 
 # ---- workloads nobody tuned the rules for (examples/corpus/record2.sh) ---------------------------
+
 
 def test_gpu_idle_gap_names_host_work_on_an_overhead_bound_trace():
     # numpy builds each batch on the main thread (12 ms, a third of the step) with the GPU idle

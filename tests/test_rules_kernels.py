@@ -3,20 +3,34 @@
 has the problem and stays silent where it does not. Traces: examples/ (MANIFEST.md says what a
 reader should conclude from each), examples/recorded/ and examples/corpus/ (recorded on an H200 for
 the rules; their READMEs say how); ``rule_traces`` reads them."""
+
 import os
 
 from conftest import ROOT, codes, report_of
 from profd.server.engine import analyze_file
-from rule_traces import (corpus, corpus_of, line_of, of, one, recorded, recorded_lines, recorded_of,
-                         recorded_tools, renamed_kernels)
+from rule_traces import (
+    corpus,
+    corpus_of,
+    line_of,
+    of,
+    one,
+    recorded,
+    recorded_lines,
+    recorded_of,
+    recorded_tools,
+    renamed_kernels,
+)
 
-TRTLLM_FP4 = ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_bA32_bB32_bC32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_"
-              "16dp256b_rM_TN_transOut_schedS_biasM_relu2_bN_tma_ldgstsSf_rgTma_clmp_dynB_sm100f")
+TRTLLM_FP4 = (
+    "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_bA32_bB32_bC32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_"
+    "16dp256b_rM_TN_transOut_schedS_biasM_relu2_bN_tma_ldgstsSf_rgTma_clmp_dynB_sm100f"
+)
 
 FFMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_kernel_class_uses_launch_patterns_on_hopper():
     r = report_of("seed_n4096_bf16")
@@ -33,6 +47,7 @@ def test_kernel_jitter_silent_on_steady_h200_gemm():
 
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
+
 
 def test_fp32_matmul_reads_operand_types_not_the_accumulator(tmp_path):
     """Synthetic from real: no Blackwell trace exists here, so the real 4096^2 bf16 GEMM trace gets its
@@ -108,6 +123,7 @@ def test_launch_storm_counts_launch_calls_not_graph_replays():
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
 
+
 def test_misaligned_dims_fire_on_each_gemm_line():
     assert recorded_lines("misaligned_odd", "misaligned-dims", "misaligned.py") == [20, 21, 22]
     bad = {x for d in recorded_of("misaligned_odd", "misaligned-dims") for x in d.evidence["misaligned"]}
@@ -117,7 +133,10 @@ def test_misaligned_dims_fire_on_each_gemm_line():
 def test_aligned_dims_are_silent():
     assert not recorded_of("misaligned_aligned", "misaligned-dims")
     # the measured cost of the odd sizes: the same three GEMMs take >5x the GPU time
-    assert recorded_tools("misaligned_odd").summary.cuda_total_us > 5 * recorded_tools("misaligned_aligned").summary.cuda_total_us
+    assert (
+        recorded_tools("misaligned_odd").summary.cuda_total_us
+        > 5 * recorded_tools("misaligned_aligned").summary.cuda_total_us
+    )
 
 
 def test_kernel_jitter_fires_on_shared_sms():
@@ -140,6 +159,7 @@ def test_sweep_large_fp32_uses_no_tensor_cores():
 
 # ---- the TinyGPT training traces (examples/tinygpt_*) --------------------------------------------
 
+
 def test_launch_storm_lands_on_the_loop_in_token_stats():
     ds = one(report_of("tinygpt_naive"), "launch-storm")
     loop = [d for d in ds if d.location.function == "token_stats"]
@@ -158,6 +178,7 @@ def test_fp32_matmul_on_ffma_gemms_of_a_hopper_gpu():
 
 
 # ---- workloads nobody tuned the rules for (examples/corpus/record2.sh) ---------------------------
+
 
 def test_launch_storm_counts_a_user_loop_calling_a_module_not_one_op_launching_many():
     # for t in range(32): h, c = self.cell(x[:, t], (h, c)): each run of the statement calls

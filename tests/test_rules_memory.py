@@ -3,6 +3,7 @@
 it does not. Traces: examples/ (MANIFEST.md says what a reader should conclude from each),
 examples/recorded/ and examples/corpus/ (recorded on an H200 for the rules; their READMEs say how);
 ``rule_traces`` reads them."""
+
 import pytest
 
 from conftest import SRC, codes, report_of
@@ -10,6 +11,7 @@ from rule_traces import REC_SRC, corpus, corpus_of, of, recorded, shipped_of
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_memory_peak_and_no_child_pressure_from_composite_ops():
     r = report_of("tinygpt_naive")
@@ -25,6 +27,7 @@ def test_memory_peak_and_no_child_pressure_from_composite_ops():
 
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
+
 
 def test_child_pressure_on_a_region_whose_helpers_allocate():
     # record_function("features") calls upcast() and pairwise(): 256 MiB a call, 384 KiB its own
@@ -48,6 +51,7 @@ def test_child_pressure_not_on_composite_aten_ops():
 
 # ---- examples/recorded/ twins and the corpus -----------------------------------------------------
 
+
 def test_memory_growth_names_the_allocations_that_survive_each_step():
     (d,) = shipped_of("memory_growth_grow", "memory-growth")
     ev = d.evidence
@@ -59,9 +63,13 @@ def test_memory_growth_names_the_allocations_that_survive_each_step():
     assert ev["backward_in_steps"] is False and "No backward" in d.message
 
 
-@pytest.mark.parametrize("name", ["memory_growth_fixed", "tinygpt_naive", "tinygpt_tuned", "seed_n4096_bf16_active20"])
+@pytest.mark.parametrize(
+    "name", ["memory_growth_fixed", "tinygpt_naive", "tinygpt_tuned", "seed_n4096_bf16_active20"]
+)
 def test_memory_growth_silent_when_each_step_frees_its_tensors(name):
-    assert not shipped_of(name, "memory-growth", workspace=SRC if name.startswith(("tinygpt", "seed")) else REC_SRC)
+    assert not shipped_of(
+        name, "memory-growth", workspace=SRC if name.startswith(("tinygpt", "seed")) else REC_SRC
+    )
 
 
 def test_corpus_memory_growth_and_unfused_attention_fire_on_their_lines():

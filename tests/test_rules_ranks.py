@@ -2,12 +2,14 @@
 where the trace has the problem and stays silent where it does not. Traces: examples/ (MANIFEST.md
 says what a reader should conclude from each), examples/recorded/ and examples/corpus/ (recorded on
 an H200 for the rules; their READMEs say how); ``rule_traces`` reads them."""
+
 import os
 
 from rule_traces import CORPUS, corpus_job, job_of, recorded_job
 
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
+
 
 def test_straggler_says_how_much_wait_and_what_differs():
     j = job_of("ddp_straggler")  # rank 1: double batch and a 20 ms sleep a step
@@ -50,6 +52,7 @@ def test_gloo_collectives_count_and_the_straggler_is_found():
 
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
+
 
 def test_ddp_straggler_is_rank_1():
     job = recorded_job("ddp_straggler")

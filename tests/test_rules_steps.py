@@ -3,6 +3,7 @@ traces: each fires where the trace has the problem and stays silent where it doe
 examples/ (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and
 examples/corpus/ (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads
 them."""
+
 import pytest
 
 from conftest import codes, report_of
@@ -10,6 +11,7 @@ from rule_traces import of
 
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
+
 
 def test_cold_start_step_fires_on_the_wide_first_step_only():
     r = report_of("seed_n64_bf16")

@@ -2,6 +2,7 @@
 fires where the trace has the problem and stays silent where it does not. Traces: examples/
 (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and examples/corpus/
 (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads them."""
+
 import pytest
 
 from conftest import codes, report_of
@@ -11,6 +12,7 @@ from rule_traces import corpus_of, line_of, one, recorded_lines, recorded_of
 
 # ---- the seed's traces (examples/, MANIFEST.md) --------------------------------------------------
 
+
 def test_sync_wait_not_confused_with_the_profilers_flush():
     for name in ("seed_n4096_bf16_active20", "tinygpt_tuned", "seed_n64_bf16"):
         assert "sync-wait" not in codes(report_of(name)), name
@@ -18,12 +20,14 @@ def test_sync_wait_not_confused_with_the_profilers_flush():
 
 # ---- examples/recorded/ twins and the corpus -----------------------------------------------------
 
+
 def test_corpus_host_sync_in_a_compiled_forward_is_on_its_line():
     (d,) = corpus_of("compiled_sync", "host-sync")  # x.mean().item() inside the compiled forward
     assert (d.location.line, d.location.precision) == (24, "statement")
 
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
+
 
 def test_host_sync_variants_each_on_their_line():
     # 28: if s > 0 / 30: torch.nonzero / 31: .cpu() / 32: .tolist() / 33: print(t) / 34: .item()
@@ -61,13 +65,18 @@ def test_no_sync_wait_without_the_sync():
 
 def test_sync_wait_on_the_waiting_rank_blames_the_collective():
     # the DDP straggler pair: rank 1 has twice the batch; rank 0's reducer sync waits in all-reduce
-    waiting = [d for d in recorded_of("ddp_straggler_rank0", "sync-wait") if d.evidence["kind"] == "collective"]
+    waiting = [
+        d for d in recorded_of("ddp_straggler_rank0", "sync-wait") if d.evidence["kind"] == "collective"
+    ]
     assert waiting and waiting[0].evidence["collective_during"] >= 0.5
     assert "another rank" in waiting[0].message
-    assert not [d for d in recorded_of("ddp_straggler_rank1", "sync-wait") if d.evidence["kind"] == "collective"]
+    assert not [
+        d for d in recorded_of("ddp_straggler_rank1", "sync-wait") if d.evidence["kind"] == "collective"
+    ]
 
 
 # ---- the TinyGPT training traces (examples/tinygpt_*) --------------------------------------------
+
 
 def test_host_sync_lands_on_the_loss_item_statement():
     (d,) = one(report_of("tinygpt_naive"), "host-sync")

@@ -4,16 +4,24 @@ real traces: each fires where the trace has the problem and stays silent where i
 examples/ (MANIFEST.md says what a reader should conclude from each), examples/recorded/ and
 examples/corpus/ (recorded on an H200 for the rules; their READMEs say how); ``rule_traces`` reads
 them."""
+
 import pytest
 
 from conftest import SRC, codes, report_of
 from rule_traces import corpus, corpus_of, line_of, of, one, recorded, recorded_lines, recorded_of
 
-NAIVE_ONLY = {"pageable-memcpy", "host-sync", "fp32-matmul", "launch-storm", "optimizer-foreach-off",
-              "zero-grad-not-none"}
+NAIVE_ONLY = {
+    "pageable-memcpy",
+    "host-sync",
+    "fp32-matmul",
+    "launch-storm",
+    "optimizer-foreach-off",
+    "zero-grad-not-none",
+}
 
 
 # ---- false positives and misses (issue 15), on real traces ---------------------------------------
+
 
 def test_foreach_off_needs_per_parameter_kernels_on_the_gpu():
     # AdamW(foreach=False) on CUDA: one kernel per parameter per op
@@ -34,7 +42,7 @@ def test_pageable_copies_of_host_batches_fire_and_read_backs_do_not():
 
 def test_optimizer_foreach_off_not_on_cpu_parameters():
     assert not of(corpus("cpu_train"), "optimizer-foreach-off")  # CPU-only: torch's own choice
-    (d,) = of(corpus("optim_single"), "optimizer-foreach-off")   # foreach=False on CUDA
+    (d,) = of(corpus("optim_single"), "optimizer-foreach-off")  # foreach=False on CUDA
     assert not of(corpus("optim_foreach"), "optimizer-foreach-off")
 
 
@@ -48,11 +56,16 @@ def test_pageable_memcpy_not_for_a_librarys_few_bytes():
 
 # ---- examples/recorded/: a planted problem and its fixed twin ------------------------------------
 
+
 def test_conv_bias_before_bn_fires():
     ds = recorded_of("conv_bias_bn", "conv-bias-before-bn")
     assert sum(d.evidence["pairs"] for d in ds) == 6  # 2 convs x 3 active steps
-    assert {d.evidence["conv_op"] for d in ds} <= {"aten::conv2d", "aten::convolution", "aten::_convolution",
-                                                   "aten::cudnn_convolution"}
+    assert {d.evidence["conv_op"] for d in ds} <= {
+        "aten::conv2d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::cudnn_convolution",
+    }
 
 
 def test_conv_without_bias_is_silent():
@@ -81,6 +94,7 @@ def test_dataloader_bound_line():
 
 
 # ---- the TinyGPT training traces (examples/tinygpt_*) --------------------------------------------
+
 
 def test_naive_has_the_planted_problems_and_tuned_has_none():
     assert NAIVE_ONLY <= codes(report_of("tinygpt_naive"))
@@ -133,6 +147,7 @@ def test_module_calls_in_loops_and_attribute_lookups_resolve_to_statements():
 
 
 # ---- inference-without-no-grad ---------------------------------------------------------------
+
 
 def test_inference_without_no_grad_on_an_eval_loop_that_forgets_it():
     """eval_loop.py --variant grad: the encoder's forward under grad mode, no backward in the window."""

@@ -1,5 +1,6 @@
 """The workload runner (server/workloads/runner.py): parameter validation, clear errors (missing torch, crash,
 out of memory, timeout) with no torch needed, and real CPU runs when torch is importable."""
+
 import importlib.util
 import os
 import textwrap
@@ -10,10 +11,13 @@ import pytest
 from profd.server.workloads import runner as R
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install profd[workload])")
+needs_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="torch is not installed (pip install profd[workload])"
+)
 
 
 # ---- validation (no torch) ----------------------------------------------------------------
+
 
 def test_defaults_and_label():
     s = R.WorkloadSpec.parse({"workload": "matmul-bias", "n": 512, "dtype": "float32"})
@@ -22,16 +26,19 @@ def test_defaults_and_label():
     assert "--no-stack" not in s.argv() and "--with-stack" in s.argv()
 
 
-@pytest.mark.parametrize("req, words", [
-    ({"workload": "rm -rf /"}, "unknown workload"),
-    ({"workload": "matmul-bias", "n": 9000}, "64..8192"),
-    ({"workload": "matmul-bias", "n": 32}, "64..8192"),
-    ({"workload": "matmul-bias", "dtype": "int8"}, "one of"),
-    ({"workload": "matmul-bias", "n": "4096; rm"}, "integer"),
-    ({"workload": "matmul-bias", "script": "import os"}, "unknown parameter"),
-    ({"workload": "matmul-bias", "compile": "yes please"}, "true or false"),
-    ({"workload": "mlp", "mode": "graphs", "device": "cpu"}, "needs device cuda"),
-])
+@pytest.mark.parametrize(
+    "req, words",
+    [
+        ({"workload": "rm -rf /"}, "unknown workload"),
+        ({"workload": "matmul-bias", "n": 9000}, "64..8192"),
+        ({"workload": "matmul-bias", "n": 32}, "64..8192"),
+        ({"workload": "matmul-bias", "dtype": "int8"}, "one of"),
+        ({"workload": "matmul-bias", "n": "4096; rm"}, "integer"),
+        ({"workload": "matmul-bias", "script": "import os"}, "unknown parameter"),
+        ({"workload": "matmul-bias", "compile": "yes please"}, "true or false"),
+        ({"workload": "mlp", "mode": "graphs", "device": "cpu"}, "needs device cuda"),
+    ],
+)
 def test_bad_params_are_refused(req, words):
     with pytest.raises(R.WorkloadError) as e:
         R.WorkloadSpec.parse(req)
@@ -46,6 +53,7 @@ def test_sizes():
 
 # ---- failures, with a fake torch on PYTHONPATH (no torch needed) ----------------------------
 
+
 def fake_torch(tmp_path, body: str) -> dict:
     d = tmp_path / "fake"
     (d / "torch").mkdir(parents=True)
@@ -59,7 +67,7 @@ SPEC = {"workload": "matmul-bias", "n": 64, "dtype": "float32", "device": "cpu",
 
 
 def test_missing_torch_is_a_clear_error(tmp_path):
-    env = fake_torch(tmp_path, 'raise ImportError("No module named \'torch\'")\n')
+    env = fake_torch(tmp_path, "raise ImportError(\"No module named 'torch'\")\n")
     t = time.monotonic()
     with pytest.raises(R.WorkloadError) as e:
         R.run_workload(SPEC, str(tmp_path / "out"), timeout=60, env=env)
@@ -92,13 +100,16 @@ def test_out_of_memory(tmp_path):
 
 def test_timeout_kills_the_workload(tmp_path):
     marker = tmp_path / "child.pid"
-    env = fake_torch(tmp_path, f"""
+    env = fake_torch(
+        tmp_path,
+        f"""
         import os, subprocess, sys, time
         # a grandchild too, as torch.compile's workers would be: the whole group must go
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(marker)!r}, "w").write(str(p.pid))
         time.sleep(60)
-        """)
+        """,
+    )
     t = time.monotonic()
     with pytest.raises(R.WorkloadError) as e:
         R.run_workload(SPEC, str(tmp_path / "out"), timeout=3, env=env)
@@ -136,13 +147,15 @@ def test_cli_bad_params_exit_2(capsys):
 
 # ---- real runs on the CPU (torch installed) ------------------------------------------------
 
+
 @needs_torch
 def test_matmul_bias_on_cpu(tmp_path):
     from profd.server.engine import Options, analyze_file
 
     seen = []
-    res = R.run_workload({**SPEC, "active": 2}, str(tmp_path), timeout=300,
-                         progress_cb=lambda m, p: seen.append((m, p)))
+    res = R.run_workload(
+        {**SPEC, "active": 2}, str(tmp_path), timeout=300, progress_cb=lambda m, p: seen.append((m, p))
+    )
     assert res.trace_path.endswith(".json.gz") and os.path.getsize(res.trace_path) > 1000
     assert res.meta["device"] == "cpu" and res.meta["n"] == 64 and res.meta["active"] == 2
     table = open(res.table_path).read()
@@ -158,12 +171,15 @@ def test_matmul_bias_on_cpu(tmp_path):
     assert any(h.path.endswith("matmul_bias.py") for h in rep.hot_lines)
     # only the finished trace and the table land in the folder
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [os.path.basename(res.trace_path), os.path.basename(res.table_path)])
+        [os.path.basename(res.trace_path), os.path.basename(res.table_path)]
+    )
 
 
 @needs_torch
 def test_no_stack_and_sweep_table(tmp_path):
-    res = R.run_sweep({**SPEC, "with_stack": False, "dtype": "bfloat16"}, [64, 96], str(tmp_path), timeout=300)
+    res = R.run_sweep(
+        {**SPEC, "with_stack": False, "dtype": "bfloat16"}, [64, 96], str(tmp_path), timeout=300
+    )
     assert [type(x).__name__ for x in res.runs] == ["RunResult", "RunResult"], res.rows
     assert [r.n for r in res.rows] == [64, 96]
     assert all(r.verdict == "cpu-only" and r.cpu_total_us > 0 and not r.error for r in res.rows)
@@ -173,8 +189,9 @@ def test_no_stack_and_sweep_table(tmp_path):
 
 @needs_torch
 def test_mlp_on_cpu(tmp_path):
-    res = R.run_workload({"workload": "mlp", "device": "cpu", "active": 1, "depth": 2, "width": 64},
-                         str(tmp_path), timeout=300)
+    res = R.run_workload(
+        {"workload": "mlp", "device": "cpu", "active": 1, "depth": 2, "width": 64}, str(tmp_path), timeout=300
+    )
     assert "mlp_forward" in open(res.table_path).read()  # the record_function label
     assert res.meta["mode"] == "eager" and res.meta["device"] == "cpu"
 
@@ -194,8 +211,23 @@ def test_cuda_asked_without_gpu(tmp_path):
 def test_cli_run_prints_findings(tmp_path, capsys):
     from profd.client_cli.main import main
 
-    rc = main(["run", "matmul-bias", "--n", "64", "--dtype", "float32", "--active", "2", "--device", "cpu",
-               "--no-daemon", "--out", str(tmp_path)])  # -q would drop the summary line, as ruff -q does
+    rc = main(
+        [
+            "run",
+            "matmul-bias",
+            "--n",
+            "64",
+            "--dtype",
+            "float32",
+            "--active",
+            "2",
+            "--device",
+            "cpu",
+            "--no-daemon",
+            "--out",
+            str(tmp_path),
+        ]
+    )  # -q would drop the summary line, as ruff -q does
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "cpu-only: per step CPU ops" in out

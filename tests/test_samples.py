@@ -9,6 +9,7 @@ interpreter's scripts. The MCP sample (docs/mcp.md) is JSON: a string with ``...
 there, an object shows some of its keys, a list its first items; the session that makes it is the
 doc's own Python block, run as written. The MCP tool table lists exactly the tools the server
 offers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -71,8 +72,12 @@ def check_lines(expected: list[str], actual: str, what: str) -> None:
                 at = start + len(run)
                 break
         else:
-            raise AssertionError(f"{what}: not in the output (from line {at + 1} on):\n"
-                                 + "\n".join(p.pattern for p in run) + "\n--- output:\n" + actual)
+            raise AssertionError(
+                f"{what}: not in the output (from line {at + 1} on):\n"
+                + "\n".join(p.pattern for p in run)
+                + "\n--- output:\n"
+                + actual
+            )
 
 
 def make_demo_command() -> list[str]:
@@ -87,12 +92,19 @@ def make_demo_command() -> list[str]:
 def run_sample(body: str, cwd: str, env: dict) -> None:
     for cmd, expected in commands(body):
         if cmd == "make demo":
-            p = subprocess.run(make_demo_command(), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+            p = subprocess.run(
+                make_demo_command(), cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+            )
         else:
             p = subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, (cmd, p.returncode, p.stderr)
-        check_lines(expected, p.stdout + p.stderr if cmd.startswith("profd start") or cmd.startswith("profd stop")
-                    else p.stdout, f"`{cmd}`")
+        check_lines(
+            expected,
+            p.stdout + p.stderr
+            if cmd.startswith("profd start") or cmd.startswith("profd stop")
+            else p.stdout,
+            f"`{cmd}`",
+        )
         if cmd.startswith("profd start"):
             _wait_for_a_report(cwd, env)
 
@@ -100,7 +112,9 @@ def run_sample(body: str, cwd: str, env: dict) -> None:
 def _wait_for_a_report(cwd, env, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        p = subprocess.run(["profd-client", "reports"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["profd-client", "reports"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        )
         if p.returncode == 0 and ".json" in p.stdout:  # not "no reports"
             return
         time.sleep(0.5)
@@ -108,22 +122,32 @@ def _wait_for_a_report(cwd, env, timeout=120):
 
 
 def _env(tmp_path) -> dict:
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", PROFD_STATE=str(tmp_path / "state"),
-               NO_COLOR="1")
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+        PROFD_STATE=str(tmp_path / "state"),
+        NO_COLOR="1",
+    )
     env.pop("PROFD_NO_DAEMON", None)
     return env
 
 
 def test_readme_make_demo_sample():
     body = next(b for _, b in blocks("README.md") if b.startswith("$ make demo"))
-    run_sample(body, ROOT, dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", NO_COLOR="1",
-                                PROFD_NO_DAEMON="1"))
+    run_sample(
+        body,
+        ROOT,
+        dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", NO_COLOR="1", PROFD_NO_DAEMON="1"),
+    )
 
 
 def test_readme_modules_sample():
     body = next(b for _, b in blocks("README.md") if b.startswith("$ profd-client modules"))
-    run_sample(body, ROOT, dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", NO_COLOR="1",
-                                PROFD_NO_DAEMON="1"))
+    run_sample(
+        body,
+        ROOT,
+        dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", NO_COLOR="1", PROFD_NO_DAEMON="1"),
+    )
 
 
 def test_readme_daemon_sample_runs_on_the_shipped_repo(tmp_path):
@@ -150,7 +174,9 @@ def match_json(sample, actual, where="$") -> None:
             match_json(v, actual[i], f"{where}[{i}]")
     elif isinstance(sample, str) and "..." in sample:
         pat = ".*".join(re.escape(p) for p in sample.split("..."))
-        assert isinstance(actual, str) and re.fullmatch(pat, actual, re.S), f"{where}: {actual!r} !~ {sample!r}"
+        assert isinstance(actual, str) and re.fullmatch(pat, actual, re.S), (
+            f"{where}: {actual!r} !~ {sample!r}"
+        )
     else:
         assert sample == actual, f"{where}: the doc says {sample!r}, the server {actual!r}"
 
@@ -158,7 +184,7 @@ def match_json(sample, actual, where="$") -> None:
 def _mcp_session_from_the_doc() -> str:
     text = open(os.path.join(ROOT, "docs", "mcp.md"), encoding="utf-8").read()
     code = next(b for b in re.findall(r"```python\n(.*?)\n```", text, re.S) if "call_tool" in b)
-    code = code.replace('command="profd"', f'command={os.path.join(BIN, "profd")!r}')
+    code = code.replace('command="profd"', f"command={os.path.join(BIN, 'profd')!r}")
     return "async def _session():\n" + textwrap.indent(code, "    ") + "\n    return res.structured_content\n"
 
 
@@ -181,7 +207,9 @@ def test_mcp_doc_sample_and_tool_table():
     match_json(json.loads(sample), got)
 
     async def tools(*extra):
-        params = StdioServerParameters(command=os.path.join(BIN, "profd"), args=["mcp", "--root", ROOT, *extra])
+        params = StdioServerParameters(
+            command=os.path.join(BIN, "profd"), args=["mcp", "--root", ROOT, *extra]
+        )
         async with stdio_client(params) as (r, w):
             async with ClientSession(r, w) as s:
                 await s.initialize()
@@ -189,5 +217,7 @@ def test_mcp_doc_sample_and_tool_table():
 
     text = open(os.path.join(ROOT, "docs", "mcp.md"), encoding="utf-8").read()
     table = set(re.findall(r"^\| `([a-z_]+)` \|", text, re.M))
-    assert table == asyncio.run(tools("--allow-workloads", "--allow-record")), "docs/mcp.md's tool table vs the server's tools"
+    assert table == asyncio.run(tools("--allow-workloads", "--allow-record")), (
+        "docs/mcp.md's tool table vs the server's tools"
+    )
     assert "module_tree" in table

@@ -3,6 +3,7 @@ not run), and its report is the full run's with only that rule's findings: the s
 byte for byte (impact, related locations, suppressions), and the same summary, hot lines and
 module tree. On real traces (shipped examples and corpus traces), for every rule that fires on
 them and one that does not."""
+
 import os
 
 import msgspec
@@ -12,10 +13,18 @@ from profd.protocol.catalog import RULES
 from profd.server.engine import Options, analyze_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRACES = [os.path.join(ROOT, "examples", f) for f in
-          ("tinygpt_naive.json.gz", "mlp_eager.1796061140317126347.pt.trace.json.gz", "seed_n64_bf16.json.gz")]
-TRACES += [os.path.join(ROOT, "examples", "corpus", "traces", f) for f in
-           ("attention_manual.json.gz", "cnn_conv_bias_bn.json.gz", "compiled_break.json.gz")]
+TRACES = [
+    os.path.join(ROOT, "examples", f)
+    for f in (
+        "tinygpt_naive.json.gz",
+        "mlp_eager.1796061140317126347.pt.trace.json.gz",
+        "seed_n64_bf16.json.gz",
+    )
+]
+TRACES += [
+    os.path.join(ROOT, "examples", "corpus", "traces", f)
+    for f in ("attention_manual.json.gz", "cnn_conv_bias_bn.json.gz", "compiled_break.json.gz")
+]
 WORKSPACE = [os.path.join(ROOT, "examples", "src"), os.path.join(ROOT, "examples", "corpus", "src")]
 
 

@@ -8,6 +8,7 @@ two gpu-idle-gap warnings with and one error without; host_sync_all five host-sy
 with; switchtf's host-syncs were information with and a warning without; misaligned_odd, recsys_embbag
 and cold_start differed too (24 of the 156 single-trace reports did).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,25 @@ def test_the_cli_exits_the_same_with_and_without_the_sources(tmp_path):
 
     client = os.path.join(os.path.dirname(sys.executable), "profd-client")
     naive = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
-    runs = [subprocess.run([client, "analyze", "--no-daemon", "--isolated", "--workspace", ws, "--fail-on",
-                            "error", "--statistics", naive], capture_output=True, text=True, timeout=300)
-            for ws in (os.path.join(ROOT, "examples", "src"), str(tmp_path))]
+    runs = [
+        subprocess.run(
+            [
+                client,
+                "analyze",
+                "--no-daemon",
+                "--isolated",
+                "--workspace",
+                ws,
+                "--fail-on",
+                "error",
+                "--statistics",
+                naive,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for ws in (os.path.join(ROOT, "examples", "src"), str(tmp_path))
+    ]
     assert runs[0].returncode == runs[1].returncode == 1
     assert runs[0].stdout == runs[1].stdout  # per rule and severity, the same counts

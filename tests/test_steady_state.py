@@ -1,5 +1,6 @@
 """The verdict judges the steady state: the window less its one-time set-up (issue 33). On the
 shared wild traces (examples/wild: strangers' recordings) and the corpus's wild recordings."""
+
 import os
 
 from conftest import ROOT

@@ -1,6 +1,7 @@
 """Inline suppression (``# profd: ignore[code]``, ``# noqa: code``) on a real trace's source lines:
 the engine drops the finding and counts it, the CLI (in-process and through the daemon) shows the
 same, and ``--statistics`` reports it."""
+
 import json
 import os
 import shutil
@@ -72,13 +73,15 @@ def test_a_bare_profd_ignore_drops_every_rule_on_its_line(src):
 def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
     _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
     args = ["analyze", "--isolated", "--workspace", src, "--fail-on", "never"]
-    local = subprocess.run([CLIENT, *args, "--no-daemon", "--format", "json", NAIVE], capture_output=True,
-                           text=True, timeout=120)
+    local = subprocess.run(
+        [CLIENT, *args, "--no-daemon", "--format", "json", NAIVE], capture_output=True, text=True, timeout=120
+    )
     rep = json.loads(local.stdout)["reports"][0]
     assert rep["suppressed"] == {"host-sync": 1}
     assert "host-sync" not in {d["code"] for d in rep["diagnostics"]}
-    st = subprocess.run([CLIENT, *args, "--no-daemon", "--statistics", NAIVE], capture_output=True,
-                        text=True, timeout=120)
+    st = subprocess.run(
+        [CLIENT, *args, "--no-daemon", "--statistics", NAIVE], capture_output=True, text=True, timeout=120
+    )
     row = next(l for l in st.stdout.splitlines() if " host-sync " in l)
     assert row.split()[0] == "0" and "(1 suppressed inline)" in row
     text = subprocess.run([CLIENT, *args, "--no-daemon", NAIVE], capture_output=True, text=True, timeout=120)
@@ -87,19 +90,26 @@ def test_cli_and_daemon_honour_it_and_statistics_count_it(src, tmp_path):
     env = dict(os.environ, PROFD_STATE=str(tmp_path / "state"))
     env.pop("PROFD_NO_DAEMON", None)
     try:
-        served = subprocess.run([CLIENT, *args, "--daemon", "--format", "json", NAIVE], capture_output=True, text=True,
-                                env=env, timeout=120)
+        served = subprocess.run(
+            [CLIENT, *args, "--daemon", "--format", "json", NAIVE],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert "started a daemon for later runs" in served.stderr and "profd stop" in served.stderr
         srep = json.loads(served.stdout)["reports"][0]
         assert srep["suppressed"] == {"host-sync": 1}
         assert [d["code"] for d in srep["diagnostics"]] == [d["code"] for d in rep["diagnostics"]]
-        again = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
-                               env=env, timeout=120)
+        again = subprocess.run(
+            [CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True, env=env, timeout=120
+        )
         assert again.stderr == ""  # a running daemon is used without a word
         # a comment added later: the daemon's report of the same trace is redone, not served stale
         _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[zero-grad-not-none]")
-        later = subprocess.run([CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True,
-                               env=env, timeout=120)
+        later = subprocess.run(
+            [CLIENT, *args, "--format", "json", NAIVE], capture_output=True, text=True, env=env, timeout=120
+        )
         lrep = json.loads(later.stdout)["reports"][0]
         assert lrep["suppressed"] == {"host-sync": 1, "zero-grad-not-none": 1}
     finally:
@@ -117,8 +127,13 @@ def test_a_comment_added_later_clears_the_editor_diagnostic_at_the_next_pull(src
     watch.mkdir()
     env = dict(os.environ)
     env.pop("PROFD_NO_DAEMON", None)
-    p = subprocess.run([PROFD, "start", "--watch", str(watch), "--workspace", src, "--state", str(state)],
-                       capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run(
+        [PROFD, "start", "--watch", str(watch), "--workspace", src, "--state", str(state)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads((state / "daemon.json").read_text())
     source = os.path.join(src, "train_tinygpt.py")
@@ -127,8 +142,9 @@ def test_a_comment_added_later_clears_the_editor_diagnostic_at_the_next_pull(src
         c = DaemonClient()
         await c.connect(doc["host"], doc["port"], doc["token"])
         try:
-            res = await c.request("textDocument/diagnostic", {"textDocument": {"uri": "file://" + source}},
-                                  timeout=30)
+            res = await c.request(
+                "textDocument/diagnostic", {"textDocument": {"uri": "file://" + source}}, timeout=30
+            )
             return {d["code"] for d in res["items"]}
         finally:
             await c.close()
@@ -142,7 +158,9 @@ def test_a_comment_added_later_clears_the_editor_diagnostic_at_the_next_pull(src
                 break
             time.sleep(0.1)
         assert "host-sync" in codes and "zero-grad-not-none" in codes
-        _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+        _edit(
+            src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]"
+        )
         after = asyncio.run(pull())
         assert "host-sync" not in after and "zero-grad-not-none" in after
     finally:
@@ -169,18 +187,23 @@ def test_a_file_level_comment_suppresses_its_codes_in_the_whole_file(src):
     assert other(rep) == other(base)
     with open(p, "w") as f:
         f.write(text + "\nimport os  # profd: ignore-file\n")  # not a line of its own: not file-level
-    assert [d.code for d in analyze_file(NAIVE, Options(workspace=[src])).diagnostics
-            if d.location.path == train] == [c for c in in_train]
+    assert [
+        d.code for d in analyze_file(NAIVE, Options(workspace=[src])).diagnostics if d.location.path == train
+    ] == [c for c in in_train]
 
 
 def test_unused_suppressions_are_reported_as_ruffs_rule_100(src):
     """``unused-suppression`` (ruff's RUF100): on tinygpt_naive's own source, a comment whose code
     a finding used is silent, each code that suppressed nothing is reported on its comment."""
-    used = _edit(src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]")
+    used = _edit(
+        src, "train_tinygpt.py", 'print("step", step, "loss", loss.item()', "# profd: ignore[host-sync]"
+    )
     half = _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[launch-storm, host-sync]")
     other = _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# noqa: E501, fp32-matmul")
     typo = _edit(src, "train_tinygpt.py", "opt.step()", "# profd: ignore[lunch-storm]")
-    never = _edit(src, "train_tinygpt.py", "def main(", "# profd: ignore[host-sync]")  # a def line: no op ran there
+    never = _edit(
+        src, "train_tinygpt.py", "def main(", "# profd: ignore[host-sync]"
+    )  # a def line: no op ran there
     rep = analyze_file(NAIVE, Options(workspace=[src]))
     found = {d.location.line: d for d in rep.diagnostics if d.code == "unused-suppression"}
     assert set(found) == {half, other, typo}, found
@@ -190,7 +213,7 @@ def test_unused_suppressions_are_reported_as_ruffs_rule_100(src):
     assert "no such rule" in found[typo].message
     d = found[half]
     text = open(os.path.join(src, "train_tinygpt.py")).read().split("\n")[half - 1]
-    assert text[d.location.column - 1:].startswith("# profd: ignore[")
+    assert text[d.location.column - 1 :].startswith("# profd: ignore[")
     assert d.severity == "information" and d.location.precision == "statement"
     # waived on its line as ruff's RUF100 is, and off with the rest of the rules
     _edit(src, "train_tinygpt.py", "x = xb.to(dev", "# profd: ignore[unused-suppression]")
@@ -202,10 +225,26 @@ def test_unused_suppressions_are_reported_as_ruffs_rule_100(src):
 
 def test_a_suppression_of_a_rule_left_out_is_not_unused(src):
     _edit(src, "train_tinygpt.py", "opt.zero_grad(", "# profd: ignore[launch-storm, host-sync]")
-    args = [CLIENT, "analyze", "--no-daemon", "--isolated", "--workspace", src, "--fail-on", "never",
-            "--format", "json"]
-    picked = json.loads(subprocess.run([*args, "--select", "launch-storm,unused-suppression", NAIVE],
-                                       capture_output=True, text=True, timeout=300).stdout)
+    args = [
+        CLIENT,
+        "analyze",
+        "--no-daemon",
+        "--isolated",
+        "--workspace",
+        src,
+        "--fail-on",
+        "never",
+        "--format",
+        "json",
+    ]
+    picked = json.loads(
+        subprocess.run(
+            [*args, "--select", "launch-storm,unused-suppression", NAIVE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
+    )
     assert not [d for d in picked["reports"][0]["diagnostics"] if d["code"] == "unused-suppression"]
     every = json.loads(subprocess.run([*args, NAIVE], capture_output=True, text=True, timeout=300).stdout)
     (d,) = [d for d in every["reports"][0]["diagnostics"] if d["code"] == "unused-suppression"]

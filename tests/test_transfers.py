@@ -5,6 +5,7 @@ Real traces: examples/wild/torchbench__trace.json.gz (pytorch/benchmark's copy b
 A100: 147 MiB HtoD and DtoH per step from pinned memory, no kernel) fires; a step of kernels with a
 few copies (tinygpt_naive, the H200 pinned/pageable copy traces of the corpus) does not.
 """
+
 import os
 
 import pytest
@@ -29,18 +30,23 @@ def test_a_step_of_copies_is_transfer_bound_not_overhead_bound():
     # 154,140,672 bytes each way per step, HtoD 30.6 ms (5.0 GB/s), DtoH 17.7 ms (8.7 GB/s)
     assert dirs["HtoD"]["bytes_per_step"] == pytest.approx(154_140_672)
     assert dirs["DtoH"]["bytes_per_step"] == pytest.approx(154_140_672)
-    assert dirs["HtoD"]["gb_per_s"] == pytest.approx(5.0, abs=0.1) and dirs["DtoH"]["gb_per_s"] == pytest.approx(8.7, abs=0.1)
+    assert dirs["HtoD"]["gb_per_s"] == pytest.approx(5.0, abs=0.1) and dirs["DtoH"][
+        "gb_per_s"
+    ] == pytest.approx(8.7, abs=0.1)
     assert d.evidence["pageable_share"] == 0.0 and "pinned" in d.message
     # the wait for the copies is not time a fix of the sync gives back: the copies still run
     (sw,) = [x for x in r.diagnostics if x.code == "sync-wait"]
     assert "copies" in sw.message and sw.impact_pct < 5
 
 
-@pytest.mark.parametrize("path", [
-    os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"),
-    os.path.join(ROOT, "examples", "corpus", "traces", "copies_pageable_nb.json.gz"),
-    os.path.join(ROOT, "examples", "corpus", "traces", "copies_pinned_nb.json.gz"),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"),
+        os.path.join(ROOT, "examples", "corpus", "traces", "copies_pageable_nb.json.gz"),
+        os.path.join(ROOT, "examples", "corpus", "traces", "copies_pinned_nb.json.gz"),
+    ],
+)
 def test_kernel_steps_with_some_copies_are_not_transfer_bound(path):
     doc, _, _ = loader.load(path)
     m = model.build(doc)

@@ -1,6 +1,7 @@
 """The watched folder: a real Core in this process (watchdog, SQLite, analysis processes), and the
 real daemon (``profd serve`` over TCP and stdio) where names, nesting, links, floods and inotify's
 limits are the subject: each file analysed once and complete, the same content never twice."""
+
 import asyncio
 import os
 import shutil
@@ -23,6 +24,7 @@ from daemon_cases import folders, served  # noqa: F401 (fixtures)
 
 from profd.protocol import methods as M
 
+
 class Recorder:
     def __init__(self):
         self.ready = []
@@ -42,8 +44,11 @@ class Recorder:
 async def core(tmp_path):
     watch = tmp_path / "watch"
     watch.mkdir()
-    c = Core(Config(watch=str(watch), workspace=[SRC], state=str(tmp_path / "state"), workers=2,
-                    settle=0.2, quiet=0.8))
+    c = Core(
+        Config(
+            watch=str(watch), workspace=[SRC], state=str(tmp_path / "state"), workers=2, settle=0.2, quiet=0.8
+        )
+    )
     rec = Recorder()
     c.sessions.add(rec)
     await c.start()
@@ -74,8 +79,10 @@ async def test_flood_of_1000_files_each_analysed_once(core):
     assert not any(e for _, _, e in core.rec.ready)
     assert len({p for _, p, _ in core.rec.ready}) == 1000  # none lost, none twice
     assert core.index.store.count() == 1000 and core.intake.queued == 0
-    print(f"\nflood: 1000 files written in {written:.2f} s, all analysed in {took:.2f} s, "
-          f"{core.analyses} analyses")
+    print(
+        f"\nflood: 1000 files written in {written:.2f} s, all analysed in {took:.2f} s, "
+        f"{core.analyses} analyses"
+    )
 
 
 async def test_slow_writer_analysed_once_complete(core):
@@ -85,7 +92,7 @@ async def test_slow_writer_analysed_once_complete(core):
     step = len(data) // n + 1
     with open(path, "wb") as f:
         for i in range(n):
-            f.write(data[i * step:(i + 1) * step])
+            f.write(data[i * step : (i + 1) * step])
             f.flush()
             # mostly faster than settle, sometimes a pause longer than settle (< quiet)
             await asyncio.sleep(0.5 if i % 10 == 9 else 0.05)
@@ -98,8 +105,7 @@ async def test_same_content_twice_costs_nothing(core):
     drop(core.watch, "seed_n64_bf16")
     await await_for(lambda: core.rec.ready, 20, "report")
     drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
-    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
-                    "link")
+    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10, "link")
     assert core.analyses == 1 and len(core.index) == 1
 
 
@@ -127,8 +133,11 @@ async def test_deleted_and_replaced_files_and_folder_recreated(core):
 
 
 async def test_foreign_and_empty_json_one_error_each(core):
-    for name, body in [("empty.json", b""), ("foreign.json", b'{"name": "package"}'),
-                       ("garbage.json.gz", os.urandom(3000))]:
+    for name, body in [
+        ("empty.json", b""),
+        ("foreign.json", b'{"name": "package"}'),
+        ("garbage.json.gz", os.urandom(3000)),
+    ]:
         with open(os.path.join(core.watch, name), "wb") as f:
             f.write(body)
     await await_for(lambda: len(core.rec.ready) == 3, 20, "three error reports")
@@ -159,8 +168,7 @@ async def test_big_file_hashed_beside_its_analysis_in_a_child(core, monkeypatch)
     assert core.rec.ready[0][2] is None
     # the same content under another name: hashed first (same size), linked, not analysed
     drop(core.watch, "seed_n64_bf16", as_name="again.json.gz")
-    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10,
-                    "link")
+    await await_for(lambda: core.index.store.file_key(os.path.join(core.watch, "again.json.gz")), 10, "link")
     assert core.analyses == 1 and len(core.index) == 1
 
 
@@ -181,6 +189,7 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
     to it, not analysed again), the path ends with A's report, and each content is analysed once.
     The swap is made at that instant by wrapping the analysis: no timing can place it there."""
     from profd.server.daemon import hashing
+
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     path = os.path.join(core.watch, "aba.json.gz")
     submit = core._submit
@@ -193,6 +202,7 @@ async def test_a_file_replaced_while_analysed_keeps_the_work_done(core, monkeypa
                 f.write(a)
             os.replace(tmp, path)  # A is back while B's result is on its way
         return got
+
     monkeypatch.setattr(core, "_submit", swap_after)
     tmp = os.path.join(core.watch, ".aba.part")
     with open(tmp, "wb") as f:
@@ -223,6 +233,7 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
     from profd.server.daemon import pool
     from profd.server.engine import Options
     from profd.server.engine import analyze as pipeline
+
     a, b = variant("seed_n64_bf16", 1), variant("seed_n64_bf16", 2)
     path = str(tmp_path / "t.json.gz")
     (tmp_path / "t.json.gz").write_bytes(a)
@@ -233,6 +244,7 @@ def test_the_worker_reads_the_file_it_opened_whatever_is_renamed_over_it(tmp_pat
         (tmp_path / ".b").write_bytes(b)
         os.replace(tmp_path / ".b", path)  # B is at the path now
         return real(p, opts)
+
     monkeypatch.setattr(pipeline, "analyze_trace", swapped_first)
     report, _summary, read = pool._analyze_held(path, Options())
     assert report.trace.sha256 == hashlib.sha256(gzip.decompress(a)).hexdigest()
@@ -244,12 +256,14 @@ async def test_the_newest_file_goes_first_however_long_the_backlog(tmp_path):
     """1,500 files are waiting (more than the 1,024 the queue once held: the rest polled for room
     every settle period) when one more arrives: it is the next one handled."""
     from profd.server.daemon.watcher import Intake
+
     gate, order = asyncio.Event(), []
 
     async def handle(path, sig):
         order.append(os.path.basename(path))
         await gate.wait()
         return None
+
     intake = Intake(asyncio.get_running_loop(), handle, settle=0.05, quiet=0.1, workers=1)
     intake.start()
     try:
@@ -275,10 +289,15 @@ async def test_the_newest_file_goes_first_however_long_the_backlog(tmp_path):
 # ---- the watcher's own costs under a flood (real watchdog, real inotify) ---------------------------
 async def _watching(tmp_path, seen):
     from profd.server.daemon.watcher import Watcher
+
     root = tmp_path / "w"
     root.mkdir()
-    w = Watcher(str(root), asyncio.get_running_loop(), lambda p: seen.append(("path", p)),
-                on_complete=lambda p: seen.append(("complete", p)))
+    w = Watcher(
+        str(root),
+        asyncio.get_running_loop(),
+        lambda p: seen.append(("path", p)),
+        on_complete=lambda p: seen.append(("complete", p)),
+    )
     drains = []
     orig = w._drain
     w._drain = lambda: (drains.append(len(w._inbox)), orig())
@@ -290,6 +309,7 @@ async def test_reads_of_watched_files_raise_no_events(tmp_path):
     """The daemon hashes and analyses every trace it is told of: those opens and reads must not
     come back as events (they queued in watchdog's observer ahead of the next user's file)."""
     from profd.server.daemon import watcher
+
     events = []
     orig = watcher._Events.on_any_event
     watcher._Events.on_any_event = lambda self, e: (events.append(e.event_type), orig(self, e))
@@ -342,6 +362,7 @@ def test_move_pairing_hold_is_short_on_this_watchdog():
     on the watchdog installed (it moved between watchdog 6 and 7), so an upgrade cannot quietly
     bring the stall back. What the hold costs under a flood: bench/flood_bench.py."""
     from profd.server.daemon import watcher
+
     held = watcher._pair_moves_quickly()
     assert held and all(cls.delay <= 0.005 for cls in held), held
 
@@ -395,9 +416,9 @@ async def test_symlinks_out_of_the_folder_are_not_followed(served, tmp_path):
 def test_rate_limit_sums_up_what_it_dropped():
     import logging
     from profd.server.daemon.cli import RateLimit
+
     f = RateLimit(burst=3, window=0.2)
-    recs = [logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
-            for _ in range(10)]
+    recs = [logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None) for _ in range(10)]
     assert [f.filter(r) for r in recs] == [True] * 3 + [False] * 7
     time.sleep(0.25)
     r = logging.LogRecord("profd", logging.WARNING, "", 0, "refused %s", ("x",), None)
@@ -429,8 +450,10 @@ async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
 
         async def settled():
             st = await c.request(M.STATUS, {})
-            return st if st["queued"] == 0 and st["running"] == 0 and \
-                st["analyses"] >= len(distinct) else None
+            return (
+                st if st["queued"] == 0 and st["running"] == 0 and st["analyses"] >= len(distinct) else None
+            )
+
         st = await await_for_async(settled, "the flood analysed", timeout=300)
         await asyncio.sleep(1.0)
         st = await c.request(M.STATUS, {})
@@ -443,11 +466,14 @@ async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
                 assert r["trace"]["sha256"] == hashlib.sha256(raw).hexdigest(), p
             else:
                 assert raw.startswith(b'{"traceEvents":[{"ph":"X","name":"'), p
-        assert st_then["queued"] + st_then["running"] > 0 or st_then["analyses"] < len(distinct), \
+        assert st_then["queued"] + st_then["running"] > 0 or st_then["analyses"] < len(distinct), (
             "the good trace was not reported ahead of the backlog"
-        print(f"\nflood: {len(contents)} paths written in {written:.2f} s, {len(distinct)} "
-              f"contents, good trace reported {latency:.2f} s after its drop "
-              f"(backlog then: {st_then['queued']} queued), all analysed once")
+        )
+        print(
+            f"\nflood: {len(contents)} paths written in {written:.2f} s, {len(distinct)} "
+            f"contents, good trace reported {latency:.2f} s after its drop "
+            f"(backlog then: {st_then['queued']} queued), all analysed once"
+        )
     finally:
         await c.close()
         d.stop()
@@ -455,8 +481,7 @@ async def test_flood_with_duplicates_renames_aba_and_invalid_files(folders):
 
 async def _ready(c, path):
     await asyncio.sleep(0.05)
-    return any(n.get("method") == M.REPORT_READY and n["params"]["path"] == path
-               for n in c.notifications)
+    return any(n.get("method") == M.REPORT_READY and n["params"]["path"] == path for n in c.notifications)
 
 
 def _same_size_and_mtime(path: str, data: bytes, in_place: bool) -> None:
@@ -490,22 +515,26 @@ async def test_another_content_with_the_old_size_and_mtime_is_analysed(folders, 
     (``cp -p``, ``rsync -a``, ``tar x``) kept the old report, live and after a restart. Now the
     inode and change time tell it: the new content gets its own report both ways."""
     from profd.server.daemon.core import Config, Core
+
     watch, state = folders
     a, b = _two_contents()
 
     async def started():
-        c = Core(Config(watch=str(watch), workspace=[SRC], state=str(state), workers=1,
-                        settle=0.1, quiet=0.5))
+        c = Core(
+            Config(watch=str(watch), workspace=[SRC], state=str(state), workers=1, settle=0.1, quiet=0.5)
+        )
         await c.start()
         return c
+
     c = await started()
     try:
         path = put(str(watch), "t.json", a)
         await await_for(lambda: c.index.key_of_trace(path) is not None, 30, "the first content's report")
         first = c.index.key_of_trace(path)
         _same_size_and_mtime(path, b, in_place)  # live
-        await await_for(lambda: c.index.key_of_trace(path) not in (None, first), 30,
-                        "the second content's report")
+        await await_for(
+            lambda: c.index.key_of_trace(path) not in (None, first), 30, "the second content's report"
+        )
         second = c.index.key_of_trace(path)
     finally:
         await c.stop()
@@ -535,8 +564,7 @@ async def test_names_that_are_not_utf8_are_skipped_not_failed(served, tmp_path):
     with open(os.path.join(os.fsencode(d.watch), b"bad\xff\xfe.json.gz"), "wb") as f:
         f.write(trace_bytes("seed_n64_bf16"))
     raw = gzip.decompress(trace_bytes("seed_n4096_bf16"))
-    named = put(d.watch, "named.json.gz", gzip.compress(
-        raw.replace(b'"seed_matmul.py(', b'"only_here.py(')))
+    named = put(d.watch, "named.json.gz", gzip.compress(raw.replace(b'"seed_matmul.py(', b'"only_here.py(')))
     good = drop(d.watch, "seed_n4096_bf16")
     await wait_status(d, lambda st: st["reports"] == 2 and st["queued"] == 0, "two reports")
     listed = await d.request(M.REPORTS, {})
@@ -596,8 +624,9 @@ async def test_folders_nested_past_the_recursion_limit(served, tmp_path):
         os.rename(os.path.join(out, "a"), os.path.join(d.watch, "b"))
         deep = os.path.join(d.watch, "b", *["a"] * 39, "t.json.gz")
         later = drop(d.watch, "seed_n4096_bf16", "later.json.gz")
-        await await_for_async(lambda: _paths_are(d, {first, deep, later}),
-                              "the moved-in and the later trace", timeout=60)
+        await await_for_async(
+            lambda: _paths_are(d, {first, deep, later}), "the moved-in and the later trace", timeout=60
+        )
         assert "Traceback" not in d.log_text()
     finally:
         subprocess.run(["rm", "-rf", d.watch, str(tmp_path / "out")], check=False)  # (rmtree
@@ -612,14 +641,13 @@ async def _paths_are(d, want: set) -> bool:
     return True
 
 
-LIMITED = "echo 40 > /proc/sys/user/max_inotify_watches && exec \"$@\""
+LIMITED = 'echo 40 > /proc/sys/user/max_inotify_watches && exec "$@"'
 
 
 def _limited_or_skip() -> None:
     """A user namespace of our own, where the inotify watch limit can be lowered for this
     daemon alone (never the machine's, shared with everything else)."""
-    r = subprocess.run(["unshare", "-Ur", "sh", "-c", LIMITED, "sh", "true"],
-                       capture_output=True)
+    r = subprocess.run(["unshare", "-Ur", "sh", "-c", LIMITED, "sh", "true"], capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"no user namespace to lower the inotify limit in: {r.stderr.decode()[:200]}")
 
@@ -641,17 +669,31 @@ async def test_folders_past_the_inotify_watch_limit_are_looked_into(folders, whe
     log = open(d.log_path, "ab")
     d.log = log
     d.proc = subprocess.Popen(
-        ["unshare", "-Ur", "sh", "-c", LIMITED, "sh",
-         *serve_cmd(watch, state, "--log-level", "INFO", transport=("--tcp", "127.0.0.1:0"))],
-        stdout=log, stderr=log, start_new_session=True)
+        [
+            "unshare",
+            "-Ur",
+            "sh",
+            "-c",
+            LIMITED,
+            "sh",
+            *serve_cmd(watch, state, "--log-level", "INFO", transport=("--tcp", "127.0.0.1:0")),
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
-        d.doc = wait_for(lambda: _daemon_doc(os.path.join(str(state), "daemon.json"),
-                                             d.proc.pid), 30, "daemon.json")
+        d.doc = wait_for(
+            lambda: _daemon_doc(os.path.join(str(state), "daemon.json"), d.proc.pid), 30, "daemon.json"
+        )
         if when == "while running":
             for s_ in subs:
                 os.mkdir(s_)
-        wait_for(lambda: "cannot be watched (the inotify watch limit" in d.log_text(), 30,
-                 "the daemon saying some folders are not watched")
+        wait_for(
+            lambda: "cannot be watched (the inotify watch limit" in d.log_text(),
+            30,
+            "the daemon saying some folders are not watched",
+        )
         paths = [put(subs[i], "t.json.gz", variant("seed_n64_bf16", i)) for i in (0, 50, 99)]
         for p in paths:
             await await_for_async(lambda: _reported(d.doc, p), f"a report of {p}", timeout=60)

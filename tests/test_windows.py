@@ -1,5 +1,6 @@
 """Steps without ProfilerStep markers and one-time set-up (issue 33 A), on real traces of the
 corpus's wild part: recorded on the H200 the way people profile (examples/corpus/record_wild.sh)."""
+
 import os
 
 from conftest import ROOT

@@ -10,6 +10,7 @@ Over TCP the daemon writes ``STATE/daemon.json`` ({host, port, pid, token, ...},
 it listens, and removes it when it stops. Clients send the token in
 ``initializationOptions.token``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,77 +36,161 @@ def default_state() -> str:
     if env:
         return env
     from platformdirs import user_cache_dir
+
     return user_cache_dir("profd")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", metavar="DIR", help="folder to watch for new traces")
-    p.add_argument("--workspace", action="append", default=[], metavar="DIR",
-                   help="workspace root for mapping frame paths (repeatable)")
-    p.add_argument("--path-map", action="append", default=[], metavar="REMOTE=LOCAL",
-                   help="map a frame path prefix from the profiled machine onto a local folder (repeatable)")
-    p.add_argument("--disable", action="append", default=[], metavar="CODES",
-                   help="rules not to run (comma-separated codes or families; repeatable)")
-    p.add_argument("--state", metavar="DIR", help="state dir (default: $PROFD_STATE or user cache dir / profd)")
-    p.add_argument("--allow", action="append", default=[], metavar="DIR",
-                   help="profd/analyze may read only under these (default: watch + workspace)")
+    p.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="workspace root for mapping frame paths (repeatable)",
+    )
+    p.add_argument(
+        "--path-map",
+        action="append",
+        default=[],
+        metavar="REMOTE=LOCAL",
+        help="map a frame path prefix from the profiled machine onto a local folder (repeatable)",
+    )
+    p.add_argument(
+        "--disable",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="rules not to run (comma-separated codes or families; repeatable)",
+    )
+    p.add_argument(
+        "--state", metavar="DIR", help="state dir (default: $PROFD_STATE or user cache dir / profd)"
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="profd/analyze may read only under these (default: watch + workspace)",
+    )
     p.add_argument("--workers", type=int, default=2, help="analysis processes (default 2)")
-    p.add_argument("--analysis-timeout", type=float, default=300.0, metavar="S",
-                   help="end an analysis after S seconds with an error report (default 300)")
-    p.add_argument("--analysis-mb", type=int, default=0, metavar="MB",
-                   help="end an analysis holding more than MB of memory with an error report "
-                        "(default: half the machine's memory shared by the workers, >= 1024)")
-    p.add_argument("--log-file", metavar="PATH",
-                   help="log here, rotated at 10 MB (3 kept), instead of stderr")
+    p.add_argument(
+        "--analysis-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="end an analysis after S seconds with an error report (default 300)",
+    )
+    p.add_argument(
+        "--analysis-mb",
+        type=int,
+        default=0,
+        metavar="MB",
+        help="end an analysis holding more than MB of memory with an error report "
+        "(default: half the machine's memory shared by the workers, >= 1024)",
+    )
+    p.add_argument(
+        "--log-file", metavar="PATH", help="log here, rotated at 10 MB (3 kept), instead of stderr"
+    )
     p.add_argument("--auth-timeout", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--settle", type=float, default=0.3, help=argparse.SUPPRESS)
     p.add_argument("--quiet", type=float, default=2.0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR (default: WARNING)")
-    p.add_argument("--allow-record", action="store_true",
-                   help="offer profd.record (run a workspace script under the profiler) to TCP clients "
-                        "too; the editor's own stdio session always has it")
-    p.add_argument("--idle-exit", type=float, default=0.0, metavar="S",
-                   help="TCP: exit after S seconds without any client (0: never)")
+    p.add_argument(
+        "--allow-record",
+        action="store_true",
+        help="offer profd.record (run a workspace script under the profiler) to TCP clients "
+        "too; the editor's own stdio session always has it",
+    )
+    p.add_argument(
+        "--idle-exit",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="TCP: exit after S seconds without any client (0: never)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="profd", description="profd daemon: the findings over LSP (stdio or TCP), a watched folder, MCP",
+        prog="profd",
+        description="profd daemon: the findings over LSP (stdio or TCP), a watched folder, MCP",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="environment:\n  PROFD_STATE            the state folder (default: the user cache dir, profd)\n"
-               "  PROFD_MAX_TRACE_BYTES  largest trace, inflated, read before refusing it (default: 16 GiB)\n"
-               "  PROFD_DOCS_URL         base URL of the rule docs for links (default: the installed docs)")
+        "  PROFD_MAX_TRACE_BYTES  largest trace, inflated, read before refusing it (default: 16 GiB)\n"
+        "  PROFD_DOCS_URL         base URL of the rule docs for links (default: the installed docs)",
+    )
     p.add_argument("--version", action="version", version=f"profd {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve LSP over stdio (default) or TCP")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (what an editor spawns; the default)")
-    g.add_argument("--tcp", metavar="HOST:PORT", help="listen on HOST:PORT (port 0: any free one) with a token in STATE/daemon.json")
+    g.add_argument(
+        "--stdio", action="store_true", help="speak LSP on stdin/stdout (what an editor spawns; the default)"
+    )
+    g.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        help="listen on HOST:PORT (port 0: any free one) with a token in STATE/daemon.json",
+    )
     _common(s)
     st = sub.add_parser("start", help="start a background TCP daemon")
-    st.add_argument("--tcp", metavar="HOST:PORT", default="127.0.0.1:0", help="where to listen (default: loopback, any free port)")
+    st.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        default="127.0.0.1:0",
+        help="where to listen (default: loopback, any free port)",
+    )
     st.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for it to listen")
-    st.add_argument("--replace", action="store_true",
-                    help="a daemon already runs with other settings: stop it and start this one")
+    st.add_argument(
+        "--replace",
+        action="store_true",
+        help="a daemon already runs with other settings: stop it and start this one",
+    )
     _common(st)
     for name in ("stop", "status"):
-        x = sub.add_parser(name, help=f"{name} the background daemon",
-                           epilog="exit status: 0 done, 1 no daemon running, 2 bad usage or an internal error")
-        x.add_argument("--state", metavar="DIR", help="its state dir (default: $PROFD_STATE or user cache dir / profd)")
+        x = sub.add_parser(
+            name,
+            help=f"{name} the background daemon",
+            epilog="exit status: 0 done, 1 no daemon running, 2 bad usage or an internal error",
+        )
+        x.add_argument(
+            "--state", metavar="DIR", help="its state dir (default: $PROFD_STATE or user cache dir / profd)"
+        )
     m = sub.add_parser("mcp", help="serve the findings to coding agents over MCP (stdio)")
-    m.add_argument("--root", action="append", default=[], metavar="DIR",
-                   help="the tools may read traces and sources only under these (repeatable; default: .)")
-    m.add_argument("--workspace", action="append", default=[], metavar="DIR",
-                   help="where the sources live, for mapping frames (default: the roots)")
-    m.add_argument("--state", metavar="DIR", help="a running daemon's state dir: analyses go through "
-                   "it, sharing its reports and store (default: user cache dir / profd)")
+    m.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="the tools may read traces and sources only under these (repeatable; default: .)",
+    )
+    m.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="where the sources live, for mapping frames (default: the roots)",
+    )
+    m.add_argument(
+        "--state",
+        metavar="DIR",
+        help="a running daemon's state dir: analyses go through "
+        "it, sharing its reports and store (default: user cache dir / profd)",
+    )
     m.add_argument("--no-daemon", action="store_true", help="always analyse in this process")
-    m.add_argument("--allow-workloads", action="store_true",
-                   help="offer run_workload (the built-in workloads only)")
-    m.add_argument("--workload-dir", metavar="DIR", help="where run_workload and record_program write traces "
-                   "(default: ROOT/profd-traces)")
-    m.add_argument("--allow-record", action="store_true",
-                   help="offer record_program (run a Python program under the roots under the profiler)")
+    m.add_argument(
+        "--allow-workloads", action="store_true", help="offer run_workload (the built-in workloads only)"
+    )
+    m.add_argument(
+        "--workload-dir",
+        metavar="DIR",
+        help="where run_workload and record_program write traces (default: ROOT/profd-traces)",
+    )
+    m.add_argument(
+        "--allow-record",
+        action="store_true",
+        help="offer record_program (run a Python program under the roots under the profiler)",
+    )
     return p
 
 
@@ -119,13 +204,20 @@ def _config(ns):
             print(f"profd: --{e}", file=sys.stderr)
             raise SystemExit(2)
 
-    return Config(watch=os.path.abspath(ns.watch) if ns.watch else None,
-                  workspace=[os.path.abspath(w) for w in ns.workspace],
-                  path_map=pm(ns.path_map), disabled=disabled_codes(ns.disable),
-                  state=os.path.abspath(ns.state or default_state()),
-                  allow=[os.path.abspath(a) for a in ns.allow], workers=max(1, ns.workers),
-                  settle=ns.settle, quiet=ns.quiet, analysis_timeout=ns.analysis_timeout,
-                  analysis_mb=ns.analysis_mb, allow_record=ns.allow_record)
+    return Config(
+        watch=os.path.abspath(ns.watch) if ns.watch else None,
+        workspace=[os.path.abspath(w) for w in ns.workspace],
+        path_map=pm(ns.path_map),
+        disabled=disabled_codes(ns.disable),
+        state=os.path.abspath(ns.state or default_state()),
+        allow=[os.path.abspath(a) for a in ns.allow],
+        workers=max(1, ns.workers),
+        settle=ns.settle,
+        quiet=ns.quiet,
+        analysis_timeout=ns.analysis_timeout,
+        analysis_mb=ns.analysis_mb,
+        allow_record=ns.allow_record,
+    )
 
 
 def disabled_codes(items: list[str]) -> set[str]:
@@ -165,8 +257,9 @@ class RateLimit(logging.Filter):
                 self.seen.clear()
             self.seen[key] = w = [now, 0]
             if dropped:
-                record.msg = f"{record.msg} [{dropped} more like this in the last " \
-                             f"{self.window:.0f} s not logged]"
+                record.msg = (
+                    f"{record.msg} [{dropped} more like this in the last {self.window:.0f} s not logged]"
+                )
         w[1] += 1
         if w[1] > 1:
             record.exc_info, record.exc_text, record.stack_info = None, None, None
@@ -176,10 +269,10 @@ class RateLimit(logging.Filter):
 def _logging(level: str, log_file: Optional[str] = None) -> None:
     if log_file:
         from logging.handlers import RotatingFileHandler
+
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.close(fd)
-        handler: logging.Handler = RotatingFileHandler(log_file, maxBytes=10 << 20,
-                                                       backupCount=3)
+        handler: logging.Handler = RotatingFileHandler(log_file, maxBytes=10 << 20, backupCount=3)
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -194,8 +287,9 @@ def _loop_errors(loop, context: dict) -> None:
     exc = context.get("exception")
     if isinstance(exc, asyncio.CancelledError):  # a callback (asyncio's streams in 3.11, pygls)
         return  # reading a task cancelled at a stop: not an error
-    logging.getLogger("profd.loop").error("profd: %s%s", context.get("message", "event loop error"),
-                                          f": {exc!r}" if exc else "")
+    logging.getLogger("profd.loop").error(
+        "profd: %s%s", context.get("message", "event loop error"), f": {exc!r}" if exc else ""
+    )
 
 
 def write_private_json(path: str, doc: dict) -> None:
@@ -233,6 +327,7 @@ def cmd_serve(ns) -> int:
         return 2
     _logging(ns.log_level, ns.log_file)
     import faulthandler
+
     faulthandler.enable()  # SIGSEGV/SIGBUS/...: the stacks on stderr, not a silent death
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     cfg = _config(ns)
@@ -243,6 +338,7 @@ def cmd_serve(ns) -> int:
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but LSP may reach the real stdout
+
     async def main():
         asyncio.get_running_loop().set_exception_handler(_loop_errors)
         return await run_stdio(Core(cfg, "stdio"), stdin, stdout)
@@ -253,8 +349,7 @@ def cmd_serve(ns) -> int:
         return 0
 
 
-async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0,
-                     auth_timeout: float = 10.0) -> int:
+async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0, auth_timeout: float = 10.0) -> int:
     from .core import Core
     from .transport import TcpServer
 
@@ -268,17 +363,29 @@ async def _serve_tcp(cfg, hostport: str, idle_exit: float = 0.0,
     h, p = await srv.start()
     path = os.path.join(cfg.state, DAEMON_FILE)
     try:
-        write_private_json(path, {"host": h, "port": p, "pid": os.getpid(), "token": token,
-                                  "watch": cfg.watch, "workspace": cfg.workspace,
-                                  "version": __version__, "started": time.time()})
+        write_private_json(
+            path,
+            {
+                "host": h,
+                "port": p,
+                "pid": os.getpid(),
+                "token": token,
+                "watch": cfg.watch,
+                "workspace": cfg.workspace,
+                "version": __version__,
+                "started": time.time(),
+            },
+        )
     except OSError as e:  # clients find a TCP daemon (and its token) only through that file
-        logging.getLogger("profd").error("profd: cannot write %s (%s); a TCP daemon needs a "
-                                         "writable --state folder", path, e.strerror or e)
+        logging.getLogger("profd").error(
+            "profd: cannot write %s (%s); a TCP daemon needs a writable --state folder", path, e.strerror or e
+        )
         await srv.close()
         await core.stop()
         return 2
-    logging.getLogger("profd").warning("profd %s listening on %s:%s (pid %d, state %s)",
-                                       __version__, h, p, os.getpid(), cfg.state)
+    logging.getLogger("profd").warning(
+        "profd %s listening on %s:%s (pid %d, state %s)", __version__, h, p, os.getpid(), cfg.state
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -329,9 +436,14 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
     since = os.fstat(fd).st_size  # what this start writes there comes after
     # -c, not -m: -m puts the current folder first on sys.path, and a folder there named profd/
     # (a checkout, a project of that name) was imported instead of profd (ImportError)
-    proc = subprocess.Popen([sys.executable, "-c", _DAEMON_MAIN, "serve", *argv_opts,
-                             "--state", state, "--log-file", log_path], stdin=subprocess.DEVNULL,
-                            stdout=fd, stderr=fd, start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DAEMON_MAIN, "serve", *argv_opts, "--state", state, "--log-file", log_path],
+        stdin=subprocess.DEVNULL,
+        stdout=fd,
+        stderr=fd,
+        start_new_session=True,
+        close_fds=True,
+    )
     os.close(fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -341,11 +453,15 @@ def start_daemon(argv_opts: list[str], state: str, timeout: float = 20.0) -> dic
         if proc.poll() is not None:
             raise SystemExit(f"profd: the daemon exited ({proc.returncode}){_see(log_path, err_path, since)}")
         time.sleep(0.05)
-    raise SystemExit(f"profd: the daemon did not start within {timeout:.0f} s{_see(log_path, err_path, since)}")
+    raise SystemExit(
+        f"profd: the daemon did not start within {timeout:.0f} s{_see(log_path, err_path, since)}"
+    )
 
 
-_DAEMON_MAIN = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-                "from profd.server.daemon.cli import main; sys.exit(main())")
+_DAEMON_MAIN = (
+    "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+    "from profd.server.daemon.cli import main; sys.exit(main())"
+)
 
 
 def _see(log_path: str, err_path: str, since: int = 0) -> str:
@@ -386,13 +502,18 @@ def cmd_start(ns) -> int:
     if doc:
         have = _settings(doc)
         if have == want or (not ns.watch and not ns.workspace):
-            print(f"profd: already running: {doc['host']}:{doc['port']} pid {doc['pid']}, "
-                  f"{_watching(doc.get('watch'))}")
+            print(
+                f"profd: already running: {doc['host']}:{doc['port']} pid {doc['pid']}, "
+                f"{_watching(doc.get('watch'))}"
+            )
             return 0
         if not ns.replace:
-            print(f"profd: a daemon already runs (pid {doc['pid']}, {_watching(have[0])}, workspace "
-                  f"{', '.join(have[1]) or 'none'}); it was not changed. `profd start --replace ...` stops it "
-                  "and starts one with these settings, `profd stop` stops it", file=sys.stderr)
+            print(
+                f"profd: a daemon already runs (pid {doc['pid']}, {_watching(have[0])}, workspace "
+                f"{', '.join(have[1]) or 'none'}); it was not changed. `profd start --replace ...` stops it "
+                "and starts one with these settings, `profd stop` stops it",
+                file=sys.stderr,
+            )
             return 2
         if cmd_stop(ns) != 0:
             return 1
@@ -409,12 +530,23 @@ def cmd_start(ns) -> int:
         opts += ["--allow", os.path.abspath(a)]
     if ns.allow_record:
         opts.append("--allow-record")
-    opts += ["--workers", str(ns.workers), "--log-level", ns.log_level,
-             "--idle-exit", str(ns.idle_exit), "--analysis-timeout", str(ns.analysis_timeout),
-             "--analysis-mb", str(ns.analysis_mb)]
+    opts += [
+        "--workers",
+        str(ns.workers),
+        "--log-level",
+        ns.log_level,
+        "--idle-exit",
+        str(ns.idle_exit),
+        "--analysis-timeout",
+        str(ns.analysis_timeout),
+        "--analysis-mb",
+        str(ns.analysis_mb),
+    ]
     doc = start_daemon(opts, state, ns.timeout)
-    print(f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']}, {_watching(doc.get('watch'))} "
-          f"(state {state})")
+    print(
+        f"profd: started on {doc['host']}:{doc['port']} pid {doc['pid']}, {_watching(doc.get('watch'))} "
+        f"(state {state})"
+    )
     return 0
 
 
@@ -482,10 +614,12 @@ def cmd_status(ns) -> int:
     from .rpc import status_sync
 
     st = status_sync(doc)
-    print(f"profd {st['version']}: pid {st['pid']} on {doc['host']}:{doc['port']}, "
-          f"{_watching(st['watch'])}, {st['reports']} reports, {st['queued']} queued, "
-          f"{st['running']} running, {st['analyses']} analyses, {st['sessions']} sessions, "
-          f"up {st['uptimeS']:.0f} s")
+    print(
+        f"profd {st['version']}: pid {st['pid']} on {doc['host']}:{doc['port']}, "
+        f"{_watching(st['watch'])}, {st['reports']} reports, {st['queued']} queued, "
+        f"{st['running']} running, {st['analyses']} analyses, {st['sessions']} sessions, "
+        f"up {st['uptimeS']:.0f} s"
+    )
     return 0
 
 
@@ -502,10 +636,16 @@ def cmd_mcp(ns) -> int:
             print(f"profd: --root {r}: not a folder", file=sys.stderr)
             return 2
     state = os.path.abspath(ns.state or default_state())
-    serve(Config(roots=roots, workspace=[os.path.realpath(w) for w in ns.workspace],
-                 find_daemon=(lambda: None) if ns.no_daemon else (lambda: running(state)),
-                 allow_workloads=ns.allow_workloads, allow_record=ns.allow_record,
-                 workload_dir=os.path.abspath(ns.workload_dir) if ns.workload_dir else None))
+    serve(
+        Config(
+            roots=roots,
+            workspace=[os.path.realpath(w) for w in ns.workspace],
+            find_daemon=(lambda: None) if ns.no_daemon else (lambda: running(state)),
+            allow_workloads=ns.allow_workloads,
+            allow_record=ns.allow_record,
+            workload_dir=os.path.abspath(ns.workload_dir) if ns.workload_dir else None,
+        )
+    )
     return 0
 
 
@@ -516,8 +656,10 @@ def internal_error(prog: str, state: Optional[str] = None) -> int:
     import traceback
 
     e = sys.exc_info()[1]
-    text = f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {prog} {__version__} {' '.join(sys.argv[1:])[:2000]}\n" \
+    text = (
+        f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {prog} {__version__} {' '.join(sys.argv[1:])[:2000]}\n"
         + traceback.format_exc()
+    )
     log = None
     for d in (state or _state_or_none(), tempfile.gettempdir()):
         if not d:
@@ -534,8 +676,10 @@ def internal_error(prog: str, state: Optional[str] = None) -> int:
         except OSError:
             continue
     what = f"{type(e).__name__}: {e}".splitlines()[0][:300] if e else "unknown error"
-    print(f"{prog}: internal error: {what}" + (f" (traceback in {log}; please report it)" if log else ""),
-          file=sys.stderr)
+    print(
+        f"{prog}: internal error: {what}" + (f" (traceback in {log}; please report it)" if log else ""),
+        file=sys.stderr,
+    )
     return 2
 
 
@@ -552,8 +696,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if extra:
         p._subparsers._group_actions[0].choices[ns.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return {"serve": cmd_serve, "start": cmd_start, "stop": cmd_stop,
-                "status": cmd_status, "mcp": cmd_mcp}[ns.cmd](ns)
+        return {
+            "serve": cmd_serve,
+            "start": cmd_start,
+            "stop": cmd_stop,
+            "status": cmd_status,
+            "mcp": cmd_mcp,
+        }[ns.cmd](ns)
     except KeyboardInterrupt:
         return 130
     except SystemExit:

@@ -7,6 +7,7 @@ Dask distributed rather than Ray: the per-trace task is a plain Python function 
 shared filesystem, which ``Client.map`` runs as-is on any existing Dask cluster (or on Dask's
 ``dask-ray`` / Kubernetes / SLURM deployments); install with ``pip install 'profd[cluster]'``.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,11 @@ def trace_files(folder: str) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        out += [os.path.join(dirpath, f) for f in sorted(filenames)
-                if f.endswith(TRACE_SUFFIXES) and not f.startswith(".")]
+        out += [
+            os.path.join(dirpath, f)
+            for f in sorted(filenames)
+            if f.endswith(TRACE_SUFFIXES) and not f.startswith(".")
+        ]
     return out
 
 
@@ -51,8 +55,9 @@ def trace_paths(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def summarize_all(paths: list[str], options=None, cluster: Optional[str] = None, client=None,
-                  workers: Optional[int] = None) -> Iterator[RankSummary]:
+def summarize_all(
+    paths: list[str], options=None, cluster: Optional[str] = None, client=None, workers: Optional[int] = None
+) -> Iterator[RankSummary]:
     """Rank summaries as they complete: on the Dask cluster at ``cluster`` (an address such as
     ``tcp://scheduler:8786``) or ``client`` when given, else on a local pool of ``workers`` processes."""
     if client is not None or cluster:
@@ -86,8 +91,13 @@ def _dask(paths, options, address, client) -> Iterator[RankSummary]:
         client = Client(address)
     try:
         # pure=False: the same path may hold a new trace next time; key by path for readable dashboards
-        futures = client.map(summarize_rank_task, paths, options=options, pure=False,
-                             key=[f"profd-summary-{i}" for i in range(len(paths))])
+        futures = client.map(
+            summarize_rank_task,
+            paths,
+            options=options,
+            pure=False,
+            key=[f"profd-summary-{i}" for i in range(len(paths))],
+        )
         path_of = {f.key: p for f, p in zip(futures, paths)}
         for fut in dask_completed(futures):
             try:
@@ -101,8 +111,13 @@ def _dask(paths, options, address, client) -> Iterator[RankSummary]:
             client.close()
 
 
-def summarize_paths(paths: Iterable[str], options=None, cluster: Optional[str] = None, client=None,
-                    workers: Optional[int] = None) -> list[RankSummary]:
+def summarize_paths(
+    paths: Iterable[str],
+    options=None,
+    cluster: Optional[str] = None,
+    client=None,
+    workers: Optional[int] = None,
+) -> list[RankSummary]:
     """Every trace's summary (files, or folders' traces), from the pool or the cluster; a trace the
     task failed on gives a summary carrying ``error``. Paths are sent absolute: a worker resolves
     a relative path against its own working directory."""
@@ -114,7 +129,12 @@ def reduce_summaries(summaries: Iterable[RankSummary]) -> list[JobReport]:
     return [reduce_job(g) for g in group_jobs(summaries)]
 
 
-def analyze_job_paths(paths: Iterable[str], options=None, cluster: Optional[str] = None, client=None,
-                      workers: Optional[int] = None) -> list[JobReport]:
+def analyze_job_paths(
+    paths: Iterable[str],
+    options=None,
+    cluster: Optional[str] = None,
+    client=None,
+    workers: Optional[int] = None,
+) -> list[JobReport]:
     """The job reports of the traces (files or folders), computed on the pool or the cluster."""
     return reduce_summaries(summarize_paths(paths, options, cluster=cluster, client=client, workers=workers))

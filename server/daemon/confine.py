@@ -11,6 +11,7 @@ trace). A path holding a NUL byte, or that cannot be resolved, is inside nothing
 ``shown`` cuts a path (or any client-given text) for an echo in an error message: a 10 MB path
 is not sent back whole.
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ text (``sources.SOURCES``) and the watched folder (``watcher``). What stays here
 that joins them (a watched file or a profd/analyze request -> hash -> analyse -> store -> tell
 every session), the options in force, and the findings no file here could place.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -64,10 +65,13 @@ class Config:
 
     def options(self) -> Options:
         """The engine's options of the analyses of the watched folder (the daemon's own)."""
-        return Options(workspace=list(self.workspace), path_map=list(self.path_map),
-                       disabled=set(self.disabled),
-                       thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
-                       library_lines=self.library_lines)
+        return Options(
+            workspace=list(self.workspace),
+            path_map=list(self.path_map),
+            disabled=set(self.disabled),
+            thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
+            library_lines=self.library_lines,
+        )
 
 
 class Session(Protocol):
@@ -131,8 +135,13 @@ class Core:
         self._settling: Optional[asyncio.Task] = None
         # Reports with findings that could not be placed on a file here: key -> (trace path,
         # {frame base name: frame paths}); and the path maps found that would place them.
-        self.unplaced = UnplacedFindings(self.index, lambda: self.cfg.workspace, self.io,
-                                         lambda key: self._notify("unplaced", key), lambda: self.loop)
+        self.unplaced = UnplacedFindings(
+            self.index,
+            lambda: self.cfg.workspace,
+            self.io,
+            lambda key: self._notify("unplaced", key),
+            lambda: self.loop,
+        )
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def start(self, watch: bool = True) -> None:
@@ -145,10 +154,14 @@ class Core:
         self.index.open(os.path.join(self.cfg.state, "profd.sqlite3"), self.loop)
         # The workers spawn and import the engine now, not on the first trace.
         mem = (self.cfg.analysis_mb << 20) or default_memory_budget(self.cfg.workers)
-        self._pool = WorkerPool(self.cfg.workers, self.transport == "stdio",
-                             self.cfg.analysis_timeout, mem)
-        self.intake = Intake(self.loop, self._handle_watched, settle=self.cfg.settle,
-                             quiet=self.cfg.quiet, workers=self.cfg.workers)
+        self._pool = WorkerPool(self.cfg.workers, self.transport == "stdio", self.cfg.analysis_timeout, mem)
+        self.intake = Intake(
+            self.loop,
+            self._handle_watched,
+            settle=self.cfg.settle,
+            quiet=self.cfg.quiet,
+            workers=self.cfg.workers,
+        )
         self.intake.start()
         self._deferred = not watch
         if watch:
@@ -170,8 +183,12 @@ class Core:
         """Until a report shows on ``source`` or nothing is left to analyse (at most
         ``timeout`` s): what a pull that arrives before its report waits for."""
         deadline = time.monotonic() + timeout
-        while self.busy and time.monotonic() < deadline and self.index.newest_for(source) is None \
-                and self.index.key_of_trace(source) is None:
+        while (
+            self.busy
+            and time.monotonic() < deadline
+            and self.index.newest_for(source) is None
+            and self.index.key_of_trace(source) is None
+        ):
             await asyncio.sleep(0.05)
 
     def _watch(self) -> None:
@@ -179,15 +196,23 @@ class Core:
             self.watcher.stop()
             self.watcher = None
         if self.cfg.watch:
-            self.watcher = Watcher(self.cfg.watch, self.loop, self.intake.notice,
-                                   on_complete=functools.partial(self.intake.notice,
-                                                                 complete=True))
+            self.watcher = Watcher(
+                self.cfg.watch,
+                self.loop,
+                self.intake.notice,
+                on_complete=functools.partial(self.intake.notice, complete=True),
+            )
             self.watcher.start()
 
-    def configure(self, *, workspace: Optional[list[str]] = None,
-                  path_map: Optional[list[tuple[str, str]]] = None,
-                  disabled: Optional[set[str]] = None, watch: Optional[str] = None,
-                  thresholds: Optional[dict[str, dict[str, float]]] = None) -> bool:
+    def configure(
+        self,
+        *,
+        workspace: Optional[list[str]] = None,
+        path_map: Optional[list[tuple[str, str]]] = None,
+        disabled: Optional[set[str]] = None,
+        watch: Optional[str] = None,
+        thresholds: Optional[dict[str, dict[str, float]]] = None,
+    ) -> bool:
         """New options from the editor (``None``: keep). Reports made under the old ones stay
         stored (and come back if the options do); every watched trace is analysed again under
         the new ones. True when anything changed."""
@@ -207,8 +232,14 @@ class Core:
             return False
         old_fp = self.fp
         self.index.shown_fp = options_fp(cfg.options())
-        log.info("profd: options now workspace=%s path_map=%s disabled=%s watch=%s thresholds=%s",
-                 cfg.workspace, cfg.path_map, sorted(cfg.disabled), cfg.watch, cfg.thresholds)
+        log.info(
+            "profd: options now workspace=%s path_map=%s disabled=%s watch=%s thresholds=%s",
+            cfg.workspace,
+            cfg.path_map,
+            sorted(cfg.disabled),
+            cfg.watch,
+            cfg.thresholds,
+        )
         if self.loop is not None and not self._deferred:
             if self.index.fallback_fp is None and old_fp != self.fp:
                 self.index.fallback_fp = old_fp
@@ -263,8 +294,9 @@ class Core:
             except Exception:
                 log.exception("profd: %s to a session failed", what)
 
-    def diagnostics_for(self, source: str, lines_of=None, transform=None
-                        ) -> tuple[Optional[str], list[T.Diagnostic]]:
+    def diagnostics_for(
+        self, source: str, lines_of=None, transform=None
+    ) -> tuple[Optional[str], list[T.Diagnostic]]:
         """For a trace file: its current content's trace-level findings (or its error); for a
         source file: the findings on it of the newest report that touches it. ``transform(key,
         findings)``: the findings moved onto the text a client shows (positions.Positions), whose
@@ -278,8 +310,11 @@ class Core:
         if r is None:
             return key, []
         if r.error:
-            return key, [T.Diagnostic(code="bad-trace", severity="error", message=r.error,
-                                      location=T.Location(path=source))] if cur else []
+            return key, [
+                T.Diagnostic(
+                    code="bad-trace", severity="error", message=r.error, location=T.Location(path=source)
+                )
+            ] if cur else []
         trace_path = r.trace.path
         sources = index.sources_at(key, trace_path)
         here = [d for d in r.diagnostics if placed_path(d.location, trace_path, sources) == source]
@@ -303,12 +338,19 @@ class Core:
 
     def status(self) -> M.StatusResult:
         running = self.running
-        return M.StatusResult(version=__version__, pid=os.getpid(), transport=self.transport,
-                              watch=self.cfg.watch, workspace=self.cfg.workspace,
-                              reports=len(self.index),
-                              queued=self.intake.queued if self.intake else 0, running=running,
-                              analyses=self.analyses, sessions=len(self.sessions),
-                              uptime_s=round(time.time() - self.started, 3))
+        return M.StatusResult(
+            version=__version__,
+            pid=os.getpid(),
+            transport=self.transport,
+            watch=self.cfg.watch,
+            workspace=self.cfg.workspace,
+            reports=len(self.index),
+            queued=self.intake.queued if self.intake else 0,
+            running=running,
+            analyses=self.analyses,
+            sessions=len(self.sessions),
+            uptime_s=round(time.time() - self.started, 3),
+        )
 
     # ---- analysis ---------------------------------------------------------------------------
     async def _analyze_unseen(self, path: str, sig: Sig) -> Optional[tuple[str, bytes, Made]]:
@@ -331,8 +373,9 @@ class Core:
         data, made = await self.dedupe.adopt(key, path, hsig, task)  # a repeat from now joins it
         return key, data, made
 
-    async def _analyze_once(self, key: str, path: str, size: int, opts: Options, *,
-                            hsig: Sig) -> tuple[bytes, Made]:
+    async def _analyze_once(
+        self, key: str, path: str, size: int, opts: Options, *, hsig: Sig
+    ) -> tuple[bytes, Made]:
         """Analyse once per key: concurrent callers of the same content share one run
         (Dedupe.run). ``hsig``: the signature of the file ``key`` was hashed from. (report, (key
         it is the report of, signature of that file)), the second None when that cannot be told."""
@@ -378,9 +421,17 @@ class Core:
             if wall > 0.05:  # what the next analyses' progress is estimated from
                 self._rate = 0.5 * self._rate + 0.5 * (size / wall) if self._rate else size / wall
             t1 = time.time()
-            log.info("profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
-                     "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
-                     path, size, wall, cpu, t1 - t0, start - t0, t1 - start - wall)
+            log.info(
+                "profd: analysed %s (%d bytes): %.3f s in the worker (CPU %.3f s), "
+                "%.3f s from submit (started after %.3f s, back %.3f s after its end)",
+                path,
+                size,
+                wall,
+                cpu,
+                t1 - t0,
+                start - t0,
+                t1 - start - wall,
+            )
             return data, read
         finally:
             self.running -= 1
@@ -407,10 +458,12 @@ class Core:
             return await self._pool.run(analyze_task, path, opts)
         except Budget as e:
             log.error("profd: %s: %s", path, e)
-            report = T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=0),
-                              error=f"profd: bad trace {path}: {e}")
-            return TaskResult(T.encode(report), [], None, 0.0, 0.0, time.time(),
-                              await self.io(signature, path))
+            report = T.Report(
+                trace=T.TraceInfo(path=path, sha256="", size_bytes=0), error=f"profd: bad trace {path}: {e}"
+            )
+            return TaskResult(
+                T.encode(report), [], None, 0.0, 0.0, time.time(), await self.io(signature, path)
+            )
 
     def _keep_summary(self, summary: RankSummary, opts: Options) -> None:
         self._summaries[(summary.sha256, options_fp(opts))] = summary
@@ -425,16 +478,16 @@ class Core:
     def _link(self, path: str, key: str, sig: Sig) -> None:
         """The file at ``path`` now holds the content of the stored report ``key``."""
         self.index.link(path, key, sig)
-        self._notify("report_ready", key, self.index.sources_at(key, path),
-                     self.index.report_at(key, path))
+        self._notify("report_ready", key, self.index.sources_at(key, path), self.index.report_at(key, path))
 
-    def _commit(self, key: str, path: str, sig: Sig, data: bytes, report: T.Report,
-                current: bool = True) -> None:
+    def _commit(
+        self, key: str, path: str, sig: Sig, data: bytes, report: T.Report, current: bool = True
+    ) -> None:
         """Store the report of content ``key``, read from ``path`` as ``sig``; ``current``: the
         file there still holds it (else the report is kept for that content alone: no path
         points at it, nothing is published, and the next file with that content links to it)."""
         if self._known(key) and self.index[key].path != path:  # committed meanwhile under
-            if current:                                          # another name: the same content
+            if current:  # another name: the same content
                 self._link(path, key, sig)
             return
         roots = shown_roots(self.cfg.workspace, self.cfg.path_map)  # only files inside are shown on
@@ -464,8 +517,11 @@ class Core:
             if self._known(key):
                 return None
             report = self._refused(path, sig[0], why)
-            return Outcome(ok=False, sig=sig, commit=functools.partial(
-                self._commit, key, path, sig, T.encode(report), report))
+            return Outcome(
+                ok=False,
+                sig=sig,
+                commit=functools.partial(self._commit, key, path, sig, T.encode(report), report),
+            )
         size, cfg, fp = sig[0], self.cfg, self.fp
         opts = cfg.options()
         if not self._may_repeat(size):
@@ -493,8 +549,9 @@ class Core:
         # The report is of the content ``key`` (the file ``hsig``), whatever the path holds by now:
         # a file replaced again after it was read keeps the work done for that content.
         ok = report.error is None
-        return Outcome(ok=ok, commit=commit, sig=hsig,
-                       keep=functools.partial(commit, current=False) if ok else None)
+        return Outcome(
+            ok=ok, commit=commit, sig=hsig, keep=functools.partial(commit, current=False) if ok else None
+        )
 
     # ---- profd/analyze ----------------------------------------------------------------------
     def sources_changed(self, key: str) -> bool:
@@ -513,6 +570,7 @@ class Core:
         """The real path of ``path`` if it lies under a root (symlinks resolved), else PathError."""
         if isinstance(path, str) and path.startswith("file://"):
             from urllib.parse import unquote, urlparse
+
             path = unquote(urlparse(path).path)
         if not isinstance(path, str) or not path or "\0" in path:
             raise PathError(-32602, f"profd: analyze wants a path, got {shown(path)}")
@@ -520,8 +578,10 @@ class Core:
             raise PathError(-32602, f"profd: analyze wants an absolute path, got {shown(path)}")
         real = confine.real(path)
         if real is None or not confine.within(real, self.roots()):
-            raise PathError(M.ERR_FORBIDDEN_PATH,
-                            f"profd: {shown(path)} is outside the watched folder and workspace roots")
+            raise PathError(
+                M.ERR_FORBIDDEN_PATH,
+                f"profd: {shown(path)} is outside the watched folder and workspace roots",
+            )
         if not os.path.isfile(real):
             raise PathError(M.ERR_NOT_FOUND, f"profd: no such file: {shown(path)}")
         return real
@@ -533,8 +593,11 @@ class Core:
 
     def _refused(self, path: str, size: int, why: str) -> T.Report:
         log.warning("profd: %s: %s", path, why)
-        return T.Report(trace=T.TraceInfo(path=path, sha256="", size_bytes=size),
-                        error=f"profd: bad trace {path}: {why}", profd_version=__version__)
+        return T.Report(
+            trace=T.TraceInfo(path=path, sha256="", size_bytes=size),
+            error=f"profd: bad trace {path}: {why}",
+            profd_version=__version__,
+        )
 
     async def analyze(self, p: M.AnalyzeParams) -> T.Report:
         real = await self.io(self.check_path, p.path)

@@ -7,6 +7,7 @@ analysis starts at once and the file is hashed beside it (``hash_beside``; the k
 joined (``run``). Each run also tells which content it really read (``made_from``): a file
 replaced between its hash and its read is a different content, or one nobody can name.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,8 +72,9 @@ class Dedupe:
             await asyncio.wait([t])
 
     # ---- by key: share one run --------------------------------------------------------------
-    async def run(self, key: str, path: str, hsig: Sig,
-                  start: Callable[[], Awaitable[Analysis]]) -> tuple[bytes, Made]:
+    async def run(
+        self, key: str, path: str, hsig: Sig, start: Callable[[], Awaitable[Analysis]]
+    ) -> tuple[bytes, Made]:
         """The analysis of content ``key`` (the file at ``path``, hashed as ``hsig``): joined when
         one is in flight, else ``start()``ed. A caller sharing another's run gets its ``made``
         only when that run read ``key``."""
@@ -88,8 +90,9 @@ class Dedupe:
             if self._runs.get(key) is fut:
                 del self._runs[key]
 
-    async def adopt(self, key: str, path: str, hsig: Sig,
-                    analysis: Awaitable[Analysis]) -> tuple[bytes, Made]:
+    async def adopt(
+        self, key: str, path: str, hsig: Sig, analysis: Awaitable[Analysis]
+    ) -> tuple[bytes, Made]:
         """An analysis started before its file was hashed, now known as content ``key``: a
         repeat arriving from now on joins it (unless another run of ``key`` was first)."""
         fut = asyncio.get_running_loop().create_future()
@@ -102,8 +105,9 @@ class Dedupe:
             if mine and self._runs.get(key) is fut:
                 del self._runs[key]
 
-    async def _share(self, fut: asyncio.Future, path: str, key: str, hsig: Sig,
-                     analysis: Awaitable[Analysis]) -> tuple[bytes, Made]:
+    async def _share(
+        self, fut: asyncio.Future, path: str, key: str, hsig: Sig, analysis: Awaitable[Analysis]
+    ) -> tuple[bytes, Made]:
         """Await ``analysis`` (of ``path``), tell what content it read, and hand the result to
         every caller waiting on ``fut``."""
         try:
@@ -118,8 +122,7 @@ class Dedupe:
             fut.set_result((data, made))
         return data, made
 
-    async def _made_from(self, path: str, key: str, hsig: Sig,
-                         read: Optional[Sig]) -> Made:
+    async def _made_from(self, path: str, key: str, hsig: Sig, read: Optional[Sig]) -> Made:
         """The content an analysis of ``path`` read, as (key, signature): ``key`` when it read the
         very file that was hashed; when the file was replaced in between and the analysis read the
         file that is there now, that file's key (hashed again: a few ms); else None (replaced

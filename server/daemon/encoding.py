@@ -9,6 +9,7 @@ an "é" earlier on a line moved every column after it: "Use zero_grad(set_to_non
 (ranges of diagnostics, their related locations, edits, hovers, hints), every column it reads
 through ``from_client``.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence

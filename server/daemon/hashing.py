@@ -6,6 +6,7 @@ loop for CPU while the analysis already keeps the cores busy). Each hash also gi
 (``watcher.Sig``) of the very file it read, so a rename over the path meanwhile cannot mix two
 contents.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +28,8 @@ _CHILD = (
     "    st = os.fstat(f.fileno())\n"
     "    while chunk := f.read(1 << 20):\n"
     "        h.update(chunk)\n"
-    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)\n")
+    "print(h.hexdigest(), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)\n"
+)
 
 
 def sha_file(path: str) -> tuple[str, Sig]:
@@ -62,9 +64,16 @@ class Hasher:
             return await self.hash(path)
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-c", _CHILD, path,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL)
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _CHILD,
+                path,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
         except OSError:
             return await self.hash(path)
         try:

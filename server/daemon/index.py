@@ -6,6 +6,7 @@ each source file the newest trace wins (by its own recording time, then by arriv
 made with the current options), older ones stay queryable through profd/reports and
 profd/report, and the one before it is what a before/after compares against.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,10 +34,16 @@ log = logging.getLogger("profd.index")
 def options_fp(opts: Options) -> str:
     """The options' part of a report's key (thresholds and library lines only when set: the keys
     made before they could be set stay valid)."""
-    doc = json.dumps([sorted(os.path.abspath(w) for w in opts.workspace),
-                      [list(p) for p in opts.path_map], sorted(opts.disabled)]
-                     + ([opts.thresholds] if opts.thresholds else [])
-                     + ([{"library_lines": True}] if opts.library_lines else []), sort_keys=True)
+    doc = json.dumps(
+        [
+            sorted(os.path.abspath(w) for w in opts.workspace),
+            [list(p) for p in opts.path_map],
+            sorted(opts.disabled),
+        ]
+        + ([opts.thresholds] if opts.thresholds else [])
+        + ([{"library_lines": True}] if opts.library_lines else []),
+        sort_keys=True,
+    )
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
@@ -54,7 +61,6 @@ def relabel(report: T.Report, path: str) -> T.Report:
                 loc.path = path
     report.diagnostics.sort(key=impact_order)  # ties go by path: ordered as if analysed there
     return report
-
 
 
 # The source texts kept with a report (the baselines positions are mapped from): files of at
@@ -76,8 +82,12 @@ class ReportIndex:
     scans the watched files again); a stored report that does not decode is forgotten and its
     traces handed to ``on_lost`` to be analysed again."""
 
-    def __init__(self, shown_fp: str, on_reset: Callable[[], None] = lambda: None,
-                 on_lost: Callable[[str], None] = lambda path: None):
+    def __init__(
+        self,
+        shown_fp: str,
+        on_reset: Callable[[], None] = lambda: None,
+        on_lost: Callable[[str], None] = lambda path: None,
+    ):
         self.shown_fp = shown_fp
         self.fallback_fp: Optional[str] = None
         self.on_reset, self.on_lost = on_reset, on_lost
@@ -200,7 +210,8 @@ class ReportIndex:
     def shown(self, key: str) -> bool:
         """Whether report ``key`` was made under the options shown now."""
         return key.endswith(":" + self.shown_fp) or bool(
-            self.fallback_fp and key.endswith(":" + self.fallback_fp))
+            self.fallback_fp and key.endswith(":" + self.fallback_fp)
+        )
 
     def keys_for(self, source: str) -> list[str]:
         """Keys of the reports shown on ``source``, oldest first (while reports under new
@@ -227,13 +238,21 @@ class ReportIndex:
         """profd/reports: every stored report, or those of (or pointing at) ``path``."""
         out = []
         for row in self._rows.values():
-            if path and row.path != path and path not in row.sources and \
-                    self._trace_key.get(path) != row.key:
+            if path and row.path != path and path not in row.sources and self._trace_key.get(path) != row.key:
                 continue
             named = path if path and self._trace_key.get(path) == row.key else row.path
-            out.append(M.ReportEntry(key=row.key, path=named, mtime=row.mtime, size=row.size,
-                                     created=row.created, error=row.error, sources=row.sources,
-                                     newest=self._trace_key.get(named) == row.key))
+            out.append(
+                M.ReportEntry(
+                    key=row.key,
+                    path=named,
+                    mtime=row.mtime,
+                    size=row.size,
+                    created=row.created,
+                    error=row.error,
+                    sources=row.sources,
+                    newest=self._trace_key.get(named) == row.key,
+                )
+            )
         return out
 
     # ---- writing ----------------------------------------------------------------------------
@@ -255,16 +274,17 @@ class ReportIndex:
         file with that content links to it)."""
         self._rows[row.key] = row
 
-    def put(self, key: str, path: str, sig: tuple, data: bytes, report: T.Report,
-            sources: list[str]) -> Row:
+    def put(self, key: str, path: str, sig: tuple, data: bytes, report: T.Report, sources: list[str]) -> Row:
         """Store report ``data`` (decoded: ``report``) of content ``key``, read from ``path`` as
         the file ``sig`` (watcher.Sig), shown on ``sources``; the texts of those sources are kept
         as the analysis read them (keep_texts). The report is cached but shown nowhere yet:
         ``add`` or ``keep`` the row returned."""
         size, mtime = sig[0], sig[1] / 1e9
         rec = report.trace.recorded_us / 1e6 if report.trace.recorded_us is not None else None
-        created = self.write(("put", key, path, mtime, size, data, report.error, sources, rec,
-                              *sig[2:4])) or time.time()
+        created = (
+            self.write(("put", key, path, mtime, size, data, report.error, sources, rec, *sig[2:4]))
+            or time.time()
+        )
         self.keep_texts(key, [s for s in sources if s != path])
         self._cache.put(key, report, len(data))
         return Row(key, path, mtime, size, report.error, sources, created, rec)
@@ -284,18 +304,34 @@ class ReportIndex:
         try:
             return getattr(self._store, op[0])(*op[1:])
         except sqlite3.DataError as e:  # this one row is over SQLite's limits: it alone is refused
-            log.error("profd: the results store refused a write (%s of %s: %s); the other "
-                      "reports are kept", op[0], kind[1], e)
+            log.error(
+                "profd: the results store refused a write (%s of %s: %s); the other reports are kept",
+                op[0],
+                kind[1],
+                e,
+            )
             if op[0] == "put" and op[6] is None:
-                err = (f"profd: the report of {op[2]} ({len(op[5])} bytes) is more than the "
-                       f"results store takes ({e})")
-                stub = T.encode(T.Report(trace=T.TraceInfo(path=op[2], sha256="", size_bytes=op[4]),
-                                         error=err, profd_version=__version__))
+                err = (
+                    f"profd: the report of {op[2]} ({len(op[5])} bytes) is more than the "
+                    f"results store takes ({e})"
+                )
+                stub = T.encode(
+                    T.Report(
+                        trace=T.TraceInfo(path=op[2], sha256="", size_bytes=op[4]),
+                        error=err,
+                        profd_version=__version__,
+                    )
+                )
                 return self.write((*op[:5], stub, err, *op[7:]))
         except sqlite3.OperationalError as e:
             if not self._unsaved:
-                log.error("profd: cannot write the results store %s (%s); keeping reports in "
-                          "memory and retrying every %.0f s", self._store.path, e, self.retry_s)
+                log.error(
+                    "profd: cannot write the results store %s (%s); keeping reports in "
+                    "memory and retrying every %.0f s",
+                    self._store.path,
+                    e,
+                    self.retry_s,
+                )
             self._unsaved[kind] = op
             if self._retry is None and self.loop is not None:
                 self._retry = self.loop.call_later(self.retry_s, self._retry_writes)
@@ -323,8 +359,9 @@ class ReportIndex:
 
     def _undecodable(self, key: str, why: BaseException) -> None:
         """A stored report that does not decode: forget it and analyse its trace(s) again."""
-        log.error("profd: the stored report %s does not decode (%s); analysing its trace again",
-                  key[:16], why)
+        log.error(
+            "profd: the stored report %s does not decode (%s); analysing its trace again", key[:16], why
+        )
         paths = {p for p, k in self._trace_key.items() if k == key}
         try:
             self._store.drop(key)

@@ -8,6 +8,7 @@ result ids by clients that can be refreshed). The requests are answered by the h
 formatted in ``present``. The lifecycle follows the spec (``ProfdProtocol``): -32002 before
 ``initialize``, -32600 after ``shutdown``, ``exit`` ends the session.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,6 +38,7 @@ from .sources import SOURCES
 
 log = logging.getLogger("profd.lsp")
 
+
 class ProfdProtocol(LanguageServerProtocol):
     """The lifecycle as the spec has it: a request before ``initialize`` gets -32002
     (ServerNotInitialized), one after ``shutdown`` -32600 (InvalidRequest; pygls would never
@@ -54,14 +56,24 @@ class ProfdProtocol(LanguageServerProtocol):
             return super().handle_message(message)
         if self._shutdown:
             if is_request:
-                self._send_response(msg_id, None, L.ResponseError(
-                    code=-32600, message=f"profd: {method} after shutdown: only exit is accepted"))
+                self._send_response(
+                    msg_id,
+                    None,
+                    L.ResponseError(
+                        code=-32600, message=f"profd: {method} after shutdown: only exit is accepted"
+                    ),
+                )
             return None
         if not self.initialize_seen and method is not None:
             if method != L.INITIALIZE:
                 if is_request:
-                    self._send_response(msg_id, None, L.ResponseError(
-                        code=M.ERR_NOT_INITIALIZED, message=f"profd: {method} before initialize"))
+                    self._send_response(
+                        msg_id,
+                        None,
+                        L.ResponseError(
+                            code=M.ERR_NOT_INITIALIZED, message=f"profd: {method} before initialize"
+                        ),
+                    )
                 return None
             self.initialize_seen = True
         return super().handle_message(message)
@@ -79,8 +91,7 @@ class ProfdProtocol(LanguageServerProtocol):
         """A handler's exception goes back as a plain message, never its traceback (pygls sends
         it in ``data``; the log has it): bad input (a NUL in a path, a list where a number goes)
         is InvalidParams, anything else InternalError."""
-        if error is not None and isinstance(getattr(error, "data", None), dict) \
-                and "traceback" in error.data:
+        if error is not None and isinstance(getattr(error, "data", None), dict) and "traceback" in error.data:
             error = client_error(error)
         return super()._send_response(msg_id, result, error)
 
@@ -94,8 +105,18 @@ class ProfdProtocol(LanguageServerProtocol):
         yield  # a generator, like pygls's
 
 
-_BAD_INPUT = ("ValueError", "TypeError", "KeyError", "IndexError", "OverflowError", "UnicodeError",
-              "UnicodeEncodeError", "UnicodeDecodeError", "AttributeError", "RecursionError")
+_BAD_INPUT = (
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "IndexError",
+    "OverflowError",
+    "UnicodeError",
+    "UnicodeEncodeError",
+    "UnicodeDecodeError",
+    "AttributeError",
+    "RecursionError",
+)
 
 
 def client_error(error):
@@ -106,8 +127,9 @@ def client_error(error):
     kind = text.split(":", 1)[0].strip()
     if kind in _BAD_INPUT:
         return type(error)(code=-32602, message=f"profd: invalid params: {shown(text)}")
-    return type(error)(code=-32603, message=f"profd: internal error ({shown(kind, 60)}; the "
-                                           "daemon's log has the details)")
+    return type(error)(
+        code=-32603, message=f"profd: internal error ({shown(kind, 60)}; the daemon's log has the details)"
+    )
 
 
 # ---- a session ----------------------------------------------------------------------------------
@@ -165,15 +187,18 @@ class LspSession:
         (it would show everything twice)."""
         return policy.offers_pull(self.caps)
 
-    async def edits_for(self, text: str, near: list[tuple[str, int]],
-                        everything: list[tuple[str, int]]) -> dict:
+    async def edits_for(
+        self, text: str, near: list[tuple[str, int]], everything: list[tuple[str, int]]
+    ) -> dict:
         """The code actions' edits (``handlers.code_actions.edits_task``) in a thread, one at a time
         per client, the last few kept by text."""
         k = (hash(text), len(text), tuple(near), tuple(everything))
         async with self._fixes_lock:
             hit = self._fixes.get(k)
             if hit is None:
-                hit = await asyncio.get_running_loop().run_in_executor(None, edits_task, text, near, everything)
+                hit = await asyncio.get_running_loop().run_in_executor(
+                    None, edits_task, text, near, everything
+                )
                 self._fixes[k] = hit
                 while len(self._fixes) > 8:
                     self._fixes.pop(next(iter(self._fixes)))
@@ -206,8 +231,12 @@ class LspSession:
         raw = self.init_settings
         if cap(self.caps, "workspace", "configuration"):
             try:
-                got = await asyncio.wait_for(self.ls.workspace_configuration_async(
-                    L.ConfigurationParams(items=[L.ConfigurationItem(section=M.SETTINGS_SECTION)])), 10)
+                got = await asyncio.wait_for(
+                    self.ls.workspace_configuration_async(
+                        L.ConfigurationParams(items=[L.ConfigurationItem(section=M.SETTINGS_SECTION)])
+                    ),
+                    10,
+                )
                 if got and got[0] is not None:
                     raw = got[0]
             except Exception as e:  # a client that cannot answer keeps initializationOptions
@@ -241,8 +270,11 @@ class LspSession:
         core, base, st = self.core, self.core.base, self.settings
         if core.transport != "stdio":
             if st:
-                self.tell(L.MessageType.Info, "profd: this is a shared daemon: it keeps the options "
-                                              "it was started with (`profd start ...`)")
+                self.tell(
+                    L.MessageType.Info,
+                    "profd: this is a shared daemon: it keeps the options "
+                    "it was started with (`profd start ...`)",
+                )
             if self.folders and not base.workspace:
                 core.configure(workspace=_union(core.cfg.workspace, self.folders))
         else:
@@ -250,8 +282,13 @@ class LspSession:
             ws = _union(st.get("workspace", []), pj.get("workspace", []), base.workspace, self.folders)
             pm = list(st.get("path-map", [])) + list(pj.get("path-map", [])) + [p for p in base.path_map]
             dis, th = S.effective(st, pj, base.disabled)
-            core.configure(workspace=ws, path_map=pm, disabled=dis, thresholds={**base.thresholds, **th},
-                           watch=st.get("watch", base.watch))
+            core.configure(
+                workspace=ws,
+                path_map=pm,
+                disabled=dis,
+                thresholds={**base.thresholds, **th},
+                watch=st.get("watch", base.watch),
+            )
         # every session republishes once the reports under the new options are in (Core.configure:
         # what is shown stays until its replacement is ready)
         core.watch_now()
@@ -270,18 +307,19 @@ class LspSession:
     def positions(self, key: Optional[str]) -> positions.Positions:
         """Report ``key``'s positions moved from the text it was made against onto ours."""
         return positions.Positions(
-            (lambda p: self.core.index.baseline(key, p)) if key else (lambda p: None), self.current_lines)
+            (lambda p: self.core.index.baseline(key, p)) if key else (lambda p: None), self.current_lines
+        )
 
     def findings(self, source: str) -> tuple[Optional[str], list[T.Diagnostic]]:
         """The findings shown on ``source``, on the lines of the text this client shows."""
-        return self.core.diagnostics_for(source, lines_of=self.current_lines,
-                                         transform=lambda key, ds: self.positions(key).diagnostics(ds))
+        return self.core.diagnostics_for(
+            source, lines_of=self.current_lines, transform=lambda key, ds: self.positions(key).diagnostics(ds)
+        )
 
     def lsp_diagnostics(self, source: str) -> tuple[Optional[str], list[L.Diagnostic]]:
         key, diags = self.findings(source)
         row = self.core.index.row(key)
-        items = [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines)
-                 for d in diags]
+        items = [to_lsp_diag(d, source, key, row.sources if row else (), self.current_lines) for d in diags]
         return key, self.to_client(items + self.unplaced_notes(source), source)
 
     def is_open(self, path: str) -> bool:
@@ -298,19 +336,30 @@ class LspSession:
         core, name = self.core, os.path.basename(source)
         out = []
         for key, (trace_path, names) in core.unplaced.items():
-            if name not in names or core.index.key_of_trace(trace_path) != key or \
-                    not core.index.shown(key) or not self.is_open(source):
+            if (
+                name not in names
+                or core.index.key_of_trace(trace_path) != key
+                or not core.index.shown(key)
+                or not self.is_open(source)
+            ):
                 continue
             hint = core.unplaced.hint(key, trace_path)
             if hint is None:
                 continue
             frames = ", ".join(f"`{p}`" for p in names[name][:3])
-            out.append(L.Diagnostic(
-                range=L.Range(L.Position(0, 0), L.Position(0, 0)), severity=L.DiagnosticSeverity.Information,
-                code=UNMAPPED, source="profd",
-                message=(f"trace {os.path.basename(trace_path)} names {frames}, which profd could "
-                         f"not place on this file: {hint.message}\nfix: {hint.fix}"),
-                data={"key": key, "line": None}))
+            out.append(
+                L.Diagnostic(
+                    range=L.Range(L.Position(0, 0), L.Position(0, 0)),
+                    severity=L.DiagnosticSeverity.Information,
+                    code=UNMAPPED,
+                    source="profd",
+                    message=(
+                        f"trace {os.path.basename(trace_path)} names {frames}, which profd could "
+                        f"not place on this file: {hint.message}\nfix: {hint.fix}"
+                    ),
+                    data={"key": key, "line": None},
+                )
+            )
         return out
 
     def unplaced(self, key: str) -> None:
@@ -323,8 +372,10 @@ class LspSession:
         hint = self.core.unplaced.hint(key, trace_path)
         if hint is not None and trace_path not in self._told_unplaced:
             self._told_unplaced.add(trace_path)
-            self.tell(L.MessageType.Warning, f"profd: {os.path.basename(trace_path)}: {hint.message}. "
-                                             f"To place them: {hint.fix}")
+            self.tell(
+                L.MessageType.Warning,
+                f"profd: {os.path.basename(trace_path)}: {hint.message}. To place them: {hint.fix}",
+            )
         self.publish(trace_path)
         for uri in list(self.ls.workspace.text_documents):
             if os.path.basename(path_of(uri)) in names:
@@ -340,7 +391,8 @@ class LspSession:
         if old is not None:
             old.cancel()
         self._edits[uri] = asyncio.get_running_loop().call_later(
-            0.2, lambda: (self._edits.pop(uri, None), self.ready and self.publish(self._source_of(uri))))
+            0.2, lambda: (self._edits.pop(uri, None), self.ready and self.publish(self._source_of(uri)))
+        )
 
     def _source_of(self, uri: str) -> str:
         p = path_of(uri)
@@ -356,8 +408,7 @@ class LspSession:
         _, items = self.lsp_diagnostics(source)
         uri = from_fs_path(source)
         if self.shown.changed(uri, items):  # only what changed: no repeats
-            self.ls.text_document_publish_diagnostics(
-                L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+            self.ls.text_document_publish_diagnostics(L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
 
     def republish(self) -> None:
         """Every file again, once the reports under new options are in (Core.configure): only
@@ -383,9 +434,11 @@ class LspSession:
         if not self.ready:
             return
         ws = cap(self.caps, "workspace")
-        for want, send in ((self.pulls, self.ls.workspace_diagnostic_refresh),
-                           (cap(ws, "code_lens", "refresh_support"), self.ls.workspace_code_lens_refresh),
-                           (cap(ws, "inlay_hint", "refresh_support"), self.ls.workspace_inlay_hint_refresh)):
+        for want, send in (
+            (self.pulls, self.ls.workspace_diagnostic_refresh),
+            (cap(ws, "code_lens", "refresh_support"), self.ls.workspace_code_lens_refresh),
+            (cap(ws, "inlay_hint", "refresh_support"), self.ls.workspace_inlay_hint_refresh),
+        ):
             if want:
                 fut = send(None)
                 if hasattr(fut, "add_done_callback"):
@@ -397,9 +450,18 @@ class LspSession:
         for s in sources:
             self.publish(s)
         self.schedule_refresh()
-        self.ls.protocol.notify(M.REPORT_READY, T.to_builtins(M.ReportReady(
-            key=key, path=self.core.index[key].path, error=report.error,
-            diagnostics=len(report.diagnostics), sources=sources)))
+        self.ls.protocol.notify(
+            M.REPORT_READY,
+            T.to_builtins(
+                M.ReportReady(
+                    key=key,
+                    path=self.core.index[key].path,
+                    error=report.error,
+                    diagnostics=len(report.diagnostics),
+                    sources=sources,
+                )
+            ),
+        )
 
     def log_error(self, text: str) -> None:
         if self.ready:
@@ -412,8 +474,7 @@ class LspSession:
 
         def begin(*_):
             if token in wdp.tokens:  # not ended before the client answered
-                wdp.begin(token, L.WorkDoneProgressBegin(title=title, cancellable=False,
-                                                         percentage=0))
+                wdp.begin(token, L.WorkDoneProgressBegin(title=title, cancellable=False, percentage=0))
                 self._begun.add(token)
 
         if title is not None:
@@ -427,8 +488,9 @@ class LspSession:
     def progress_at(self, token: str, percentage: int, message: str) -> None:
         """A ``$/progress`` report for a begun ``token`` (an analysis: Core._progress)."""
         if self.ready and token in self._begun:
-            self.ls.work_done_progress.report(token, L.WorkDoneProgressReport(
-                percentage=percentage, message=message))
+            self.ls.work_done_progress.report(
+                token, L.WorkDoneProgressReport(percentage=percentage, message=message)
+            )
 
 
 def _union(*lists: list[str]) -> list[str]:
@@ -440,7 +502,11 @@ def _union(*lists: list[str]) -> list[str]:
 
 
 def build_server(session: LspSession) -> LanguageServer:
-    ls = LanguageServer("profd", __version__, protocol_cls=ProfdProtocol,
-                        text_document_sync_kind=L.TextDocumentSyncKind.Incremental)
+    ls = LanguageServer(
+        "profd",
+        __version__,
+        protocol_cls=ProfdProtocol,
+        text_document_sync_kind=L.TextDocumentSyncKind.Incremental,
+    )
     handlers.register(ls, session)
     return ls

@@ -11,6 +11,7 @@ nothing runs but the built-in workloads, and those only when the server was star
 ``--allow-record``. Results are bounded (``top`` with a ``cursor`` for more): an agent's context
 is small.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,61 +89,102 @@ class Backend:
         if doc is not None:
             try:
                 res = await rpc.with_client(doc, lambda c: c.request(M.REPORTS, {"path": None}, timeout=30))
-                return [{"path": r["path"], "key": r["key"], "error": r.get("error"),
-                         "sources": r.get("sources", []), "newest": r.get("newest", False),
-                         "from": "daemon"} for r in res["reports"]]
+                return [
+                    {
+                        "path": r["path"],
+                        "key": r["key"],
+                        "error": r.get("error"),
+                        "sources": r.get("sources", []),
+                        "newest": r.get("newest", False),
+                        "from": "daemon",
+                    }
+                    for r in res["reports"]
+                ]
             except (OSError, rpc.RpcError, TimeoutError):
                 pass
-        return [{"path": r.trace.path, "key": r.trace.sha256, "error": r.error,
-                 "sources": sorted({d.location.path for d in r.diagnostics if d.location.line}),
-                 "newest": True, "from": "this server"} for r in self._local.values()]
+        return [
+            {
+                "path": r.trace.path,
+                "key": r.trace.sha256,
+                "error": r.error,
+                "sources": sorted({d.location.path for d in r.diagnostics if d.location.line}),
+                "newest": True,
+                "from": "this server",
+            }
+            for r in self._local.values()
+        ]
 
 
 # ---- translation: engine types -> what an agent reads ----------------------------------------------
 def finding(d: T.Diagnostic) -> dict:
     loc = d.location
-    return {"code": d.code, "severity": d.severity, "message": d.message,
-            "file": loc.path, "line": loc.line, "column": loc.column, "function": loc.function,
-            "precision": loc.precision, "evidence": d.evidence, "fix": d.fix,
-            # what a fix gives back per step (sortable; None: no time cost) and what hides it
-            "impactUsPerStep": d.impact_us_per_step, "impactPct": d.impact_pct, "impactNote": d.impact_note,
-            "impactHiddenBy": d.impact_hidden_by, "impactThenUsPerStep": d.impact_then_us_per_step,
-            "related": [{"file": r.path, "line": r.line, "function": r.function} for r in d.related]}
+    return {
+        "code": d.code,
+        "severity": d.severity,
+        "message": d.message,
+        "file": loc.path,
+        "line": loc.line,
+        "column": loc.column,
+        "function": loc.function,
+        "precision": loc.precision,
+        "evidence": d.evidence,
+        "fix": d.fix,
+        # what a fix gives back per step (sortable; None: no time cost) and what hides it
+        "impactUsPerStep": d.impact_us_per_step,
+        "impactPct": d.impact_pct,
+        "impactNote": d.impact_note,
+        "impactHiddenBy": d.impact_hidden_by,
+        "impactThenUsPerStep": d.impact_then_us_per_step,
+        "related": [{"file": r.path, "line": r.line, "function": r.function} for r in d.related],
+    }
 
 
 def verdict(r: T.Report) -> dict:
     s = r.summary
     if s is None:
         return {}
-    return {"verdict": s.verdict, "gpuBusyPct": s.gpu_busy_pct, "copyBusyPct": s.copy_busy_pct,
-            "cpuTotalUs": s.cpu_total_us,
-            "cudaTotalUs": s.cuda_total_us, "steps": len(s.steps), "kernels": s.kernels,
-            "launches": s.launches}
+    return {
+        "verdict": s.verdict,
+        "gpuBusyPct": s.gpu_busy_pct,
+        "copyBusyPct": s.copy_busy_pct,
+        "cpuTotalUs": s.cpu_total_us,
+        "cudaTotalUs": s.cuda_total_us,
+        "steps": len(s.steps),
+        "kernels": s.kernels,
+        "launches": s.launches,
+    }
 
 
 def page(items: list, top: int, cursor: int) -> tuple[list, Optional[int]]:
     """``top`` items from ``cursor`` on, and the cursor of the next page (None at the end)."""
     top = max(1, min(int(top), MAX_TOP))
     cursor = max(0, int(cursor))
-    chunk = items[cursor:cursor + top]
+    chunk = items[cursor : cursor + top]
     nxt = cursor + top
     return chunk, (nxt if nxt < len(items) else None)
 
 
 def build(cfg: Config) -> MCPServer:
     backend = Backend(cfg)
-    mcp = MCPServer("profd", version=__version__, instructions=(
-        "profd reads torch.profiler traces (Chrome-trace JSON, .json/.pt.trace.json/.json.gz) and "
-        "returns findings on the user's source lines, each with evidence and a fix. Start with "
-        "analyze_trace; explain_rule gives a rule's page; diff_traces compares before/after."))
+    mcp = MCPServer(
+        "profd",
+        version=__version__,
+        instructions=(
+            "profd reads torch.profiler traces (Chrome-trace JSON, .json/.pt.trace.json/.json.gz) and "
+            "returns findings on the user's source lines, each with evidence and a fix. Start with "
+            "analyze_trace; explain_rule gives a rule's page; diff_traces compares before/after."
+        ),
+    )
 
     def confined(path: str, what: str = "path") -> str:
         real = confine.real(os.path.expanduser(path)) if isinstance(path, str) and "\0" not in path else None
         if real is None:
             raise ToolError(f"profd: {what} must be a non-empty path without NUL bytes, got {shown(path)}")
         if not confine.within(real, cfg.roots, resolved=True):
-            raise ToolError(f"profd: {shown(path)} is outside the roots this server may read "
-                            f"({', '.join(cfg.roots)}); start `profd mcp --root DIR` to allow it")
+            raise ToolError(
+                f"profd: {shown(path)} is outside the roots this server may read "
+                f"({', '.join(cfg.roots)}); start `profd mcp --root DIR` to allow it"
+            )
         return real
 
     def existing_file(path: str, what: str = "path") -> str:
@@ -158,8 +200,10 @@ def build(cfg: Config) -> MCPServer:
             try:
                 out |= expand_code(item, allow_families)
             except UnknownCode as e:
-                raise ToolError(f"profd: unknown rule code {shown(item)}"
-                                + (f"; did you mean {e.nearest!r}?" if e.nearest else ""))
+                raise ToolError(
+                    f"profd: unknown rule code {shown(item)}"
+                    + (f"; did you mean {e.nearest!r}?" if e.nearest else "")
+                )
         return out
 
     def selection(select: Optional[list[str]], ignore: Optional[list[str]]) -> set[str]:
@@ -180,9 +224,15 @@ def build(cfg: Config) -> MCPServer:
         return rep
 
     @mcp.tool()
-    async def analyze_trace(path: Optional[str] = None, folder: Optional[str] = None,
-                            workspace: Optional[str] = None, select: Optional[list[str]] = None,
-                            ignore: Optional[list[str]] = None, top: int = 20, cursor: int = 0) -> dict[str, Any]:
+    async def analyze_trace(
+        path: Optional[str] = None,
+        folder: Optional[str] = None,
+        workspace: Optional[str] = None,
+        select: Optional[list[str]] = None,
+        ignore: Optional[list[str]] = None,
+        top: int = 20,
+        cursor: int = 0,
+    ) -> dict[str, Any]:
         """Analyse one torch.profiler trace (`path`) or every trace in a folder (`folder`, recursive).
         Returns the verdict (overhead-bound, compute-bound, ...) and the findings ranked by impact,
         each with code, severity, file, line, column, evidence and fix. `workspace` is where the
@@ -194,41 +244,67 @@ def build(cfg: Config) -> MCPServer:
         if path is not None:
             rep = await report_of(path, workspace, disabled)
             items, nxt = page(rep.diagnostics, top, cursor)
-            return {"trace": rep.trace.path, "device": rep.trace.device, **verdict(rep),
-                    "withStack": rep.trace.with_stack, "total": len(rep.diagnostics),
-                    "findings": [finding(d) for d in items], "nextCursor": nxt}
+            return {
+                "trace": rep.trace.path,
+                "device": rep.trace.device,
+                **verdict(rep),
+                "withStack": rep.trace.with_stack,
+                "total": len(rep.diagnostics),
+                "findings": [finding(d) for d in items],
+                "nextCursor": nxt,
+            }
         root = confined(folder, "folder")
         if not os.path.isdir(root):
             raise ToolError(f"profd: {shown(folder)}: not a folder")
         # each file as a path would be: a symlink in the folder that leads out of the roots is
         # not read (os.walk does not enter linked folders; a linked file is resolved here)
-        traces = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
-                        if f.endswith(TRACE_SUFFIXES) and
-                        confine.within(os.path.join(d, f), cfg.roots))[:MAX_FOLDER_TRACES]
+        traces = sorted(
+            os.path.join(d, f)
+            for d, _, fs in os.walk(root)
+            for f in fs
+            if f.endswith(TRACE_SUFFIXES) and confine.within(os.path.join(d, f), cfg.roots)
+        )[:MAX_FOLDER_TRACES]
         chunk, nxt = page(traces, top, cursor)
         out = []
         for t in chunk:
             rep = await backend.analyze(t, workspace_for(workspace), disabled)
-            out.append({"trace": t, "error": rep.error, **verdict(rep), "total": len(rep.diagnostics),
-                        "findings": [finding(d) for d in rep.diagnostics[:3]]})
+            out.append(
+                {
+                    "trace": t,
+                    "error": rep.error,
+                    **verdict(rep),
+                    "total": len(rep.diagnostics),
+                    "findings": [finding(d) for d in rep.diagnostics[:3]],
+                }
+            )
         return {"folder": root, "total": len(traces), "traces": out, "nextCursor": nxt}
 
     @mcp.tool()
-    async def hot_lines(path: str, workspace: Optional[str] = None, top: int = 10,
-                        sort: str = "total", cursor: int = 0) -> dict[str, Any]:
+    async def hot_lines(
+        path: str, workspace: Optional[str] = None, top: int = 10, sort: str = "total", cursor: int = 0
+    ) -> dict[str, Any]:
         """The source lines that cost the most in a trace: per line CPU and GPU time (forward and
         backward), launches, top kernels and bytes allocated, summed over the profiled steps.
         `sort`: total (GPU + CPU), gpu, cpu or memory."""
-        keys = {"total": lambda h: h.gpu_us + h.cpu_total_us, "gpu": lambda h: h.gpu_us,
-                "cpu": lambda h: h.cpu_total_us, "memory": lambda h: h.bytes_allocated}
+        keys = {
+            "total": lambda h: h.gpu_us + h.cpu_total_us,
+            "gpu": lambda h: h.gpu_us,
+            "cpu": lambda h: h.cpu_total_us,
+            "memory": lambda h: h.bytes_allocated,
+        }
         if sort not in keys:
             raise ToolError(f"profd: sort must be one of {', '.join(keys)}")
         rep = await report_of(path, workspace)
         lines = sorted(rep.hot_lines, key=keys[sort], reverse=True)
         chunk, nxt = page(lines, top, cursor)
         steps = len(rep.summary.steps) if rep.summary else 0
-        return {"trace": rep.trace.path, "steps": steps, "total": len(lines), "nextCursor": nxt,
-                "lines": [T.to_builtins(h) for h in chunk]}
+        return {
+            "trace": rep.trace.path,
+            "steps": steps,
+            "total": len(lines),
+            "nextCursor": nxt,
+            "lines": [T.to_builtins(h) for h in chunk],
+        }
 
     @mcp.tool()
     async def module_tree(path: str, workspace: Optional[str] = None, depth: int = 4) -> dict[str, Any]:
@@ -245,17 +321,25 @@ def build(cfg: Config) -> MCPServer:
         codes([code], allow_families=False)  # an unknown code is refused with the nearest
         text = rule_page(code)
         info = RULES[code]
-        return {"code": code, "title": info.title, "defaultSeverity": info.severity,
-                "family": info.family, "docUrl": info.doc_url, "doc": text}
+        return {
+            "code": code,
+            "title": info.title,
+            "defaultSeverity": info.severity,
+            "family": info.family,
+            "docUrl": info.doc_url,
+            "doc": text,
+        }
 
     @mcp.tool()
-    async def diff_traces(old: str, new: str, workspace: Optional[str] = None, top: int = 20) -> dict[str, Any]:
+    async def diff_traces(
+        old: str, new: str, workspace: Optional[str] = None, top: int = 20
+    ) -> dict[str, Any]:
         """Before/after: what got faster or slower per line, which findings went away or are new,
         and how the verdict and step time changed, between an `old` and a `new` trace."""
         d = T.to_builtins(diff_reports(await report_of(old, workspace), await report_of(new, workspace)))
         for k, v in d.items():  # bounded: each list keeps its first `top` (the diff ranks them)
             if isinstance(v, list):
-                d[k] = v[:max(1, min(int(top), MAX_TOP))]
+                d[k] = v[: max(1, min(int(top), MAX_TOP))]
         return d
 
     @mcp.tool()
@@ -265,16 +349,17 @@ def build(cfg: Config) -> MCPServer:
         if not paths:
             raise ToolError("profd: job_report wants the rank traces of one job")
         if len(paths) > MAX_JOB_RANKS:
-            raise ToolError(f"profd: job_report takes at most {MAX_JOB_RANKS} rank traces, got "
-                            f"{len(paths)}")
+            raise ToolError(f"profd: job_report takes at most {MAX_JOB_RANKS} rank traces, got {len(paths)}")
         real = [existing_file(p) for p in paths]
         opts = Options(workspace=workspace_for(workspace))
         reports, jobs = await anyio.to_thread.run_sync(lambda: analyze_job(real, opts))
         bad = [r.error for r in reports if r.error]
         if bad:
             raise ToolError("; ".join(bad))
-        return {"ranks": [{"trace": r.trace.path, "rank": r.trace.rank, **verdict(r)} for r in reports],
-                "jobs": [T.to_builtins(j) for j in jobs]}
+        return {
+            "ranks": [{"trace": r.trace.path, "rank": r.trace.rank, **verdict(r)} for r in reports],
+            "jobs": [T.to_builtins(j) for j in jobs],
+        }
 
     @mcp.tool()
     async def list_reports() -> dict[str, Any]:
@@ -284,6 +369,7 @@ def build(cfg: Config) -> MCPServer:
         return {"total": len(rows), "reports": rows[:MAX_TOP]}
 
     if cfg.allow_workloads:
+
         @mcp.tool()
         async def run_workload(workload: str, params: Optional[dict[str, Any]] = None) -> dict[str, Any]:
             """Run one of profd's built-in workloads (matmul-bias, mlp) under a correct profiler
@@ -297,18 +383,33 @@ def build(cfg: Config) -> MCPServer:
             out = cfg.workload_dir or os.path.join(cfg.roots[0], "profd-traces")
             os.makedirs(out, exist_ok=True)
             try:
-                res = await anyio.to_thread.run_sync(lambda: runner.run_workload(spec, out, timeout=WORKLOAD_TIMEOUT_S))
+                res = await anyio.to_thread.run_sync(
+                    lambda: runner.run_workload(spec, out, timeout=WORKLOAD_TIMEOUT_S)
+                )
             except runner.WorkloadError as e:
                 raise ToolError(f"profd: workload {spec.label()} failed: {e}")
             rep = await backend.analyze(res.trace_path, workspace_for(None), set())
-            return {"trace": res.trace_path, "wallS": round(res.wall_s, 3), **verdict(rep),
-                    "findings": [finding(d) for d in rep.diagnostics[:20]]}
+            return {
+                "trace": res.trace_path,
+                "wallS": round(res.wall_s, 3),
+                **verdict(rep),
+                "findings": [finding(d) for d in rep.diagnostics[:20]],
+            }
 
     if cfg.allow_record:
+
         @mcp.tool()
-        async def record_program(command: list[str], cwd: Optional[str] = None, step: str = "optimizer",
-                                 warmup: int = 5, timed: int = 10, steps: int = 3, memory: bool = False,
-                                 timeout_s: float = RECORD_TIMEOUT_S, top: int = 20) -> dict[str, Any]:
+        async def record_program(
+            command: list[str],
+            cwd: Optional[str] = None,
+            step: str = "optimizer",
+            warmup: int = 5,
+            timed: int = 10,
+            steps: int = 3,
+            memory: bool = False,
+            timeout_s: float = RECORD_TIMEOUT_S,
+            top: int = 20,
+        ) -> dict[str, Any]:
             """Run a Python program (`command`: ["python", "train.py", ...], ["python", "-m", "pkg"],
             ["torchrun", ...]) unmodified under torch.profiler and analyse its trace. `step` says what
             ends a step: optimizer (each Optimizer.step()), forward (each top-level nn.Module call,
@@ -320,7 +421,9 @@ def build(cfg: Config) -> MCPServer:
             from ..workloads import record as R
 
             if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-                raise ToolError("profd: command must be a non-empty list of strings, e.g. [\"python\", \"train.py\"]")
+                raise ToolError(
+                    'profd: command must be a non-empty list of strings, e.g. ["python", "train.py"]'
+                )
             where = confined(cwd, "cwd") if cwd else cfg.roots[0]
             if not os.path.isdir(where):
                 raise ToolError(f"profd: cwd {cwd}: not a folder")
@@ -330,8 +433,15 @@ def build(cfg: Config) -> MCPServer:
                 raise ToolError(f"profd: record: {e}")
             if cmd.script:
                 confined(cmd.script, "script")
-            opts = R.RecordOptions(step=step, warmup=warmup, timed=timed, steps=steps, memory=memory,
-                                   then="exit", timeout=max(1.0, min(float(timeout_s), RECORD_TIMEOUT_S)))
+            opts = R.RecordOptions(
+                step=step,
+                warmup=warmup,
+                timed=timed,
+                steps=steps,
+                memory=memory,
+                then="exit",
+                timeout=max(1.0, min(float(timeout_s), RECORD_TIMEOUT_S)),
+            )
             out = cfg.workload_dir or os.path.join(cfg.roots[0], "profd-traces")
             try:
                 res = await anyio.to_thread.run_sync(lambda: R.record(command, opts, out, cwd=where))
@@ -342,14 +452,26 @@ def build(cfg: Config) -> MCPServer:
             if bad:
                 raise ToolError("; ".join(bad))
             rep = reports[0]
-            diags = sorted((d for r in reports for d in r.diagnostics), key=lambda d: -(d.impact_us_per_step or 0.0)) \
-                if len(reports) > 1 else rep.diagnostics
+            diags = (
+                sorted(
+                    (d for r in reports for d in r.diagnostics), key=lambda d: -(d.impact_us_per_step or 0.0)
+                )
+                if len(reports) > 1
+                else rep.diagnostics
+            )
             items, _ = page(diags, top, 0)
-            return {**R.record_doc(res, reports), **verdict(rep), "total": len(diags),
-                    "findings": [finding(d) for d in items]}
+            return {
+                **R.record_doc(res, reports),
+                **verdict(rep),
+                "total": len(diags),
+                "findings": [finding(d) for d in items],
+            }
 
-    @mcp.resource("profd://rules/{code}", mime_type="text/markdown",
-                  description="The page of one profd rule (evidence, threshold, fix)")
+    @mcp.resource(
+        "profd://rules/{code}",
+        mime_type="text/markdown",
+        description="The page of one profd rule (evidence, threshold, fix)",
+    )
     def rule_resource(code: str) -> str:
         text = rule_page(code) if code in RULES else None
         if text is None:  # not found (an error the client is shown, no server traceback)
@@ -359,12 +481,17 @@ def build(cfg: Config) -> MCPServer:
             except UnknownCode as e:
                 nearest = e.nearest
             raise ResourceNotFoundError(
-                f"profd: no rule {shown(code)}" + (f"; did you mean profd://rules/{nearest}?" if nearest else "")
-                + f" (the {len(RULES)} rules: `profd-client rule --all`, or explain_rule)")
+                f"profd: no rule {shown(code)}"
+                + (f"; did you mean profd://rules/{nearest}?" if nearest else "")
+                + f" (the {len(RULES)} rules: `profd-client rule --all`, or explain_rule)"
+            )
         return text
 
-    @mcp.resource("profd://reports/latest", mime_type="application/json",
-                  description="The newest report of each trace path profd holds")
+    @mcp.resource(
+        "profd://reports/latest",
+        mime_type="application/json",
+        description="The newest report of each trace path profd holds",
+    )
     async def latest_reports() -> list[dict]:
         return [r for r in await backend.reports() if r["newest"]][:MAX_TOP]
 

@@ -4,6 +4,7 @@ Frames in a trace name a function by its bare name (``forward``); a file with fo
 methods needs the enclosing classes to tell them apart. No I/O: the daemon parses the lines it
 read, off its event loop, once per version of the file (``sources.SourceLines``).
 """
+
 from __future__ import annotations
 
 import ast

@@ -8,6 +8,7 @@ more finding (``unmapped-source``) that names the unmapped prefix and the ``--pa
 daemon's snapshot of them, read off its loop) and runs once when a report is committed; its answer
 is stored with the report.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ from ...protocol import types as T
 UNMAPPED = "unmapped-source"
 
 
-def local_sources(report: T.Report, trace_path: str,
-                  isfile: Callable[[str], bool] = os.path.isfile) -> list[str]:
+def local_sources(
+    report: T.Report, trace_path: str, isfile: Callable[[str], bool] = os.path.isfile
+) -> list[str]:
     """The files the report's findings and hot lines point at that exist here (``isfile``), plus
     the trace itself when anything lands on it (trace-level findings, unmapped frames, a read
     error)."""
@@ -56,7 +58,8 @@ def unmapped_paths(report: T.Report, sources: Iterable[str]) -> list[str]:
     src = set(sources)
     out: dict[str, None] = {}
     for loc in [d.location for d in report.diagnostics] + [
-            T.Location(path=h.path, line=h.line, trace_path=h.trace_path) for h in report.hot_lines]:
+        T.Location(path=h.path, line=h.line, trace_path=h.trace_path) for h in report.hot_lines
+    ]:
         if loc.line and loc.path and loc.path not in src:
             out[loc.trace_path or loc.path] = None
     return list(out)
@@ -78,8 +81,8 @@ def suggest_maps(paths: list[str], files_named: Callable[[str], list[str]]) -> l
             k = 0
             while k < len(parts) - 1 and k < len(cparts) - 1 and parts[-1 - k] == cparts[-1 - k]:
                 k += 1
-            remote = "/".join(parts[:len(parts) - k]) or "/"
-            local = os.sep.join(cparts[:len(cparts) - k]) or os.sep
+            remote = "/".join(parts[: len(parts) - k]) or "/"
+            local = os.sep.join(cparts[: len(cparts) - k]) or os.sep
             counts.setdefault((remote, local), set()).add(p)
     ranked = sorted(counts.items(), key=lambda kv: (-len(kv[1]), -len(kv[0][0]), kv[0]))
     if not ranked:
@@ -88,41 +91,64 @@ def suggest_maps(paths: list[str], files_named: Callable[[str], list[str]]) -> l
     return [(r, l, len(ps)) for (r, l), ps in ranked if len(ps) == top]
 
 
-def unmapped_hint(report: T.Report, trace_path: str, sources: Iterable[str],
-                  workspace: list[str], maps: Optional[list[tuple[str, str, int]]] = None
-                  ) -> Optional[T.Diagnostic]:
+def unmapped_hint(
+    report: T.Report,
+    trace_path: str,
+    sources: Iterable[str],
+    workspace: list[str],
+    maps: Optional[list[tuple[str, str, int]]] = None,
+) -> Optional[T.Diagnostic]:
     """One finding on the trace naming what could not be mapped and how to map it (``maps``:
     suggest_maps's answer, when the workspace was searched for those files)."""
     paths = unmapped_paths(report, sources)
     if not paths:
         return None
-    n = sum(1 for d in report.diagnostics
-            if d.location.line and (d.location.trace_path or d.location.path) in set(paths))
+    n = sum(
+        1
+        for d in report.diagnostics
+        if d.location.line and (d.location.trace_path or d.location.path) in set(paths)
+    )
     absolute = [p for p in paths if os.path.isabs(p)]
     shown = ", ".join(os.path.basename(p) for p in paths[:4]) + (" …" if len(paths) > 4 else "")
     where = workspace[0] if workspace else "/path/to/your/checkout"
     if absolute and maps:
         prefix = maps[0][0]
         opts = " or ".join(f"`--path-map {r}={l}`" for r, l, _ in maps[:4])
-        fix = (f"map it onto your checkout: {opts} on `profd serve`, or the setting `path-map = "
-               f"[\"{maps[0][0]}={maps[0][1]}\"]` (editor settings or `[tool.profd]`)"
-               + ("; the same files are in more than one folder here: pick the one that ran"
-                  if len(maps) > 1 else ""))
+        fix = (
+            f"map it onto your checkout: {opts} on `profd serve`, or the setting `path-map = "
+            f'["{maps[0][0]}={maps[0][1]}"]` (editor settings or `[tool.profd]`)'
+            + (
+                "; the same files are in more than one folder here: pick the one that ran"
+                if len(maps) > 1
+                else ""
+            )
+        )
         what = f"under `{os.path.commonpath([os.path.dirname(p) for p in absolute])}`"
     elif absolute:
         prefix = os.path.commonpath([os.path.dirname(p) for p in absolute])
-        fix = (f"map it onto your checkout: `--path-map {prefix}={where}` on `profd serve`, or "
-               f"the setting `path-map = [\"{prefix}={where}\"]` (editor settings or "
-               f"`[tool.profd]`)")
+        fix = (
+            f"map it onto your checkout: `--path-map {prefix}={where}` on `profd serve`, or "
+            f'the setting `path-map = ["{prefix}={where}"]` (editor settings or '
+            f"`[tool.profd]`)"
+        )
         what = f"under `{prefix}`"
     else:
         prefix = os.path.commonpath([os.path.dirname(p) or "." for p in paths]) or "."
-        fix = ("say where the sources live: `--workspace DIR` on `profd serve`, or the setting "
-               "`workspace = [\"DIR\"]` (editor settings or `[tool.profd]`; an editor's workspace "
-               "folders count too)")
+        fix = (
+            "say where the sources live: `--workspace DIR` on `profd serve`, or the setting "
+            '`workspace = ["DIR"]` (editor settings or `[tool.profd]`; an editor\'s workspace '
+            "folders count too)"
+        )
         what = "relative to the machine that recorded it"
-    msg = (f"{len(paths)} source file(s) of this trace are not found here ({shown}, {what}): "
-           f"{n} finding(s) are shown on the trace instead of on their lines")
-    return T.Diagnostic(code=UNMAPPED, severity="information", message=msg,
-                        location=T.Location(path=trace_path), fix=fix,
-                        evidence={"unmapped": paths, "prefix": prefix})
+    msg = (
+        f"{len(paths)} source file(s) of this trace are not found here ({shown}, {what}): "
+        f"{n} finding(s) are shown on the trace instead of on their lines"
+    )
+    return T.Diagnostic(
+        code=UNMAPPED,
+        severity="information",
+        message=msg,
+        location=T.Location(path=trace_path),
+        fix=fix,
+        evidence={"unmapped": paths, "prefix": prefix},
+    )

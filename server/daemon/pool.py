@@ -6,6 +6,7 @@ wall time and the process's memory; a task over either budget ends alone (its pr
 and replaced) with a clear ``Budget`` error. ``analyze_task`` is the analysis itself, as it runs
 in a worker.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,9 +63,15 @@ def analyze_task(path: str, options: Options) -> TaskResult:
     try:
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         report, summary, read = _analyze_held(path, options)
-        return TaskResult(T.encode(report), line_sources(report),
-                          T.encode(summary) if summary is not None else None,
-                          time.perf_counter() - t0, time.process_time() - c0, start, read)
+        return TaskResult(
+            T.encode(report),
+            line_sources(report),
+            T.encode(summary) if summary is not None else None,
+            time.perf_counter() - t0,
+            time.process_time() - c0,
+            start,
+            read,
+        )
     finally:
         with _gc_lock:
             _tasks -= 1
@@ -221,9 +228,9 @@ class WorkerProcess:
 
     def __init__(self, ctx, quiet_stderr: bool, mem_bytes: int = 0):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, quiet_stderr, mem_bytes),
-                                daemon=True,
-                                name="profd-analysis")
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child, quiet_stderr, mem_bytes), daemon=True, name="profd-analysis"
+        )
         self.proc.start()
         child.close()
 
@@ -243,22 +250,28 @@ class WorkerProcess:
                 took = time.monotonic() - t0
                 if took > time_s:
                     self.kill()
-                    raise Budget(f"analysis stopped after {took:.0f} s, over the {time_s:.0f} s "
-                                 "budget per analysis (profd serve --analysis-timeout)")
+                    raise Budget(
+                        f"analysis stopped after {took:.0f} s, over the {time_s:.0f} s "
+                        "budget per analysis (profd serve --analysis-timeout)"
+                    )
                 rss = _rss_bytes(self.proc.pid)
                 if rss > mem_bytes:
                     self.kill()
-                    raise Budget(f"analysis stopped at {rss >> 20} MB, over the "
-                                 f"{mem_bytes >> 20} MB memory budget per analysis "
-                                 "(profd serve --analysis-mb)")
+                    raise Budget(
+                        f"analysis stopped at {rss >> 20} MB, over the "
+                        f"{mem_bytes >> 20} MB memory budget per analysis "
+                        "(profd serve --analysis-mb)"
+                    )
             kind, value = self.conn.recv()
         except (EOFError, OSError):
             self.kill()
             raise Budget("the analysis process died (out of memory?)") from None
         if kind == "memory":  # its ceiling (_cap_memory) stopped an allocation; it has exited
             self.kill()
-            raise Budget(f"analysis stopped allocating over the {mem_bytes >> 20} MB memory "
-                         "budget per analysis (profd serve --analysis-mb)")
+            raise Budget(
+                f"analysis stopped allocating over the {mem_bytes >> 20} MB memory "
+                "budget per analysis (profd serve --analysis-mb)"
+            )
         if kind != "ok":
             raise Budget(f"the analysis failed: {value}")
         return value
@@ -299,7 +312,8 @@ class WorkerPool:
         w = await self.idle.get()
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                self.threads, w.run, task, self.time_s, self.mem_bytes)
+                self.threads, w.run, task, self.time_s, self.mem_bytes
+            )
         finally:
             if w.alive and not self.closed:
                 self.idle.put_nowait(w)

@@ -9,6 +9,7 @@ Columns follow the call's own text when the line changed (``loss.item()`` found 
 is its open buffer (unsaved edits included) or else the file on disk. The engine never aligns an
 old trace against new text: nothing here analyses anything. No I/O: texts are handed in.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -117,8 +118,7 @@ class Positions:
     against (None: unknown, the current text stands in), ``current_of(path)`` the text the client
     shows (its buffer, else the file)."""
 
-    def __init__(self, baseline_of: Callable[[str], Optional[Lines]],
-                 current_of: Callable[[str], Lines]):
+    def __init__(self, baseline_of: Callable[[str], Optional[Lines]], current_of: Callable[[str], Lines]):
         self.baseline_of, self.current_of = baseline_of, current_of
         self._maps: dict[str, LineMap] = {}
 
@@ -147,12 +147,12 @@ class Positions:
         end_line, end_col = loc.end_line, loc.end_column
         if loc.end_line and not one_line:
             we = m.line(loc.end_line)
-            end_line, end_col = (we.line, loc.end_column) if we is not None and not we.changed \
-                else (w.line, None)
+            end_line, end_col = (
+                (we.line, loc.end_column) if we is not None and not we.changed else (w.line, None)
+            )
         elif loc.end_line:
             end_line, end_col = w.line, (end0 + 1 if end0 is not None else None)
-        return msgspec.structs.replace(loc, line=w.line, column=c0 + 1, end_line=end_line,
-                                       end_column=end_col)
+        return msgspec.structs.replace(loc, line=w.line, column=c0 + 1, end_line=end_line, end_column=end_col)
 
     def diagnostics(self, diags: Sequence[T.Diagnostic]) -> list[T.Diagnostic]:
         """Copies of ``diags`` in the current text (a finding whose line was deleted is dropped;

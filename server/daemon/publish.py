@@ -17,6 +17,7 @@ it can do in ``initialize`` (never from its name).
   sent (``Shown``): no repeats, and the result id of a pull names exactly what it holds (the
   report, and the positions after the user's edits), so ``unchanged`` is never stale.
 """
+
 from __future__ import annotations
 
 import hashlib

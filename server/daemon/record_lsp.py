@@ -9,6 +9,7 @@ started with ``--allow-record``; the script must lie in the workspace, and runs 
 workspace folder that holds it. The trace goes into the watched folder, else
 ``<workspace>/profd-traces``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,16 +63,24 @@ def lenses(session, source: str) -> list[L.CodeLens]:
     out = []
     for i, text in enumerate(SOURCES.lines(source)):
         if MAIN_RE.match(text):
-            out.append(L.CodeLens(range=L.Range(L.Position(i, 0), L.Position(i, 0)),
-                                  command=L.Command(title="Profile with profd", command=M.CMD_RECORD,
-                                                    arguments=[source])))
+            out.append(
+                L.CodeLens(
+                    range=L.Range(L.Position(i, 0), L.Position(i, 0)),
+                    command=L.Command(title="Profile with profd", command=M.CMD_RECORD, arguments=[source]),
+                )
+            )
     return out
 
 
 def interpreter(root: str) -> str:
     """The workspace's interpreter: its .venv/venv, the active venv, python3 on PATH, this one."""
-    for cand in (os.path.join(root, ".venv", "bin", "python"), os.path.join(root, "venv", "bin", "python"),
-                 os.path.join(os.environ.get("VIRTUAL_ENV", ""), "bin", "python") if os.environ.get("VIRTUAL_ENV") else ""):
+    for cand in (
+        os.path.join(root, ".venv", "bin", "python"),
+        os.path.join(root, "venv", "bin", "python"),
+        os.path.join(os.environ.get("VIRTUAL_ENV", ""), "bin", "python")
+        if os.environ.get("VIRTUAL_ENV")
+        else "",
+    ):
         if cand and os.path.isfile(cand):
             return cand
     return shutil.which("python3") or sys.executable
@@ -109,15 +118,20 @@ def register(ls, session, rpc_error) -> None:
         if len(args) == 1 and isinstance(args[0], list):
             args = tuple(args[0])
         if not allowed(session):
-            raise rpc_error(-32600, "profd.record runs programs only for the editor's own (stdio) session; "
-                                    "start the daemon with --allow-record to offer it over TCP")
+            raise rpc_error(
+                -32600,
+                "profd.record runs programs only for the editor's own (stdio) session; "
+                "start the daemon with --allow-record to offer it over TCP",
+            )
         path = args[0] if args else None
         if not isinstance(path, str) or not path:
             raise rpc_error(-32602, "profd.record wants [path to a Python script, {options}]")
         root = root_of(session, path)
         if root is None:
-            raise rpc_error(M.ERR_FORBIDDEN_PATH, f"profd.record: {path} is outside the workspace "
-                                                  f"({', '.join(roots(session)) or 'none'})")
+            raise rpc_error(
+                M.ERR_FORBIDDEN_PATH,
+                f"profd.record: {path} is outside the workspace ({', '.join(roots(session)) or 'none'})",
+            )
         try:
             argv, opts, py = options_of(args[1] if len(args) > 1 else None)
         except R.RecordError as e:
@@ -132,8 +146,12 @@ def register(ls, session, rpc_error) -> None:
         shown = session.ready and session.can_progress
 
         def begin(*a):
-            wdp.begin(token, L.WorkDoneProgressBegin(title=f"profd: recording {os.path.basename(script)}",
-                                                     cancellable=True, percentage=0))
+            wdp.begin(
+                token,
+                L.WorkDoneProgressBegin(
+                    title=f"profd: recording {os.path.basename(script)}", cancellable=True, percentage=0
+                ),
+            )
             fut = wdp.tokens.get(token)
             if fut is not None:
                 fut.add_done_callback(lambda f: f.cancelled() and cancel.set())
@@ -143,14 +161,18 @@ def register(ls, session, rpc_error) -> None:
 
         def report(msg: str, pct: Optional[float]) -> None:
             if shown and token in wdp.tokens:
-                wdp.report(token, L.WorkDoneProgressReport(message=msg, percentage=int(pct) if pct is not None else None))
+                wdp.report(
+                    token,
+                    L.WorkDoneProgressReport(message=msg, percentage=int(pct) if pct is not None else None),
+                )
 
         def progress(msg, pct):
             loop.call_soon_threadsafe(report, msg, pct)
 
         try:
-            res = await loop.run_in_executor(None, lambda: R.record(command, opts, out_dir, cwd=root,
-                                                                   progress=progress, cancel=cancel))
+            res = await loop.run_in_executor(
+                None, lambda: R.record(command, opts, out_dir, cwd=root, progress=progress, cancel=cancel)
+            )
         except asyncio.CancelledError:
             cancel.set()
             raise
@@ -166,6 +188,9 @@ def register(ls, session, rpc_error) -> None:
         facts = R.record_doc(res, reports)
         n = sum(len(r.diagnostics) for r in reports)
         unp = f"{res.unprofiled_us / 1000:.2f} ms" if res.unprofiled_us else "not measured"
-        session.tell(L.MessageType.Info, f"profd: recorded {os.path.basename(script)} ({res.rule_desc}): "
-                                         f"{n} findings; step time unprofiled {unp}; trace {', '.join(res.traces)}")
+        session.tell(
+            L.MessageType.Info,
+            f"profd: recorded {os.path.basename(script)} ({res.rule_desc}): "
+            f"{n} findings; step time unprofiled {unp}; trace {', '.join(res.traces)}",
+        )
         return {**facts, "findings": n, "errors": [r.error for r in reports if r.error]}

@@ -1,6 +1,7 @@
 """The client side of the daemon's TCP transport: a small asyncio JSON-RPC/LSP client (no pygls
 needed). ``profd status`` and ``profd-client`` both talk to a running daemon through it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,16 +32,25 @@ class DaemonClient:
         self._task: Optional[asyncio.Task] = None
         self.notifications: list[dict] = []
 
-    async def connect(self, host: str, port: int, token: Optional[str], timeout: float = 10.0,
-                      root: Optional[str] = None) -> dict:
+    async def connect(
+        self, host: str, port: int, token: Optional[str], timeout: float = 10.0, root: Optional[str] = None
+    ) -> dict:
         self.reader, self.writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, limit=1 << 26), timeout)
+            asyncio.open_connection(host, port, limit=1 << 26), timeout
+        )
         self._task = asyncio.ensure_future(self._read_loop())
         root = root or os.getcwd()
-        res = await self.request("initialize", {
-            "processId": os.getpid(), "rootUri": "file://" + root, "capabilities": {},
-            "clientInfo": {"name": "profd-client"},
-            "initializationOptions": {"token": token} if token is not None else {}}, timeout)
+        res = await self.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": "file://" + root,
+                "capabilities": {},
+                "clientInfo": {"name": "profd-client"},
+                "initializationOptions": {"token": token} if token is not None else {},
+            },
+            timeout,
+        )
         await self.notify("initialized", {})
         return res
 
@@ -121,7 +131,6 @@ async def with_client(doc: dict, fn):
         await c.close()
 
 
-
 def status_sync(doc: dict) -> dict:
     return asyncio.run(with_client(doc, lambda c: c.request(M.STATUS, {}, timeout=10)))
 
@@ -149,4 +158,3 @@ async def _analyze(c: DaemonClient, method: str, path: str, options: AnalysisOpt
         if e.code in (M.ERR_FORBIDDEN_PATH, M.ERR_NOT_FOUND):
             return None
         raise
-

@@ -14,6 +14,7 @@ A misspelt code or key gets the CLI's "did you mean"; a bad value is reported an
 applied half; a ``pyproject.toml`` that is wrong is reported (its path and what is wrong) and not
 applied.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -54,8 +55,11 @@ def parse(raw: Any) -> tuple[dict, list[str]]:
             continue
         if k not in KEYS:
             near = difflib.get_close_matches(str(k), KEYS, n=1)
-            bad.append(f"unknown setting {k!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                       + f"; known: {', '.join(KEYS)}")
+            bad.append(
+                f"unknown setting {k!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + f"; known: {', '.join(KEYS)}"
+            )
             continue
         if k == "watch":
             if isinstance(v, str) and v:
@@ -65,7 +69,9 @@ def parse(raw: Any) -> tuple[dict, list[str]]:
             continue
         if k == "rules":
             try:
-                out[k] = config._thresholds(v, "setting profd.rules")  # the CLI's checks of [tool.profd.rules]
+                out[k] = config._thresholds(
+                    v, "setting profd.rules"
+                )  # the CLI's checks of [tool.profd.rules]
             except config.UsageError as e:
                 bad.append(str(e))
             continue
@@ -99,8 +105,9 @@ def disabled(values: dict) -> set[str]:
     """The rule codes ``values``' selection turns off (none when it sets none)."""
     if not any(k in values for k in SELECTION):
         return set()
-    chosen = config.selection(values.get("select") or None, values.get("extend-select", []),
-                         values.get("ignore", []))
+    chosen = config.selection(
+        values.get("select") or None, values.get("extend-select", []), values.get("ignore", [])
+    )
     return set(RULES) - chosen
 
 
@@ -143,8 +150,9 @@ def project(folders: list[str]) -> tuple[dict, list[str], list[str]]:
 
 def effective(settings: dict, proj: dict, base_disabled: set[str]) -> tuple[set[str], dict]:
     """(rule codes off, thresholds) from the settings over the project file over the command line."""
-    off = set(base_disabled) | (disabled(settings) if any(k in settings for k in SELECTION)
-                                else set(proj.get("disabled", ())))
+    off = set(base_disabled) | (
+        disabled(settings) if any(k in settings for k in SELECTION) else set(proj.get("disabled", ()))
+    )
     th = {c: dict(kv) for c, kv in proj.get("rules", {}).items()}
     for code, kv in settings.get("rules", {}).items():
         th.setdefault(code, {}).update(kv)

@@ -4,6 +4,7 @@ The LSP handlers and the core read a snapshot from memory (``SOURCES.lines(path)
 its own stats and reads the files (``await SOURCES.warm(paths)``), so a frame naming a FIFO,
 /dev/zero or a file on a hung mount never stalls the event loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,8 +81,7 @@ class SourceLines:
             self._snap[p] = Snap(mtime, lines, confine.real(p) or p, funcs)
             self._snap.move_to_end(p)
             self.chars += text_chars(lines) - (text_chars(old.lines) if old is not None else 0)
-            while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and
-                                                 len(self._snap) > 1):
+            while len(self._snap) > self.MAX or (self.chars > self.MAX_CHARS and len(self._snap) > 1):
                 self.chars -= text_chars(self._snap.popitem(last=False)[1].lines)
 
     # ---- on the loop: memory only -----------------------------------------------------------
@@ -100,7 +100,8 @@ class SourceLines:
         """Whether ``path`` is a regular file (as last read) inside one of the folders ``roots``
         (warmed too: their real paths are known): only those get findings, hovers and edits."""
         return self.isfile(path) and confine.within(
-            self.real(path), [self.real(r) for r in roots], resolved=True)
+            self.real(path), [self.real(r) for r in roots], resolved=True
+        )
 
     def real(self, path: str) -> str:
         s = self._snap.get(path)

@@ -18,6 +18,7 @@ A store that cannot be written at all (a read-only file, directory or filesystem
 read-only as it is (or, if there is none to read, kept in memory): its writes raise
 ``sqlite3.OperationalError``, which the daemon answers by keeping new reports in memory.
 """
+
 from __future__ import annotations
 
 import errno
@@ -121,8 +122,7 @@ class Store:
 
     def _open(self) -> None:
         _private_file(self.path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                   timeout=10)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         try:
             self._db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before WAL: no -shm mapping
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -157,8 +157,12 @@ class Store:
         new reports in memory), or one in memory if it cannot be read either."""
         db = None
         try:
-            db = sqlite3.connect(f"file:{quote(self.path)}?mode=ro&immutable=1", uri=True,
-                                 check_same_thread=False, isolation_level=None)
+            db = sqlite3.connect(
+                f"file:{quote(self.path)}?mode=ro&immutable=1",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+            )
             if db.execute("PRAGMA quick_check").fetchall() != [("ok",)]:
                 raise sqlite3.DatabaseError("it fails the quick check")
             db.execute("SELECT 1 FROM reports, files LIMIT 1").fetchall()
@@ -169,8 +173,13 @@ class Store:
             self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             self._schema()
             how = "from memory (none can be read there)"
-        log.error("profd: the results store %s cannot be written (%s); serving it %s: new reports "
-                  "last until the daemon stops", self.path, why, how)
+        log.error(
+            "profd: the results store %s cannot be written (%s); serving it %s: new reports "
+            "last until the daemon stops",
+            self.path,
+            why,
+            how,
+        )
 
     def _move_aside(self, why: BaseException) -> None:
         aside = f"{self.path}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -180,8 +189,13 @@ class Store:
             except FileNotFoundError:
                 pass
         self.moved_aside = aside
-        log.error("profd: the results store %s is unusable (%s); moved it to %s and starting an "
-                  "empty one (the watched files are analysed again)", self.path, why, aside)
+        log.error(
+            "profd: the results store %s is unusable (%s); moved it to %s and starting an "
+            "empty one (the watched files are analysed again)",
+            self.path,
+            why,
+            aside,
+        )
 
     def reset(self, why: BaseException) -> None:
         """The store failed while in use (corrupt pages): move it aside and start an empty one."""
@@ -216,34 +230,61 @@ class Store:
             return self._db.execute(sql, args).fetchall()
 
     # ---- writes -----------------------------------------------------------------------------
-    def put(self, key: str, path: str, mtime: float, size: int, report: bytes,
-            error: Optional[str], sources: list[str], recorded: Optional[float] = None,
-            ino: Optional[int] = None, ctime_ns: Optional[int] = None) -> float:
+    def put(
+        self,
+        key: str,
+        path: str,
+        mtime: float,
+        size: int,
+        report: bytes,
+        error: Optional[str],
+        sources: list[str],
+        recorded: Optional[float] = None,
+        ino: Optional[int] = None,
+        ctime_ns: Optional[int] = None,
+    ) -> float:
         """Store a report and point its trace path at it, in one transaction. Returns created."""
         now = time.time()
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO reports(key, path, mtime, size, report, error, sources,"
-                      " created, recorded) VALUES (?,?,?,?,?,?,?,?,?)",
-                      (key, path, mtime, size, report, error, json.dumps(sources), now, recorded))
-            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
-                      "VALUES (?,?,?,?,?,?,?)", (path, key, mtime, size, now, ino, ctime_ns))
+            c.execute(
+                "INSERT OR REPLACE INTO reports(key, path, mtime, size, report, error, sources,"
+                " created, recorded) VALUES (?,?,?,?,?,?,?,?,?)",
+                (key, path, mtime, size, report, error, json.dumps(sources), now, recorded),
+            )
+            c.execute(
+                "INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (path, key, mtime, size, now, ino, ctime_ns),
+            )
         return now
 
     def put_texts(self, key: str, texts: dict[str, str]) -> None:
         """The source texts report ``key`` was made against (positions.py maps edits from them)."""
         with self._tx() as c:
-            c.executemany("INSERT OR REPLACE INTO texts(key, path, text) VALUES (?,?,?)",
-                          [(key, p, t) for p, t in texts.items()])
+            c.executemany(
+                "INSERT OR REPLACE INTO texts(key, path, text) VALUES (?,?,?)",
+                [(key, p, t) for p, t in texts.items()],
+            )
 
     def texts(self, key: str) -> dict[str, str]:
         return dict(self._q("SELECT path, text FROM texts WHERE key=?", (key,)))
 
-    def link(self, path: str, key: str, mtime: float, size: int, ino: Optional[int] = None,
-             ctime_ns: Optional[int] = None) -> None:
+    def link(
+        self,
+        path: str,
+        key: str,
+        mtime: float,
+        size: int,
+        ino: Optional[int] = None,
+        ctime_ns: Optional[int] = None,
+    ) -> None:
         """Record that the file at ``path`` (as stat'ed) has the content of ``key``."""
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
-                      "VALUES (?,?,?,?,?,?,?)", (path, key, mtime, size, time.time(), ino, ctime_ns))
+            c.execute(
+                "INSERT OR REPLACE INTO files(path, key, mtime, size, seen, ino, ctime_ns) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (path, key, mtime, size, time.time(), ino, ctime_ns),
+            )
 
     # ---- reads ------------------------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -254,18 +295,23 @@ class Store:
         return bytes(r[0][0]) if r else None
 
     def row(self, key: str) -> Optional[Row]:
-        r = self._q("SELECT key, path, mtime, size, error, sources, created, recorded FROM reports WHERE key=?",
-                    (key,))
+        r = self._q(
+            "SELECT key, path, mtime, size, error, sources, created, recorded FROM reports WHERE key=?",
+            (key,),
+        )
         return _row(r[0]) if r else None
 
-    def known_file(self, path: str, mtime: float, size: int, ino: Optional[int] = None,
-                   ctime_ns: Optional[int] = None) -> Optional[str]:
+    def known_file(
+        self, path: str, mtime: float, size: int, ino: Optional[int] = None, ctime_ns: Optional[int] = None
+    ) -> Optional[str]:
         """The key of ``path`` if it is unchanged since it was last seen: the same size and mtime,
         and the same inode and change time (another content copied in with the old size and mtime,
         ``rsync -a``/``cp -p``/``tar x``, has a new change time, and often a new inode). A file
         recorded without them (an older store) is hashed once more."""
-        r = self._q("SELECT key FROM files WHERE path=? AND mtime=? AND size=? AND ino IS ? AND "
-                    "ctime_ns IS ?", (path, mtime, size, ino, ctime_ns))
+        r = self._q(
+            "SELECT key FROM files WHERE path=? AND mtime=? AND size=? AND ino IS ? AND ctime_ns IS ?",
+            (path, mtime, size, ino, ctime_ns),
+        )
         return r[0][0] if r else None
 
     def drop(self, key: str) -> None:
@@ -285,8 +331,10 @@ class Store:
 
     def rows(self) -> Iterator[Row]:
         """Every report's metadata, oldest first."""
-        for r in self._q("SELECT key, path, mtime, size, error, sources, created, recorded FROM reports "
-                         "ORDER BY created, rowid"):
+        for r in self._q(
+            "SELECT key, path, mtime, size, error, sources, created, recorded FROM reports "
+            "ORDER BY created, rowid"
+        ):
             yield _row(r)
 
     def count(self) -> int:

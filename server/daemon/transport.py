@@ -17,6 +17,7 @@ makes room by dropping the oldest that has sent nothing yet, else the oldest: id
 lock out the owner, and a burst of the owner's own clients fits), and at most ``max_conns`` in
 all, well under the process's file limit (no EMFILE storms in the accept loop).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -58,7 +59,8 @@ class _BadHeader(Exception):
 def token_ok(given: Any, token: str) -> bool:
     """Constant-time comparison of what the client sent with the token, for any string."""
     return isinstance(given, str) and hmac.compare_digest(
-        given.encode("utf-8", "surrogatepass"), token.encode())
+        given.encode("utf-8", "surrogatepass"), token.encode()
+    )
 
 
 def _frame(obj: Any) -> bytes:
@@ -131,10 +133,18 @@ class _Framing:
                 log.warning("profd: %s sent a body that is not JSON: %s", peer, e)
                 self.send_raw(_error(None, -32700, f"Parse error: {e}"))
                 continue
-            if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or not (
-                    isinstance(raw.get("method"), str) or "id" in raw):
-                self.send_raw(_error(raw.get("id") if isinstance(raw, dict) else None, -32600,
-                                     "Invalid Request: not a JSON-RPC 2.0 message"))
+            if (
+                not isinstance(raw, dict)
+                or raw.get("jsonrpc") != "2.0"
+                or not (isinstance(raw.get("method"), str) or "id" in raw)
+            ):
+                self.send_raw(
+                    _error(
+                        raw.get("id") if isinstance(raw, dict) else None,
+                        -32600,
+                        "Invalid Request: not a JSON-RPC 2.0 message",
+                    )
+                )
                 continue
             return "msg", (raw, body)
 
@@ -156,9 +166,14 @@ async def _authenticate(io: _Framing, token: str, peer: str) -> Optional[tuple[d
             if token_ok(given, token):
                 return raw, body
             log.warning("profd: refused %s: initialize without the daemon token", peer)
-            io.send_raw(_error(raw.get("id"), M.ERR_UNAUTHORIZED,
-                               "profd: unauthorized: initializationOptions.token is "
-                               "missing or wrong (see STATE/daemon.json)"))
+            io.send_raw(
+                _error(
+                    raw.get("id"),
+                    M.ERR_UNAUTHORIZED,
+                    "profd: unauthorized: initializationOptions.token is "
+                    "missing or wrong (see STATE/daemon.json)",
+                )
+            )
             await _drain(io.writer)
             return None
         if method == "exit":
@@ -167,9 +182,17 @@ async def _authenticate(io: _Framing, token: str, peer: str) -> Optional[tuple[d
             io.send_raw(_error(raw.get("id"), M.ERR_NOT_INITIALIZED, "profd: initialize first"))
 
 
-async def serve_session(core: Core, reader, writer, *, token: Optional[str], peer: str,
-                        auth_timeout: float = AUTH_TIMEOUT, on_auth=None,
-                        framing: Optional[_Framing] = None) -> int:
+async def serve_session(
+    core: Core,
+    reader,
+    writer,
+    *,
+    token: Optional[str],
+    peer: str,
+    auth_timeout: float = AUTH_TIMEOUT,
+    on_auth=None,
+    framing: Optional[_Framing] = None,
+) -> int:
     """Run one client's session until it disconnects, sends ``exit``, or (TCP, ``token`` given)
     has not sent ``initialize`` with the token within ``auth_timeout`` s; ``on_auth()`` once it
     has. Its LSP server is built only then. The exit status the spec asks for: 1 after an
@@ -186,8 +209,7 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
         try:
             first = await asyncio.wait_for(_authenticate(io, token, peer), auth_timeout)
         except asyncio.TimeoutError:
-            log.warning("profd: closed %s: no initialize with the token within %.0f s",
-                        peer, auth_timeout)
+            log.warning("profd: closed %s: no initialize with the token within %.0f s", peer, auth_timeout)
             return 0
         if first is None:
             return 0
@@ -218,8 +240,7 @@ async def serve_session(core: Core, reader, writer, *, token: Optional[str], pee
                 raw, body = msg
             method = raw.get("method")
             is_request = "id" in raw and method is not None
-            if is_request and method not in proto.fm.builtin_features \
-                    and method not in proto.fm.features:
+            if is_request and method not in proto.fm.builtin_features and method not in proto.fm.features:
                 send_raw(_error(raw.get("id"), -32601, f"Method not found: {shown(method)}"))
                 continue
             try:
@@ -260,8 +281,11 @@ class _Bounded:
         if t.is_closing():
             return
         if t.get_write_buffer_size() + len(data) > MAX_UNREAD:
-            log.warning("profd: closed %s: it has not read the last %d MB sent to it", self.peer,
-                        t.get_write_buffer_size() >> 20)
+            log.warning(
+                "profd: closed %s: it has not read the last %d MB sent to it",
+                self.peer,
+                t.get_write_buffer_size() >> 20,
+            )
             t.abort()
             self.done.set()
             return
@@ -323,8 +347,9 @@ async def run_stdio(core: Core, stdin, stdout) -> int:
     """Serve the editor on stdio; the process's exit status (serve_session)."""
     await core.start(watch=False)  # scanned once the editor's folders and settings are in
     try:
-        return await serve_session(core, _stdin_stream(stdin), _StdoutWriter(stdout), token=None,
-                                   peer="stdio")
+        return await serve_session(
+            core, _stdin_stream(stdin), _StdoutWriter(stdout), token=None, peer="stdio"
+        )
     finally:
         await core.stop()
 
@@ -333,6 +358,7 @@ def _file_limit() -> int:
     """The soft limit on open files, raised to the hard one where allowed."""
     try:
         import resource
+
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
         if soft != resource.RLIM_INFINITY and soft < want:
@@ -347,8 +373,7 @@ def _file_limit() -> int:
 
 
 class TcpServer:
-    def __init__(self, core: Core, host: str, port: int, token: str,
-                 auth_timeout: float = AUTH_TIMEOUT):
+    def __init__(self, core: Core, host: str, port: int, token: str, auth_timeout: float = AUTH_TIMEOUT):
         self.core, self.host, self.port, self.token = core, host, port, token
         self.auth_timeout = auth_timeout
         self.server: Optional[asyncio.base_events.Server] = None
@@ -370,8 +395,10 @@ class TcpServer:
             writer.close()
             return
         while len(self.unauthed) >= MAX_UNAUTHED:  # a stranger makes room: the oldest silent one
-            old = next((t for t, f in self.unauthed.items() if not f.heard),  # (else the oldest)
-                       next(iter(self.unauthed)))
+            old = next(
+                (t for t, f in self.unauthed.items() if not f.heard),  # (else the oldest)
+                next(iter(self.unauthed)),
+            )
             f = self.unauthed.pop(old)
             f.writer.close()
             old.cancel()
@@ -379,13 +406,19 @@ class TcpServer:
         self.tasks.add(task)
         self.unauthed[task] = io
         try:
-            await serve_session(self.core, reader, writer, token=self.token, peer=peer,
-                                auth_timeout=self.auth_timeout,
-                                on_auth=lambda: self.unauthed.pop(task, None), framing=io)
+            await serve_session(
+                self.core,
+                reader,
+                writer,
+                token=self.token,
+                peer=peer,
+                auth_timeout=self.auth_timeout,
+                on_auth=lambda: self.unauthed.pop(task, None),
+                framing=io,
+            )
         except asyncio.CancelledError:
             if task in self.tasks:  # evicted: not the server closing
-                log.warning("profd: dropped %s: too many connections waiting to authenticate",
-                            peer)
+                log.warning("profd: dropped %s: too many connections waiting to authenticate", peer)
             else:
                 raise
         except Exception:

@@ -2,6 +2,7 @@
 per report, the trace and its frames' paths by base name, and the path maps that would place them,
 found by searching the workspace once, off the loop. The ``unmapped-source`` finding of a report
 (placement.unmapped_hint) suggests those maps once they are known."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,9 +26,14 @@ class UnplacedFindings:
 
     KEPT = 256  # reports whose frames and maps are remembered (the oldest forgotten first)
 
-    def __init__(self, index: ReportIndex, workspace: Callable[[], list[str]],
-                 io: Callable[[Callable], Awaitable], found: Callable[[str], None],
-                 loop: Callable[[], Optional[asyncio.AbstractEventLoop]]):
+    def __init__(
+        self,
+        index: ReportIndex,
+        workspace: Callable[[], list[str]],
+        io: Callable[[Callable], Awaitable],
+        found: Callable[[str], None],
+        loop: Callable[[], Optional[asyncio.AbstractEventLoop]],
+    ):
         self.index, self.workspace, self.io, self.found, self.loop = index, workspace, io, found, loop
         # key -> (trace path, {frame base name: frame paths}); and the path maps found
         self._reports: OrderedDict[str, tuple[str, dict[str, list[str]]]] = OrderedDict()

@@ -20,6 +20,7 @@ A file deleted at any point drops out; one replaced while being read is seen as 
 round again. The watched folder removed and recreated is re-armed (the parent folder is watched
 too, plus a cheap periodic check of the folder's inode) and rescanned.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +33,17 @@ import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
-from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent,
-                             FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEvent,
-                             FileSystemEventHandler)
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from ..engine import nameable
@@ -50,8 +59,15 @@ SUFFIXES = (".json", ".json.gz")
 # folder appearing or going. Not opens, reads or closes after reading: the daemon's own hashing
 # and analysis read every trace, and those events would queue in the observer ahead of the
 # next user's file (a flood of 1,000 files otherwise delays the last one by a second).
-FILE_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent,
-               DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+FILE_EVENTS = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
+]
 FOLDER_EVENTS = [DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 
 
@@ -63,8 +79,10 @@ def _pair_moves_quickly(hold_s: float = 0.005) -> list[type]:
     read from the kernel together; a few ms is plenty, and a pair split anyway reaches us as a
     created file, which the settle wait still takes correctly."""
     found = []
-    for mod, cls in (("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),
-                     ("watchdog.observers.inotify_buffer", "InotifyBuffer")):  # watchdog 7 / 4-6
+    for mod, cls in (
+        ("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),
+        ("watchdog.observers.inotify_buffer", "InotifyBuffer"),
+    ):  # watchdog 7 / 4-6
         try:
             grouper = getattr(importlib.import_module(mod), cls)
         except (ImportError, AttributeError):
@@ -85,6 +103,7 @@ _UNWATCHED: dict[bytes, collections.deque] = {}
 def _record_unwatched() -> bool:
     try:
         from watchdog.observers.inotify import InotifyWatchGroup
+
         add = InotifyWatchGroup._add_callback
     except (ImportError, AttributeError):
         return False
@@ -93,9 +112,11 @@ def _record_unwatched() -> bool:
 
     def _add_callback(self, path) -> None:
         add(self, path)
-        if path not in getattr(self, "_active_callbacks_by_path", (path,)) and \
-                os.path.isdir(path):  # (not a folder that went away meanwhile)
+        if path not in getattr(self, "_active_callbacks_by_path", (path,)) and os.path.isdir(
+            path
+        ):  # (not a folder that went away meanwhile)
             _UNWATCHED.setdefault(os.fsencode(self.path), collections.deque()).append(path)
+
     _add_callback.profd = True
     InotifyWatchGroup._add_callback = _add_callback
     return True
@@ -147,12 +168,16 @@ def refusal(path: str, mem_bytes: int = 0) -> Optional[str]:
             except OSError:
                 hole = size
             if hole < size:
-                return (f"it is a sparse file ({_size(size)}, a hole at byte {hole}): a hole reads "
-                        "as NUL bytes, which no trace holds: not read")
+                return (
+                    f"it is a sparse file ({_size(size)}, a hole at byte {hole}): a hole reads "
+                    "as NUL bytes, which no trace holds: not read"
+                )
         if mem_bytes and size > 2 * mem_bytes:
-            return (f"it is {_size(size)}; analysing a trace takes memory near its size (~0.8x "
-                    f"uncompressed), over the {mem_bytes >> 20} MB memory budget per analysis "
-                    "(profd serve --analysis-mb): not read")
+            return (
+                f"it is {_size(size)}; analysing a trace takes memory near its size (~0.8x "
+                f"uncompressed), over the {mem_bytes >> 20} MB memory budget per analysis "
+                "(profd serve --analysis-mb): not read"
+            )
         return None
     finally:
         os.close(fd)
@@ -195,8 +220,15 @@ Handler = Callable[[str, Sig], Awaitable[Optional[Outcome]]]
 
 
 class Intake:
-    def __init__(self, loop: asyncio.AbstractEventLoop, handle: Handler, *, settle: float = 0.3,
-                 quiet: float = 2.0, workers: int = 2):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        handle: Handler,
+        *,
+        settle: float = 0.3,
+        quiet: float = 2.0,
+        workers: int = 2,
+    ):
         self.loop = loop
         self.handle = handle
         self.settle = settle
@@ -279,8 +311,9 @@ class Intake:
             return
         made_from, now = out.sig or sig, signature(path)
         if now != made_from:  # replaced or still written while read: go round again
-            log.info("profd: %s changed after it was read (%s, now %s); looking at it again",
-                     path, made_from, now)
+            log.info(
+                "profd: %s changed after it was read (%s, now %s); looking at it again", path, made_from, now
+            )
             if out.keep is not None:
                 out.keep()  # the work done stands for the content it read
             self._release(path, again=True)
@@ -328,11 +361,15 @@ class _Events(FileSystemEventHandler):
         w = self.w
         if event.is_directory or p == w.root:
             w.post(w.rearm_if_needed)
-            if event.is_directory and event.event_type in ("created", "moved") and \
-                    p.startswith(w.root + os.sep):
+            if (
+                event.is_directory
+                and event.event_type in ("created", "moved")
+                and p.startswith(w.root + os.sep)
+            ):
                 w.post(w.scan, p, False)  # watchdog reports each folder below it too
-        elif event.event_type != "deleted" and matches(p) and \
-                p.startswith(w.root + os.sep):  # not the parent's own files
+        elif (
+            event.event_type != "deleted" and matches(p) and p.startswith(w.root + os.sep)
+        ):  # not the parent's own files
             if event.event_type == "moved" and w.on_complete is not None:
                 w.post(w.on_complete, p)
             else:
@@ -347,9 +384,14 @@ def inside(path: str, root: str) -> bool:
 class Watcher:
     """watchdog on ``root`` (recursive) and its parent (to see ``root`` come back)."""
 
-    def __init__(self, root: str, loop: asyncio.AbstractEventLoop, on_path: Callable[[str], None],
-                 check_every: float = 1.0,
-                 on_complete: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        root: str,
+        loop: asyncio.AbstractEventLoop,
+        on_path: Callable[[str], None],
+        check_every: float = 1.0,
+        on_complete: Optional[Callable[[str], None]] = None,
+    ):
         self.root = os.path.abspath(root)
         self.loop = loop
         self.on_path = self._inside(on_path)
@@ -388,12 +430,16 @@ class Watcher:
     def _inside(self, fn: Callable[[str], None]) -> Callable[[str], None]:
         def offer(path: str) -> None:
             if not nameable(path):
-                log.warning("profd: ignoring %s: its name is not UTF-8, so no report or editor "
-                            "can name it (rename it)", ascii(path))
+                log.warning(
+                    "profd: ignoring %s: its name is not UTF-8, so no report or editor "
+                    "can name it (rename it)",
+                    ascii(path),
+                )
             elif inside(path, self.root):
                 fn(path)
             elif os.path.islink(path):
                 log.warning("profd: ignoring %s: a symlink out of the watched folder", path)
+
         return offer
 
     def start(self) -> None:
@@ -428,10 +474,14 @@ class Watcher:
             if d not in self._unwatched:
                 self._unwatched[d], new = None, new + 1
         if new:
-            log.error("profd: %d folder(s) in %s cannot be watched (the inotify watch limit, "
-                      "sysctl fs.inotify.max_user_watches, is reached?); traces there are found "
-                      "by looking every %.0f s or more", len(self._unwatched), self.root,
-                      self.check_every)
+            log.error(
+                "profd: %d folder(s) in %s cannot be watched (the inotify watch limit, "
+                "sysctl fs.inotify.max_user_watches, is reached?); traces there are found "
+                "by looking every %.0f s or more",
+                len(self._unwatched),
+                self.root,
+                self.check_every,
+            )
         for _ in range(min(per_tick, len(self._unwatched))):
             d, seen = self._unwatched.popitem(last=False)
             try:
@@ -442,8 +492,11 @@ class Watcher:
             if now != seen:
                 self.scan(d, False)
                 try:
-                    subs = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)
-                            and not e.name.startswith(".")]
+                    subs = [
+                        e.path
+                        for e in os.scandir(d)
+                        if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+                    ]
                 except OSError:
                     subs = []
                 for sub in subs:  # made in an unwatched folder: no watch was even tried
@@ -453,8 +506,9 @@ class Watcher:
         parent = os.path.dirname(self.root)
         if self._parent_watch is None and os.path.isdir(parent):
             try:
-                self._parent_watch = self.observer.schedule(self._handler, parent, recursive=False,
-                                                            event_filter=FOLDER_EVENTS)
+                self._parent_watch = self.observer.schedule(
+                    self._handler, parent, recursive=False, event_filter=FOLDER_EVENTS
+                )
             except OSError:
                 self._parent_watch = None
         try:
@@ -474,8 +528,9 @@ class Watcher:
             log.warning("profd: watched folder %s is gone; waiting for it to come back", self.root)
             return
         try:
-            self._root_watch = self.observer.schedule(self._handler, self.root, recursive=True,
-                                                      event_filter=FILE_EVENTS)
+            self._root_watch = self.observer.schedule(
+                self._handler, self.root, recursive=True, event_filter=FILE_EVENTS
+            )
         except OSError as e:
             log.error("profd: cannot watch %s: %s", self.root, e)
             self._ino = None

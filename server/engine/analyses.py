@@ -2,6 +2,7 @@
 
 All times are microseconds, as the trace writes them.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -145,23 +146,37 @@ def analyze(m: TraceModel) -> Analysis:
     # counts kernels alone too): they are counted on their own (``copies``, ``copy_us``), and
     # ``busy``/``work_us`` hold both, for the rules that ask whether the GPU had work queued at a
     # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
-    busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
-                  if gpu_class[g] != kernels.COMMUNICATION])
-    comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
-                  if gpu_class[g] == kernels.COMMUNICATION])
-    compute = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
-                     if e.cat == "kernel" and gpu_class[g] != kernels.COMMUNICATION])
+    busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu) if gpu_class[g] != kernels.COMMUNICATION])
+    comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu) if gpu_class[g] == kernels.COMMUNICATION])
+    compute = merge(
+        [
+            (e.ts, e.ts + e.dur)
+            for g, e in enumerate(m.gpu)
+            if e.cat == "kernel" and gpu_class[g] != kernels.COMMUNICATION
+        ]
+    )
     lo, hi = active_window(m, busy or comm)
-    a = Analysis(window=(lo, hi), busy=busy, busy_us=covered(compute, lo, hi),
-                 cpu_total_us=_cpu_total(m), cuda_total_us=sum(e.dur for e in m.gpu),
-                 gpu_class=gpu_class, launches=sum(1 for i in set(m.launcher) if i >= 0))
+    a = Analysis(
+        window=(lo, hi),
+        busy=busy,
+        busy_us=covered(compute, lo, hi),
+        cpu_total_us=_cpu_total(m),
+        cuda_total_us=sum(e.dur for e in m.gpu),
+        gpu_class=gpu_class,
+        launches=sum(1 for i in set(m.launcher) if i >= 0),
+    )
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
     a.cpu_comm = cpu_collectives(m)
     a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
     a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
-    a.copies = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu)
-                      if e.cat in COPY_CATS and gpu_class[g] != kernels.COMMUNICATION])
+    a.copies = merge(
+        [
+            (e.ts, e.ts + e.dur)
+            for g, e in enumerate(m.gpu)
+            if e.cat in COPY_CATS and gpu_class[g] != kernels.COMMUNICATION
+        ]
+    )
     a.copy_us = covered(a.copies, lo, hi)
     a.work_us = covered(busy, lo, hi)
     a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
@@ -188,7 +203,6 @@ def _steady(m: TraceModel, a: Analysis, compute: list[tuple[float, float]]) -> N
 
 
 COPY_CATS = ("gpu_memcpy", "gpu_memset")  # the copy engines' work (DMA), not the SMs'
-
 
 
 @dataclass
@@ -262,9 +276,16 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
         merged, copies = merge(iv), merge(cp)
         both = merge(merged + copies)
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
-        out.append(StepGpu(cpu_us=s.dur, work_us=sum(b - a for a, b in merged),
-                           span_us=both[-1][1] - both[0][0] if both else 0.0, wait_us=w, events=n,
-                           copy_us=sum(b - a for a, b in copies)))
+        out.append(
+            StepGpu(
+                cpu_us=s.dur,
+                work_us=sum(b - a for a, b in merged),
+                span_us=both[-1][1] - both[0][0] if both else 0.0,
+                wait_us=w,
+                events=n,
+                copy_us=sum(b - a for a, b in copies),
+            )
+        )
     return out
 
 

@@ -3,6 +3,7 @@
 ``analyze_file`` is the one path the CLI, the daemon and the tests share. What a rule sees (the
 ``Context``) lives in ``context``, which the rules import instead of this module.
 """
+
 from __future__ import annotations
 
 import gc
@@ -62,8 +63,9 @@ def analyze_trace(path: str, options: Optional[Options] = None) -> Analyzed:
         return analyze_document(path, doc, sha, size, options)
 
 
-def analyze_document(path: str, doc: loader.TraceDoc, sha: str, size: int,
-                     options: Optional[Options] = None) -> Analyzed:
+def analyze_document(
+    path: str, doc: loader.TraceDoc, sha: str, size: int, options: Optional[Options] = None
+) -> Analyzed:
     """The pipeline from a decoded document on, for a caller that decoded the file itself
     (annotate keeps the events as written). Lets go of the document's events."""
     options = options or Options()
@@ -88,8 +90,9 @@ def error_report(path: str, error: str) -> Report:
         size = os.path.getsize(path) if os.path.isfile(path) else 0
     except (OSError, ValueError):  # gone meanwhile; ValueError: a NUL in the path
         size = 0
-    return Report(trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error,
-                  profd_version=__version__)
+    return Report(
+        trace=TraceInfo(path=path, sha256="", size_bytes=size), error=error, profd_version=__version__
+    )
 
 
 def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
@@ -130,12 +133,23 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
         diagnostics += suppress.unused(used, ran, ran_rules)
     _relate_backward(ctx, diagnostics)
     diagnostics.sort(key=impact.order)
-    ranked = sorted(hot.values(), key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us)
-                                                  + max(h.cpu_total_us, h.cpu_inclusive_us)))[:MAX_HOT_LINES]
+    ranked = sorted(
+        hot.values(),
+        key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us) + max(h.cpu_total_us, h.cpu_inclusive_us)),
+    )[:MAX_HOT_LINES]
     if options.library_lines:  # off by default: the user's own lines first
         ranked += modules.library_lines(tree, diagnostics)
-    return bound(Report(trace=info, summary=_summary(ctx), diagnostics=diagnostics, hot_lines=ranked,
-                        modules=tree, profd_version=__version__, suppressed=suppressed))
+    return bound(
+        Report(
+            trace=info,
+            summary=_summary(ctx),
+            diagnostics=diagnostics,
+            hot_lines=ranked,
+            modules=tree,
+            profd_version=__version__,
+            suppressed=suppressed,
+        )
+    )
 
 
 def _rules_to_run(rules: dict, disabled: set[str]) -> list[str]:
@@ -164,9 +178,14 @@ def _relate_backward(ctx: Context, diagnostics: list[Diagnostic]) -> None:
     if site is None or not site.line:
         return
     hot = ctx.hot or {}
-    fwd = sorted((h for h in hot.values() if h.gpu_backward_us > 0 and
-                  (h.trace_path, h.line) != (site.trace_path, site.line)),
-                 key=lambda h: -h.gpu_backward_us)
+    fwd = sorted(
+        (
+            h
+            for h in hot.values()
+            if h.gpu_backward_us > 0 and (h.trace_path, h.line) != (site.trace_path, site.line)
+        ),
+        key=lambda h: -h.gpu_backward_us,
+    )
     if not fwd:
         return
     n = max(1, ctx.n_steps)
@@ -181,8 +200,11 @@ def _relate_backward(ctx: Context, diagnostics: list[Diagnostic]) -> None:
                 rel.note = f"backward of this forward line: {us(f.gpu_backward_us / n)} GPU per step"
                 d.related.append(rel)
         elif h is not None and h.gpu_backward_us > 0:
-            d.related.append(ctx.related(i, f"this line's backward runs from here: "
-                                            f"{us(h.gpu_backward_us / n)} GPU per step"))
+            d.related.append(
+                ctx.related(
+                    i, f"this line's backward runs from here: {us(h.gpu_backward_us / n)} GPU per step"
+                )
+            )
 
 
 def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
@@ -191,14 +213,20 @@ def trace_info(path: str, sha: str, size: int, m: TraceModel) -> TraceInfo:
     cc = m.compute_capability
     dist = doc.distributedInfo or {}
     return TraceInfo(
-        path=path, sha256=sha, size_bytes=size,
+        path=path,
+        sha256=sha,
+        size_bytes=size,
         device=dev.name if dev is not None else None,
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         cuda_runtime=str(doc.cuda_runtime_version) if doc.cuda_runtime_version is not None else None,
         cupti=str(doc.cupti_version) if doc.cupti_version is not None else None,
-        with_stack=m.with_stack, record_shapes=m.record_shapes, profile_memory=m.profile_memory,
-        events=doc.n_events, recorded_us=m.wall_start_us,
-        rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
+        with_stack=m.with_stack,
+        record_shapes=m.record_shapes,
+        profile_memory=m.profile_memory,
+        events=doc.n_events,
+        recorded_us=m.wall_start_us,
+        rank=_int_or_none(dist.get("rank")),
+        world_size=_int_or_none(dist.get("world_size")),
     )
 
 
@@ -214,30 +242,50 @@ def _summary(ctx: Context) -> Summary:
     classes: dict[str, float] = {}
     for g, e in enumerate(m.gpu):
         classes[a.gpu_class[g]] = classes.get(a.gpu_class[g], 0.0) + e.dur
-    steps = [Step(name=s.name, start_us=round(s.ts - m.t0, 3), dur_us=round(s.dur, 3),
-                  gpu_busy_us=round(a.step_busy[k], 3), gpu_work_us=round(g.work_us, 3),
-                  gpu_span_us=round(g.span_us, 3), bound=g.bound, step_us=round(g.step_us, 3),
-                  copy_us=round(a.step_copy[k], 3))
-             for k, (s, g) in enumerate(zip(m.steps, a.step_gpu))]
-    return Summary(verdict=verdict(m, a), cpu_total_us=round(a.cpu_total_us, 3),
-                   cuda_total_us=round(a.cuda_total_us, 3),
-                   gpu_busy_pct=round(a.busy_pct, 2) if a.busy_pct is not None and m.gpu else None,
-                   window_us=round(a.window_us, 3), steps=steps,
-                   kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
-                   launches=a.launches, kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
-                   notes=_window_notes(m, a) + _unread_notes(m) + ctx.unmapped_notes(),
-                   copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None,
-                   steps_from=m.steps_from,
-                   setup_pct=round(100.0 * a.setup_us / a.window_us, 2) if a.window_us > 0 else None)
+    steps = [
+        Step(
+            name=s.name,
+            start_us=round(s.ts - m.t0, 3),
+            dur_us=round(s.dur, 3),
+            gpu_busy_us=round(a.step_busy[k], 3),
+            gpu_work_us=round(g.work_us, 3),
+            gpu_span_us=round(g.span_us, 3),
+            bound=g.bound,
+            step_us=round(g.step_us, 3),
+            copy_us=round(a.step_copy[k], 3),
+        )
+        for k, (s, g) in enumerate(zip(m.steps, a.step_gpu))
+    ]
+    return Summary(
+        verdict=verdict(m, a),
+        cpu_total_us=round(a.cpu_total_us, 3),
+        cuda_total_us=round(a.cuda_total_us, 3),
+        gpu_busy_pct=round(a.busy_pct, 2) if a.busy_pct is not None and m.gpu else None,
+        window_us=round(a.window_us, 3),
+        steps=steps,
+        kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
+        launches=a.launches,
+        kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
+        notes=_window_notes(m, a) + _unread_notes(m) + ctx.unmapped_notes(),
+        copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None,
+        steps_from=m.steps_from,
+        setup_pct=round(100.0 * a.setup_us / a.window_us, 2) if a.window_us > 0 else None,
+    )
 
 
 def _window_notes(m: TraceModel, a: Analysis) -> list[str]:
     """How the window was cut into steps when the trace has no markers, and its set-up share."""
     out = [] if m.steps_from == "ProfilerStep markers" else [f"steps: {m.steps_from}"]
     if a.setup_us > 0 and a.window_us > 0:
-        rest = "left out of the verdict" if a.steady_steps else "and no step is free of it: no steady state to judge"
-        out.append(f"set-up: {100.0 * a.setup_us / a.window_us:.0f}% of the active window is one-time "
-                   f"set-up ({us(a.setup_us)}), {rest}")
+        rest = (
+            "left out of the verdict"
+            if a.steady_steps
+            else "and no step is free of it: no steady state to judge"
+        )
+        out.append(
+            f"set-up: {100.0 * a.setup_us / a.window_us:.0f}% of the active window is one-time "
+            f"set-up ({us(a.setup_us)}), {rest}"
+        )
     return out
 
 
@@ -249,8 +297,10 @@ def _unread_notes(m: TraceModel) -> list[str]:
         return []
     parts = ", ".join(f"{n} {cat}" for cat, n in sorted(m.unread.items(), key=lambda kv: (-kv[1], kv[0])))
     dev = f" (device: {m.device.name})" if m.device is not None and m.device.name else ""
-    return [f"not analysed: {parts} event(s){dev}; profd reads CPU ops, CUDA/HIP runtime calls and "
-            f"CUDA/ROCm GPU kernels, copies and memsets: the verdict and findings leave these out"]
+    return [
+        f"not analysed: {parts} event(s){dev}; profd reads CPU ops, CUDA/HIP runtime calls and "
+        f"CUDA/ROCm GPU kernels, copies and memsets: the verdict and findings leave these out"
+    ]
 
 
 def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
@@ -265,8 +315,13 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         h = hot.get(k)
         if h is None:
             loc = ctx.location_of_key(key)
-            h = hot[k] = HotLine(path=loc.path, line=key.line, function=key.function,
-                                 precision=key.precision, trace_path=key.trace_path)
+            h = hot[k] = HotLine(
+                path=loc.path,
+                line=key.line,
+                function=key.function,
+                precision=key.precision,
+                trace_path=key.trace_path,
+            )
         return h
 
     def line(i: int) -> Optional[HotLine]:
@@ -293,11 +348,21 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
     for k, h in hot.items():
         ks = kstats.get(k, {})
         top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
-        h.top_kernels = [KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
-                         for n, (c, cnt, t) in top]
+        h.top_kernels = [
+            KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
+            for n, (c, cnt, t) in top
+        ]
         h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
-        for f in ("cpu_self_us", "cpu_total_us", "gpu_us", "gpu_forward_us", "gpu_backward_us", "cpu_backward_us",
-                  "cpu_inclusive_us", "gpu_inclusive_us"):
+        for f in (
+            "cpu_self_us",
+            "cpu_total_us",
+            "gpu_us",
+            "gpu_forward_us",
+            "gpu_backward_us",
+            "cpu_backward_us",
+            "cpu_inclusive_us",
+            "gpu_inclusive_us",
+        ):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
 

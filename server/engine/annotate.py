@@ -10,6 +10,7 @@ original events untouched, plus
   ``steps`` thread of ``X`` slices (one per step) and a ``findings`` thread.
 Written event by event from the file's own bytes, so the copy never needs a second whole-document buffer.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -56,8 +57,7 @@ def annotate_file(path: str, out_path: str, options=None) -> Report:
     return done.report
 
 
-def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
-            pid: int) -> Iterator[dict]:
+def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx, pid: int) -> Iterator[dict]:
     """The events profd adds, on process ``pid`` (one no event of the trace uses): metadata, the
     steps track, and one instant per finding."""
     yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "profd"}}
@@ -68,10 +68,21 @@ def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
         busy = a.step_busy[k] if k < len(a.step_busy) else 0.0
         pct = 100.0 * busy / s.dur if s.dur > 0 else 0.0
         v = step_verdict(pct)
-        yield {"ph": "X", "cat": CAT, "name": f"{s.name}: {v}, GPU busy {pct:.0f}%", "pid": pid,
-               "tid": STEPS_TID, "ts": s.ts, "dur": s.dur,
-               "args": {"verdict": v, "gpu_busy_us": round(busy, 3), "gpu_busy_pct": round(pct, 1),
-                        "step_us": round(s.dur, 3)}}
+        yield {
+            "ph": "X",
+            "cat": CAT,
+            "name": f"{s.name}: {v}, GPU busy {pct:.0f}%",
+            "pid": pid,
+            "tid": STEPS_TID,
+            "ts": s.ts,
+            "dur": s.dur,
+            "args": {
+                "verdict": v,
+                "gpu_busy_us": round(busy, 3),
+                "gpu_busy_pct": round(pct, 1),
+                "step_us": round(s.dur, 3),
+            },
+        }
     on_line = _events_by_line(m, ctx, diagnostics)
     lo = a.window[0]
     for d in diagnostics:
@@ -80,9 +91,13 @@ def markers(m: TraceModel, a: Analysis, diagnostics: Iterable[Diagnostic], ctx,
         where = _evidence_at(m, d, evs) if evs else None
         if where is None:
             where = {"pid": pid, "tid": FINDINGS_TID, "ts": _trace_level_ts(m, d, lo)}
-        args = {"code": d.code, "severity": d.severity, "message": d.message,
-                "location": f"{loc.path}:{loc.line}" if loc.line else (loc.path or ""),
-                "evidence": d.evidence}
+        args = {
+            "code": d.code,
+            "severity": d.severity,
+            "message": d.message,
+            "location": f"{loc.path}:{loc.line}" if loc.line else (loc.path or ""),
+            "evidence": d.evidence,
+        }
         if d.fix:
             args["fix"] = d.fix
         yield {"ph": "i", "s": "t", "cat": CAT, "name": f"{d.code}", **where, "args": args}
@@ -129,8 +144,9 @@ def _evidence_at(m: TraceModel, d: Diagnostic, evs: list[int]) -> Optional[dict]
             gpu.extend(m.gpu_under(i))
         for g in sorted(gpu, key=lambda g: m.gpu[g].ts):
             e = m.gpu[g]
-            if (d.code == "fp32-matmul" and e.cat == "kernel" and kernels.is_fp32_simt_gemm(e.name)) or \
-               (d.code == "pageable-memcpy" and e.cat == "gpu_memcpy" and "pageable" in e.name.lower()):
+            if (d.code == "fp32-matmul" and e.cat == "kernel" and kernels.is_fp32_simt_gemm(e.name)) or (
+                d.code == "pageable-memcpy" and e.cat == "gpu_memcpy" and "pageable" in e.name.lower()
+            ):
                 return _at(e)
     if d.code == "memory-peak" and m.memory:
         peak = max(m.memory, key=lambda x: x.total_allocated)

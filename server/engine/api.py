@@ -11,16 +11,33 @@ an engine submodule; tests/test_layout.py fails on an import that goes around it
 - the source text the findings sit on, read as the engine reads it, and its inline suppressions;
 - the rules' quick fixes (pure: text in, edits out).
 """
+
 from __future__ import annotations
 
 from .analyze import analyze_file, analyze_or_error
 from .annotate import annotate_file
 from .context import Options
 from .diff import diff_reports
-from .fixes import (Edit, Fix, apply as apply_edits, elsewhere as fixed_elsewhere, fix_all, fixes as quick_fixes,
-                    related as related_edits, suppress as suppression_fix)
+from .fixes import (
+    Edit,
+    Fix,
+    apply as apply_edits,
+    elsewhere as fixed_elsewhere,
+    fix_all,
+    fixes as quick_fixes,
+    related as related_edits,
+    suppress as suppression_fix,
+)
 from .impact import impact_text, order as impact_order, top as top_findings
-from .job import analyze_for_jobs, analyze_job, analyze_rank, comm_findings, group_jobs, reduce_job, summarize_rank
+from .job import (
+    analyze_for_jobs,
+    analyze_job,
+    analyze_rank,
+    comm_findings,
+    group_jobs,
+    reduce_job,
+    summarize_rank,
+)
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
 from .rules import thresholds as rule_thresholds
@@ -31,15 +48,49 @@ from .suppress import ALL as ALL_CODES, Comments, apply as apply_suppressions
 
 __all__ = [
     # the pipeline
-    "Options", "TraceError", "analyze_file", "analyze_or_error", "annotate_file",
-    "analyze_rank", "analyze_for_jobs", "summarize_rank", "analyze_job", "group_jobs", "reduce_job",
+    "Options",
+    "TraceError",
+    "analyze_file",
+    "analyze_or_error",
+    "annotate_file",
+    "analyze_rank",
+    "analyze_for_jobs",
+    "summarize_rank",
+    "analyze_job",
+    "group_jobs",
+    "reduce_job",
     # what the front ends say of reports
-    "diff_reports", "impact_text", "impact_order", "top_findings", "comm_findings",
-    "render_modules", "top_modules", "tree_document", "rule_doc", "rule_page", "rule_thresholds",
-    "plural", "size", "us",
+    "diff_reports",
+    "impact_text",
+    "impact_order",
+    "top_findings",
+    "comm_findings",
+    "render_modules",
+    "top_modules",
+    "tree_document",
+    "rule_doc",
+    "rule_page",
+    "rule_thresholds",
+    "plural",
+    "size",
+    "us",
     # quick fixes (each rule's, declared beside its check)
-    "Edit", "Fix", "apply_edits", "fix_all", "fixed_elsewhere", "quick_fixes", "related_edits", "suppression_fix",
+    "Edit",
+    "Fix",
+    "apply_edits",
+    "fix_all",
+    "fixed_elsewhere",
+    "quick_fixes",
+    "related_edits",
+    "suppression_fix",
     # sources and suppressions
-    "SourceMap", "line_starts", "nameable", "read_lines", "source_line", "split_lines",
-    "ALL_CODES", "Comments", "apply_suppressions",
+    "SourceMap",
+    "line_starts",
+    "nameable",
+    "read_lines",
+    "source_line",
+    "split_lines",
+    "ALL_CODES",
+    "Comments",
+    "apply_suppressions",
 ]

@@ -20,6 +20,7 @@ What was cut is said in the report itself: ``summary.notes`` (and the module tre
 carry one line per cut, "report bounded: ...", so a reader never takes a cut report for a whole
 one.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -38,7 +39,7 @@ CUT = "report bounded: "
 def _clip(text: Optional[str], limit: int = MAX_TEXT) -> Optional[str]:
     if text is None or len(text) <= limit:
         return text
-    return text[:limit - 1] + "…"
+    return text[: limit - 1] + "…"
 
 
 def _clip_location(loc: Optional[T.Location]) -> None:
@@ -53,8 +54,9 @@ def bound(report: T.Report, max_bytes: int = MAX_REPORT_BYTES) -> T.Report:
     cuts: list[str] = []
     diags = report.diagnostics
     if len(diags) > MAX_DIAGNOSTICS:
-        cuts.append(f"{len(diags) - MAX_DIAGNOSTICS} finding(s) of least impact left out "
-                    f"(at most {MAX_DIAGNOSTICS})")
+        cuts.append(
+            f"{len(diags) - MAX_DIAGNOSTICS} finding(s) of least impact left out (at most {MAX_DIAGNOSTICS})"
+        )
         del diags[MAX_DIAGNOSTICS:]
     big_evidence = 0
     for d in diags:
@@ -102,8 +104,12 @@ def say(report: T.Report, cuts: list[str]) -> None:
 def _halve(report: T.Report, cuts: list[str]) -> bool:
     """Halve the biggest of the parts that grow with the trace; False when none is left."""
     tree, s = report.modules, report.summary
-    parts = {"modules": tree.nodes if tree is not None else [], "hot": report.hot_lines,
-             "findings": report.diagnostics, "steps": s.steps if s is not None else []}
+    parts = {
+        "modules": tree.nodes if tree is not None else [],
+        "hot": report.hot_lines,
+        "findings": report.diagnostics,
+        "steps": s.steps if s is not None else [],
+    }
     sizes = {k: len(T.encode(v)) for k, v in parts.items() if len(v) > (1 if k == "steps" else 0)}
     if not sizes:
         return False
@@ -114,9 +120,12 @@ def _halve(report: T.Report, cuts: list[str]) -> bool:
         return True
     items = parts[part]
     n = len(items)
-    del items[n // 2:]
-    what = {"hot": "hot line(s) of least cost left out", "findings": "finding(s) of least impact left out",
-            "steps": f"of {n} steps not listed"}[part]
+    del items[n // 2 :]
+    what = {
+        "hot": "hot line(s) of least cost left out",
+        "findings": "finding(s) of least impact left out",
+        "steps": f"of {n} steps not listed",
+    }[part]
     cuts.append(f"{n - len(items)} {what} ({over})")
     return True
 

@@ -1,6 +1,7 @@
 """What a rule sees: the ``Context`` (model, analyses, options) and the helpers that place a
 finding on a user's line. The rules import this module, never ``analyze``, which imports them.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,20 +41,27 @@ class Options:
 
     def wire(self) -> AnalysisOptions:
         """These options as they travel to a daemon (every field given)."""
-        return AnalysisOptions(workspace=list(self.workspace), path_map=[(r, loc) for r, loc in self.path_map],
-                               disabled=sorted(self.disabled),
-                               thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
-                               library_lines=self.library_lines)
+        return AnalysisOptions(
+            workspace=list(self.workspace),
+            path_map=[(r, loc) for r, loc in self.path_map],
+            disabled=sorted(self.disabled),
+            thresholds={c: dict(kv) for c, kv in self.thresholds.items()},
+            library_lines=self.library_lines,
+        )
 
     def given(self, wire: AnalysisOptions) -> "Options":
         """These options with what ``wire`` gives in place of their own (a field it leaves None
         keeps the value here); what is built locally starts afresh."""
         got = {
             "workspace": list(wire.workspace) if wire.workspace is not None else list(self.workspace),
-            "path_map": [(r, loc) for r, loc in (wire.path_map if wire.path_map is not None else self.path_map)],
+            "path_map": [
+                (r, loc) for r, loc in (wire.path_map if wire.path_map is not None else self.path_map)
+            ],
             "disabled": set(wire.disabled if wire.disabled is not None else self.disabled),
-            "thresholds": {c: dict(kv) for c, kv in
-                           (wire.thresholds if wire.thresholds is not None else self.thresholds).items()},
+            "thresholds": {
+                c: dict(kv)
+                for c, kv in (wire.thresholds if wire.thresholds is not None else self.thresholds).items()
+            },
             "library_lines": wire.library_lines if wire.library_lines is not None else self.library_lines,
         }
         return Options(library_roots=self.library_roots, **got)
@@ -75,7 +83,9 @@ class LineKey:
     line: int
     function: str
     precision: str
-    site: Optional[Site] = field(default=None, compare=False)  # the call's columns, not part of the line's identity
+    site: Optional[Site] = field(
+        default=None, compare=False
+    )  # the call's columns, not part of the line's identity
 
 
 class Context:
@@ -92,7 +102,9 @@ class Context:
         self._keys: dict[int, LineKey] = {}
         self._ck = None  # per event, the key its line is cached under (see line_key)
         self._groups: dict[int, tuple] = {}  # that key -> the findings' group (see line_id)
-        self._placed: dict[int, tuple[Location, tuple, int]] = {}  # id(location) -> (it, its group, its event)
+        self._placed: dict[
+            int, tuple[Location, tuple, int]
+        ] = {}  # id(location) -> (it, its group, its event)
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
@@ -225,10 +237,19 @@ class Context:
         local = self.sources.resolve(key.trace_path, key.line)
         self._mapped[key.trace_path] = self._mapped.get(key.trace_path, False) or local is not None
         st = key.site if local else None
-        span = {} if st is None or st.column is None else {
-            "column": st.column, "end_line": st.end_line, "end_column": st.end_column}
-        return Location(path=local or key.trace_path, line=key.line, precision=key.precision,
-                        function=key.function, trace_path=key.trace_path, **span)
+        span = (
+            {}
+            if st is None or st.column is None
+            else {"column": st.column, "end_line": st.end_line, "end_column": st.end_column}
+        )
+        return Location(
+            path=local or key.trace_path,
+            line=key.line,
+            precision=key.precision,
+            function=key.function,
+            trace_path=key.trace_path,
+            **span,
+        )
 
     def unmapped_notes(self) -> list[str]:
         """When none of the source files the findings and hot lines name is in the workspace: one
@@ -242,14 +263,19 @@ class Context:
         absolute = [p for p in paths if os.path.isabs(p)]
         if absolute:
             prefix = os.path.commonpath([os.path.dirname(p) for p in absolute])
-            return [f"no source file of this trace is in the workspace ({where}): {shown}; pass "
-                    f"--path-map {prefix}=DIR, DIR being where {prefix} is here"]
-        return [f"no source file of this trace is in the workspace ({where}): {shown}, relative to where "
-                f"the program ran; pass --workspace DIR (that folder here) or --path-map REMOTE=DIR"]
+            return [
+                f"no source file of this trace is in the workspace ({where}): {shown}; pass "
+                f"--path-map {prefix}=DIR, DIR being where {prefix} is here"
+            ]
+        return [
+            f"no source file of this trace is in the workspace ({where}): {shown}, relative to where "
+            f"the program ran; pass --workspace DIR (that folder here) or --path-map REMOTE=DIR"
+        ]
 
     def location_of_hot(self, h: HotLine) -> Location:
-        return Location(path=h.path, line=h.line, precision=h.precision, function=h.function,
-                        trace_path=h.trace_path)
+        return Location(
+            path=h.path, line=h.line, precision=h.precision, function=h.function, trace_path=h.trace_path
+        )
 
     def trace_location(self) -> Location:
         return Location(path=self.trace_path, line=None, precision="trace")
@@ -262,14 +288,27 @@ class Context:
         team = self.options.thresholds.get(code, {})
         return team[name] if name in team else load_all()[code].thresholds[name]
 
-    def diag(self, code: str, message: str, location: Location, evidence: dict | None = None,
-             fix: str | None = None, severity: str | None = None,
-             related: Iterable[Location] = ()) -> Diagnostic:
+    def diag(
+        self,
+        code: str,
+        message: str,
+        location: Location,
+        evidence: dict | None = None,
+        fix: str | None = None,
+        severity: str | None = None,
+        related: Iterable[Location] = (),
+    ) -> Diagnostic:
         from .rules import load_all  # the declaration, not the table generated from it
 
-        return Diagnostic(code=code, severity=severity or load_all()[code].severity, message=message,
-                          location=location, evidence=evidence or {}, fix=fix,
-                          related=list(related) + self.also_here(location))
+        return Diagnostic(
+            code=code,
+            severity=severity or load_all()[code].severity,
+            message=message,
+            location=location,
+            evidence=evidence or {},
+            fix=fix,
+            related=list(related) + self.also_here(location),
+        )
 
     def also_here(self, loc: Location, most: int = 5) -> list[Location]:
         """The other statements of the group a finding's location was made for (the same call on
@@ -304,4 +343,3 @@ def _token_key(m: TraceModel, f: int, src: int) -> int:
     """The key a line is cached under: its statement token, else ~frame (the frame's own line)."""
     tok = m.token[src]
     return tok if tok >= 0 else ~f
-

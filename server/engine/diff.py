@@ -11,6 +11,7 @@
   line is faster/slower when its CPU plus GPU time per step moved by at least ``min_ratio`` of the larger side and ``min_us``: smaller
   moves are run-to-run noise (the same tuned step varies 19-26 ms under the profiler, MANIFEST).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,8 +26,13 @@ _ORDER = {"gone": 0, "new": 1, "kept": 2}
 def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: float = 0.10) -> ReportDiff:
     """What got faster or slower per source line, and which findings appeared or went away."""
     findings = _findings(old, new)
-    out = ReportDiff(old_path=old.trace.path, new_path=new.trace.path, summary=_summary(old, new),
-                     rules=_rules(old, new), findings=findings)
+    out = ReportDiff(
+        old_path=old.trace.path,
+        new_path=new.trace.path,
+        summary=_summary(old, new),
+        rules=_rules(old, new),
+        findings=findings,
+    )
     n_old, n_new = _steps(old), _steps(new)
     olds = {(h.trace_path, h.line): h for h in old.hot_lines}
     news = {(h.trace_path, h.line): h for h in new.hot_lines}
@@ -57,9 +63,21 @@ def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: floa
         else:
             trend = "same"
         gone, appeared = by_line.get(key, ([], []))
-        lines.append(LineDelta(path=h.path, line=h.line, function=h.function, trend=trend,
-                               old_cpu_us=_r(oc), new_cpu_us=_r(nc), old_gpu_us=_r(og), new_gpu_us=_r(ng),
-                               delta_us=_r(delta), codes_gone=sorted(set(gone)), codes_new=sorted(set(appeared))))
+        lines.append(
+            LineDelta(
+                path=h.path,
+                line=h.line,
+                function=h.function,
+                trend=trend,
+                old_cpu_us=_r(oc),
+                new_cpu_us=_r(nc),
+                old_gpu_us=_r(og),
+                new_gpu_us=_r(ng),
+                delta_us=_r(delta),
+                codes_gone=sorted(set(gone)),
+                codes_new=sorted(set(appeared)),
+            )
+        )
     lines.sort(key=lambda d: (d.trend == "same", -abs(d.delta_us)))
     out.lines = lines
     out.different_programs = _different_programs(old, new)
@@ -81,9 +99,11 @@ def _different_programs(old: Report, new: Report) -> str:
     if len(common) >= 0.2 * min(len(a), len(b)):
         return ""
     show = lambda s: ", ".join(sorted(s)[:4]) + (" …" if len(s) > 4 else "")
-    return (f"these look like two different programs: their lines run in {show(a)} and {show(b)}"
-            + (f" (only {show(common)} in common)" if common else " (no source file in common)")
-            + "; a diff compares two runs of one program")
+    return (
+        f"these look like two different programs: their lines run in {show(a)} and {show(b)}"
+        + (f" (only {show(common)} in common)" if common else " (no source file in common)")
+        + "; a diff compares two runs of one program"
+    )
 
 
 def _cpu(h) -> float:
@@ -106,7 +126,9 @@ def _keyed(r: Report) -> dict[tuple, Diagnostic]:
     seen: dict[tuple, int] = {}
     for d in r.diagnostics:
         loc = d.location
-        base = (d.code, loc.trace_path or loc.path, loc.line) if loc.line is not None else (d.code, None, None)
+        base = (
+            (d.code, loc.trace_path or loc.path, loc.line) if loc.line is not None else (d.code, None, None)
+        )
         k = seen.get(base, 0)
         seen[base] = k + 1
         out[base + (k,)] = d

@@ -12,6 +12,7 @@ Every finding also gets ``# profd: ignore[code]`` at the end of its line (``supp
 suppression the engine honours, ``engine/suppress.py``; an existing ``# profd: ignore[a]``
 becomes ``# profd: ignore[a, code]``).
 """
+
 from __future__ import annotations
 
 import ast
@@ -79,8 +80,12 @@ class Source:
         return len(s.encode()[:byte_col].decode(errors="replace"))
 
     def span(self, node: ast.AST) -> tuple[int, int, int, int]:
-        return (node.lineno - 1, self.col(node.lineno, node.col_offset),
-                node.end_lineno - 1, self.col(node.end_lineno, node.end_col_offset))
+        return (
+            node.lineno - 1,
+            self.col(node.lineno, node.col_offset),
+            node.end_lineno - 1,
+            self.col(node.end_lineno, node.end_col_offset),
+        )
 
     def segment(self, node: ast.AST) -> str:
         """The node's source text (``ast.get_source_segment`` splits the whole text at each call:
@@ -90,7 +95,7 @@ class Source:
         l, c, el, ec = self.span(node)
         if el >= len(self.starts):
             return ""
-        return self.text[self.starts[l] + c:self.starts[el] + ec]
+        return self.text[self.starts[l] + c : self.starts[el] + ec]
 
     def parent(self, node: ast.AST) -> Optional[ast.AST]:
         if self._parents is None:
@@ -118,8 +123,9 @@ class Source:
     def func_at(self, line1: int):
         best = None
         for n in ast.walk(self.tree):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                    n.lineno <= line1 <= (n.end_lineno or n.lineno):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line1 <= (
+                n.end_lineno or n.lineno
+            ):
                 if best is None or n.lineno >= best.lineno:
                     best = n
         return best
@@ -178,7 +184,8 @@ def after_imports(src: Source) -> int:
     line = 0
     for n in src.tree.body:
         if isinstance(n, (ast.Import, ast.ImportFrom)) or (
-                isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)):
+            isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        ):
             line = n.end_lineno
         else:
             break
@@ -186,8 +193,10 @@ def after_imports(src: Source) -> int:
 
 
 def imports_torch(src: Source) -> bool:
-    return any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
-               for n in src.tree.body)
+    return any(
+        isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+        for n in src.tree.body
+    )
 
 
 MAX_TEXT = 1 << 20  # characters: a larger file gets no quick fixes (each parses and compiles it)

@@ -20,6 +20,7 @@ Severity bands, by the share of the step a fix gives back: 10% or more is an ``e
 more a ``warning``, less ``information``. A finding with no time cost (memory, summaries, the
 profiler's own time) keeps its catalog severity (or the one its rule chose).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ from .stepmodel import Change, StepModel
 ERROR_SHARE = 0.10
 WARNING_SHARE = 0.01
 
+
 # ---- what a fix removes, from a finding's evidence (a rule's ``saves=``) ----------------------
 def ev(key: str, scale: float = 1.0) -> Callable:
     """Evidence ``key`` (µs per step), scaled."""
@@ -47,10 +49,14 @@ def per_step(key: str, scale: float = 1.0) -> Callable:
 
 def line_cpu(scale: float) -> Callable:
     """The CPU time per step of the finding's own line (its hot line), scaled."""
+
     def f(d, ctx):
         loc = d.location
         h = ctx.hot.get((loc.trace_path, loc.line)) if loc.trace_path and loc.line else None
-        return (max(h.cpu_total_us, h.cpu_inclusive_us) / ctx.n_steps * scale) if h else 0.0  # with its callees
+        return (
+            (max(h.cpu_total_us, h.cpu_inclusive_us) / ctx.n_steps * scale) if h else 0.0
+        )  # with its callees
+
     return f
 
 
@@ -65,8 +71,9 @@ def given_back(ctx, cpu_us: float, gpu_us: float, wait: bool = False) -> tuple[f
     f = profiler_inflation(ctx.model)
     saved_cpu = cpu_us if wait else cpu_us / f
     # the GPU side of a step is its longer engine: kernels, or copies (a copy-bound step)
-    steps = [(g.unprofiled_cpu_us(f), max(g.work_us, g.copy_us)) for g in ctx.a.step_gpu] or \
-        [(ctx.a.window_us / f, ctx.a.busy_us)]
+    steps = [(g.unprofiled_cpu_us(f), max(g.work_us, g.copy_us)) for g in ctx.a.step_gpu] or [
+        (ctx.a.window_us / f, ctx.a.busy_us)
+    ]
     saved = total = 0.0
     for cpu, work in steps:
         wall = max(cpu, work)
@@ -82,9 +89,17 @@ def severity_for(share: float) -> str:
 # Dense peak TFLOPS by compute capability: (fp32 on CUDA cores, TF32 tensor cores, 16-bit tensor
 # cores), from the vendors' data sheets (H100/H200 SXM: 67 / 495 / 989; the corpus's 4096³ fp32
 # GEMM ran 7.9x faster in TF32 on the H200, the peak ratio is 7.4). None: no such tensor cores.
-PEAK_TFLOPS = {(7, 0): (15.7, None, 125.0), (7, 5): (8.1, None, 65.0), (8, 0): (19.5, 156.0, 312.0),
-               (8, 6): (31.2, 62.5, 125.0), (8, 7): (5.3, 10.6, 21.2), (8, 9): (91.6, 183.0, 362.0),
-               (9, 0): (67.0, 495.0, 989.0), (10, 0): (80.0, 1100.0, 2250.0), (12, 0): (105.0, 210.0, 420.0)}
+PEAK_TFLOPS = {
+    (7, 0): (15.7, None, 125.0),
+    (7, 5): (8.1, None, 65.0),
+    (8, 0): (19.5, 156.0, 312.0),
+    (8, 6): (31.2, 62.5, 125.0),
+    (8, 7): (5.3, 10.6, 21.2),
+    (8, 9): (91.6, 183.0, 362.0),
+    (9, 0): (67.0, 495.0, 989.0),
+    (10, 0): (80.0, 1100.0, 2250.0),
+    (12, 0): (105.0, 210.0, 420.0),
+}
 GEMM_EFFICIENCY = 0.6  # of the 16-bit peak that an aligned large GEMM reaches (nvjet on H200: 0.67)
 KERNEL_FLOOR_US = 2.0  # the shortest a kernel runs, whatever it does
 
@@ -101,8 +116,11 @@ def in_ranges(sm: StepModel, prefix: str) -> list:
     """The calls made inside the main thread's ``prefix`` annotations (``Optimizer.step#``),
     whatever line they are on (a trace without stacks has none)."""
     m = sm.ctx.model
-    spans = sorted((m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in m.named(prefix)
-                   if m.cpu[i].cat == "user_annotation")
+    spans = sorted(
+        (m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur)
+        for i in m.named(prefix)
+        if m.cpu[i].cat == "user_annotation"
+    )
     if not spans:
         return []
     out, k = [], 0
@@ -146,9 +164,11 @@ def line_loop(sm: StepModel, d) -> Change:
 
 def cpu_cut(key: str, over_steps: bool = False) -> Callable:
     """Evidence ``key`` (µs per step, or over the steps) of host work gone from the step."""
+
     def f(sm, d):
         v = float(d.evidence.get(key) or 0.0)
         return Change(cpu_cut_us=(v / len(sm.steps) if over_steps else v) * sm.mean_scale)
+
     return f
 
 
@@ -223,9 +243,13 @@ def _same_fix(diagnostics: list[Diagnostic], changes: dict) -> None:
         if not _symptom(d) or id(d) not in changes:
             continue
         for o in diagnostics:
-            if (o is not d and not _symptom(o) and id(o) in changes
-                    and (o.location.trace_path, o.location.line) == (d.location.trace_path, d.location.line)
-                    and changes[id(o)].keep == changes[id(d)].keep):
+            if (
+                o is not d
+                and not _symptom(o)
+                and id(o) in changes
+                and (o.location.trace_path, o.location.line) == (d.location.trace_path, d.location.line)
+                and changes[id(o)].keep == changes[id(d)].keep
+            ):
                 d.impact_note = f"the same loop as {o.code} on this line: its fix is this one's"
                 d.evidence["impact_same_fix_as"] = o.code
                 break
@@ -243,8 +267,14 @@ def _hidden(sm: StepModel, diagnostics: list[Diagnostic], changes: dict, after: 
         if cost < HIDDEN_MIN * base or (d.impact_us_per_step or 0.0) >= HIDDEN_SHARE * cost:
             continue
         side = "CPU" if gpu_rm >= cpu_rm else "GPU"  # a GPU saving hides behind a CPU-bound step
-        others = sorted((o for o in withc if o is not d and not _same_place(o, d)
-                         and "impact_same_fix_as" not in o.evidence), key=order)[:HIDDEN_MAX_FIRST]
+        others = sorted(
+            (
+                o
+                for o in withc
+                if o is not d and not _same_place(o, d) and "impact_same_fix_as" not in o.evidence
+            ),
+            key=order,
+        )[:HIDDEN_MAX_FIRST]
         best, then = [], 0.0
         for o in others:  # the one fix made first that lets this one give back most
             oc = changes[id(o)]
@@ -258,20 +288,24 @@ def _hidden(sm: StepModel, diagnostics: list[Diagnostic], changes: dict, after: 
                 acc = acc | changes[id(o)]
                 gain = sm.run(acc) - sm.run(acc | ch)
                 if gain >= need:
-                    best, then = others[:k + 1], gain
+                    best, then = others[: k + 1], gain
                     break
         d.evidence["impact_cost_us_per_step"] = round(cost, 3)
         if best and then >= need:
             d.impact_hidden_by = best[0].code
             d.impact_then_us_per_step = round(then, 3)
             first = ", ".join(f"{o.code}{_where(o)}" for o in best)
-            d.impact_note = f"hidden behind the {side}-bound step: fix {first} first; then ~{us(then)} per step"
+            d.impact_note = (
+                f"hidden behind the {side}-bound step: fix {first} first; then ~{us(then)} per step"
+            )
         else:
             d.impact_note = _not_waited(d, side, cost)
 
 
 def _not_waited(d: Diagnostic, side: str, cost: float) -> str:
-    return f"hidden behind the {side}-bound step: it removes {us(cost)} per step that the step does not wait on"
+    return (
+        f"hidden behind the {side}-bound step: it removes {us(cost)} per step that the step does not wait on"
+    )
 
 
 def _same_place(a: Diagnostic, b: Diagnostic) -> bool:
@@ -316,8 +350,9 @@ def impact_text(d: Diagnostic) -> Optional[str]:
 def top(diagnostics: list[Diagnostic], n: int = 3) -> list[Diagnostic]:
     """The ``n`` findings whose fixes give back most, largest first, each fix once (a symptom
     whose fix is another finding's on its line is left out)."""
-    return sorted((d for d in diagnostics if d.impact_us_per_step and "impact_same_fix_as" not in d.evidence),
-                  key=order)[:n]
+    return sorted(
+        (d for d in diagnostics if d.impact_us_per_step and "impact_same_fix_as" not in d.evidence), key=order
+    )[:n]
 
 
 def order(d: Diagnostic) -> tuple:

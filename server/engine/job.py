@@ -18,6 +18,7 @@ so nothing depends on the ranks' clocks agreeing):
   hardly waits), and each rank's excess over it is its wait. The rank that arrives last is the one
   the others wait for. No clock alignment is needed: only durations are compared.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -37,6 +38,7 @@ HOT_LINES_PER_RANK = 50
 
 # ---- map: one trace -> RankSummary ---------------------------------------------------------------
 
+
 def summarize_rank(path: str, options=None) -> RankSummary:
     """The summary of one rank's trace (a bad trace gives a summary carrying ``error``)."""
     return analyze_rank(path, options)[1]
@@ -47,7 +49,10 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
 
     A file that is not a trace gives a Report and a summary that both carry ``error``.
     """
-    from .analyze import analyze_trace, error_report  # analyze imports the rules, which import this module: keep it lazy
+    from .analyze import (
+        analyze_trace,
+        error_report,
+    )  # analyze imports the rules, which import this module: keep it lazy
 
     try:
         done = analyze_trace(path, options)
@@ -60,7 +65,10 @@ def analyze_for_jobs(path: str, options=None) -> tuple[Report, Optional[RankSumm
     """The report, and the rank summary when the trace is one rank of a multi-process job (a
     rank and a world size of 2 or more: what ``group_jobs`` keeps), from one run of the pipeline;
     None for a single-process trace or a file that is not a trace, which then cost no summary."""
-    from .analyze import analyze_trace, error_report  # analyze imports the rules, which import this module: keep it lazy
+    from .analyze import (
+        analyze_trace,
+        error_report,
+    )  # analyze imports the rules, which import this module: keep it lazy
 
     try:
         done = analyze_trace(path, options)
@@ -79,19 +87,29 @@ def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None)
     rank = _int(dist.get("rank"))
     world = _int(dist.get("world_size"))
     backend = dist.get("backend")
-    s = RankSummary(path=info.path if info else "", sha256=info.sha256 if info else "", rank=rank,
-                    world_size=world, backend=str(backend) if backend is not None else None,
-                    group=_group_key(dist), start_us=_start_us(m), steps=step_stats(m, a),
-                    collectives=collectives(m, a))
+    s = RankSummary(
+        path=info.path if info else "",
+        sha256=info.sha256 if info else "",
+        rank=rank,
+        world_size=world,
+        backend=str(backend) if backend is not None else None,
+        group=_group_key(dist),
+        start_us=_start_us(m),
+        steps=step_stats(m, a),
+        collectives=collectives(m, a),
+    )
     if report is not None:
         s.verdict = report.summary.verdict if report.summary else None
         counts: dict[str, int] = {}
         for d in report.diagnostics:
             counts[d.code] = counts.get(d.code, 0) + 1
         s.findings = counts
-        s.hot_lines = [LineCost(path=h.path, line=h.line, function=h.function,
-                                cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us)
-                       for h in report.hot_lines[:HOT_LINES_PER_RANK]]
+        s.hot_lines = [
+            LineCost(
+                path=h.path, line=h.line, function=h.function, cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us
+            )
+            for h in report.hot_lines[:HOT_LINES_PER_RANK]
+        ]
     return s
 
 
@@ -110,7 +128,9 @@ def _group_key(dist: dict) -> str:
             ranks = str(pg.get("ranks"))
     # what else one job's ranks share: its process groups and the NCCL build (a job id, when the
     # trace carries one); ranks of unrelated jobs of the same size differ in these more often than not
-    extra = "".join(f";{k}={dist[k]}" for k in ("job_id", "pg_count", "nccl_version") if dist.get(k) is not None)
+    extra = "".join(
+        f";{k}={dist[k]}" for k in ("job_id", "pg_count", "nccl_version") if dist.get(k) is not None
+    )
     return f"world={world};backend={backend};ranks={ranks}{extra}" if world is not None else ""
 
 
@@ -170,10 +190,18 @@ def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
             hidden += cc_hidden
             blocked = cc_us - cc_hidden
         cp = merge(comp[k])
-        out.append(RankStep(number=s.number, dur_us=_r(s.dur), cpu_own_us=_r(max(0.0, s.dur - sync[k] - blocked)),
-                            compute_us=_r(sum(b - x for x, b in cp)), comm_us=_r(comm_us),
-                            exposed_comm_us=_r(max(0.0, comm_us - hidden)), data_us=_r(data[k]),
-                            launches=launches[k]))
+        out.append(
+            RankStep(
+                number=s.number,
+                dur_us=_r(s.dur),
+                cpu_own_us=_r(max(0.0, s.dur - sync[k] - blocked)),
+                compute_us=_r(sum(b - x for x, b in cp)),
+                comm_us=_r(comm_us),
+                exposed_comm_us=_r(max(0.0, comm_us - hidden)),
+                data_us=_r(data[k]),
+                launches=launches[k],
+            )
+        )
     return out
 
 
@@ -247,12 +275,16 @@ def group_jobs(summaries: Iterable[RankSummary]) -> list[JobGroup]:
         for s in sorted(g, key=lambda s: s.start_us):
             twin = next((c for c in cur if c.rank == s.rank), None)
             if twin is not None and twin.sha256 and twin.sha256 == s.sha256:
-                cur.notes.append(f"rank {s.rank} passed twice: {s.path} is the same trace as {twin.path}; read once")
+                cur.notes.append(
+                    f"rank {s.rank} passed twice: {s.path} is the same trace as {twin.path}; read once"
+                )
                 continue
             if cur and (s.start_us - cur[-1].start_us > JOB_GAP_US or twin is not None):
                 if twin is not None:
-                    note = (f"rank {s.rank} appears in two different traces ({twin.path}, {s.path}): "
-                            f"taken as two runs of the job")
+                    note = (
+                        f"rank {s.rank} appears in two different traces ({twin.path}, {s.path}): "
+                        f"taken as two runs of the job"
+                    )
                     cur.notes.append(note)
                 jobs.append(cur)
                 cur = JobGroup()
@@ -271,6 +303,7 @@ def group_jobs(summaries: Iterable[RankSummary]) -> list[JobGroup]:
 
 
 # ---- reduce: summaries -> JobReport ----------------------------------------------------------------
+
 
 def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
     """The job report of the rank summaries of one job (in any order; streamed once)."""
@@ -295,8 +328,14 @@ def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
             k = (h.path, h.line)
             t = lines.get(k)
             if t is None:
-                lines[k] = LineCost(path=h.path, line=h.line, function=h.function,
-                                    cpu_total_us=h.cpu_total_us, gpu_us=h.gpu_us, ranks=1)
+                lines[k] = LineCost(
+                    path=h.path,
+                    line=h.line,
+                    function=h.function,
+                    cpu_total_us=h.cpu_total_us,
+                    gpu_us=h.gpu_us,
+                    ranks=1,
+                )
             else:
                 t.cpu_total_us = _r(t.cpu_total_us + h.cpu_total_us)
                 t.gpu_us = _r(t.gpu_us + h.gpu_us)
@@ -324,11 +363,20 @@ def _row(s: RankSummary) -> RankRow:
 
     comm = sum(st.comm_us for st in s.steps)
     exposed = sum(st.exposed_comm_us for st in s.steps)
-    return RankRow(rank=s.rank, path=s.path, steps=len(s.steps), step_us=mean("dur_us"),
-                   cpu_own_us=mean("cpu_own_us"), compute_us=mean("compute_us"), comm_us=mean("comm_us"),
-                   exposed_comm_us=mean("exposed_comm_us"), data_us=mean("data_us"), launches=mean("launches"),
-                   overlap_pct=_r(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
-                   verdict=s.verdict)
+    return RankRow(
+        rank=s.rank,
+        path=s.path,
+        steps=len(s.steps),
+        step_us=mean("dur_us"),
+        cpu_own_us=mean("cpu_own_us"),
+        compute_us=mean("compute_us"),
+        comm_us=mean("comm_us"),
+        exposed_comm_us=mean("exposed_comm_us"),
+        data_us=mean("data_us"),
+        launches=mean("launches"),
+        overlap_pct=_r(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
+        verdict=s.verdict,
+    )
 
 
 def _complete(durs: list[tuple[int, float]], n: int) -> bool:
@@ -368,9 +416,11 @@ def comm_findings(job: JobReport) -> list[str]:
     out = []
     for r in job.ranks:
         ov = f"{r.overlap_pct:.0f}% overlapped" if r.overlap_pct is not None else "no collectives"
-        w = (f"; waiting {_ms(r.wait_us)}, transfer ~{_ms(r.transfer_us)}" if r.wait_us is not None else "")
-        out.append(f"rank {r.rank}: step {_ms(r.step_us)}, compute {_ms(r.compute_us)}, "
-                   f"collectives {_ms(r.comm_us)} ({ov}, exposed {_ms(r.exposed_comm_us)}){w}")
+        w = f"; waiting {_ms(r.wait_us)}, transfer ~{_ms(r.transfer_us)}" if r.wait_us is not None else ""
+        out.append(
+            f"rank {r.rank}: step {_ms(r.step_us)}, compute {_ms(r.compute_us)}, "
+            f"collectives {_ms(r.comm_us)} ({ov}, exposed {_ms(r.exposed_comm_us)}){w}"
+        )
     return out
 
 
@@ -383,8 +433,6 @@ def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobR
         if s is not None:
             summaries.append(s)
     return reports, [reduce_job(g) for g in group_jobs(summaries)]
-
-
 
 
 def _r(v: float, nd: int = 3) -> float:

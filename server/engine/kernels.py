@@ -39,6 +39,7 @@ files both under ``cuda_runtime``), have their roles in ``API_ROLES`` (launch, c
 on CUDA cores, matrix-vector), from the operand types its name declares: the accumulator type
 (``..._Fp32`` in ``bmm_MxE4m3_MxE2m1..._Fp32``) is not the math.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,31 +60,66 @@ CLASSES = (GEMM, ATTENTION, CONV, ELEMENTWISE, REDUCTION, COPY, COMMUNICATION, O
 # The order resolves overlaps: a collective's "AllReduce" is communication, not a reduction; cuDNN's
 # "implicit_gemm" is a convolution, not a GEMM; cuBLAS's "splitKreduce" finishes a GEMM.
 _FAMILIES = [
-    (COMMUNICATION, re.compile(r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
-                               r"all_?to_?all|sendrecv|^msccl|mscclpp|^nvshmem|deep_?ep::|(^|::)Ep(Dispatch|Combine)|"
-                               r"moe_?a2a|(^|::|_)a2a_|cross_device_reduce|quick_?reduce|userbuffers|symmetric_memory",
-                               re.I)),
+    (
+        COMMUNICATION,
+        re.compile(
+            r"^nccl|^rccl|nccl(Dev)?Kernel|c10d|all_?reduce|all_?gather|reduce_?scatter|"
+            r"all_?to_?all|sendrecv|^msccl|mscclpp|^nvshmem|deep_?ep::|(^|::)Ep(Dispatch|Combine)|"
+            r"moe_?a2a|(^|::|_)a2a_|cross_device_reduce|quick_?reduce|userbuffers|symmetric_memory",
+            re.I,
+        ),
+    ),
     (ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|(^|_|::)mha_", re.I)),
-    (CONV, re.compile(r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::|"
-                      r"igemm_(fwd|bwd|wrw)|miopen.*(fwd|bwd|wrw)", re.I)),
+    (
+        CONV,
+        re.compile(
+            r"conv(?!ert)|wgrad|dgrad|fprop|implicit_?gemm|winograd|im2col|col2im|scudnn|cudnn::cnn::|"
+            r"igemm_(fwd|bwd|wrw)|miopen.*(fwd|bwd|wrw)",
+            re.I,
+        ),
+    ),
     # "(?<!fb)": fbgemm_gpu is Meta's embedding/sparse library, not a GEMM
-    (GEMM, re.compile(r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|tensile|rocblas|hipblaslt|splitKreduce|"
-                      r"wgmma|triton_tem|"
-                      r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)", re.I)),
-    (REDUCTION, re.compile(r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|rocprim::|radix_?sort|argm(ax|in)|"
-                           r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
-                           r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool|moments", re.I)),
-    (COPY, re.compile(r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
-                      r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat|"
-                      # ATen's embedding(-bag) backward, as fbgemm's: gradient rows gathered per index segment
-                      r"compute_grad_weight|partial_segment|partials_per_segment|"
-                      # KV-cache stores (nano-vllm's Triton store_kvcache_kernel, vLLM's reshape_and_cache)
-                      r"store_?kv|kv_?cache|reshape_and_cache|(^|::|_)roll_", re.I)),
-    (ELEMENTWISE, re.compile(r"elementwise|triton_poi|pointwise|unary|binary|where|gelu|relu|silu|dropout|"
-                             r"lerp|addcdiv|adam|sgd|fused_|multi_tensor_apply|foreach|scal_kernel|triu_tril|"
-                             r"philox|bernoulli|distribution|"
-                             # RNN cells' fused gate math: ATen's lstm/gru_cell kernels, cuDNN's elemWiseRNNcell
-                             r"(lstm|gru)_cell_(forward|backward)|elemWise|grid_sampler|upsample|rescale|(tril|triu)_indices", re.I)),
+    (
+        GEMM,
+        re.compile(
+            r"(?<!fb)gemm|gemv|nvjet|cublas|^epilogue::|^Cijk_|tensile|rocblas|hipblaslt|splitKreduce|"
+            r"wgmma|triton_tem|"
+            r"(^|::)bmm_|matmul|dot_kernel|(^|_)mm_|cutlass_\d+_(tensorop|simt|wmma)",
+            re.I,
+        ),
+    ),
+    (
+        REDUCTION,
+        re.compile(
+            r"reduce|softmax|norm|bn_fw|bn_bw|GammaBeta|welford|cub::|rocprim::|radix_?sort|argm(ax|in)|"
+            r"topk|sort|scan|cross_entropy|nll|ClassNLLCriterion|triton_red|triton_per|"
+            r"sum_kernel|mean_kernel|logsumexp|cumsum|histogram|(max|avg|average)_?pool|moments",
+            re.I,
+        ),
+    ),
+    (
+        COPY,
+        re.compile(
+            r"copy|memcpy|memset|cat_?array|gather|scatter|index|embedding|transpose|fill|"
+            r"nchwToNhwc|nhwcToNchw|permute|chunk_cat|split_with_sizes|to_dense|recat|"
+            # ATen's embedding(-bag) backward, as fbgemm's: gradient rows gathered per index segment
+            r"compute_grad_weight|partial_segment|partials_per_segment|"
+            # KV-cache stores (nano-vllm's Triton store_kvcache_kernel, vLLM's reshape_and_cache)
+            r"store_?kv|kv_?cache|reshape_and_cache|(^|::|_)roll_",
+            re.I,
+        ),
+    ),
+    (
+        ELEMENTWISE,
+        re.compile(
+            r"elementwise|triton_poi|pointwise|unary|binary|where|gelu|relu|silu|dropout|"
+            r"lerp|addcdiv|adam|sgd|fused_|multi_tensor_apply|foreach|scal_kernel|triu_tril|"
+            r"philox|bernoulli|distribution|"
+            # RNN cells' fused gate math: ATen's lstm/gru_cell kernels, cuDNN's elemWiseRNNcell
+            r"(lstm|gru)_cell_(forward|backward)|elemWise|grid_sampler|upsample|rescale|(tril|triu)_indices",
+            re.I,
+        ),
+    ),
 ]
 
 # Generic launchers whose first template argument names the real kernel.
@@ -94,35 +130,120 @@ _COPY_FUNCTOR = re.compile(r"copy|FillFunctor|fill_kernel", re.I)
 
 # The class of the op that launched a kernel, for names that match no family (aten op names).
 _OP_FAMILIES = [
-    (COMMUNICATION, re.compile(r"^(c10d|nccl|gloo|record_param_comms)|all_?reduce|all_?gather|reduce_?scatter", re.I)),
+    (
+        COMMUNICATION,
+        re.compile(r"^(c10d|nccl|gloo|record_param_comms)|all_?reduce|all_?gather|reduce_?scatter", re.I),
+    ),
     (ATTENTION, re.compile(r"attention|flash|efficient_attention|cudnn_attention", re.I)),
     (CONV, re.compile(r"conv", re.I)),
-    (GEMM, re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|dot|_addmm_activation)$")),
-    (REDUCTION, re.compile(r"norm|softmax|^aten::(sum|mean|max|min|amax|amin|argmax|argmin|sort|topk|cumsum|"
-                           r"std|var|logsumexp|nll_loss|cross_entropy)", re.I)),
-    (COPY, re.compile(r"^aten::(copy_|_to_copy|to|clone|contiguous|cat|index|index_select|gather|scatter|"
-                      r"embedding|fill_|zero_|zeros|ones|full)", re.I)),
+    (
+        GEMM,
+        re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|dot|_addmm_activation)$"),
+    ),
+    (
+        REDUCTION,
+        re.compile(
+            r"norm|softmax|^aten::(sum|mean|max|min|amax|amin|argmax|argmin|sort|topk|cumsum|"
+            r"std|var|logsumexp|nll_loss|cross_entropy)",
+            re.I,
+        ),
+    ),
+    (
+        COPY,
+        re.compile(
+            r"^aten::(copy_|_to_copy|to|clone|contiguous|cat|index|index_select|gather|scatter|"
+            r"embedding|fill_|zero_|zeros|ones|full)",
+            re.I,
+        ),
+    ),
 ]
 
 LAUNCH, COPY_API, MEMSET_API, SYNC = "launch", "copy", "memset", "sync"
 API_ROLES = {
-    **dict.fromkeys(("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
-                     "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch",
-                     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-                     "hipLaunchCooperativeKernel", "hipGraphLaunch"), LAUNCH),
-    **dict.fromkeys(("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyPeer",
-                     "cudaMemcpyPeerAsync", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cuMemcpy",
-                     "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
-                     "hipMemcpy", "hipMemcpyAsync", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy2DAsync",
-                     "hipMemcpyPeer", "hipMemcpyPeerAsync", "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD",
-                     "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync", "hipMemcpyToSymbol",
-                     "hipMemcpyFromSymbol"), COPY_API),
-    **dict.fromkeys(("cudaMemset", "cudaMemsetAsync", "cuMemsetD8", "cuMemsetD32", "cuMemsetD8Async",
-                     "cuMemsetD32Async", "hipMemset", "hipMemsetAsync", "hipMemsetD8", "hipMemsetD32",
-                     "hipMemsetD8Async", "hipMemsetD32Async"), MEMSET_API),
-    **dict.fromkeys(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-                     "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
-                     "hipEventSynchronize"), SYNC),
+    **dict.fromkeys(
+        (
+            "cudaLaunchKernel",
+            "cudaLaunchKernelExC",
+            "cudaLaunchCooperativeKernel",
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuLaunchCooperativeKernel",
+            "cudaGraphLaunch",
+            "cuGraphLaunch",
+            "hipLaunchKernel",
+            "hipExtLaunchKernel",
+            "hipModuleLaunchKernel",
+            "hipExtModuleLaunchKernel",
+            "hipLaunchCooperativeKernel",
+            "hipGraphLaunch",
+        ),
+        LAUNCH,
+    ),
+    **dict.fromkeys(
+        (
+            "cudaMemcpy",
+            "cudaMemcpyAsync",
+            "cudaMemcpy2D",
+            "cudaMemcpy2DAsync",
+            "cudaMemcpyPeer",
+            "cudaMemcpyPeerAsync",
+            "cudaMemcpyToSymbol",
+            "cudaMemcpyFromSymbol",
+            "cuMemcpy",
+            "cuMemcpyAsync",
+            "cuMemcpyHtoD",
+            "cuMemcpyDtoH",
+            "cuMemcpyHtoDAsync",
+            "cuMemcpyDtoHAsync",
+            "hipMemcpy",
+            "hipMemcpyAsync",
+            "hipMemcpyWithStream",
+            "hipMemcpy2D",
+            "hipMemcpy2DAsync",
+            "hipMemcpyPeer",
+            "hipMemcpyPeerAsync",
+            "hipMemcpyHtoD",
+            "hipMemcpyDtoH",
+            "hipMemcpyDtoD",
+            "hipMemcpyHtoDAsync",
+            "hipMemcpyDtoHAsync",
+            "hipMemcpyDtoDAsync",
+            "hipMemcpyToSymbol",
+            "hipMemcpyFromSymbol",
+        ),
+        COPY_API,
+    ),
+    **dict.fromkeys(
+        (
+            "cudaMemset",
+            "cudaMemsetAsync",
+            "cuMemsetD8",
+            "cuMemsetD32",
+            "cuMemsetD8Async",
+            "cuMemsetD32Async",
+            "hipMemset",
+            "hipMemsetAsync",
+            "hipMemsetD8",
+            "hipMemsetD32",
+            "hipMemsetD8Async",
+            "hipMemsetD32Async",
+        ),
+        MEMSET_API,
+    ),
+    **dict.fromkeys(
+        (
+            "cudaDeviceSynchronize",
+            "cudaStreamSynchronize",
+            "cudaEventSynchronize",
+            "cuCtxSynchronize",
+            "cuStreamSynchronize",
+            "cuEventSynchronize",
+            "hipDeviceSynchronize",
+            "hipStreamSynchronize",
+            "hipEventSynchronize",
+        ),
+        SYNC,
+    ),
 }
 
 
@@ -133,8 +254,17 @@ def apis(role: str) -> frozenset:
 
 # Copies that return only once the copy is done: on ROCm ``.item()`` is one hipMemcpyWithStream,
 # no separate sync call (on CUDA a cudaMemcpyAsync and a cudaStreamSynchronize).
-BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "hipMemcpy", "hipMemcpyWithStream",
-                             "hipMemcpy2D", "hipMemcpyDtoH"})
+BLOCKING_COPIES = frozenset(
+    {
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cuMemcpyDtoH",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+        "hipMemcpy2D",
+        "hipMemcpyDtoH",
+    }
+)
 # Calls that wait for the whole device (the profiler's closing flush is one).
 DEVICE_SYNCS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize"})
 
@@ -256,9 +386,12 @@ UNKNOWN = "unknown"
 
 # Operand types and instruction families that run on tensor cores (NVIDIA mma/wgmma, AMD MFMA):
 # TF32, fp16/bf16, fp8 (e4m3/e5m2), fp4/fp6 (e2m1, e3m2, e2m3), int8, block-scaled MX/NV formats.
-_TC = re.compile(r"tf32|bf16|bfloat16|(^|[^a-z])f16|fp16|half|hmma|imma|wgmma|gmma|tensorop|nvjet|"
-                 r"[shi]\d{3,5}gemm|e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0|fp8|fp4|mxf\d|nvf4|(^|_)i8|int8|"
-                 r"_MI\d+x\d+x\d+", re.I)
+_TC = re.compile(
+    r"tf32|bf16|bfloat16|(^|[^a-z])f16|fp16|half|hmma|imma|wgmma|gmma|tensorop|nvjet|"
+    r"[shi]\d{3,5}gemm|e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0|fp8|fp4|mxf\d|nvf4|(^|_)i8|int8|"
+    r"_MI\d+x\d+x\d+",
+    re.I,
+)
 # fp32 multiplies on CUDA cores: BLAS's s-prefix GEMMs, FFMA kernels, CUTLASS SIMT kernels.
 _SIMT = re.compile(r"sgemm|ffma|simt", re.I)
 # cuBLAS/CUTLASS name the math in the word that ends in "gemm" and the storage around it:
@@ -325,11 +458,13 @@ def gemm_fallback(name: str, elem_bytes: int) -> str | None:
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 # Words that say nothing about what a kernel computes: C++ scalar types, namespaces and ATen's
 # generic launch wrappers, whose template arguments (the functor, the op) carry its identity.
-_GENERIC = frozenset("""void bool char signed unsigned short int long float double const type std array
+_GENERIC = frozenset(
+    """void bool char signed unsigned short int long float double const type std array
     lambda operator c10 at native detail cuda BFloat16 Half Float8_e4m3fn Float8_e5m2 complex
     gpu_kernel_impl gpu_kernel_impl_nocast gpu_index_kernel func_wrapper_t ReduceOp OpaqueType
     TensorListMetadata FusedOptimizerTensorListMetadata BUnaryFunctor AUnaryFunctor binary_internal
-    TensorIteratorBase TensorIterator Scalar ArrayRef AccumulateType enable_if true false ul u""".split())
+    TensorIteratorBase TensorIterator Scalar ArrayRef AccumulateType enable_if true false ul u""".split()
+)
 
 
 def _collapse(s: str) -> str:
@@ -359,8 +494,10 @@ def short_name(name: str, limit: int = 80) -> str:
         s = targs.split(",")[0].strip()
     elif targs:
         tokens = [t for t in _IDENT.findall(targs) if t not in _GENERIC and not t.isdigit()]
-        what = next((t for t in tokens if t[0].islower() or "Functor" in t or "Epilogue" in t
-                     or "functor" in t), tokens[0] if tokens else None)
+        what = next(
+            (t for t in tokens if t[0].islower() or "Functor" in t or "Epilogue" in t or "functor" in t),
+            tokens[0] if tokens else None,
+        )
         flat = _collapse(targs).replace(" ", "")
         s = f"{base}<{what}…>" if what else (f"{base}<{flat}>" if len(flat) <= 32 else f"{base}<…>")
     else:
@@ -368,4 +505,4 @@ def short_name(name: str, limit: int = 80) -> str:
     if len(s) <= limit:
         return s
     head = (limit - 1) * 2 // 3
-    return s[:head] + "…" + s[-(limit - 1 - head):]
+    return s[:head] + "…" + s[-(limit - 1 - head) :]

@@ -16,6 +16,7 @@ a traceback. What is decided before msgspec runs is decided on the bytes, alike 
 at any call depth: the first non-blank byte, where the events open (HEAD_LIMIT), how deep the file
 nests (MAX_NESTING).
 """
+
 from __future__ import annotations
 
 import gc
@@ -77,8 +78,6 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     block: msgspec.Raw = msgspec.Raw(b"")
     name: Optional[str] = None  # metadata events (process_name, thread_name)
     call_from: Optional[str] = msgspec.field(default=None, name="CallFrom")
-
-
 
 
 class Event(msgspec.Struct, gc=False, omit_defaults=True):
@@ -180,8 +179,11 @@ def _open(path: str):
         if not stat.S_ISREG(st.st_mode):
             raise TraceError(path, "not a regular file")
         if st.st_size > MAX_INFLATED_BYTES:
-            raise TraceError(path, f"file is {st.st_size} bytes, larger than the "
-                                   f"{MAX_INFLATED_BYTES}-byte limit (PROFD_MAX_TRACE_BYTES); refusing")
+            raise TraceError(
+                path,
+                f"file is {st.st_size} bytes, larger than the "
+                f"{MAX_INFLATED_BYTES}-byte limit (PROFD_MAX_TRACE_BYTES); refusing",
+            )
         f = os.fdopen(fd, "rb", buffering=0)
         fd = -1
         return f
@@ -282,8 +284,11 @@ def _inflate(path: str, raw_chunks):
 
 def _check_size(path: str, size: int, gz: bool) -> None:
     if size > MAX_INFLATED_BYTES:
-        raise TraceError(path, f"{'gzip inflates' if gz else 'file is'} past {MAX_INFLATED_BYTES} bytes "
-                               f"(PROFD_MAX_TRACE_BYTES); refusing")
+        raise TraceError(
+            path,
+            f"{'gzip inflates' if gz else 'file is'} past {MAX_INFLATED_BYTES} bytes "
+            f"(PROFD_MAX_TRACE_BYTES); refusing",
+        )
 
 
 def sha256_of(data: bytes) -> str:
@@ -295,7 +300,7 @@ def decode(path: str, data: bytes) -> TraceDoc:
     lead = _LEADING_WS.match(data).end()  # no copy of a gigabyte buffer just to peek at it
     if lead >= len(data):
         raise TraceError(path, "empty file")
-    first = bytes(data[lead:lead + 1])
+    first = bytes(data[lead : lead + 1])
     if first not in (b"{", b"["):
         raise TraceError(path, NOT_JSON)
     enabled = gc.isenabled()
@@ -310,8 +315,11 @@ def decode(path: str, data: bytes) -> TraceDoc:
             raise TraceError(path, "not a torch.profiler trace: JSON object has no 'traceEvents'") from None
         raise TraceError(path, f"unexpected value: {msg}") from None
     except RecursionError:  # even on a fresh thread: the interpreter's recursion limit is below MAX_NESTING
-        raise TraceError(path, f"cannot decode: the interpreter's recursion limit ({sys.getrecursionlimit()}) "
-                               f"is below the {MAX_NESTING} levels a trace may nest") from None
+        raise TraceError(
+            path,
+            f"cannot decode: the interpreter's recursion limit ({sys.getrecursionlimit()}) "
+            f"is below the {MAX_NESTING} levels a trace may nest",
+        ) from None
     except msgspec.DecodeError as e:
         msg = str(e)
         if "truncated" in msg.lower():
@@ -409,8 +417,11 @@ def _load_whole(path: str) -> tuple[TraceDoc, str, int]:
     sha, size = sha256_of(data), len(data)
     doc = decode(path, data)
     if doc.traceEvents and not any(e.ph for e in doc.traceEvents):  # stops at a trace's first event
-        raise TraceError(path, f"not a trace: {len(doc.traceEvents)} JSON object(s), none with a 'ph' "
-                               f"(a Chrome trace's events have 'ph' and 'ts')")
+        raise TraceError(
+            path,
+            f"not a trace: {len(doc.traceEvents)} JSON object(s), none with a 'ph' "
+            f"(a Chrome trace's events have 'ph' and 'ts')",
+        )
     detach_raw(doc)
     return doc, sha, size
 
@@ -472,7 +483,7 @@ class _Stream:
         self.pos = 0
 
     def trim(self) -> None:
-        del self.buf[:self.pos]  # O(1) at the front of a bytearray
+        del self.buf[: self.pos]  # O(1) at the front of a bytearray
         self.pos = 0
 
     def more(self, want: int = 0) -> bool:
@@ -553,7 +564,7 @@ def _trailer(s: _Stream, events: list, scanner, parts: list, present: set, scan)
             return events, scanner
         name = _member_name(raw)
         if name == "traceEvents":
-            if s.buf[s.pos:s.pos + 1] != b"[":
+            if s.buf[s.pos : s.pos + 1] != b"[":
                 raise _Declined()  # msgspec names what it is instead
             s.pos += 1
             scanner = scan.Scanner(*KEEP)
@@ -561,7 +572,7 @@ def _trailer(s: _Stream, events: list, scanner, parts: list, present: set, scan)
         elif name in _FIELDS:
             s.trim()
             _drive(s, scan.Skipper(2), keep=True)
-            parts.append(b'"' + raw + b'":' + bytes(s.buf[:s.pos]))
+            parts.append(b'"' + raw + b'":' + bytes(s.buf[: s.pos]))
             present.add(name)
         else:  # an escaped name that is none of the fields
             _drive(s, scan.Skipper(2))
@@ -609,7 +620,7 @@ def events_start(path: str, buf) -> tuple[int, str]:
     byte must open an object or an array, and the events must open within HEAD_LIMIT bytes."""
     lead = _LEADING_WS.match(buf, 0, HEAD_LIMIT).end()
     if lead < min(len(buf), HEAD_LIMIT):
-        first = buf[lead:lead + 1]
+        first = buf[lead : lead + 1]
         if first == b"[":
             return lead + 1, "array"
         if first != b"{":
@@ -619,8 +630,7 @@ def events_start(path: str, buf) -> tuple[int, str]:
             return m.end(), "object"
     if len(buf) >= HEAD_LIMIT:
         what = "only whitespace" if lead >= HEAD_LIMIT else "no 'traceEvents' array"
-        raise TraceError(path, f"not a torch.profiler trace: {what} in the first "
-                               f"{HEAD_LIMIT >> 20} MB")
+        raise TraceError(path, f"not a torch.profiler trace: {what} in the first {HEAD_LIMIT >> 20} MB")
     return -1, ""
 
 

@@ -11,6 +11,7 @@ Indexes (all positions are into ``cpu`` or ``gpu``):
   ``fwdbwd`` flows, else sequence numbers), -1 otherwise.
 - ``steps``: ``ProfilerStep#N`` windows; ``memory``: ``[memory]`` instants with their enclosing event.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -35,16 +36,23 @@ from .loader import LAUNCH_CATS  # noqa: E402, F401  (model.LAUNCH_CATS is read 
 # "Memset". None: the profiler's own spans and markers (its run, its buffer requests, Kineto's sync
 # markers on the GPU lane), read by no analysis and not GPU work.
 ROLES = {
-    "cpu_op": "cpu_op", "Operator": "cpu_op",
+    "cpu_op": "cpu_op",
+    "Operator": "cpu_op",
     "user_annotation": "user_annotation",
     "python_function": "python_function",
-    "cuda_runtime": "cuda_runtime", "Runtime": "cuda_runtime",
+    "cuda_runtime": "cuda_runtime",
+    "Runtime": "cuda_runtime",
     "cuda_driver": "cuda_driver",
-    "kernel": "kernel", "Kernel": "kernel",
-    "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy",
-    "gpu_memset": "gpu_memset", "Memset": "gpu_memset",
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "gpu_memcpy",
+    "Memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset",
+    "Memset": "gpu_memset",
     "gpu_user_annotation": "gpu_user_annotation",
-    "Trace": None, "overhead": None, "cuda_sync": None,
+    "Trace": None,
+    "overhead": None,
+    "cuda_sync": None,
 }
 # Categories that hold record_function labels among the ops: there a name with '#'
 # (``ProfilerStep#3``, ``Optimizer.step#SGD.step``, ``enumerate(DataLoader)#...``) is a label, as the
@@ -57,9 +65,29 @@ _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 # Top-level packages whose frames are never "user code" even when the trace strips site-packages.
 _LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {
-    "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "transformers",
-    "accelerate", "deepspeed", "apex", "lightning", "pytorch_lightning", "tqdm", "typing_extensions",
-    "importlib_metadata", "_pytest", "pytest", "pluggy", "IPython", "ipykernel", "tornado", "asyncio",
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "torchtext",
+    "functorch",
+    "triton",
+    "numpy",
+    "transformers",
+    "accelerate",
+    "deepspeed",
+    "apex",
+    "lightning",
+    "pytorch_lightning",
+    "tqdm",
+    "typing_extensions",
+    "importlib_metadata",
+    "_pytest",
+    "pytest",
+    "pluggy",
+    "IPython",
+    "ipykernel",
+    "tornado",
+    "asyncio",
 }
 
 
@@ -227,7 +255,9 @@ class TraceModel:
         """The nearest enclosing cpu_op of event i (itself excluded), -1 when none."""
         above = self.__dict__.get("_ops_above")
         if above is None:
-            above = self._ops_above = self.passes.nearest(self.parent, self.passes.cat_mask(self.cpu, "cpu_op"))
+            above = self._ops_above = self.passes.nearest(
+                self.parent, self.passes.cat_mask(self.cpu, "cpu_op")
+            )
         return above[i]
 
     def enclosing_frame(self, i: int) -> int:
@@ -281,7 +311,7 @@ class TraceModel:
     def children(self, i: int):
         """Direct children of event i, in order (a slice of one flat index)."""
         off, kids = self._kids
-        return kids[off[i]:off[i + 1]]
+        return kids[off[i] : off[i + 1]]
 
     def user_frame(self, i: int) -> int:
         """The user frame that owns event i: its own, or through the backward->forward link."""
@@ -303,14 +333,15 @@ class TraceModel:
     def gpu_of_launch(self, i: int):
         """GPU events launched by cpu event i, in start order."""
         off, gs = self._launched
-        return gs[off[i]:off[i + 1]]
+        return gs[off[i] : off[i + 1]]
 
 
 def build(doc: TraceDoc) -> TraceModel:
     events = doc.traceEvents
     run = passes.for_events(events)  # every pass of this file native, or every one the reference
-    by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = \
-        run.classify(events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS)
+    by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = run.classify(
+        events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS
+    )
 
     cpu: list[Event] = []
     parent = array("i")
@@ -326,8 +357,9 @@ def build(doc: TraceDoc) -> TraceModel:
     tindex = ThreadIndex(cpu, parent, starts)
     thread = ThreadColumn(tindex.base, len(cpu))
 
-    frame_ids, frame_table, frame_of, token, by_name, call_from, launches, annotations, first_ts = \
-        run.frames(cpu, parent, parse_frame, LAUNCH_CATS)
+    frame_ids, frame_table, frame_of, token, by_name, call_from, launches, annotations, first_ts = run.frames(
+        cpu, parent, parse_frame, LAUNCH_CATS
+    )
     frames = FrameIndex.from_ids(frame_ids, frame_table)
 
     gpu.sort(key=_ts)
@@ -338,10 +370,25 @@ def build(doc: TraceDoc) -> TraceModel:
     main = _main_thread(cpu, thread, steps, annotations, starts)
     memory = _memory(run, mem_raw, tindex)
     t0 = first_ts if first_ts is not None else (gpu[0].ts if gpu else 0.0)
-    m = TraceModel(doc=doc, cpu=cpu, parent=parent, thread=thread, frames=frames, frame_of=frame_of,
-                   gpu=gpu, launcher=launcher, fwd_of=fwd_of, steps=steps, memory=memory,
-                   gpu_annotations=gpu_ann, thread_names=thread_names, main_thread=main, t0=t0,
-                   unread=unread, passes=run)
+    m = TraceModel(
+        doc=doc,
+        cpu=cpu,
+        parent=parent,
+        thread=thread,
+        frames=frames,
+        frame_of=frame_of,
+        gpu=gpu,
+        launcher=launcher,
+        fwd_of=fwd_of,
+        steps=steps,
+        memory=memory,
+        gpu_annotations=gpu_ann,
+        thread_names=thread_names,
+        main_thread=main,
+        t0=t0,
+        unread=unread,
+        passes=run,
+    )
     m._kids = run.children(parent, len(parent))
     m._by_name = by_name
     m.child_dur = child_dur
@@ -453,7 +500,9 @@ class ThreadIndex:
 
     def innermost(self, key, ts: float, cat: Optional[str] = None, slack: float = 1e-3) -> int:
         """Innermost event on ``key`` containing ``ts`` (of category ``cat`` if given), or -1."""
-        return passes.innermost(self.cpu, self.parent, self.starts.get(key), self.base.get(key), ts, cat, slack)
+        return passes.innermost(
+            self.cpu, self.parent, self.starts.get(key), self.base.get(key), ts, cat, slack
+        )
 
 
 def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
@@ -493,8 +542,20 @@ def _flow_ends(run, pairs: list, tindex: ThreadIndex):
     each end on its thread, -1 when none."""
     if not pairs:
         return ()
-    return zip(*(run.owners(tindex.cpu, tindex.parent, [p[side] for p in pairs], tindex.starts, tindex.base,
-                            1e-3, "cpu_op")[0] for side in (0, 1)))
+    return zip(
+        *(
+            run.owners(
+                tindex.cpu,
+                tindex.parent,
+                [p[side] for p in pairs],
+                tindex.starts,
+                tindex.base,
+                1e-3,
+                "cpu_op",
+            )[0]
+            for side in (0, 1)
+        )
+    )
 
 
 def _steps(cpu, annotations) -> list[Step]:
@@ -554,7 +615,9 @@ class MemoryTable:
         self.threads: list[tuple] = []
         self.totals_summed = False  # total_allocated summed from the samples' Bytes (see _sum_totals)
 
-    def append(self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id, addr=0) -> None:
+    def append(
+        self, ts, nbytes, total_allocated, total_reserved, device_type, owner, thread_id, addr=0
+    ) -> None:
         self.ts.append(ts)
         self.nbytes.append(nbytes)
         self.total_allocated.append(total_allocated)
@@ -568,8 +631,15 @@ class MemoryTable:
         return len(self.ts)
 
     def __getitem__(self, k: int) -> MemoryEvent:
-        return MemoryEvent(self.ts[k], self.nbytes[k], self.total_allocated[k], self.total_reserved[k],
-                           self.device_type[k], self.owner[k], self.threads[self.thread_id[k]])
+        return MemoryEvent(
+            self.ts[k],
+            self.nbytes[k],
+            self.total_allocated[k],
+            self.total_reserved[k],
+            self.device_type[k],
+            self.owner[k],
+            self.threads[self.thread_id[k]],
+        )
 
     def __iter__(self):
         return map(self.__getitem__, range(len(self.ts)))
@@ -579,10 +649,12 @@ def _memory(run, mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
     samples = sorted(mem_raw, key=_ts)
     out = MemoryTable()
-    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = \
+    out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = (
         run.memory_columns(samples)
-    out.owner, out.thread_id, out.threads = run.owners(tindex.cpu, tindex.parent, samples, tindex.starts,
-                                                       tindex.base, 0.0, None)
+    )
+    out.owner, out.thread_id, out.threads = run.owners(
+        tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None
+    )
     return _sum_totals(out)
 
 

@@ -21,6 +21,7 @@ Repeated siblings (``GPT2Block`` ×12 under one parent) do the same work: each g
 member by member and submodule by submodule, and a node ``OUTLIER_RATIO`` off the median of its
 peers, by at least ``OUTLIER_FLOOR`` of the tree's GPU time, says so.
 """
+
 from __future__ import annotations
 
 import ast
@@ -63,7 +64,7 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     tail = limit // 3
-    return text[:limit - tail - 1] + "…" + text[-tail:]
+    return text[: limit - tail - 1] + "…" + text[-tail:]
 
 
 class ModuleIndex:
@@ -77,8 +78,11 @@ class ModuleIndex:
         frames = m.frames.mask() if cpu else b""
         # python events that are not parsed frames: built-ins and module markers
         size = len(cpu)
-        cand = (int.from_bytes(pyf, "little") & ~int.from_bytes(frames, "little")).to_bytes(size, "little") \
-            if size else b""
+        cand = (
+            (int.from_bytes(pyf, "little") & ~int.from_bytes(frames, "little")).to_bytes(size, "little")
+            if size
+            else b""
+        )
         events = [i for i in _positions(cand) if cpu[i].name.startswith(PREFIX)]
         mask = bytearray(size)
         for i in events:
@@ -98,7 +102,7 @@ class ModuleIndex:
         first_of: dict[str, int] = {}  # instance -> its first node
         for i in events:
             pe = self.above[i]
-            inst = cpu[i].name[len(PREFIX):]
+            inst = cpu[i].name[len(PREFIX) :]
             if len(inst) > MAX_NAME:  # the class cut, its instance number kept
                 mm = _INSTANCE_RE.match(inst)
                 cls, num = (mm.group(1), "_" + mm.group(2)[-12:]) if mm else (inst, "")
@@ -180,8 +184,19 @@ def build_tree(ctx) -> ModuleTree:
     if not idx.events:
         return ModuleTree(available=False, steps=steps, gpu_us=round(gpu_total, 3), note=_absent_note(m))
     n = len(idx)
-    nodes = [ModuleNode(id=k, parent=idx.parent[k], path="", name="", class_name=idx.class_of(k),
-                        instance=idx.instance[k], role="", depth=0) for k in range(n)]
+    nodes = [
+        ModuleNode(
+            id=k,
+            parent=idx.parent[k],
+            path="",
+            name="",
+            class_name=idx.class_of(k),
+            instance=idx.instance[k],
+            role="",
+            depth=0,
+        )
+        for k in range(n)
+    ]
     cpu = m.cpu
     # forward CPU: a marker spans the call; self is what no child marker covers
     for k in range(n):
@@ -203,7 +218,13 @@ def build_tree(ctx) -> ModuleTree:
     kstats: list[dict] = [{} for _ in range(n)]
     counts: list[dict] = [{} for _ in range(n)]  # kernels per class
     launched = set()
-    launcher, frame_of, fwd_of, above, node_of = m.launcher, m.frame_of, m.fwd_of, idx.above, idx.node_of_event
+    launcher, frame_of, fwd_of, above, node_of = (
+        m.launcher,
+        m.frame_of,
+        m.fwd_of,
+        idx.above,
+        idx.node_of_event,
+    )
     for g, ge in enumerate(m.gpu):
         li = launcher[g]
         if li < 0:
@@ -264,8 +285,10 @@ def build_tree(ctx) -> ModuleTree:
         nd.gpu_us = nd.gpu_forward_us + nd.gpu_backward_us
         nd.kernel_counts = counts[k]
         top = sorted(kstats[k].items(), key=lambda kv: -kv[1][2])[:TOP_KERNELS]
-        nd.top_kernels = [KernelStat(name=kernels.short_name(name), kernel_class=c, count=cnt, total_us=round(t, 3))
-                          for name, (c, cnt, t) in top]
+        nd.top_kernels = [
+            KernelStat(name=kernels.short_name(name), kernel_class=c, count=cnt, total_us=round(t, 3))
+            for name, (c, cnt, t) in top
+        ]
     kids: list[list[int]] = [[] for _ in range(n)]
     roots = []
     for k, nd in enumerate(nodes):
@@ -280,32 +303,57 @@ def build_tree(ctx) -> ModuleTree:
     groups = _groups(nodes, kids, module_gpu, steps, _Inputs(m, idx, kstats))
     for nd in nodes:
         nd.children = sorted(kids[nd.id], key=lambda c: -nodes[c].gpu_us)
-        for f in ("cpu_total_us", "cpu_self_us", "cpu_backward_us", "gpu_us", "gpu_forward_us",
-                  "gpu_backward_us", "gpu_self_us"):
+        for f in (
+            "cpu_total_us",
+            "cpu_self_us",
+            "cpu_backward_us",
+            "gpu_us",
+            "gpu_forward_us",
+            "gpu_backward_us",
+            "gpu_self_us",
+        ):
             setattr(nd, f, round(getattr(nd, f), 3))
-        nd.kernel_classes = {c: round(v, 3) for c, v in sorted(nd.kernel_classes.items(), key=lambda kv: -kv[1])}
+        nd.kernel_classes = {
+            c: round(v, 3) for c, v in sorted(nd.kernel_classes.items(), key=lambda kv: -kv[1])
+        }
     notes = []
     if m.steps and module_gpu < 0.5 * gpu_total and gpu_total:
-        notes.append(f"{100 * module_gpu / gpu_total:.0f}% of the GPU time ran inside a module; the rest "
-                     "(optimizer, loss, data movement outside forward) is on the hot lines")
+        notes.append(
+            f"{100 * module_gpu / gpu_total:.0f}% of the GPU time ran inside a module; the rest "
+            "(optimizer, loss, data movement outside forward) is on the hot lines"
+        )
     if idx.folded:
-        notes.append(f"{idx.folded} module call(s) nested deeper than {MAX_DEPTH} levels are counted "
-                     "in the module they ran in")
+        notes.append(
+            f"{idx.folded} module call(s) nested deeper than {MAX_DEPTH} levels are counted "
+            "in the module they ran in"
+        )
     if idx.clipped:
         notes.append(f"{idx.clipped} module class name(s) longer than {MAX_NAME} characters are cut")
     note = "; ".join(notes) or None
-    return ModuleTree(available=True, steps=steps, gpu_us=round(gpu_total, 3), module_gpu_us=round(module_gpu, 3),
-                      nodes=nodes, roots=sorted(roots, key=lambda r: -nodes[r].gpu_us), groups=groups, note=note)
+    return ModuleTree(
+        available=True,
+        steps=steps,
+        gpu_us=round(gpu_total, 3),
+        module_gpu_us=round(module_gpu, 3),
+        nodes=nodes,
+        roots=sorted(roots, key=lambda r: -nodes[r].gpu_us),
+        groups=groups,
+        note=note,
+    )
 
 
 def _absent_note(m: TraceModel) -> str:
     if not m.with_stack:
-        return ("no module frames: the trace was recorded without with_stack=True, which records the "
-                "nn.Module calls (profile(..., with_stack=True))")
+        return (
+            "no module frames: the trace was recorded without with_stack=True, which records the "
+            "nn.Module calls (profile(..., with_stack=True))"
+        )
     if not m.frames:
         return "no module frames: the trace has no python frames"
-    return ("no module frames: the trace has python frames but no nn.Module calls (compiled code, "
-            "a TorchScript model, or no nn.Module in the profiled steps)")
+    return (
+        "no module frames: the trace has python frames but no nn.Module calls (compiled code, "
+        "a TorchScript model, or no nn.Module in the profiled steps)"
+    )
 
 
 # ---- names --------------------------------------------------------------------------------------
@@ -317,8 +365,9 @@ def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode], kids: list[list[int]],
     for p, children in enumerate(kids):
         if not children:
             continue
-        given = _attr_labels(nodes[p].class_name, [nodes[c].class_name for c in children],
-                             classes.attrs(idx, p))
+        given = _attr_labels(
+            nodes[p].class_name, [nodes[c].class_name for c in children], classes.attrs(idx, p)
+        )
         by_class: dict[str, list[int]] = {}
         for c in children:
             by_class.setdefault(nodes[c].class_name, []).append(c)
@@ -327,7 +376,9 @@ def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode], kids: list[list[int]],
                 labels[c] = given[pos]
             else:
                 same = by_class[nodes[c].class_name]
-                labels[c] = nodes[c].class_name if len(same) == 1 else f"{nodes[c].class_name}[{same.index(c)}]"
+                labels[c] = (
+                    nodes[c].class_name if len(same) == 1 else f"{nodes[c].class_name}[{same.index(c)}]"
+                )
     idx.labels = labels
     for k, nd in enumerate(nodes):  # parents first: ids grow downwards
         nd.name = labels[k]
@@ -399,7 +450,9 @@ def forward_frame(idx: ModuleIndex, node: int):
             fr = m.frames.get(i)
             if fr is None:
                 continue
-            if fr.function in _CALL_IMPL and fr.path.replace("\\", "/").endswith("torch/nn/modules/module.py"):
+            if fr.function in _CALL_IMPL and fr.path.replace("\\", "/").endswith(
+                "torch/nn/modules/module.py"
+            ):
                 below.extend(m.children(i))
                 continue
             if fr.function == "forward":
@@ -434,8 +487,12 @@ def _class_attrs(tree, line: int):
             if isinstance(st, (ast.Assign, ast.AnnAssign)):
                 targets = st.targets if isinstance(st, ast.Assign) else [st.target]
                 for t in targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" \
-                            and st.value is not None:
+                    if (
+                        isinstance(t, ast.Attribute)
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == "self"
+                        and st.value is not None
+                    ):
                         kinds.setdefault(t.attr, _kind(st.value))
     kinds = {k: v for k, v in kinds.items() if v is not None}
     # first use of each attribute, forward first, then the other methods in source order
@@ -445,8 +502,11 @@ def _class_attrs(tree, line: int):
     for f in order:
         if f.name == "__init__":
             continue
-        uses = [n for n in ast.walk(f) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                and n.value.id == "self"]
+        uses = [
+            n
+            for n in ast.walk(f)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        ]
         for u in sorted(uses, key=lambda u: (u.lineno, u.col_offset)):
             if u.attr not in refs:
                 refs[u.attr] = seq
@@ -492,8 +552,14 @@ def _source_location(ctx, idx: ModuleIndex, node: int) -> Optional[Location]:
     fr = forward_frame(idx, node)
     if fr is None:
         return None
-    return Location(path=_local(ctx, fr.path), line=fr.line, precision="function", function=fr.function,
-                    trace_path=fr.path, library=not fr.user)
+    return Location(
+        path=_local(ctx, fr.path),
+        line=fr.line,
+        precision="function",
+        function=fr.function,
+        trace_path=fr.path,
+        library=not fr.user,
+    )
 
 
 def library_lines(tree: ModuleTree, diagnostics: list) -> list[HotLine]:
@@ -513,8 +579,14 @@ def library_lines(tree: ModuleTree, diagnostics: list) -> list[HotLine]:
         key = (src.path, src.line)
         h = lines.get(key)
         if h is None:
-            h = lines[key] = HotLine(path=src.path, line=src.line, function=f"{nd.class_name}.{src.function}",
-                                     precision="function", trace_path=src.trace_path, library=True)
+            h = lines[key] = HotLine(
+                path=src.path,
+                line=src.line,
+                function=f"{nd.class_name}.{src.function}",
+                precision="function",
+                trace_path=src.trace_path,
+                library=True,
+            )
         h.calls += nd.calls
         h.cpu_self_us += nd.cpu_self_us
         h.cpu_total_us += nd.cpu_total_us
@@ -524,29 +596,56 @@ def library_lines(tree: ModuleTree, diagnostics: list) -> list[HotLine]:
         h.gpu_backward_us += nd.gpu_backward_us
         h.launches += nd.launches
         h.bytes_allocated += nd.bytes_allocated
-        h.kernel_classes = {c: h.kernel_classes.get(c, 0.0) + nd.kernel_classes.get(c, 0.0)
-                            for c in {*h.kernel_classes, *nd.kernel_classes}}
+        h.kernel_classes = {
+            c: h.kernel_classes.get(c, 0.0) + nd.kernel_classes.get(c, 0.0)
+            for c in {*h.kernel_classes, *nd.kernel_classes}
+        }
         ks = kernels_of.setdefault(key, {})
         for kn in nd.top_kernels:
             have = ks.get(kn.name)
-            ks[kn.name] = kn if have is None else KernelStat(
-                name=kn.name, kernel_class=kn.kernel_class, count=have.count + kn.count,
-                total_us=have.total_us + kn.total_us)
+            ks[kn.name] = (
+                kn
+                if have is None
+                else KernelStat(
+                    name=kn.name,
+                    kernel_class=kn.kernel_class,
+                    count=have.count + kn.count,
+                    total_us=have.total_us + kn.total_us,
+                )
+            )
     for key, h in lines.items():
         h.top_kernels = sorted(kernels_of[key].values(), key=lambda kn: -kn.total_us)[:5]
-        for f in ("cpu_self_us", "cpu_total_us", "cpu_backward_us", "gpu_us", "gpu_forward_us", "gpu_backward_us"):
+        for f in (
+            "cpu_self_us",
+            "cpu_total_us",
+            "cpu_backward_us",
+            "gpu_us",
+            "gpu_forward_us",
+            "gpu_backward_us",
+        ):
             setattr(h, f, round(getattr(h, f), 3))
         h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
     for d in diagnostics:
         role = d.location.module
         for src in by_role.get(role, [])[:1] if role else []:
-            d.related.append(Location(path=src.path, line=src.line, precision="function", function=src.function,
-                                      trace_path=src.trace_path, module=role, library=True))
+            d.related.append(
+                Location(
+                    path=src.path,
+                    line=src.line,
+                    precision="function",
+                    function=src.function,
+                    trace_path=src.trace_path,
+                    module=role,
+                    library=True,
+                )
+            )
     return sorted(lines.values(), key=lambda h: -h.gpu_us)
 
 
 # ---- repeated siblings ----------------------------------------------------------------------------
-def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps: int, inputs) -> list[ModuleGroup]:
+def _groups(
+    nodes: list[ModuleNode], kids: list[list[int]], total: float, steps: int, inputs
+) -> list[ModuleGroup]:
     out = []
     floor = OUTLIER_FLOOR * total
     for p, children in enumerate(kids):
@@ -557,9 +656,14 @@ def _groups(nodes: list[ModuleNode], kids: list[list[int]], total: float, steps:
             if len(members) < MIN_GROUP:
                 continue
             vals = [nodes[c].gpu_us for c in members]
-            g = ModuleGroup(parent=p, class_name=cls, members=members,
-                            gpu_median_us=round(statistics.median(vals), 3),
-                            gpu_min_us=round(min(vals), 3), gpu_max_us=round(max(vals), 3))
+            g = ModuleGroup(
+                parent=p,
+                class_name=cls,
+                members=members,
+                gpu_median_us=round(statistics.median(vals), 3),
+                gpu_min_us=round(min(vals), 3),
+                gpu_max_us=round(max(vals), 3),
+            )
             _compare(nodes, kids, inputs, members, f"{cls} siblings", floor, steps, g.outliers)
             out.append(g)
     return out
@@ -576,7 +680,11 @@ def _work(nodes: list[ModuleNode], kids: list[list[int]], inputs, k: int) -> tup
     adds cast kernels, and that block is exactly the one to compare."""
     nd = nodes[k]
     if kids[k]:
-        return nd.calls, inputs(k), tuple(sorted((nodes[c].name, nodes[c].class_name, nodes[c].calls) for c in kids[k]))
+        return (
+            nd.calls,
+            inputs(k),
+            tuple(sorted((nodes[c].name, nodes[c].class_name, nodes[c].calls) for c in kids[k])),
+        )
     return nd.calls, inputs(k), tuple(sorted(nd.kernel_counts.items()))
 
 
@@ -595,8 +703,12 @@ class _Inputs:
             hit = None
             if self.shapes:
                 cpu = self.m.cpu
-                hit = frozenset(bytes(e.args.input_dims) for j in self.m.subtree(self.idx.first[k])
-                                for e in (cpu[j],) if e.cat == "cpu_op" and e.args is not None and e.args.input_dims)
+                hit = frozenset(
+                    bytes(e.args.input_dims)
+                    for j in self.m.subtree(self.idx.first[k])
+                    for e in (cpu[j],)
+                    if e.cat == "cpu_op" and e.args is not None and e.args.input_dims
+                )
             if not hit:
                 hit = frozenset(self.kstats[k])
             self._memo[k] = hit
@@ -607,10 +719,16 @@ def _kernel_difference(nodes: list[ModuleNode], k: int, group: list[int]) -> str
     """The top kernels of node k that none of its peers runs, as a clause of its outlier note."""
     theirs = {kn.name for c in group if c != k for kn in nodes[c].top_kernels}
     odd = [kn.name for kn in nodes[k].top_kernels if kn.name not in theirs]
-    return f"; runs {', '.join(kernels.short_name(n, 60) for n in odd[:2])}, which its peers do not" if odd else ""
+    return (
+        f"; runs {', '.join(kernels.short_name(n, 60) for n in odd[:2])}, which its peers do not"
+        if odd
+        else ""
+    )
 
 
-def _compare(nodes, kids, inputs, peers: list[int], what: str, floor: float, steps: int, found: list[int]) -> None:
+def _compare(
+    nodes, kids, inputs, peers: list[int], what: str, floor: float, steps: int, found: list[int]
+) -> None:
     """Flag the peers doing the same work (``_work``) whose GPU time is out of line with their
     median, then compare their submodules, matched by name."""
     same: dict[tuple, list[int]] = {}
@@ -623,9 +741,11 @@ def _compare(nodes, kids, inputs, peers: list[int], what: str, floor: float, ste
         med = statistics.median(vals)
         for c, v in zip(group, vals):
             if med > 0 and abs(v - med) >= floor and (v >= OUTLIER_RATIO * med or v * OUTLIER_RATIO <= med):
-                nodes[c].outlier = (f"GPU {v / med:.2f}x the median of {len(group)} {what} doing the "
-                                    f"same work ({_ms(v / steps)} vs {_ms(med / steps)} per step)"
-                                    + _kernel_difference(nodes, c, group))
+                nodes[c].outlier = (
+                    f"GPU {v / med:.2f}x the median of {len(group)} {what} doing the "
+                    f"same work ({_ms(v / steps)} vs {_ms(med / steps)} per step)"
+                    + _kernel_difference(nodes, c, group)
+                )
                 found.append(c)
         named: dict[str, list[int]] = {}
         for c in group:
@@ -661,8 +781,9 @@ class Place:
     share: float  # of the work's weight, 0..1
 
     def __str__(self) -> str:
-        parts = ([f"{self.instances} instances"] if self.instances > 1 else []) + \
-            ([f"{100 * self.share:.0f}%"] if self.share < 0.995 else [])
+        parts = ([f"{self.instances} instances"] if self.instances > 1 else []) + (
+            [f"{100 * self.share:.0f}%"] if self.share < 0.995 else []
+        )
         return f"`{self.name}`" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -693,13 +814,26 @@ def tree_document(tree: Optional[ModuleTree], depth: int = 4) -> dict:
     from ...protocol.types import to_builtins
 
     if tree is None or not tree.available:
-        return {"available": False, "note": tree.note if tree else "no module tree in this report",
-                "steps": tree.steps if tree else 0, "text": "\n".join(render(tree)), "nodes": [], "groups": []}
+        return {
+            "available": False,
+            "note": tree.note if tree else "no module tree in this report",
+            "steps": tree.steps if tree else 0,
+            "text": "\n".join(render(tree)),
+            "nodes": [],
+            "groups": [],
+        }
     keep = [nd for nd in tree.nodes if nd.depth < depth]
     keep.sort(key=lambda nd: (nd.depth, -nd.gpu_us))
-    return {"available": True, "note": tree.note, "steps": tree.steps, "gpuUs": tree.gpu_us,
-            "moduleGpuUs": tree.module_gpu_us, "text": "\n".join(render(tree, depth=depth)),
-            "nodes": [to_builtins(nd) for nd in keep], "groups": [to_builtins(g) for g in tree.groups]}
+    return {
+        "available": True,
+        "note": tree.note,
+        "steps": tree.steps,
+        "gpuUs": tree.gpu_us,
+        "moduleGpuUs": tree.module_gpu_us,
+        "text": "\n".join(render(tree, depth=depth)),
+        "nodes": [to_builtins(nd) for nd in keep],
+        "groups": [to_builtins(g) for g in tree.groups],
+    }
 
 
 def top_modules(tree: Optional[ModuleTree], path: str, line: int, limit: int = 5) -> list[ModuleNode]:
@@ -707,8 +841,11 @@ def top_modules(tree: Optional[ModuleTree], path: str, line: int, limit: int = 5
     the line, then their submodules, by GPU time."""
     if tree is None or not tree.available:
         return []
-    here = [nd for nd in tree.nodes if nd.call_site is not None and nd.call_site.line == line
-            and nd.call_site.path == path]
+    here = [
+        nd
+        for nd in tree.nodes
+        if nd.call_site is not None and nd.call_site.line == line and nd.call_site.path == path
+    ]
     if not here:
         return []
     ids = {nd.id for nd in here}
@@ -734,13 +871,20 @@ def render(tree: Optional[ModuleTree], depth: int = 4, min_share: float = 0.005)
 
     def one(nd: ModuleNode, indent: int) -> None:
         calls = nd.calls / st
-        kc = ", ".join(f"{c} {100 * v / nd.gpu_us:.0f}%" for c, v in list(nd.kernel_classes.items())[:2]) \
-            if nd.gpu_us else ""
-        text = (f"{'  ' * indent}{nd.name}" + (f" ×{calls:g}" if calls != 1 else "")
-                + (f" [{nd.class_name}]" if nd.class_name not in nd.name else "")
-                + f"  {_ms(nd.gpu_us / st)} ({100.0 * nd.gpu_us / total:.0f}%) = {_ms(nd.gpu_forward_us / st)}"
-                f" + {_ms(nd.gpu_backward_us / st)}; CPU {_ms(nd.cpu_total_us / st)}" + (f"; {kc}" if kc else "")
-                + (f"; allocates {_mib(nd.bytes_allocated / st)}" if nd.bytes_allocated else ""))
+        kc = (
+            ", ".join(f"{c} {100 * v / nd.gpu_us:.0f}%" for c, v in list(nd.kernel_classes.items())[:2])
+            if nd.gpu_us
+            else ""
+        )
+        text = (
+            f"{'  ' * indent}{nd.name}"
+            + (f" ×{calls:g}" if calls != 1 else "")
+            + (f" [{nd.class_name}]" if nd.class_name not in nd.name else "")
+            + f"  {_ms(nd.gpu_us / st)} ({100.0 * nd.gpu_us / total:.0f}%) = {_ms(nd.gpu_forward_us / st)}"
+            f" + {_ms(nd.gpu_backward_us / st)}; CPU {_ms(nd.cpu_total_us / st)}"
+            + (f"; {kc}" if kc else "")
+            + (f"; allocates {_mib(nd.bytes_allocated / st)}" if nd.bytes_allocated else "")
+        )
         if nd.outlier:
             text += f"  <- out of line: {nd.outlier}"
         out.append(text)
@@ -775,8 +919,10 @@ def render(tree: Optional[ModuleTree], depth: int = 4, min_share: float = 0.005)
         walk(nodes[r], 1)
     for g in tree.groups:
         if g.outliers:
-            out.append(f"  out of line among {len(g.members)} {g.class_name}: "
-                       + ", ".join(nodes[k].path for k in g.outliers[:4]))
+            out.append(
+                f"  out of line among {len(g.members)} {g.class_name}: "
+                + ", ".join(nodes[k].path for k in g.outliers[:4])
+            )
     if tree.note:
         out.append(f"  = note: {tree.note}")
     return out

@@ -15,6 +15,7 @@ The reference is the oracle: ``differential()`` runs each pass both ways and com
 return (tests/test_passes.py, on every shipped and corpus trace). Each pass says what it computes
 (``Pass.computes``) so a caller that needs only some results can tell which passes to run.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -85,7 +86,9 @@ def gpu_role(e) -> Optional[str]:
     if a is None or a.device is None or a.stream is None or a.correlation is None:
         return None
     name = e.name
-    return "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+    return (
+        "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+    )
 
 
 def innermost(cpu, parent, starts, base: Optional[int], ts: float, cat: Optional[str], slack: float) -> int:
@@ -111,10 +114,10 @@ def int64(v) -> int:
         v = int(v or 0)
     except (TypeError, ValueError, OverflowError):
         v = 0
-    return max(-2**63, min(2**63 - 1, v))
+    return max(-(2**63), min(2**63 - 1, v))
 
 
-NO_LINE = -2**31  # never a line key: tokens are >= 0 and ~frame >= -len(cpu)
+NO_LINE = -(2**31)  # never a line key: tokens are >= 0 and ~frame >= -len(cpu)
 
 
 # ---- the reader's pass ------------------------------------------------------------------------
@@ -132,8 +135,8 @@ def _depth_ref(block, depth: int, in_str: bool, esc: bool, limit: int) -> tuple[
     if b"\\" in block:
         block = _ESCAPED.sub(b"", block)
     esc = block.endswith(b"\\")  # unpaired: it takes the next block's first byte
-    pieces = block[:-1 if esc else None].translate(None, _NOT_SYNTAX).replace(b'""', b"").split(b'"')
-    steps = array("b", b"".join(pieces[1 if in_str else 0::2]).translate(_BRACKET_STEP))
+    pieces = block[: -1 if esc else None].translate(None, _NOT_SYNTAX).replace(b'""', b"").split(b'"')
+    steps = array("b", b"".join(pieces[1 if in_str else 0 :: 2]).translate(_BRACKET_STEP))
     over = bool(steps) and max(itertools.accumulate(steps, initial=depth)) > limit
     return depth + sum(steps), in_str != (len(pieces) % 2 == 0), esc, over
 
@@ -201,6 +204,7 @@ def _keep_cats(args) -> Callable[[], None]:
         for e, c in zip(events, cats):
             if e.cat is not c:
                 e.cat = c
+
     return undo
 
 
@@ -252,7 +256,9 @@ def _frames_ref(cpu, parent, parse_frame, launch_cats):
     table: list = []
     id_of: dict = {}
     frame_of = array("i", [-1]) * n
-    token = array("i", [-1]) * n  # the direct child of the user frame (through record_function labels) that holds i
+    token = (
+        array("i", [-1]) * n
+    )  # the direct child of the user frame (through record_function labels) that holds i
     by_name: dict[str, array] = {}
     call_from = False
     for i, e in enumerate(cpu):
@@ -291,11 +297,22 @@ def _frames_ref(cpu, parent, parse_frame, launch_cats):
 
 
 def _frames_c(cpu, parent, parse_frame, launch_cats):
-    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _BUILT.frames(cpu, parent, parse_frame, launch_cats)
+    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _BUILT.frames(
+        cpu, parent, parse_frame, launch_cats
+    )
     off, idx = _children_c(column("i", cb), len(names))
-    by_name = {name: idx[off[k]:off[k + 1]] for k, name in enumerate(names)}
-    return (column("i", fb), table, column("i", fo), column("i", tb), by_name, call_from,
-            column("i", lb), column("i", ub), first_ts)
+    by_name = {name: idx[off[k] : off[k + 1]] for k, name in enumerate(names)}
+    return (
+        column("i", fb),
+        table,
+        column("i", fo),
+        column("i", tb),
+        by_name,
+        call_from,
+        column("i", lb),
+        column("i", ub),
+        first_ts,
+    )
 
 
 def _launchers_ref(cpu, launches: array, gpu) -> array:
@@ -411,7 +428,7 @@ def _memory_columns_ref(samples):
         allocated.append(int64(a.total_allocated))
         reserved.append(int64(a.total_reserved))
         dt = a.device_type
-        device.append(dt if isinstance(dt, int) and -2**31 <= dt < 2**31 else -1)
+        device.append(dt if isinstance(dt, int) and -(2**31) <= dt < 2**31 else -1)
         addr.append(int64(a.addr))
     return ts, nbytes, allocated, reserved, device, addr
 
@@ -427,7 +444,7 @@ def _subtree_ref(off: array, kids: array, i: int) -> list[int]:
     while stack:
         j = stack.pop()
         out.append(j)
-        stack.extend(kids[off[j]:off[j + 1]])
+        stack.extend(kids[off[j] : off[j + 1]])
     return out
 
 
@@ -512,7 +529,11 @@ def _hot_sums_ref(ctx, line, launch_cats) -> list:
         s = got[1]
         p = m.parent[i]
         backward = m.is_backward(i)
-        top = p < 0 or m.cpu[p].cat in ("python_function", "user_annotation") or ctx.line_key(p) != ctx.line_key(i)
+        top = (
+            p < 0
+            or m.cpu[p].cat in ("python_function", "user_annotation")
+            or ctx.line_key(p) != ctx.line_key(i)
+        )
         self_us = e.dur - m.child_dur[i]
         if backward:
             if top:
@@ -552,7 +573,9 @@ def _hot_sums_c(ctx, line, launch_cats) -> list:
 
     def key_id(i: int) -> int:
         k = ctx.line_key(i)
-        return -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
+        return (
+            -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
+        )
 
     def line_of(i: int) -> tuple[int, int]:
         h = line(i)
@@ -571,8 +594,21 @@ def _hot_sums_c(ctx, line, launch_cats) -> list:
         toks = array("i", toks)
         for i in labels:
             toks[i] = NO_LINE
-    *sums, kcs, kss = _BUILT.hot_lines(m.cpu, m.gpu, m.parent, m.child_dur, m.frame_of, m.fwd_of, toks, off, gs,
-                                       a.gpu_class, line_of, key_id, launch_cats)
+    *sums, kcs, kss = _BUILT.hot_lines(
+        m.cpu,
+        m.gpu,
+        m.parent,
+        m.child_dur,
+        m.frame_of,
+        m.fwd_of,
+        toks,
+        off,
+        gs,
+        a.gpu_class,
+        line_of,
+        key_id,
+        launch_cats,
+    )
     cols = [column(t, b) for t, b in zip("qqdddddd", sums)]
     return [(h, [*(c[k] for c in cols), kcs[k], kss[k]]) for k, h in enumerate(order)]
 
@@ -587,30 +623,76 @@ class Pass:
     undo: Optional[Callable] = None  # args -> a function undoing what the pass changes in them
 
 
-PASSES: dict[str, Pass] = {p.name: p for p in (
-    Pass("depth", "how deep a block of JSON nests (the reader's MAX_NESTING check)", _depth_ref, _depth_c),
-    Pass("classify", "events by role: cpu by thread, gpu, gpu annotations, memory samples, fwdbwd flows, "
-                     "thread names, unread categories", _classify_ref, _classify_c, _keep_cats),
-    Pass("nest", "one thread's events sorted; parent, child_dur and start of each", _nest_ref, _nest_c),
-    Pass("frames", "frames, frame_of, token, events by name, has_call_from, launches, labels, t0",
-         _frames_ref, _frames_c),
-    Pass("launchers", "launcher: the launch call of each GPU event", _launchers_ref, _launchers_c),
-    Pass("children", "a flat index of items by parent (children, GPU events by launch)", _children_ref, _children_c),
-    Pass("cat_mask", "which events have a category", _cat_mask_ref, _cat_mask_c),
-    Pass("nearest", "each event's nearest ancestor in a mask (enclosing op, enclosing frame)",
-         _nearest_ref, _nearest_c),
-    Pass("inherit", "fwd_of: the forward op of each backward event", _inherit_ref, _inherit_c),
-    Pass("owners", "the innermost enclosing event of instants (flow ends, memory samples)", _owners_ref, _owners_c),
-    Pass("memory_columns", "memory: the allocator samples as columns", _memory_columns_ref, _memory_columns_c),
-    Pass("subtree", "an event and everything nested in it", _subtree_ref, _subtree_c),
-    Pass("cpu_total", "Summary.cpu_total_us", _cpu_total_ref, _cpu_total_c),
-    Pass("line_tokens", "the key each event's source line is cached under (Context.line_tokens)",
-         _line_tokens_ref, _line_tokens_c),
-    Pass("ancestor_sums", "values summed up the nesting (memory-child-pressure)", _ancestor_sums_ref,
-         _ancestor_sums_c),
-    Pass("hot_sums", "hot lines: calls, launches, CPU and GPU time, kernel classes and stats", _hot_sums_ref,
-         _hot_sums_c),
-)}
+PASSES: dict[str, Pass] = {
+    p.name: p
+    for p in (
+        Pass(
+            "depth", "how deep a block of JSON nests (the reader's MAX_NESTING check)", _depth_ref, _depth_c
+        ),
+        Pass(
+            "classify",
+            "events by role: cpu by thread, gpu, gpu annotations, memory samples, fwdbwd flows, "
+            "thread names, unread categories",
+            _classify_ref,
+            _classify_c,
+            _keep_cats,
+        ),
+        Pass("nest", "one thread's events sorted; parent, child_dur and start of each", _nest_ref, _nest_c),
+        Pass(
+            "frames",
+            "frames, frame_of, token, events by name, has_call_from, launches, labels, t0",
+            _frames_ref,
+            _frames_c,
+        ),
+        Pass("launchers", "launcher: the launch call of each GPU event", _launchers_ref, _launchers_c),
+        Pass(
+            "children",
+            "a flat index of items by parent (children, GPU events by launch)",
+            _children_ref,
+            _children_c,
+        ),
+        Pass("cat_mask", "which events have a category", _cat_mask_ref, _cat_mask_c),
+        Pass(
+            "nearest",
+            "each event's nearest ancestor in a mask (enclosing op, enclosing frame)",
+            _nearest_ref,
+            _nearest_c,
+        ),
+        Pass("inherit", "fwd_of: the forward op of each backward event", _inherit_ref, _inherit_c),
+        Pass(
+            "owners",
+            "the innermost enclosing event of instants (flow ends, memory samples)",
+            _owners_ref,
+            _owners_c,
+        ),
+        Pass(
+            "memory_columns",
+            "memory: the allocator samples as columns",
+            _memory_columns_ref,
+            _memory_columns_c,
+        ),
+        Pass("subtree", "an event and everything nested in it", _subtree_ref, _subtree_c),
+        Pass("cpu_total", "Summary.cpu_total_us", _cpu_total_ref, _cpu_total_c),
+        Pass(
+            "line_tokens",
+            "the key each event's source line is cached under (Context.line_tokens)",
+            _line_tokens_ref,
+            _line_tokens_c,
+        ),
+        Pass(
+            "ancestor_sums",
+            "values summed up the nesting (memory-child-pressure)",
+            _ancestor_sums_ref,
+            _ancestor_sums_c,
+        ),
+        Pass(
+            "hot_sums",
+            "hot lines: calls, launches, CPU and GPU time, kernel classes and stats",
+            _hot_sums_ref,
+            _hot_sums_c,
+        ),
+    )
+}
 
 
 class Implementation:
@@ -649,6 +731,7 @@ def for_events(events) -> Implementation:
 @dataclass
 class Run:
     """One pass called under ``differential()``: where the implementations differ, else None."""
+
     name: str
     differs: Optional[str]
 
@@ -676,6 +759,7 @@ def _both(p: Pass, runs: list) -> Callable:
         got = p.native(*args)
         runs.append(Run(p.name, differs(ref, got)))
         return got
+
     return run
 
 
@@ -697,5 +781,7 @@ def differs(a, b, where: str = "") -> Optional[str]:
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where}: {len(a)} vs {len(b)} items"
-        return next((d for k, (x, y) in enumerate(zip(a, b)) for d in [differs(x, y, f"{where}[{k}]")] if d), None)
+        return next(
+            (d for k, (x, y) in enumerate(zip(a, b)) for d in [differs(x, y, f"{where}[{k}]")] if d), None
+        )
     return None if a is b or a == b else f"{where}: {a!r} vs {b!r}"

@@ -12,6 +12,7 @@ root (``/home/x/exp/train.py`` is the workspace's ``train.py``; ``flashinfer/fus
 is not the workspace's ``core.py``, nor ``moca/pipeline/model.py`` an ``other/model.py``). And a
 file shorter than the frame's line is never the frame's file, whichever way it was found.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,20 @@ import stat
 from functools import lru_cache
 from typing import Iterable, Optional
 
-_SKIP_DIRS = {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", "site-packages",
-              ".mypy_cache", ".pytest_cache", ".tox", "build", "dist"}
+_SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "node_modules",
+    "__pycache__",
+    "site-packages",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".tox",
+    "build",
+    "dist",
+}
 _MAX_FILES = 200_000
 
 
@@ -58,7 +71,7 @@ class SourceMap:
             return p
         for remote, local in self.path_map:
             if p == remote or p.startswith(remote.rstrip("/") + "/"):
-                rest = p[len(remote):].lstrip("/")
+                rest = p[len(remote) :].lstrip("/")
                 cand = os.path.join(local, rest) if rest else local
                 if os.path.isfile(cand):
                     return os.path.abspath(cand)
@@ -110,8 +123,9 @@ class SourceMap:
             n = 0
             for root in self.roots:
                 for dirpath, dirnames, filenames in os.walk(root):
-                    dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
-                                   and nameable(d)]
+                    dirnames[:] = [
+                        d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".") and nameable(d)
+                    ]
                     below = 1 + (0 if dirpath == root else os.path.relpath(dirpath, root).count(os.sep) + 1)
                     for f in filenames:
                         if f.endswith(".py") and nameable(f):  # (path, its components below the root)

@@ -11,6 +11,7 @@ aligned with the call sites of the function's AST in execution order (arguments 
 that takes them). The alignment walks forward and wraps around, so loops and untaken branches cost
 nothing. A child that matches no site keeps the frame's line with ``function`` precision.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,23 +34,70 @@ _ATEN_SITES = {
     "aten::item": {"item", "int", "float", "bool"},
     "aten::_local_scalar_dense": {"item", "int", "float", "bool"},
     "aten::is_nonzero": {"<test>", "bool"},
-    "aten::add": {"<+>"}, "aten::add_": {"<+=>"}, "aten::sub": {"<->"}, "aten::sub_": {"<-=>"},
-    "aten::mul": {"<*>"}, "aten::mul_": {"<*=>"}, "aten::div": {"</>"}, "aten::div_": {"</=>"},
-    "aten::matmul": {"<@>"}, "aten::gt": {"<>>"}, "aten::lt": {"<<>"}, "aten::ge": {"<>=>"},
-    "aten::le": {"<<=>"}, "aten::eq": {"<==>"}, "aten::ne": {"<!=>"}, "aten::neg": {"<-x>"},
-    "aten::bitwise_not": {"<~>"}, "aten::pow": {"<**>"}, "aten::remainder": {"<%>"},
-    "aten::floor_divide": {"<//>"}, "aten::index": {"<[]>"}, "aten::select": {"<[]>"},
-    "aten::slice": {"<[]>"}, "aten::index_put_": {"<[]=>"}, "aten::copy_": {"<[]=>"},
+    "aten::add": {"<+>"},
+    "aten::add_": {"<+=>"},
+    "aten::sub": {"<->"},
+    "aten::sub_": {"<-=>"},
+    "aten::mul": {"<*>"},
+    "aten::mul_": {"<*=>"},
+    "aten::div": {"</>"},
+    "aten::div_": {"</=>"},
+    "aten::matmul": {"<@>"},
+    "aten::gt": {"<>>"},
+    "aten::lt": {"<<>"},
+    "aten::ge": {"<>=>"},
+    "aten::le": {"<<=>"},
+    "aten::eq": {"<==>"},
+    "aten::ne": {"<!=>"},
+    "aten::neg": {"<-x>"},
+    "aten::bitwise_not": {"<~>"},
+    "aten::pow": {"<**>"},
+    "aten::remainder": {"<%>"},
+    "aten::floor_divide": {"<//>"},
+    "aten::index": {"<[]>"},
+    "aten::select": {"<[]>"},
+    "aten::slice": {"<[]>"},
+    "aten::index_put_": {"<[]=>"},
+    "aten::copy_": {"<[]=>"},
 }
 # Python operator slots that reach the profiler as ``<built-in method __gt__ ...>``.
-_DUNDER = {"__add__": "<+>", "__radd__": "<+>", "__iadd__": "<+=>", "__sub__": "<->", "__rsub__": "<->",
-           "__isub__": "<-=>", "__mul__": "<*>", "__rmul__": "<*>", "__imul__": "<*=>", "__truediv__": "</>",
-           "__rtruediv__": "</>", "__itruediv__": "</=>", "__matmul__": "<@>", "__rmatmul__": "<@>",
-           "__pow__": "<**>", "__mod__": "<%>", "__floordiv__": "<//>", "__gt__": "<>>", "__lt__": "<<>",
-           "__ge__": "<>=>", "__le__": "<<=>", "__eq__": "<==>", "__ne__": "<!=>", "__neg__": "<-x>",
-           "__invert__": "<~>", "__getitem__": "<[]>", "__setitem__": "<[]=>", "__bool__": "<test>",
-           "__int__": "int", "__float__": "float", "__len__": "len", "__iter__": "__iter__",
-           "__format__": "<fmt>", "__repr__": "repr", "__str__": "str"}
+_DUNDER = {
+    "__add__": "<+>",
+    "__radd__": "<+>",
+    "__iadd__": "<+=>",
+    "__sub__": "<->",
+    "__rsub__": "<->",
+    "__isub__": "<-=>",
+    "__mul__": "<*>",
+    "__rmul__": "<*>",
+    "__imul__": "<*=>",
+    "__truediv__": "</>",
+    "__rtruediv__": "</>",
+    "__itruediv__": "</=>",
+    "__matmul__": "<@>",
+    "__rmatmul__": "<@>",
+    "__pow__": "<**>",
+    "__mod__": "<%>",
+    "__floordiv__": "<//>",
+    "__gt__": "<>>",
+    "__lt__": "<<>",
+    "__ge__": "<>=>",
+    "__le__": "<<=>",
+    "__eq__": "<==>",
+    "__ne__": "<!=>",
+    "__neg__": "<-x>",
+    "__invert__": "<~>",
+    "__getitem__": "<[]>",
+    "__setitem__": "<[]=>",
+    "__bool__": "<test>",
+    "__int__": "int",
+    "__float__": "float",
+    "__len__": "len",
+    "__iter__": "__iter__",
+    "__format__": "<fmt>",
+    "__repr__": "repr",
+    "__str__": "str",
+}
 # Dynamo names the code after a graph break ``torch_dynamo_resume_in_<function>_at_<line>``.
 RESUME_RE = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 PROFILER_STEP = "<profiler.step>"  # the site of ``prof.step()``
@@ -57,8 +105,16 @@ _GRAPH_MARKERS = ("Torch-Compiled Region", "CompiledFunction", "## Call Compiled
 # torch.compile's machinery: frames and ops that run compiled graphs or guard them.
 _COMPILER_PATHS = ("torch/_dynamo/", "torch/_compile.py", "torch/_inductor/", "torch/_functorch/")
 _COMPILER_OPS = _GRAPH_MARKERS + ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher")
-_BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@", ast.Pow: "**",
-          ast.Mod: "%", ast.FloorDiv: "//"}
+_BINOP = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.MatMult: "@",
+    ast.Pow: "**",
+    ast.Mod: "%",
+    ast.FloorDiv: "//",
+}
 _CMPOP = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 
 
@@ -111,8 +167,13 @@ class _SiteCollector(ast.NodeVisitor):
             for item in node.items:
                 self.visit(item.context_expr)
                 ce = item.context_expr
-                if isinstance(ce, ast.Call) and _call_name(ce) == "record_function" and ce.args \
-                        and isinstance(ce.args[0], ast.Constant) and isinstance(ce.args[0].value, str):
+                if (
+                    isinstance(ce, ast.Call)
+                    and _call_name(ce) == "record_function"
+                    and ce.args
+                    and isinstance(ce.args[0], ast.Constant)
+                    and isinstance(ce.args[0].value, str)
+                ):
                     self._add(f"record_function:{ce.args[0].value}", ce)
             for s in node.body:
                 self.visit(s)
@@ -132,8 +193,9 @@ class _SiteCollector(ast.NodeVisitor):
             op = _BINOP.get(type(node.op))
             if op:
                 self._add(f"<{op}=>", node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(isinstance(t, ast.Subscript) for t in
-                                                                    getattr(node, "targets", [])):
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(t, ast.Subscript) for t in getattr(node, "targets", [])
+        ):
             self.visit(node.value)
             self._add("<[]=>", node)
         else:
@@ -144,8 +206,12 @@ class _SiteCollector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call):
         self.generic_visit(node)  # arguments run first
         f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "step" and isinstance(f.value, ast.Name) \
-                and f.value.id in self.profilers:
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr == "step"
+            and isinstance(f.value, ast.Name)
+            and f.value.id in self.profilers
+        ):
             self._add(PROFILER_STEP)  # only the profiler's own frame stands for it, never user work
             return
         self._add(_call_name(node), node)
@@ -179,8 +245,15 @@ class _SiteCollector(ast.NodeVisitor):
             self.sites.append(Site(name, self.stmt_line))
             return
         end_line = getattr(node, "end_lineno", None) or node.lineno
-        self.sites.append(Site(name, self.stmt_line, self._char(node.lineno, node.col_offset) + 1, end_line,
-                               self._char(end_line, getattr(node, "end_col_offset", None) or 0) + 1))
+        self.sites.append(
+            Site(
+                name,
+                self.stmt_line,
+                self._char(node.lineno, node.col_offset) + 1,
+                end_line,
+                self._char(end_line, getattr(node, "end_col_offset", None) or 0) + 1,
+            )
+        )
 
     def _char(self, line: int, byte_col: int) -> int:
         """ast's UTF-8 byte offset as a character offset."""
@@ -190,7 +263,9 @@ class _SiteCollector(ast.NodeVisitor):
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
-def _function_sites(tree: Optional[ast.AST], line: int, lines: tuple[str, ...] = ()) -> tuple[list[Site], bool]:
+def _function_sites(
+    tree: Optional[ast.AST], line: int, lines: tuple[str, ...] = ()
+) -> tuple[list[Site], bool]:
     """(call sites in execution order, whether ``line`` is the def line) of the function at line."""
     if tree is None:
         return [], False
@@ -221,18 +296,26 @@ def _profiled_until(func, line: int) -> int:
     end = getattr(func, "end_lineno", None) or 10**9
     started = None
     for node in ast.walk(func):
-        if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= line <= node.body[0].lineno - 1 \
-                and any(_is_profile_call(it.context_expr) for it in node.items):
+        if (
+            isinstance(node, (ast.With, ast.AsyncWith))
+            and node.lineno <= line <= node.body[0].lineno - 1
+            and any(_is_profile_call(it.context_expr) for it in node.items)
+        ):
             return node.end_lineno or end
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.lineno == line:
             f = node.value.func
             if isinstance(f, ast.Attribute) and f.attr in ("start", "__enter__"):
                 started = ast.dump(f.value)
     if started is not None:
-        stops = [node.lineno for node in ast.walk(func)
-                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                 and node.func.attr in ("stop", "__exit__") and ast.dump(node.func.value) == started
-                 and node.lineno > line]
+        stops = [
+            node.lineno
+            for node in ast.walk(func)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("stop", "__exit__")
+            and ast.dump(node.func.value) == started
+            and node.lineno > line
+        ]
         if stops:
             return min(stops)
     return end
@@ -527,7 +610,9 @@ class CallGroups:
         for by_key in runs.values():
             # a loop's body: calls repeated as often as each other (twice or more), their runs
             # overlapping; five ``with record_function(...)`` lines around two ``.to()`` are no loop
-            loops = sorted(((r[2], r[0], r[1], k) for k, r in by_key.items() if r[2] >= 2), key=lambda x: x[:3])
+            loops = sorted(
+                ((r[2], r[0], r[1], k) for k, r in by_key.items() if r[2] >= 2), key=lambda x: x[:3]
+            )
             end, head, times = -1, None, 0
             for n, a, z, k in loops:
                 if n != times:
@@ -603,8 +688,15 @@ def _labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
     return set()
 
 
-def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
-          limit: Optional[int] = None, pending: int = 1, stay: Optional[int] = None) -> Optional[int]:
+def _find(
+    sites: list[Site],
+    start: int,
+    names: set[str],
+    any_call: bool,
+    limit: Optional[int] = None,
+    pending: int = 1,
+    stay: Optional[int] = None,
+) -> Optional[int]:
     """The next site from ``start`` (wrapping) named in ``names``; else, when any call will do,
     the last call site before ``limit`` (the site the next unambiguous token needs), or the next
     call site when there is no limit."""
@@ -618,7 +710,9 @@ def _find(sites: list[Site], start: int, names: set[str], any_call: bool,
             break
     if not any_call:
         return None
-    calls = [(start + d) % n for d in range(span if limit is not None else n) if _is_call(sites[(start + d) % n])]
+    calls = [
+        (start + d) % n for d in range(span if limit is not None else n) if _is_call(sites[(start + d) % n])
+    ]
     if limit is not None and pending > len(calls) and stay is not None and _is_call(sites[stay]):
         return stay  # more unnamed calls than call sites before the next named one: a loop repeats it
     if not calls:
@@ -642,7 +736,6 @@ def _resume_floor(func, line: int) -> int:
             if node.lineno <= line <= (node.end_lineno or node.lineno):
                 return node.lineno  # ast.walk is breadth-first: the outermost comes first
     return line
-
 
 
 def resume_frames(m: TraceModel) -> dict[int, list[tuple[float, int]]]:

@@ -16,6 +16,7 @@ GPU work made shorter or removed, a call that no longer blocks. What it gives ba
 step before less the replayed step after, so the same saving counts for nothing when the other
 side bounds the step, and in full when it is the critical path. No I/O here.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -83,8 +84,14 @@ class Change:
         dur = dict(self.dur)
         for k, v in o.dur.items():
             dur[k] = min(dur.get(k, v), v)
-        return Change(keep, self.drop | o.drop, dur, self.nonblock | o.nonblock,
-                      self.cpu_cut_us + o.cpu_cut_us, self.gpu_cut_us + o.gpu_cut_us)
+        return Change(
+            keep,
+            self.drop | o.drop,
+            dur,
+            self.nonblock | o.nonblock,
+            self.cpu_cut_us + o.cpu_cut_us,
+            self.gpu_cut_us + o.gpu_cut_us,
+        )
 
     def empty(self) -> bool:
         return not (self.keep or self.drop or self.dur or self.nonblock or self.cpu_cut_us or self.gpu_cut_us)
@@ -121,7 +128,9 @@ class StepModel:
                 continue
             ops = [(g, (gpu[g].pid, gpu[g].tid), gpu[g].dur) for g in m.gpu_of_launch(i)]
             last = max((gpu[g].ts + gpu[g].dur for g, _, _ in ops), default=None)
-            blocking = e.name in kernels.BLOCKING_COPIES or (last is not None and end >= last - BLOCK_SLACK_US)
+            blocking = e.name in kernels.BLOCKING_COPIES or (
+                last is not None and end >= last - BLOCK_SLACK_US
+            )
             kind = BLOCKING if blocking else QUEUED if e.dur > QUEUE_WAIT_US else NONBLOCKING
             per[k].append(Point(i, e.ts, end, kind, ops))
         lats = sorted(gpu[g].ts - p.ts for pts in per for p in pts for g, _, _ in p.ops if gpu[g].ts >= p.ts)
@@ -139,8 +148,17 @@ class StepModel:
             cpu_us += tail
             events = sum(bisect.bisect_right(t, s.end) - bisect.bisect_left(t, s.ts) for t in threads)
             unprof = max(cpu_us * MIN_SCALE, cpu_us - events * cost)
-            self.steps.append(SimStep(s.ts, s.end, unprof / cpu_us if cpu_us > 0 else 1.0, pts, cpu_us,
-                                      sum(d for p in pts for _, _, d in p.ops), tail))
+            self.steps.append(
+                SimStep(
+                    s.ts,
+                    s.end,
+                    unprof / cpu_us if cpu_us > 0 else 1.0,
+                    pts,
+                    cpu_us,
+                    sum(d for p in pts for _, _, d in p.ops),
+                    tail,
+                )
+            )
         for st in self.steps:
             st.rows = [(p.i, p.pre, p.kind, p.ops) for p in st.points]
         self.at = {p.i: (p, st) for st in self.steps for p in st.points}
@@ -265,4 +283,3 @@ class StepModel:
     def points(self):
         for st in self.steps:
             yield from st.points
-

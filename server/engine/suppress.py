@@ -21,6 +21,7 @@ in a file it ran), is itself a finding, ``unused-suppression`` (ruff's RUF100, `
 each code it names that no finding of this trace needed, a misspelt one too; a ``# noqa:`` code
 that is no profd rule's is another tool's and never reported, nor a rule's that did not run.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -75,8 +76,14 @@ class Comments:
         self._lasts: list[int] = []  # ... and last lines
         good = 0  # lines up to here were tokenized
         first: Optional[int] = None
-        skip = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
-                tokenize.ENDMARKER)
+        skip = (
+            tokenize.NL,
+            tokenize.COMMENT,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENCODING,
+            tokenize.ENDMARKER,
+        )
         try:
             toks = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
             for t in toks:
@@ -114,10 +121,12 @@ class Comments:
             for n, cs in self.by_line.items():
                 for c in cs:
                     m = _FILE.match(c.text)
-                    if m and not self.lines[n - 1][:c.col].strip():
-                        self._file.setdefault(n, set()).update({ALL} if m.group(1) is None else
-                                                               {x.strip().lower() for x in m.group(1).split(",")
-                                                                if x.strip()})
+                    if m and not self.lines[n - 1][: c.col].strip():
+                        self._file.setdefault(n, set()).update(
+                            {ALL}
+                            if m.group(1) is None
+                            else {x.strip().lower() for x in m.group(1).split(",") if x.strip()}
+                        )
         return self._file
 
     def file_codes(self) -> set[str]:
@@ -178,8 +187,11 @@ def _suppressor(d: Diagnostic, lines_of: Callable[[str], Sequence[str]]) -> Opti
     return None
 
 
-def apply(diagnostics: Iterable[Diagnostic], lines_of: Callable[[str], Sequence[str]] = source_lines,
-          used: Optional[set[tuple[str, int, str]]] = None) -> tuple[list[Diagnostic], dict[str, int]]:
+def apply(
+    diagnostics: Iterable[Diagnostic],
+    lines_of: Callable[[str], Sequence[str]] = source_lines,
+    used: Optional[set[tuple[str, int, str]]] = None,
+) -> tuple[list[Diagnostic], dict[str, int]]:
     """(the findings no comment suppresses, per code how many were suppressed); ``lines_of``: a
     file's lines (default: read now; the daemon passes what it read off its event loop); ``used``
     collects (path, comment line, code) of each comment that suppressed a finding."""
@@ -205,8 +217,12 @@ def _named(text: str) -> set[str]:
     return out
 
 
-def unused(used: set[tuple[str, int, str]], ran: dict[str, set[int]], ran_rules: set[str],
-           lines_of: Callable[[str], Sequence[str]] = source_lines) -> list[Diagnostic]:
+def unused(
+    used: set[tuple[str, int, str]],
+    ran: dict[str, set[int]],
+    ran_rules: set[str],
+    lines_of: Callable[[str], Sequence[str]] = source_lines,
+) -> list[Diagnostic]:
     """``unused-suppression`` findings: per comment in a file the trace ran (``ran``: path -> the
     lines it ran), the codes it names that suppressed nothing (``used``, from ``apply``), among
     the rules that ran (``ran_rules``). A line comment counts only on a statement the trace ran."""
@@ -226,8 +242,11 @@ def unused(used: set[tuple[str, int, str]], ran: dict[str, set[int]], ran_rules:
                     codes = _named(c.text)
                 if UNUSED in codes:  # ``# profd: ignore[unused-suppression]``, as ruff's RUF100 in a noqa
                     continue
-                idle = sorted(k for k in codes if (path, n, k) not in used and (k == ALL or k in ran_rules
-                                                                              or k not in RULES))
+                idle = sorted(
+                    k
+                    for k in codes
+                    if (path, n, k) not in used and (k == ALL or k in ran_rules or k not in RULES)
+                )
                 if idle:
                     out.append(_unused_finding(path, n, c, idle))
     return out
@@ -239,13 +258,24 @@ def _unused_finding(path: str, line: int, c: Comment, idle: list[str]) -> Diagno
     what = f"no {', '.join(named)} finding" if named else "no finding"
     why = f"; {', '.join(unknown)}: no such rule" if unknown else ""
     text = c.text.strip()
-    head = f"`{text}` suppressed nothing" if set(idle) == _named(text) or idle == [ALL] else \
-        f"`{text}`: {', '.join(named)} suppressed nothing"
+    head = (
+        f"`{text}` suppressed nothing"
+        if set(idle) == _named(text) or idle == [ALL]
+        else f"`{text}`: {', '.join(named)} suppressed nothing"
+    )
     return Diagnostic(
-        code=UNUSED, severity=cast(Severity, RULES[UNUSED].severity),
+        code=UNUSED,
+        severity=cast(Severity, RULES[UNUSED].severity),
         message=f"{head} in this trace ({what} here{why})",
-        location=Location(path=path, line=line, column=c.col + 1, precision="statement", trace_path=path,
-                          end_line=line, end_column=c.col + 1 + len(c.text)),
+        location=Location(
+            path=path,
+            line=line,
+            column=c.col + 1,
+            precision="statement",
+            trace_path=path,
+            end_line=line,
+            end_column=c.col + 1 + len(c.text),
+        ),
         evidence={"codes": idle, "comment": c.text.strip()},
-        fix="remove the comment, or the codes in it that suppress nothing")
-
+        fix="remove the comment, or the codes in it that suppress nothing",
+    )

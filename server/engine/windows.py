@@ -8,6 +8,7 @@ starts segments of the same composition; failing that, the whole window is one s
 reason says so. ``setup_intervals`` finds one-time host work (CUDA context and module loading,
 first-call cuDNN/cuBLAS set-up, torch.compile compiling and autotuning) wherever it lies.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,10 @@ def infer_steps(m) -> tuple[list, str]:
             cuts, anchor = found
             steps = [(f"iteration {k + 1}", k + 1, a, b) for k, (a, b) in enumerate(cuts)]
             where = f" in {_label(m, under)}" if under is not None else ""
-            return steps, (f"{len(steps)} iterations of a loop on the main thread{where}, each starting "
-                           f"at {_label(m, anchor)} (no ProfilerStep markers)")
+            return steps, (
+                f"{len(steps)} iterations of a loop on the main thread{where}, each starting "
+                f"at {_label(m, anchor)} (no ProfilerStep markers)"
+            )
         lo = min(m.cpu[i].ts for i in level)
         hi = max(m.cpu[i].ts + m.cpu[i].dur for i in level)
         big = max(level, key=lambda i: m.cpu[i].dur)
@@ -57,8 +60,9 @@ def infer_steps(m) -> tuple[list, str]:
     lo, hi = m.window()
     if hi <= lo:
         return [], "an empty window: no steps"
-    return [("window", 0, lo, hi)], ("no ProfilerStep markers and no repeated loop found: the "
-                                          "whole window analysed as one step")
+    return [("window", 0, lo, hi)], (
+        "no ProfilerStep markers and no repeated loop found: the whole window analysed as one step"
+    )
 
 
 def _loop(m, level: list[int]):
@@ -81,7 +85,7 @@ def _loop(m, level: list[int]):
             segs = [level[a:b] for a, b in zip(occ, occ[1:])]
             seen = set(_label(m, i) for s in segs for i in s)
             tail = []
-            for i in level[occ[-1]:]:
+            for i in level[occ[-1] :]:
                 if tail and _label(m, i) not in seen:
                     break
                 tail.append(i)
@@ -101,14 +105,30 @@ def _loop(m, level: list[int]):
 # ---- one-time set-up ----------------------------------------------------------------------------
 # Runtime calls that are set-up when they take long: the CUDA context (cudaFree(0) is the idiom),
 # module loading, stream creation, HIP's module loads.
-SETUP_CALLS = {"cudaFree", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuLibraryLoadData",
-               "cudaStreamCreateWithFlags", "cudaStreamCreate", "cudaStreamCreateWithPriority", "cuCtxCreate",
-               "hipModuleLoadData", "hipModuleLoad", "hipFree", "hipStreamCreateWithFlags", "cuInit", "cudaSetDevice"}
+SETUP_CALLS = {
+    "cudaFree",
+    "cuModuleLoadData",
+    "cuModuleLoadDataEx",
+    "cuModuleLoadFatBinary",
+    "cuLibraryLoadData",
+    "cudaStreamCreateWithFlags",
+    "cudaStreamCreate",
+    "cudaStreamCreateWithPriority",
+    "cuCtxCreate",
+    "hipModuleLoadData",
+    "hipModuleLoad",
+    "hipFree",
+    "hipStreamCreateWithFlags",
+    "cuInit",
+    "cudaSetDevice",
+}
 SETUP_CALL_US = 1000.0  # one such call of 1 ms or more
 # torch.compile compiling: Dynamo's timed phases (record_function labels), Inductor's frames
-_COMPILE = re.compile(r"\(dynamo_timed\)$|^entire_frame_compile$|^dynamo$|^backend_compile$|"
-                      r"compile_fx_inner|^async_compile|autotune|select_algorithm|"
-                      r"torch/_dynamo/convert_frame\.py\(\d+\): _compile|torch/_inductor/compile_fx\.py")
+_COMPILE = re.compile(
+    r"\(dynamo_timed\)$|^entire_frame_compile$|^dynamo$|^backend_compile$|"
+    r"compile_fx_inner|^async_compile|autotune|select_algorithm|"
+    r"torch/_dynamo/convert_frame\.py\(\d+\): _compile|torch/_inductor/compile_fx\.py"
+)
 # A call that is its kind's first and FIRST_FACTOR times its kind's median, by FIRST_US or more
 # (cuDNN/cuBLAS handles and heuristics, lazy kernel loading, workspace allocation on first use);
 # a launch of LAUNCH_US or more at FIRST_FACTOR times its API's median is lazy module loading.
@@ -117,8 +137,16 @@ FIRST_US = 2000.0
 LAUNCH_US = 1000.0
 
 
-KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                   "cudaLaunchCooperativeKernel", "hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel"}
+KERNEL_LAUNCHES = {
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+    "hipLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+}
 
 
 def _waiting(m, i: int) -> float:
@@ -126,8 +154,9 @@ def _waiting(m, i: int) -> float:
     t = 0.0
     for j in m.subtree(i):
         e = m.cpu[j]
-        if e.cat in ("cuda_runtime", "cuda_driver") and ("Synchronize" in e.name or "Memcpy" in e.name
-                                                         or "EventQuery" in e.name):
+        if e.cat in ("cuda_runtime", "cuda_driver") and (
+            "Synchronize" in e.name or "Memcpy" in e.name or "EventQuery" in e.name
+        ):
             t += e.dur
     return t
 

@@ -8,6 +8,7 @@ handler awaits ``work`` in a thread; ``PROCESS``, it awaits ``work`` in an analy
 (``pool.WorkerPool``: under the analysis budgets, and picklable by name). The recorder's command
 (``profd.record``) registers itself (record_lsp).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -19,8 +20,17 @@ from pygls.lsp.server import LanguageServer
 
 from ....protocol import methods as M
 from .. import record_lsp
-from . import (code_actions, code_lens, commands, diagnostics, documents, hover, inlay_hints,
-               profd_methods, workspace)
+from . import (
+    code_actions,
+    code_lens,
+    commands,
+    diagnostics,
+    documents,
+    hover,
+    inlay_hints,
+    profd_methods,
+    workspace,
+)
 from .common import RpcError, Session
 
 LOOP, THREAD, PROCESS = "loop", "thread", "process"
@@ -54,12 +64,16 @@ HANDLERS = [
     Handler(L.TEXT_DOCUMENT_HOVER, hover.hover),
     Handler(L.TEXT_DOCUMENT_INLAY_HINT, inlay_hints.inlay_hints, inlay_hints.OPTIONS),
     Handler(L.TEXT_DOCUMENT_CODE_LENS, code_lens.code_lens, code_lens.OPTIONS),
-    Handler(L.TEXT_DOCUMENT_CODE_ACTION, code_actions.code_action, code_actions.OPTIONS,
-            runs=THREAD, work=code_actions.edits_task),
+    Handler(
+        L.TEXT_DOCUMENT_CODE_ACTION,
+        code_actions.code_action,
+        code_actions.OPTIONS,
+        runs=THREAD,
+        work=code_actions.edits_task,
+    ),
     # commands
     Handler(M.CMD_SHOW, commands.show, command=True),
-    Handler(M.CMD_ANNOTATE, commands.annotate, command=True, runs=PROCESS,
-            work=commands.annotate_task),
+    Handler(M.CMD_ANNOTATE, commands.annotate, command=True, runs=PROCESS, work=commands.annotate_task),
     Handler(M.CMD_ANALYZE, commands.analyze, command=True),  # the analysis: core's worker pool
     # the profd/ methods
     Handler(M.ANALYZE, profd_methods.analyze),  # the analysis: core's worker pool
@@ -67,8 +81,7 @@ HANDLERS = [
     Handler(M.REPORTS, profd_methods.reports),
     Handler(M.REPORT, profd_methods.report),
     Handler(M.STATUS, profd_methods.status),
-    Handler(M.RUN_WORKLOAD, profd_methods.run_workload, runs=THREAD,
-            work=profd_methods.workload_task),
+    Handler(M.RUN_WORKLOAD, profd_methods.run_workload, runs=THREAD, work=profd_methods.workload_task),
 ]
 
 
@@ -83,12 +96,14 @@ def _bind(fn: Callable, session: Session) -> Callable:
 def _bind_async(fn: Callable, session: Session) -> Callable:
     async def bound(ls, *args):
         return await fn(session, ls, *args)
+
     return bound
 
 
 def _bind_sync(fn: Callable, session: Session) -> Callable:
     def bound(ls, *args):
         return fn(session, ls, *args)
+
     return bound
 
 

@@ -1,6 +1,7 @@
 """``textDocument/codeAction``: the quick fixes and suppressions of the findings in the range,
 the file's fix-all (``source.fixAll.profd``) and the annotated trace. The edits come from
 ``quickfix`` (its public entry: fixes, suppress, fix_all), computed in a thread."""
+
 from __future__ import annotations
 
 import os
@@ -37,14 +38,28 @@ def _wants(only: list[str], kind: str) -> bool:
     return not only or any(kind == k or kind.startswith(k + ".") for k in only)
 
 
-def _action(uri: str, fx: quickfix.Fix, diags: Optional[list[L.Diagnostic]], lines, enc: str,
-            kind: str = L.CodeActionKind.QuickFix) -> L.CodeAction:
+def _action(
+    uri: str,
+    fx: quickfix.Fix,
+    diags: Optional[list[L.Diagnostic]],
+    lines,
+    enc: str,
+    kind: str = L.CodeActionKind.QuickFix,
+) -> L.CodeAction:
     """A fix as a code action; its edits' columns (characters on ``lines``) in the client's units."""
-    edits = [L.TextEdit(range=L.Range(L.Position(e.line, e.col), L.Position(e.end_line, e.end_col)),
-                        new_text=e.text) for e in fx.edits]
+    edits = [
+        L.TextEdit(
+            range=L.Range(L.Position(e.line, e.col), L.Position(e.end_line, e.end_col)), new_text=e.text
+        )
+        for e in fx.edits
+    ]
     return L.CodeAction(
-        title=fx.title, kind=kind, diagnostics=diags, is_preferred=fx.preferred or None,
-        edit=L.WorkspaceEdit(changes={uri: encoding.edits(edits, lines, enc)}))
+        title=fx.title,
+        kind=kind,
+        diagnostics=diags,
+        is_preferred=fx.preferred or None,
+        edit=L.WorkspaceEdit(changes={uri: encoding.edits(edits, lines, enc)}),
+    )
 
 
 async def code_action(session: Session, ls: LanguageServer, params: L.CodeActionParams):
@@ -70,15 +85,22 @@ async def code_action(session: Session, ls: LanguageServer, params: L.CodeAction
     out: list[L.CodeAction] = []
     lsp_near: list[L.Diagnostic] = []
     for d, fxs in zip(near, found["each"]):
-        ld = session.to_client([present.to_lsp_diag(d, source, key, row.sources, session.current_lines)],
-                               source)[0]
+        ld = session.to_client(
+            [present.to_lsp_diag(d, source, key, row.sources, session.current_lines)], source
+        )[0]
         lsp_near.append(ld)
         out += [_action(uri, fx, [ld], lines, enc) for fx in fxs]
     if found["all"] is not None:
         out.append(_action(uri, found["all"], None, lines, enc, kind=FIX_ALL))
     if (out or any(d.location.path == source for d in diags)) and not only:
-        out.append(L.CodeAction(title=f"Open the annotated trace ({os.path.basename(row.path)})",
-                                kind=L.CodeActionKind.Empty, diagnostics=lsp_near or None,
-                                command=L.Command(title="profd: open the annotated trace",
-                                                  command=M.CMD_ANNOTATE, arguments=[key])))
+        out.append(
+            L.CodeAction(
+                title=f"Open the annotated trace ({os.path.basename(row.path)})",
+                kind=L.CodeActionKind.Empty,
+                diagnostics=lsp_near or None,
+                command=L.Command(
+                    title="profd: open the annotated trace", command=M.CMD_ANNOTATE, arguments=[key]
+                ),
+            )
+        )
     return out

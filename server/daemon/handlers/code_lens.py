@@ -1,6 +1,7 @@
 """``textDocument/codeLens``: a lens above each hot function (by qualified name) with its cost per
 step and its best fix, one on each line that changed against the previous trace, and the
 recorder's lenses (record_lsp)."""
+
 from __future__ import annotations
 
 
@@ -18,8 +19,10 @@ OPTIONS = L.CodeLensOptions(resolve_provider=False)
 
 
 def _lens(l0: int, title: str, detail: str) -> L.CodeLens:
-    return L.CodeLens(range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
-                      command=L.Command(title=title, command=M.CMD_SHOW, arguments=[detail]))
+    return L.CodeLens(
+        range=L.Range(L.Position(l0, 0), L.Position(l0, 0)),
+        command=L.Command(title=title, command=M.CMD_SHOW, arguments=[detail]),
+    )
 
 
 async def code_lens(session: Session, ls: LanguageServer, params: L.CodeLensParams):
@@ -30,8 +33,9 @@ async def code_lens(session: Session, ls: LanguageServer, params: L.CodeLensPara
     hots = pos.hot_lines(hots)
     found = pos.diagnostics(core.diagnostics_for(source)[1])  # in the same lines as the hot lines
     src_lines = session.current_lines(source)
-    fns = SOURCES.functions(source) if src_lines == SOURCES.lines(source) else \
-        outline.functions(src_lines)  # an unsaved buffer: its own outline
+    fns = (
+        SOURCES.functions(source) if src_lines == SOURCES.lines(source) else outline.functions(src_lines)
+    )  # an unsaved buffer: its own outline
     funcs: dict[str, tuple[int, list[T.HotLine]]] = {}
     for h in hots:
         f = outline.function_at(fns, h.line)
@@ -48,11 +52,11 @@ async def code_lens(session: Session, ls: LanguageServer, params: L.CodeLensPara
             continue
         n = steps(core, key)
         rows = {h.line for h in hs}
-        best = top_findings([d for d in found or () if d.location.path == source and d.location.line in rows], 1)
-        title = present.function_lens_title(name, gpu, cpu, launches, len(hs), n,
-                                            best[0] if best else None)
-        detail = present.function_lens_detail(name, source, core.index[key].path, hs, n,
-                                              src_lines)
+        best = top_findings(
+            [d for d in found or () if d.location.path == source and d.location.line in rows], 1
+        )
+        title = present.function_lens_title(name, gpu, cpu, launches, len(hs), n, best[0] if best else None)
+        detail = present.function_lens_detail(name, source, core.index[key].path, hs, n, src_lines)
         out.append(_lens(l0, title, detail))
     old_trace, deltas = line_deltas(core, source)
     for ld in deltas:
@@ -61,6 +65,9 @@ async def code_lens(session: Session, ls: LanguageServer, params: L.CodeLensPara
         now = pos.line(source, ld.line)
         if now is None:
             continue
-        out.append(_lens(now.line - 1, present.delta_title(ld, old_trace),
-                         present.before_after_markdown(ld, old_trace)))
+        out.append(
+            _lens(
+                now.line - 1, present.delta_title(ld, old_trace), present.before_after_markdown(ld, old_trace)
+            )
+        )
     return out + record_lsp.lenses(session, source)

@@ -1,5 +1,6 @@
 """``workspace/executeCommand``: ``profd.show`` (a lens's detail as a message), ``profd.annotate``
 (the annotated copy of a trace, written by an analysis process) and ``profd.analyze``."""
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,10 @@ async def annotate(session: Session, ls: LanguageServer, *args):
     uri = from_fs_path(out)
     if cap(session.caps, "window", "show_document", "support"):
         ls.window_show_document(L.ShowDocumentParams(uri=uri, external=True))
-    session.tell(L.MessageType.Info, f"profd: annotated trace written to {out} "
-                                     "(open it in https://ui.perfetto.dev or chrome://tracing)")
+    session.tell(
+        L.MessageType.Info,
+        f"profd: annotated trace written to {out} (open it in https://ui.perfetto.dev or chrome://tracing)",
+    )
     return {"path": out, "uri": uri}
 
 

@@ -1,5 +1,6 @@
 """Pulled diagnostics (``textDocument/diagnostic``, ``workspace/diagnostic``) with result ids;
 pushed ones are the session's (``Session.publish``, the policy in publish.py)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -11,8 +12,7 @@ from pygls.uris import from_fs_path
 from .. import publish as policy
 from .common import Session, lookup
 
-OPTIONS = L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True,
-                              identifier="profd")
+OPTIONS = L.DiagnosticOptions(inter_file_dependencies=False, workspace_diagnostics=True, identifier="profd")
 
 
 def diagnostic_report(session: Session, source: str, previous: Optional[str]):
@@ -26,8 +26,7 @@ def diagnostic_report(session: Session, source: str, previous: Optional[str]):
     return result_id, items
 
 
-async def pull_diagnostics(session: Session, ls: LanguageServer,
-                           params: L.DocumentDiagnosticParams):
+async def pull_diagnostics(session: Session, ls: LanguageServer, params: L.DocumentDiagnosticParams):
     core = session.core
     source = await lookup(core, params.text_document.uri)
     if core.index.newest_for(source) is None and core.index.key_of_trace(source) is None:
@@ -41,8 +40,7 @@ async def pull_diagnostics(session: Session, ls: LanguageServer,
     return L.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
 
 
-def workspace_diagnostics(session: Session, ls: LanguageServer,
-                          params: L.WorkspaceDiagnosticParams):
+def workspace_diagnostics(session: Session, ls: LanguageServer, params: L.WorkspaceDiagnosticParams):
     """Every file profd has findings on, the trace files too (which an editor rarely opens:
     trace-level findings and the unmapped-source hint live there)."""
     prev = {p.uri: p.value for p in params.previous_result_ids or ()}
@@ -51,9 +49,13 @@ def workspace_diagnostics(session: Session, ls: LanguageServer,
         uri = from_fs_path(source)
         result_id, items = diagnostic_report(session, source, prev.get(uri))
         if items is None:
-            out.append(L.WorkspaceUnchangedDocumentDiagnosticReport(
-                uri=uri, version=None, result_id=result_id))
+            out.append(
+                L.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, version=None, result_id=result_id)
+            )
         elif items or uri in prev:
-            out.append(L.WorkspaceFullDocumentDiagnosticReport(
-                uri=uri, version=None, items=items, result_id=result_id))
+            out.append(
+                L.WorkspaceFullDocumentDiagnosticReport(
+                    uri=uri, version=None, items=items, result_id=result_id
+                )
+            )
     return L.WorkspaceDiagnosticReport(items=out)

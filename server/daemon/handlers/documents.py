@@ -1,5 +1,6 @@
 """The client's documents: opened, edited, closed and saved buffers move the findings with the
 text (the report stays the trace's: it is never analysed again against text that did not run)."""
+
 from __future__ import annotations
 
 import os

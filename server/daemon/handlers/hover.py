@@ -1,5 +1,6 @@
 """``textDocument/hover``: a line's costs per step, the modules it calls, its findings, and its
 before/after against the previous trace of the same program."""
+
 from __future__ import annotations
 
 import os
@@ -35,15 +36,22 @@ async def hover(session: Session, ls: LanguageServer, params: L.HoverParams):
     here = [d for d in diags if d.location.line == line and d.location.path == source]
     parts = []
     if h is not None or mods:
-        parts.append(present.hover_markdown(h, core.index[key].path, here, mods,
-                                            steps(core, key), f"{os.path.basename(source)}:{line}"))
+        parts.append(
+            present.hover_markdown(
+                h, core.index[key].path, here, mods, steps(core, key), f"{os.path.basename(source)}:{line}"
+            )
+        )
     if ld is not None:
         parts.append(present.before_after_markdown(ld, old_trace))
     if was.changed:
         base = core.index.baseline(key, source) or ()
         then = base[was.line - 1].strip() if 0 < was.line <= len(base) else ""
         parts.append(present.changed_line_note(was.line, then))
-    return L.Hover(contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value="\n\n".join(parts)),
-                   range=encoding.range_(session.current_lines(source),
-                                         present.line_range(source, line, session.current_lines),
-                                         session.encoding))
+    return L.Hover(
+        contents=L.MarkupContent(kind=L.MarkupKind.Markdown, value="\n\n".join(parts)),
+        range=encoding.range_(
+            session.current_lines(source),
+            present.line_range(source, line, session.current_lines),
+            session.encoding,
+        ),
+    )

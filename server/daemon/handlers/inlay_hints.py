@@ -1,4 +1,5 @@
 """``textDocument/inlayHint``: each hot line's cost per step at its end."""
+
 from __future__ import annotations
 
 
@@ -26,6 +27,5 @@ async def inlay_hints(session: Session, ls: LanguageServer, params: L.InlayHintP
         if label is None:
             continue
         end = L.Position(l0, present.line_len(source, l0, session.current_lines))
-        out.append(L.InlayHint(position=encoding.position(lines, end, enc), label=label,
-                               padding_left=True))
+        out.append(L.InlayHint(position=encoding.position(lines, end, enc), label=label, padding_left=True))
     return out

@@ -1,4 +1,5 @@
 """The custom ``profd/`` requests: analyze, analyzeRank, reports, report, status, runWorkload."""
+
 from __future__ import annotations
 
 import asyncio
@@ -54,8 +55,11 @@ async def report(session: Session, ls: LanguageServer, params: Any):
     key = p.key or (core.index.key_of_trace(p.path) if p.path else None)
     if p.path and key is None:
         key = core.index.key_of_trace(await core.io(os.path.realpath, p.path))
-    r = (core.index.report_at(key, p.path) if p.path else core.index.report(key)) \
-        if key and key in core.index else None
+    r = (
+        (core.index.report_at(key, p.path) if p.path else core.index.report(key))
+        if key and key in core.index
+        else None
+    )
     return T.to_builtins(r) if r is not None else None
 
 
@@ -88,13 +92,16 @@ async def run_workload(session: Session, ls: LanguageServer, params: Any):
     token = f"profd-run-{os.getpid()}-{id(spec)}"
     session.progress(token, f"profd: running {spec.label()}")
     try:
-        res = await asyncio.get_running_loop().run_in_executor(None, workload_task, spec,
-                                                               core.cfg.watch)
+        res = await asyncio.get_running_loop().run_in_executor(None, workload_task, spec, core.cfg.watch)
     except runner.WorkloadError as e:
         session.log_error(f"profd: workload {spec.label()} failed: {e}")
         raise RpcError(-32003, f"profd: workload {spec.label()} failed: {e}")
     finally:
         session.progress(token, None)
     report = await core.analyze(M.AnalyzeParams(path=res.trace_path))
-    return {"trace": res.trace_path, "table": res.table_path, "wallS": round(res.wall_s, 3),
-            "report": T.to_builtins(report)}
+    return {
+        "trace": res.trace_path,
+        "table": res.table_path,
+        "wallS": round(res.wall_s, 3),
+        "report": T.to_builtins(report),
+    }

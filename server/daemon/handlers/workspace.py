@@ -1,5 +1,6 @@
 """The session's lifecycle and its options: initialize/initialized/shutdown, the editor's settings
 (``workspace/didChangeConfiguration``) and its workspace folders."""
+
 from __future__ import annotations
 
 
@@ -35,9 +36,12 @@ async def initialized(session: Session, ls: LanguageServer, params: L.Initialize
     core = session.core
     session.ready = True
     core.sessions.add(session)
-    ls.window_log_message(L.LogMessageParams(
-        type=L.MessageType.Info,
-        message=f"profd {__version__}: {len(core.index)} reports; watching {core.cfg.watch}"))
+    ls.window_log_message(
+        L.LogMessageParams(
+            type=L.MessageType.Info,
+            message=f"profd {__version__}: {len(core.index)} reports; watching {core.cfg.watch}",
+        )
+    )
     await session.load_project()
     await session.load_settings()
     await SOURCES.warm(core.index.sources())
@@ -51,8 +55,9 @@ def shutdown(session: Session, ls: LanguageServer, *args):
     session.core.sessions.discard(session)
 
 
-async def did_change_configuration(session: Session, ls: LanguageServer,
-                                   params: L.DidChangeConfigurationParams):
+async def did_change_configuration(
+    session: Session, ls: LanguageServer, params: L.DidChangeConfigurationParams
+):
     vals, _ = S.parse(params.settings)
     if vals or not cap(session.caps, "workspace", "configuration"):
         session.apply_settings(params.settings)
@@ -60,10 +65,10 @@ async def did_change_configuration(session: Session, ls: LanguageServer,
         await session.load_settings()
 
 
-async def did_change_folders(session: Session, ls: LanguageServer,
-                             params: L.DidChangeWorkspaceFoldersParams):
+async def did_change_folders(session: Session, ls: LanguageServer, params: L.DidChangeWorkspaceFoldersParams):
     gone = {to_fs_path(f.uri) for f in params.event.removed}
-    session.folders = [f for f in session.folders if f not in gone] + \
-        [p for p in (to_fs_path(f.uri) for f in params.event.added) if p]
+    session.folders = [f for f in session.folders if f not in gone] + [
+        p for p in (to_fs_path(f.uri) for f in params.event.added) if p
+    ]
     await session.load_project()
     session.reconfigure()

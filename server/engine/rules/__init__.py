@@ -20,6 +20,7 @@ A rule's docstring states its evidence, its threshold and why that value; ``docs
 generated from them, and ``protocol/rules_table.py`` (the catalog the front ends read, which must
 not import the engine) from the declarations: ``python -m profd.server.engine.rules`` writes both.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,21 +29,46 @@ from typing import Any, Callable, Iterable, Optional, get_args
 
 from ....protocol.types import Severity
 
-Check = Callable[..., Any]  # Context -> Iterable[Diagnostic] (a job-level rule: JobReport -> Diagnostic | None)
+Check = Callable[
+    ..., Any
+]  # Context -> Iterable[Diagnostic] (a job-level rule: JobReport -> Diagnostic | None)
 
 # The order of the families is the order of the catalog and of docs/rules.md; within a family,
 # the order of declaration.
-FAMILIES = ["bound", "steps", "artifacts", "sync", "gaps", "kernels", "compile", "memory", "attention",
-            "training", "ranks", "sources"]
+FAMILIES = [
+    "bound",
+    "steps",
+    "artifacts",
+    "sync",
+    "gaps",
+    "kernels",
+    "compile",
+    "memory",
+    "attention",
+    "training",
+    "ranks",
+    "sources",
+]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 
 class Rule:
     """One rule's declaration. Calling it runs its check."""
 
-    def __init__(self, code: str, title: str, severity: Severity, family: str, check: Check,
-                 thresholds: Optional[dict[str, float]] = None, saves: Optional[tuple[Callable, Callable]] = None,
-                 waits: bool = False, keep_severity: bool = False, symptom: bool = False, job: bool = False):
+    def __init__(
+        self,
+        code: str,
+        title: str,
+        severity: Severity,
+        family: str,
+        check: Check,
+        thresholds: Optional[dict[str, float]] = None,
+        saves: Optional[tuple[Callable, Callable]] = None,
+        waits: bool = False,
+        keep_severity: bool = False,
+        symptom: bool = False,
+        job: bool = False,
+    ):
         if severity not in SEVERITIES:
             raise ValueError(f"rule {code}: severity {severity!r} is not one of {', '.join(SEVERITIES)}")
         self.code, self.title, self.severity, self.family = code, title, severity, family
@@ -87,9 +113,18 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(code: str, title: str, severity: Severity, *, thresholds: Optional[dict[str, float]] = None,
-         saves: Optional[tuple[Callable, Callable]] = None, waits: bool = False,
-         keep_severity: bool = False, symptom: bool = False, job: bool = False) -> Callable[[Check], Rule]:
+def rule(
+    code: str,
+    title: str,
+    severity: Severity,
+    *,
+    thresholds: Optional[dict[str, float]] = None,
+    saves: Optional[tuple[Callable, Callable]] = None,
+    waits: bool = False,
+    keep_severity: bool = False,
+    symptom: bool = False,
+    job: bool = False,
+) -> Callable[[Check], Rule]:
     """Declare the decorated check as rule ``code`` of its module's family."""
 
     def wrap(fn: Check) -> Rule:
@@ -98,8 +133,19 @@ def rule(code: str, title: str, severity: Severity, *, thresholds: Optional[dict
         family = fn.__module__.rsplit(".", 1)[-1]
         if family not in FAMILIES:
             raise KeyError(f"rule {code!r}: module {fn.__module__} is not a rule family")
-        r = REGISTRY[code] = Rule(code, title, severity, family, fn, thresholds=thresholds, saves=saves,
-                                  waits=waits, keep_severity=keep_severity, symptom=symptom, job=job)
+        r = REGISTRY[code] = Rule(
+            code,
+            title,
+            severity,
+            family,
+            fn,
+            thresholds=thresholds,
+            saves=saves,
+            waits=waits,
+            keep_severity=keep_severity,
+            symptom=symptom,
+            job=job,
+        )
         return r
 
     return wrap

@@ -1,5 +1,6 @@
 """``python -m profd.server.engine.rules``: write the files generated from the rule declarations
 (``docs/rules.md`` and ``protocol/rules_table.py``) in this source tree."""
+
 import sys
 
 from .docs import ROOT, write

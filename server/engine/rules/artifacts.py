@@ -1,4 +1,5 @@
 """Time that belongs to the profiler, not the program: ``profiler-artifact``."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -50,22 +51,33 @@ def profiler_artifact(ctx: Context) -> Iterable[Diagnostic]:
         usual = _usual_lead_in(m)
         if offset >= LANE_OFFSET_MIN_US and (queued_before or offset - usual >= LANE_OFFSET_MIN_US):
             if queued_before:
-                waited = f"its launch waited {us(queued)} in the queue" if li >= 0 else \
-                    "it was launched before the recording started"
-                what = (f"{waited}: the GPU was still running work "
-                        f"queued before the recorded window (the schedule's warm-up steps), which the "
-                        f"trace does not show")
+                waited = (
+                    f"its launch waited {us(queued)} in the queue"
+                    if li >= 0
+                    else "it was launched before the recording started"
+                )
+                what = (
+                    f"{waited}: the GPU was still running work "
+                    f"queued before the recorded window (the schedule's warm-up steps), which the "
+                    f"trace does not show"
+                )
             else:
                 what = "the profiler's CPU->GPU lane offset and the first dispatch, not a gap in your program"
                 if usual >= LANE_OFFSET_MIN_US:
-                    what += (f" (beyond the {us(usual)} every later step spends on the CPU before its first "
-                             f"launch, which is your program's)")
+                    what += (
+                        f" (beyond the {us(usual)} every later step spends on the CPU before its first "
+                        f"launch, which is your program's)"
+                    )
             yield ctx.diag(
                 "profiler-artifact",
                 f"the first GPU event starts {us(offset)} after the first step begins; {what}",
                 ctx.trace_location(),
-                evidence={"kind": "lane-offset", "offset_us": r3(offset), "first_launch_queued_us": r3(queued),
-                          "usual_lead_in_us": r3(usual)},
+                evidence={
+                    "kind": "lane-offset",
+                    "offset_us": r3(offset),
+                    "first_launch_queued_us": r3(queued),
+                    "usual_lead_in_us": r3(usual),
+                },
                 fix="ignore this lead-in when reading the timeline; profd measures GPU busy from the first GPU event",
             )
     yield from _flush_sync(ctx)
@@ -79,10 +91,14 @@ def profiler_artifact(ctx: Context) -> Iterable[Diagnostic]:
             f"CPU time per step is likely nearer {us(a.cpu_total_us / ctx.n_steps / factor)} than "
             f"{us(a.cpu_total_us / ctx.n_steps)}",
             ctx.trace_location(),
-            evidence={"kind": "cpu-inflation", "options": [n for n, _ in on], "factor_at_least": factor,
-                      "cpu_per_step_us": r3(a.cpu_total_us / ctx.n_steps)},
+            evidence={
+                "kind": "cpu-inflation",
+                "options": [n for n, _ in on],
+                "factor_at_least": factor,
+                "cpu_per_step_us": r3(a.cpu_total_us / ctx.n_steps),
+            },
             fix="confirm with an unprofiled timing (torch.cuda.Event or time.perf_counter around "
-                "synchronised steps) and profile again without with_stack/record_shapes/profile_memory",
+            "synchronised steps) and profile again without with_stack/record_shapes/profile_memory",
         )
 
 
@@ -110,8 +126,9 @@ def _usual_lead_in(m) -> float:
 
 def _buffer_requests(ctx):
     m = ctx.model
-    evs = [m.cpu[i] for i in m.indices(("Activity Buffer Request",))] + \
-        [e for e in m.gpu_annotations + m.gpu if e.name == "Activity Buffer Request"]
+    evs = [m.cpu[i] for i in m.indices(("Activity Buffer Request",))] + [
+        e for e in m.gpu_annotations + m.gpu if e.name == "Activity Buffer Request"
+    ]
     if evs:
         total = sum(e.dur for e in evs)
         yield ctx.diag(
@@ -131,21 +148,21 @@ def _flush_sync(ctx):
     from .sync import SYNC_CALLS, is_profiler_internal
 
     last = m.steps[-1].end
-    syncs = [m.cpu[i] for i in m.indices(SYNC_CALLS)
-             if (m.cpu[i].ts >= last or is_profiler_internal(m, i))]
+    syncs = [m.cpu[i] for i in m.indices(SYNC_CALLS) if (m.cpu[i].ts >= last or is_profiler_internal(m, i))]
     if not syncs:
         return
     e = max(syncs, key=lambda e: e.dur)
     busy = covered(a.busy, e.ts, e.ts + e.dur) / e.dur if e.dur > 0 else 0.0
     if busy >= 0.5:
-        meaning = (f"the GPU was busy for {pct(100 * busy)} of it: the CPU had run ahead of a busy "
-                   f"GPU, which is healthy")
+        meaning = (
+            f"the GPU was busy for {pct(100 * busy)} of it: the CPU had run ahead of a busy "
+            f"GPU, which is healthy"
+        )
     else:
         meaning = f"the GPU was idle for {pct(100 * (1 - busy))} of it"
     yield ctx.diag(
         "profiler-artifact",
-        f"the profiler's closing {e.name} after the last step blocks {us(e.dur)}; "
-        f"{meaning}",
+        f"the profiler's closing {e.name} after the last step blocks {us(e.dur)}; {meaning}",
         ctx.trace_location(),
         evidence={"kind": "flush-sync", "sync_us": r3(e.dur), "gpu_busy_during": r3(busy)},
         fix="not your code: the profiler flushes the GPU when it stops",

@@ -1,4 +1,5 @@
 """Attention rules: ``unfused-attention``."""
+
 from __future__ import annotations
 
 import ast
@@ -46,10 +47,10 @@ def chains(m) -> list[dict]:
         for k, i in enumerate(ops):
             if m.cpu[i].name not in MATMUL_OPS:
                 continue
-            sm = next((j for j in ops[k + 1:k + 1 + CHAIN_WINDOW] if m.cpu[j].name in SOFTMAX_OPS), None)
+            sm = next((j for j in ops[k + 1 : k + 1 + CHAIN_WINDOW] if m.cpu[j].name in SOFTMAX_OPS), None)
             if sm is None:
                 continue
-            rest = ops[ops.index(sm) + 1:]
+            rest = ops[ops.index(sm) + 1 :]
             v = next((j for j in rest[:CHAIN_WINDOW] if m.cpu[j].name in MATMUL_OPS), None)
             if v is None:
                 continue
@@ -89,8 +90,14 @@ def _between(m, c):
     """The outermost ops the frame call ran from the score GEMM to the value GEMM."""
     lo, hi = m.cpu[c["qk"]].ts, m.cpu[c["pv"]].ts
     f = c["frame"]
-    return [j for j in m.subtree(f) if m.cpu[j].cat == "cpu_op" and m.enclosing_op(j) < 0
-            and m.frame_of[j] == f and lo <= m.cpu[j].ts <= hi]
+    return [
+        j
+        for j in m.subtree(f)
+        if m.cpu[j].cat == "cpu_op"
+        and m.enclosing_op(j) < 0
+        and m.frame_of[j] == f
+        and lo <= m.cpu[j].ts <= hi
+    ]
 
 
 def _backward_map(m, fwd: set) -> dict[int, list[int]]:
@@ -105,9 +112,13 @@ def _backward_map(m, fwd: set) -> dict[int, list[int]]:
     return out
 
 
-@rule("unfused-attention", "Attention written out with the scores materialised", "warning",
-      thresholds={"step-share": MIN_STEP_SHARE},
-      saves=(zero, ev("other_us_per_step")))
+@rule(
+    "unfused-attention",
+    "Attention written out with the scores materialised",
+    "warning",
+    thresholds={"step-share": MIN_STEP_SHARE},
+    saves=(zero, ev("other_us_per_step")),
+)
 def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: on one call of a user function, a batched GEMM whose output is softmaxed and fed
     to a second batched GEMM (with ``record_shapes`` the shapes must chain: [.., Tq, D] x [.., D, Tk],
@@ -160,9 +171,12 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
             continue
         c = cs[0]
         sc = c["scores"]
-        size = (f"the {'x'.join(map(str, sc['shape']))} scores ({mib(sc['bytes'])}) written to memory and "
-                f"read back by every op between them" if sc else "the scores materialised between them "
-                "(no record_shapes: their size is unknown)")
+        size = (
+            f"the {'x'.join(map(str, sc['shape']))} scores ({mib(sc['bytes'])}) written to memory and "
+            f"read back by every op between them"
+            if sc
+            else "the scores materialised between them (no record_shapes: their size is unknown)"
+        )
         where = ctx.modules_where([(x["qk"], 1.0) for x in cs])  # a library model's attention module
         yield ctx.diag(
             "unfused-attention",
@@ -172,14 +186,22 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
             f"{us((gemm + other) / n)} per step, {us(other / n)} of it outside its GEMMs "
             f"({pct(100 * share)} of the step), which a fused kernel does not spend",
             ctx.location(c["qk"]),
-            evidence={"chains_per_step": r3(len(cs) / n), "gemm_us_per_step": r3(gemm / n),
-                      "other_us_per_step": r3(other / n), "step_share": r3(share),
-                      "scores_shape": sc["shape"] if sc else None, "scores_bytes": sc["bytes"] if sc else None,
-                      "ops": [m.cpu[j].name for j in c["ops"]], "module": where.name if where else None},
+            evidence={
+                "chains_per_step": r3(len(cs) / n),
+                "gemm_us_per_step": r3(gemm / n),
+                "other_us_per_step": r3(other / n),
+                "step_share": r3(share),
+                "scores_shape": sc["shape"] if sc else None,
+                "scores_bytes": sc["bytes"] if sc else None,
+                "ops": [m.cpu[j].name for j in c["ops"]],
+                "module": where.name if where else None,
+            },
             fix="call torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...) "
-                "(Hugging Face: attn_implementation='sdpa'): one fused kernel, no scores in memory",
-            related=[ctx.related(c["softmax"], "the softmax over these scores"),
-                     ctx.related(c["pv"], "the probabilities times V")],
+            "(Hugging Face: attn_implementation='sdpa'): one fused kernel, no scores in memory",
+            related=[
+                ctx.related(c["softmax"], "the softmax over these scores"),
+                ctx.related(c["pv"], "the probabilities times V"),
+            ],
         )
 
 
@@ -187,8 +209,12 @@ unfused_attention.replay(gpu_cut("other_us_per_step"))  # the chain's GPU time o
 
 
 def _is_transpose_last2(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and call_name(node) == "transpose" and len(node.args) == 2 and \
-        {ast.unparse(a) for a in node.args} == {"-2", "-1"}
+    return (
+        isinstance(node, ast.Call)
+        and call_name(node) == "transpose"
+        and len(node.args) == 2
+        and {ast.unparse(a) for a in node.args} == {"-2", "-1"}
+    )
 
 
 @unfused_attention.quick_fix
@@ -196,21 +222,29 @@ def _sdpa(src: Source, line1: int) -> list[Fix]:
     func = src.func_at(line1)
     if func is None:
         return []
-    body = [n for n in ast.walk(func) if isinstance(n, ast.Assign) and len(n.targets) == 1
-            and isinstance(n.targets[0], ast.Name)]
+    body = [
+        n
+        for n in ast.walk(func)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    ]
     body.sort(key=lambda n: n.lineno)
     for i, first in enumerate(body):
         scores = first.targets[0].id
         mm, scale = first.value, None
-        if isinstance(mm, ast.BinOp) and isinstance(mm.op, (ast.Div, ast.Mult)) and \
-                isinstance(mm.left, ast.BinOp) and isinstance(mm.left.op, ast.MatMult):
-            scale = (f"1 / ({src.segment(mm.right)})" if isinstance(mm.op, ast.Div)
-                     else src.segment(mm.right))
+        if (
+            isinstance(mm, ast.BinOp)
+            and isinstance(mm.op, (ast.Div, ast.Mult))
+            and isinstance(mm.left, ast.BinOp)
+            and isinstance(mm.left.op, ast.MatMult)
+        ):
+            scale = f"1 / ({src.segment(mm.right)})" if isinstance(mm.op, ast.Div) else src.segment(mm.right)
             mm = mm.left
-        if not (isinstance(mm, ast.BinOp) and isinstance(mm.op, ast.MatMult) and _is_transpose_last2(mm.right)):
+        if not (
+            isinstance(mm, ast.BinOp) and isinstance(mm.op, ast.MatMult) and _is_transpose_last2(mm.right)
+        ):
             continue
         q, k = src.segment(mm.left), src.segment(mm.right.func.value)
-        mask, soft, rest, chain = None, None, body[i + 1:], [first]
+        mask, soft, rest, chain = None, None, body[i + 1 :], [first]
         for st in rest:
             uses = {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}
             if scores not in uses:
@@ -221,8 +255,11 @@ def _sdpa(src: Source, line1: int) -> list[Fix]:
             for c in ast.walk(st.value):
                 if isinstance(c, ast.Call) and call_name(c) == "masked_fill" and c.args:
                     m = c.args[0]
-                    mask = src.segment(m.operand) if isinstance(m, ast.UnaryOp) and isinstance(m.op, ast.Invert) \
+                    mask = (
+                        src.segment(m.operand)
+                        if isinstance(m, ast.UnaryOp) and isinstance(m.op, ast.Invert)
                         else f"~({src.segment(m)})"
+                    )
                 if isinstance(c, ast.Call) and call_name(c) == "softmax":
                     soft = st
             if soft is not None:
@@ -233,13 +270,26 @@ def _sdpa(src: Source, line1: int) -> list[Fix]:
         for st in ast.walk(func):
             if not isinstance(st, ast.stmt) or st.lineno <= soft.end_lineno:
                 continue
-            hit = next((b for b in ast.walk(st) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.MatMult)
-                        and isinstance(b.left, ast.Name) and b.left.id == scores), None)
+            hit = next(
+                (
+                    b
+                    for b in ast.walk(st)
+                    if isinstance(b, ast.BinOp)
+                    and isinstance(b.op, ast.MatMult)
+                    and isinstance(b.left, ast.Name)
+                    and b.left.id == scores
+                ),
+                None,
+            )
             if hit is None:
                 continue
             v = src.segment(hit.right)
             args = [q, k, v] + ([f"attn_mask={mask}"] if mask else []) + ([f"scale={scale}"] if scale else [])
-            fn = "F.scaled_dot_product_attention" if _has_F(src) else "torch.nn.functional.scaled_dot_product_attention"
+            fn = (
+                "F.scaled_dot_product_attention"
+                if _has_F(src)
+                else "torch.nn.functional.scaled_dot_product_attention"
+            )
             edits = [Edit(*src.span(hit), f"{fn}({', '.join(args)})")]
             for dead in chain:  # scores, mask, softmax: one fused call does them all
                 edits.append(Edit(dead.lineno - 1, 0, dead.end_lineno, 0, ""))
@@ -248,6 +298,11 @@ def _sdpa(src: Source, line1: int) -> list[Fix]:
 
 
 def _has_F(src: Source) -> bool:
-    return any(isinstance(n, ast.ImportFrom) and n.module == "torch.nn" and any(a.name == "functional" and a.asname == "F" for a in n.names)
-               or isinstance(n, ast.Import) and any(a.name == "torch.nn.functional" and a.asname == "F" for a in n.names)
-               for n in src.tree.body)
+    return any(
+        isinstance(n, ast.ImportFrom)
+        and n.module == "torch.nn"
+        and any(a.name == "functional" and a.asname == "F" for a in n.names)
+        or isinstance(n, ast.Import)
+        and any(a.name == "torch.nn.functional" and a.asname == "F" for a in n.names)
+        for n in src.tree.body
+    )

@@ -1,5 +1,6 @@
 """Is the GPU or the CPU the bottleneck? ``overhead-bound``, ``compute-bound``, ``transfer-bound``,
 ``small-problem``."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -28,13 +29,19 @@ def _top_launch_line(ctx):
 
 
 def _inflation_note(m) -> str:
-    opts = [n for n, on in (("with_stack", m.with_stack), ("record_shapes", m.record_shapes),
-                            ("profile_memory", m.profile_memory)) if on]
+    opts = [
+        n
+        for n, on in (
+            ("with_stack", m.with_stack),
+            ("record_shapes", m.record_shapes),
+            ("profile_memory", m.profile_memory),
+        )
+        if on
+    ]
     return ("; the profiler itself inflates CPU time (options on: " + ", ".join(opts) + ")") if opts else ""
 
 
-@rule("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning",
-      keep_severity=True)
+@rule("overhead-bound", "GPU mostly idle while the CPU dispatches", "warning", keep_severity=True)
 def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU busy share of the active window (collectives left out), CPU op time vs GPU time
     per step (the evidence's ``cpu_total_us``/``cuda_total_us``: over all active steps), launches
@@ -70,15 +77,19 @@ def overhead_bound(ctx: Context) -> Iterable[Diagnostic]:
         "overhead-bound",
         f"{_busy(a)}{_copies_note(a)}: per step CPU ops "
         f"{us(a.cpu_total_us / n)} vs GPU {us(a.cuda_total_us / n)}; the CPU dispatches "
-        f"{plural(per_step, 'launch')} per step{where}"
-        + _inflation_note(m),
+        f"{plural(per_step, 'launch')} per step{where}" + _inflation_note(m),
         loc,
-        evidence={"gpu_busy_pct": r3(a.busy_pct), "copy_busy_pct": r3(a.copy_pct or 0.0),
-                  "cpu_total_us": r3(a.cpu_total_us),
-                  "cuda_total_us": r3(a.cuda_total_us), "launches_per_step": r3(per_step),
-                  "window_us": r3(a.window_us), **_steady_evidence(a)},
+        evidence={
+            "gpu_busy_pct": r3(a.busy_pct),
+            "copy_busy_pct": r3(a.copy_pct or 0.0),
+            "cpu_total_us": r3(a.cpu_total_us),
+            "cuda_total_us": r3(a.cuda_total_us),
+            "launches_per_step": r3(per_step),
+            "window_us": r3(a.window_us),
+            **_steady_evidence(a),
+        },
         fix="launch less and bigger: batch the work, fuse ops (torch.compile), capture the step in a "
-            "CUDA graph (mode='reduce-overhead'), or raise the problem size",
+        "CUDA graph (mode='reduce-overhead'), or raise the problem size",
     )
 
 
@@ -118,8 +129,11 @@ def compute_bound(ctx: Context) -> Iterable[Diagnostic]:
     fams = kernel_families(m, a)
     total = a.cuda_total_us or 1.0
     shown = [(c, f) for c, f in fams[:3] if f["total_us"] >= 0.01 * total] or fams[:1]
-    names = ", ".join(f"{c} {100 * f['total_us'] / total:.0f}% ({f['kernels']} kernel(s), largest "
-                      f"{short_name(f['top'], 40)})" for c, f in shown)
+    names = ", ".join(
+        f"{c} {100 * f['total_us'] / total:.0f}% ({f['kernels']} kernel(s), largest "
+        f"{short_name(f['top'], 40)})"
+        for c, f in shown
+    )
     hot = max(ctx.hot.values(), key=lambda h: h.gpu_us, default=None)
     loc = ctx.location_of_hot(hot) if hot and hot.gpu_us > 0 else ctx.trace_location()
     yield ctx.diag(
@@ -127,12 +141,24 @@ def compute_bound(ctx: Context) -> Iterable[Diagnostic]:
         f"{_busy(a)} (per step GPU {us(a.cuda_total_us / ctx.n_steps)} "
         f"vs CPU ops {us(a.cpu_total_us / ctx.n_steps)}); held by {names}",
         loc,
-        evidence={"gpu_busy_pct": r3(a.busy_pct), "cpu_total_us": r3(a.cpu_total_us),
-                  "cuda_total_us": r3(a.cuda_total_us), **_steady_evidence(a),
-                  "families": [{"class": c, "total_us": r3(f["total_us"]), "count": f["count"],
-                                "kernels": f["kernels"], "top_kernel": f["top"]} for c, f in fams]},
+        evidence={
+            "gpu_busy_pct": r3(a.busy_pct),
+            "cpu_total_us": r3(a.cpu_total_us),
+            "cuda_total_us": r3(a.cuda_total_us),
+            **_steady_evidence(a),
+            "families": [
+                {
+                    "class": c,
+                    "total_us": r3(f["total_us"]),
+                    "count": f["count"],
+                    "kernels": f["kernels"],
+                    "top_kernel": f["top"],
+                }
+                for c, f in fams
+            ],
+        },
         fix="the GPU is the bottleneck: lower precision (bf16/fp8), fuse memory-bound kernels, or "
-            "pick a faster algorithm; CPU-side changes will not shorten the step",
+        "pick a faster algorithm; CPU-side changes will not shorten the step",
     )
 
 
@@ -140,8 +166,10 @@ def _busy(a) -> str:
     """The busy share the verdict judged: of the active steps, or, with one-time set-up in the
     window, of the rest of it (analyses.verdict), the whole window's beside it."""
     if a.setup_us > 0:
-        return (f"GPU busy {pct(a.steady_pct(a.steady_busy_us))} outside the one-time set-up, "
-                f"{pct(a.busy_pct)} of the whole window")
+        return (
+            f"GPU busy {pct(a.steady_pct(a.steady_busy_us))} outside the one-time set-up, "
+            f"{pct(a.busy_pct)} of the whole window"
+        )
     return f"GPU busy {pct(a.busy_pct)} of the active steps"
 
 
@@ -197,7 +225,10 @@ def transfer_bound(ctx: Context) -> Iterable[Diagnostic]:
     for g, e in enumerate(m.gpu):
         if e.cat not in COPY_CATS or a.gpu_class[g] == COMMUNICATION or e.ts + e.dur <= lo or e.ts >= hi:
             continue
-        kind = next((k for k in ("HtoD", "DtoH", "DtoD", "PtoP") if k in e.name), "memset" if e.cat == "gpu_memset" else "copy")
+        kind = next(
+            (k for k in ("HtoD", "DtoH", "DtoD", "PtoP") if k in e.name),
+            "memset" if e.cat == "gpu_memset" else "copy",
+        )
         d = dirs.setdefault(kind, {"bytes": 0, "us": 0.0, "count": 0})
         d["bytes"] += int(e.args.nbytes or 0) if e.args else 0
         d["us"] += e.dur
@@ -213,8 +244,11 @@ def transfer_bound(ctx: Context) -> Iterable[Diagnostic]:
     for kind, d in order[:3]:
         rate = f" at {d['bytes'] / d['us'] / 1e3:.1f} GB/s" if d["bytes"] and d["us"] > 0 else ""
         parts.append(f"{kind} {size(d['bytes'] / n)} in {us(d['us'] / n)}{rate}")
-    host = ("from pageable memory" if pageable >= 0.5 * total else "from pinned memory") if \
-        any(k in dirs for k in ("HtoD", "DtoH")) else "device-side"
+    host = (
+        ("from pageable memory" if pageable >= 0.5 * total else "from pinned memory")
+        if any(k in dirs for k in ("HtoD", "DtoH"))
+        else "device-side"
+    )
     top = max(lines.values(), key=lambda v: v[0]) if lines else None
     loc = ctx.location(top[1]) if top else ctx.trace_location()
     yield ctx.diag(
@@ -222,14 +256,23 @@ def transfer_bound(ctx: Context) -> Iterable[Diagnostic]:
         f"the copy engines run copies {pct(a.copy_pct)} of the active window, kernels {pct(a.busy_pct)}: "
         f"per step {', '.join(parts)} ({host}); the step is as long as its transfers",
         loc,
-        evidence={"copy_busy_pct": r3(a.copy_pct), "gpu_busy_pct": r3(a.busy_pct), "window_us": r3(a.window_us),
-                  "pageable_share": r3(pageable / total) if total else 0.0,
-                  "directions": {k: {"bytes_per_step": d["bytes"] / n, "us_per_step": r3(d["us"] / n),
-                                     "count": d["count"],
-                                     "gb_per_s": r3(d["bytes"] / d["us"] / 1e3) if d["us"] > 0 else None}
-                                 for k, d in order}},
+        evidence={
+            "copy_busy_pct": r3(a.copy_pct),
+            "gpu_busy_pct": r3(a.busy_pct),
+            "window_us": r3(a.window_us),
+            "pageable_share": r3(pageable / total) if total else 0.0,
+            "directions": {
+                k: {
+                    "bytes_per_step": d["bytes"] / n,
+                    "us_per_step": r3(d["us"] / n),
+                    "count": d["count"],
+                    "gb_per_s": r3(d["bytes"] / d["us"] / 1e3) if d["us"] > 0 else None,
+                }
+                for k, d in order
+            },
+        },
         fix="move fewer bytes: keep tensors on the GPU across steps, copy once outside the loop, send a smaller "
-            "dtype and convert on the device; overlap the rest with compute (pinned memory, non_blocking=True)",
+        "dtype and convert on the device; overlap the rest with compute (pinned memory, non_blocking=True)",
     )
 
 
@@ -313,8 +356,11 @@ def small_problem(ctx: Context) -> Iterable[Diagnostic]:
         if biggest[0] >= SMALL_GEMM_FLOPS:
             return
         b, mm, k, n = biggest[1]
-        what = f"the largest GEMM is {mm}x{k} @ {k}x{n}" + (f" (batch {b})" if b > 1 else "") + \
-               f", {biggest[0] / 1e6:.1f} MFLOP"
+        what = (
+            f"the largest GEMM is {mm}x{k} @ {k}x{n}"
+            + (f" (batch {b})" if b > 1 else "")
+            + f", {biggest[0] / 1e6:.1f} MFLOP"
+        )
         loc = ctx.location(biggest[2])
         ev = {"largest_gemm_flops": biggest[0], "largest_gemm_mkn": [mm, k, n], "batch": b}
     elif gemm_durs:
@@ -334,7 +380,8 @@ def small_problem(ctx: Context) -> Iterable[Diagnostic]:
         "small-problem",
         f"overhead-bound with a small problem: {what}; at this size the step measures launch "
         f"overhead, not the GPU",
-        loc, evidence=ev,
+        loc,
+        evidence=ev,
         fix="profile at production sizes (batch, sequence, hidden dims) before optimising; small "
-            "shapes call for batching or CUDA graphs, large ones are usually compute-bound",
+        "shapes call for batching or CUDA graphs, large ones are usually compute-bound",
     )

@@ -1,4 +1,5 @@
 """torch.compile rules: ``compile-overhead``, ``compile-fusion`` and ``compile-graph-break``."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -16,8 +17,11 @@ from .util import median, plural, r3, us
 REGION = "Torch-Compiled Region"
 WRAPPER_OPS = ("TorchDynamo Cache Lookup",)
 SMALL_REGION_KERNELS = 2  # kernels per call at or below which fusion cannot save much
-FUSED_OPS = {"aten::addmm": "aten::add + aten::mm", "aten::_addmm_activation": "aten::addmm + activation",
-             "aten::baddbmm": "aten::add + aten::bmm"}
+FUSED_OPS = {
+    "aten::addmm": "aten::add + aten::mm",
+    "aten::_addmm_activation": "aten::addmm + activation",
+    "aten::baddbmm": "aten::add + aten::bmm",
+}
 
 
 def _regions(m):
@@ -97,9 +101,19 @@ def breaks(m, in_steps: bool = True) -> list[dict]:
     return out
 
 
-@rule("compile-overhead", "torch.compile wrapper time outweighs a tiny region", "warning",
-      saves=(lambda d, ctx: float(d.evidence.get("wrapper_us_per_call") or 0)
-             * float(d.evidence.get("regions") or 0) / ctx.n_steps, zero))
+@rule(
+    "compile-overhead",
+    "torch.compile wrapper time outweighs a tiny region",
+    "warning",
+    saves=(
+        lambda d, ctx: (
+            float(d.evidence.get("wrapper_us_per_call") or 0)
+            * float(d.evidence.get("regions") or 0)
+            / ctx.n_steps
+        ),
+        zero,
+    ),
+)
 def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: per call of a compiled function (an outermost ``Torch-Compiled Region``), the
     wrapper's CPU time (the region and its Dynamo cache lookup, minus the aten ops the compiled
@@ -136,8 +150,14 @@ def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
     kernels = 0
     for r in regions:
         sub = m.subtree(r)
-        aten = [j for j in sub if m.cpu[j].cat == "cpu_op" and m.cpu[j].name.startswith("aten::")
-                and m.enclosing_op(j) >= 0 and not m.cpu[m.enclosing_op(j)].name.startswith("aten::")]
+        aten = [
+            j
+            for j in sub
+            if m.cpu[j].cat == "cpu_op"
+            and m.cpu[j].name.startswith("aten::")
+            and m.enclosing_op(j) >= 0
+            and not m.cpu[m.enclosing_op(j)].name.startswith("aten::")
+        ]
         lookup = 0.0
         p = m.parent[r]
         if p >= 0:
@@ -159,18 +179,27 @@ def compile_overhead(ctx: Context) -> Iterable[Diagnostic]:
         f"{us(wrapper)} of CPU per call (at least {us(wrapper / factor)} without the profiler) against "
         f"{us(gpu)} of GPU work; nothing is left to fuse",
         ctx.location(regions[0]),
-        evidence={"regions": n, "kernels_per_call": r3(kernels / n), "wrapper_us_per_call": r3(wrapper),
-                  "unprofiled_wrapper_us_at_least": r3(wrapper / factor), "gpu_us_per_call": r3(gpu)},
+        evidence={
+            "regions": n,
+            "kernels_per_call": r3(kernels / n),
+            "wrapper_us_per_call": r3(wrapper),
+            "unprofiled_wrapper_us_at_least": r3(wrapper / factor),
+            "gpu_us_per_call": r3(gpu),
+        },
         fix="compile a larger region (the whole model or training step) so fusion pays for the "
-            "wrapper, or leave one- and two-op functions eager",
+        "wrapper, or leave one- and two-op functions eager",
     )
 
 
 @compile_overhead.replay
 def _eager(sm: StepModel, d: Diagnostic) -> Change:
     """The tiny regions run eagerly: their wrappers' time per step is gone from the CPU."""
-    return Change(cpu_cut_us=float(d.evidence.get("wrapper_us_per_call") or 0)
-                  * float(d.evidence.get("regions") or 0) / len(sm.steps) * sm.mean_scale)
+    return Change(
+        cpu_cut_us=float(d.evidence.get("wrapper_us_per_call") or 0)
+        * float(d.evidence.get("regions") or 0)
+        / len(sm.steps)
+        * sm.mean_scale
+    )
 
 
 @rule("compile-fusion", "What dispatcher-level fusion really ran on the GPU", "information")
@@ -207,8 +236,10 @@ def compile_fusion(ctx: Context) -> Iterable[Diagnostic]:
         gemms = [g for g in runs if g.cat == "kernel"]
         epilogue = any("bias" in g.name.lower() for g in gemms)
         if copies:
-            what = (f"a bias copy ({copies[0].name}, {us(sum(c.dur for c in copies) / len(calls))}) then the "
-                    f"GEMM: fusion at the dispatcher, not in the kernel")
+            what = (
+                f"a bias copy ({copies[0].name}, {us(sum(c.dur for c in copies) / len(calls))}) then the "
+                f"GEMM: fusion at the dispatcher, not in the kernel"
+            )
         elif epilogue:
             what = "one GEMM with the bias folded into its epilogue (no separate add kernel)"
         else:
@@ -218,15 +249,24 @@ def compile_fusion(ctx: Context) -> Iterable[Diagnostic]:
             "compile-fusion",
             f"torch.compile fused {FUSED_OPS[name]} into {name}; the GPU ran {what} ({kn})",
             ctx.location(calls[0][0]),
-            evidence={"op": name, "calls": len(calls), "bias_copy": bool(copies), "bias_epilogue": epilogue,
-                      "kernels": sorted({g.name for g in gemms})},
+            evidence={
+                "op": name,
+                "calls": len(calls),
+                "bias_copy": bool(copies),
+                "bias_epilogue": epilogue,
+                "kernels": sorted({g.name for g in gemms}),
+            },
             fix=None,
         )
 
 
 # ---- compile-graph-break ---------------------------------------------------------------------
-@rule("compile-graph-break", "A compiled function runs as several graphs with eager code between", "warning",
-      saves=(ev("gap_us_per_step"), zero))
+@rule(
+    "compile-graph-break",
+    "A compiled function runs as several graphs with eager code between",
+    "warning",
+    saves=(ev("gap_us_per_step"), zero),
+)
 def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: compiled regions nested in a compiled region (or a further
     ``## Call CompiledFxGraph`` one region runs), each the code after a graph break that Dynamo
@@ -296,15 +336,24 @@ def compile_graph_break(ctx: Context) -> Iterable[Diagnostic]:
             f"between the graphs the CPU spends {us(gap)} per step in eager code and guards ({eager}), "
             f"the GPU idle {us(idle)} of it",
             loc,
-            evidence={"breaks_per_step": r3(len(bs) / n), "graphs_per_call": r3(graphs),
-                      "gap_us_per_step": r3(gap), "gpu_idle_us_per_step": r3(idle),
-                      "eager_ops": {nm: r3(t) for nm, t in top}, "regions": sorted({m.cpu[b["region"]].name for b in bs}),
-                      "impact_basis": "gpu_idle_us_per_step"},
-            related=[ctx.related(bs[0]["outer"], f"the compiled region this break splits "
-                                                 f"({m.cpu[bs[0]['outer']].name}), entered here")],
+            evidence={
+                "breaks_per_step": r3(len(bs) / n),
+                "graphs_per_call": r3(graphs),
+                "gap_us_per_step": r3(gap),
+                "gpu_idle_us_per_step": r3(idle),
+                "eager_ops": {nm: r3(t) for nm, t in top},
+                "regions": sorted({m.cpu[b["region"]].name for b in bs}),
+                "impact_basis": "gpu_idle_us_per_step",
+            },
+            related=[
+                ctx.related(
+                    bs[0]["outer"],
+                    f"the compiled region this break splits ({m.cpu[bs[0]['outer']].name}), entered here",
+                )
+            ],
             fix="make the code at the break traceable (keep tensors out of Python conditions: torch.where / "
-                "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
-                "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",
+            "torch.cond; no .item(), print or data-dependent shapes inside the compiled function), or "
+            "move it out of the compiled function; TORCH_LOGS=graph_breaks says why Dynamo broke",
         )
 
 

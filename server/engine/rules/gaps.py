@@ -1,4 +1,5 @@
 """GPU timeline rules: ``gpu-idle-gap`` and ``gpu-contention``."""
+
 from __future__ import annotations
 
 import bisect
@@ -75,9 +76,13 @@ def _main_during(m, lo: float, hi: float) -> int:
     return i
 
 
-@rule("gpu-idle-gap", "GPU idle gaps inside steps", "warning",
-      thresholds={"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE},
-      saves=(per_step("idle_us"), zero))
+@rule(
+    "gpu-idle-gap",
+    "GPU idle gaps inside steps",
+    "warning",
+    thresholds={"min-gap-us": GAP_MIN_US, "window-share": GAP_TOTAL_SHARE},
+    saves=(per_step("idle_us"), zero),
+)
 def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: holes between GPU work inside the active steps, each with what the main thread
     was doing meanwhile (the op and the user line), largest first.
@@ -112,8 +117,11 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     host_only = verdict(m, a) == "overhead-bound"
     # the GPU idle while the host compiles or loads (one-time set-up) is one-time-setup's finding,
     # not a gap inside a step: the set-up stretches count as covered
-    holes = host_stages(m, a) if host_only else gaps(merge(a.busy + a.comm + a.setup), lo,
-                                                      min(hi, m.steps[-1].end))
+    holes = (
+        host_stages(m, a)
+        if host_only
+        else gaps(merge(a.busy + a.comm + a.setup), lo, min(hi, m.steps[-1].end))
+    )
     holes = [(x, y) for x, y in holes if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
     total = sum(y - x for x, y in holes)
     if not holes or total < ctx.threshold("gpu-idle-gap", "window-share") * a.window_us:
@@ -152,20 +160,35 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
             f"the GPU idles {us(t / ctx.n_steps)} per step ({pct(100 * t / a.window_us)} of the window) "
             f"in {plural(len(gs), 'gap')} up to {us(max(y - x for x, y in gs))}, while the CPU runs {doing}",
             ctx.location(op) if op >= 0 else ctx.trace_location(),
-            evidence={"gaps": len(gs), "idle_us": r3(t), "idle_share": r3(t / a.window_us),
-                      "largest_gap_us": r3(max(y - x for x, y in gs)), "cpu_during": doing,
-                      "first_gap_at_us": r3(gs[0][0] - m.t0)},
+            evidence={
+                "gaps": len(gs),
+                "idle_us": r3(t),
+                "idle_share": r3(t / a.window_us),
+                "largest_gap_us": r3(max(y - x for x, y in gs)),
+                "cpu_during": doing,
+                "first_gap_at_us": r3(gs[0][0] - m.t0),
+            },
             fix="move this CPU work off the critical path (pinned non_blocking copies, a DataLoader "
-                "with workers, no host syncs) or overlap it with GPU work queued ahead",
+            "with workers, no host syncs) or overlap it with GPU work queued ahead",
         )
 
 
 gpu_idle_gap.replay(cpu_cut("idle_us", over_steps=True))  # the CPU work the GPU waits on, gone
 
 
-@rule("gpu-contention", "Kernels start late while this trace's GPU lane is idle", "warning",
-      saves=(zero, lambda d, ctx: float(d.evidence.get("late_launches") or 0)
-             * float(d.evidence.get("late_delay_median_us") or 0) / ctx.n_steps))
+@rule(
+    "gpu-contention",
+    "Kernels start late while this trace's GPU lane is idle",
+    "warning",
+    saves=(
+        zero,
+        lambda d, ctx: (
+            float(d.evidence.get("late_launches") or 0)
+            * float(d.evidence.get("late_delay_median_us") or 0)
+            / ctx.n_steps
+        ),
+    ),
+)
 def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: launch-to-start delays (kernel start minus the launch call's start) of kernels
     that waited while this trace's own GPU work was idle, with p50/p90/max; the kernels' own
@@ -219,16 +242,24 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
         f"or context holds the GPU (launch delay p50 {us(quantile(delays, 0.5))}, p90 "
         f"{us(quantile(delays, 0.9))} overall)",
         ctx.location(m.launcher[worst]),
-        evidence={"late_launches": len(late), "launches": len(delays),
-                  "delay_p50_us": r3(quantile(delays, 0.5)), "delay_p90_us": r3(quantile(delays, 0.9)),
-                  "delay_max_us": r3(max(delays)), "late_delay_median_us": r3(quantile(ds, 0.5))},
+        evidence={
+            "late_launches": len(late),
+            "launches": len(delays),
+            "delay_p50_us": r3(quantile(delays, 0.5)),
+            "delay_p90_us": r3(quantile(delays, 0.9)),
+            "delay_max_us": r3(max(delays)),
+            "late_delay_median_us": r3(quantile(ds, 0.5)),
+        },
         fix="profile on a dedicated GPU (check nvidia-smi for other processes, MPS or MIG "
-            "neighbours); the kernels themselves are not slow",
+        "neighbours); the kernels themselves are not slow",
     )
 
 
 @gpu_contention.replay
 def _uncontended(sm: StepModel, d: Diagnostic) -> Change:
     """The late launches start on time: their median delay each, gone from the GPU side."""
-    return Change(gpu_cut_us=float(d.evidence.get("late_launches") or 0)
-                  * float(d.evidence.get("late_delay_median_us") or 0) / len(sm.steps))
+    return Change(
+        gpu_cut_us=float(d.evidence.get("late_launches") or 0)
+        * float(d.evidence.get("late_delay_median_us") or 0)
+        / len(sm.steps)
+    )

@@ -1,5 +1,6 @@
 """Kernel-level rules: ``kernel-class``, ``kernel-jitter``, ``fp32-matmul``, ``misaligned-dims``,
 ``launch-storm``."""
+
 from __future__ import annotations
 
 import ast
@@ -59,8 +60,12 @@ def kernel_class(ctx: Context) -> Iterable[Diagnostic]:
         per[a.gpu_class[g]] = per.get(a.gpu_class[g], 0.0) + e.dur
     total = sum(per.values()) or 1.0
     parts = ", ".join(f"{c} {pct(100 * t / total)}" for c, t in sorted(per.items(), key=lambda kv: -kv[1]))
-    yield ctx.diag("kernel-class", f"GPU time by kernel class: {parts}", ctx.trace_location(),
-                   evidence={"classes_us": {c: r3(t) for c, t in per.items()}})
+    yield ctx.diag(
+        "kernel-class",
+        f"GPU time by kernel class: {parts}",
+        ctx.trace_location(),
+        evidence={"classes_us": {c: r3(t) for c, t in per.items()}},
+    )
 
 
 def _module_of(m, i: int) -> int:
@@ -135,7 +140,13 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     """
     m = ctx.model
     groups: dict = {}
-    classes, launcher, cpu, line_id, is_backward = ctx.a.gpu_class, m.launcher, m.cpu, ctx.line_id, m.is_backward
+    classes, launcher, cpu, line_id, is_backward = (
+        ctx.a.gpu_class,
+        m.launcher,
+        m.cpu,
+        ctx.line_id,
+        m.is_backward,
+    )
     for g, e in enumerate(m.gpu):
         if e.cat != "kernel" or classes[g] == K.COMMUNICATION:
             continue  # collectives' durations are mostly waiting for peers
@@ -144,8 +155,14 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         op = m.enclosing_op(li) if li >= 0 else -1
         # the same kernel launched by different ops (a forward op and its backward, say) does
         # different work: only the same op's launches are one configuration
-        key = (e.name, bytes(a.grid) if a else b"", bytes(a.block) if a else b"",
-               cpu[op].name if op >= 0 else "", line_id(li), li >= 0 and is_backward(li))
+        key = (
+            e.name,
+            bytes(a.grid) if a else b"",
+            bytes(a.block) if a else b"",
+            cpu[op].name if op >= 0 else "",
+            line_id(li),
+            li >= 0 and is_backward(li),
+        )
         groups.setdefault(key, []).append(g)
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
@@ -175,24 +192,39 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         li = m.launcher[gs[0]]
         slow = [g for d, med, g in runs if med > 0 and d / med >= r90]
         shared = sum(1 for g in slow if covered(ctx.a.comm, m.gpu[g].ts, m.gpu[g].ts + m.gpu[g].dur) > 0)
-        why = (f"; {shared} of the {len(slow)} slowest runs overlap collectives, which share the SMs"
-               if shared * 2 >= len(slow) and shared else "")
+        why = (
+            f"; {shared} of the {len(slow)} slowest runs overlap collectives, which share the SMs"
+            if shared * 2 >= len(slow) and shared
+            else ""
+        )
         yield ctx.diag(
             "kernel-jitter",
             f"{K.short_name(key[0], 60)} varies widely on the same problem over {len(ds)} runs: p90 "
             f"{r90:.2f}x the problem's median (p50 {us(p50)}, p90 {us(p90)}, max {us(mx)}); an average "
             f"hides it{why}",
             ctx.location(li) if li >= 0 else ctx.trace_location(),
-            evidence={"kernel": key[0], "samples": len(ds), "problems": problems, "p50_us": r3(p50),
-                      "p90_us": r3(p90), "p90_ratio": r3(r90), "lost_us": r3(lost),
-                      "max_us": r3(mx), "min_us": r3(min(ds))},
+            evidence={
+                "kernel": key[0],
+                "samples": len(ds),
+                "problems": problems,
+                "p50_us": r3(p50),
+                "p90_us": r3(p90),
+                "p90_ratio": r3(r90),
+                "lost_us": r3(lost),
+                "max_us": r3(mx),
+                "min_us": r3(min(ds)),
+            },
             fix="check clocks and power (nvidia-smi -q -d CLOCK,PERFORMANCE), other processes on the "
-                "GPU, and thermal throttling; lock clocks for benchmarking",
+            "GPU, and thermal throttling; lock clocks for benchmarking",
         )
 
 
-@rule("fp32-matmul", "GEMM time in fp32 kernels without tensor cores", "warning",
-      saves=(zero, per_step("fp32_gemm_us", TF32_GIVES_BACK)))
+@rule(
+    "fp32-matmul",
+    "GEMM time in fp32 kernels without tensor cores",
+    "warning",
+    saves=(zero, per_step("fp32_gemm_us", TF32_GIVES_BACK)),
+)
 def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: GPU time in fp32 GEMM kernels that run on CUDA cores (``sgemm``, ``*_f32f32_*``
     with FFMA, SIMT kernels) on a GPU with tensor cores for TF32/bf16 (compute capability >= 8).
@@ -244,16 +276,26 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     yield ctx.diag(
         "fp32-matmul",
         f"{pct(100 * fp32 / total)} of GPU time ({us(fp32)}) is fp32 GEMMs on CUDA cores, not tensor "
-        f"cores" + (f", the largest part in {where}" if where else "") + f": {', '.join(K.short_name(n, 50) for n, _ in top)}",
+        f"cores"
+        + (f", the largest part in {where}" if where else "")
+        + f": {', '.join(K.short_name(n, 50) for n, _ in top)}",
         ctx.location(li) if li >= 0 else ctx.trace_location(),
-        evidence={"fp32_gemm_us": r3(fp32), "share": r3(fp32 / total), "kernels": [n for n, _ in top],
-                  "module": where.name if where else None,
-                  "lines": len(lines), "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None},
+        evidence={
+            "fp32_gemm_us": r3(fp32),
+            "share": r3(fp32 / total),
+            "kernels": [n for n, _ in top],
+            "module": where.name if where else None,
+            "lines": len(lines),
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        },
         fix="enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True or "
-            "torch.set_float32_matmul_precision('high')) or run the model under "
-            "torch.autocast('cuda', dtype=torch.bfloat16)",
-        related=[ctx.related(v[1], f"fp32 GEMMs here too: {us(v[0] / ctx.n_steps)} per step")
-                 for k, v in sorted(lines.items(), key=lambda kv: -kv[1][0]) if v[1] != li and v[1] >= 0][:5],
+        "torch.set_float32_matmul_precision('high')) or run the model under "
+        "torch.autocast('cuda', dtype=torch.bfloat16)",
+        related=[
+            ctx.related(v[1], f"fp32 GEMMs here too: {us(v[0] / ctx.n_steps)} per step")
+            for k, v in sorted(lines.items(), key=lambda kv: -kv[1][0])
+            if v[1] != li and v[1] >= 0
+        ][:5],
     )
 
 
@@ -274,24 +316,45 @@ def _tf32(sm: StepModel, d: Diagnostic) -> Change:
 @fp32_matmul.quick_fix
 def _tf32_or_autocast(src: Source, line1: int) -> list[Fix]:
     out = []
-    sets = [n for n in ast.walk(src.tree) if isinstance(n, ast.Assign)
-            and any(src.segment(t).endswith("matmul.allow_tf32") for t in n.targets)]
+    sets = [
+        n
+        for n in ast.walk(src.tree)
+        if isinstance(n, ast.Assign) and any(src.segment(t).endswith("matmul.allow_tf32") for t in n.targets)
+    ]
     if sets:
         edits = [Edit(*src.span(n.value), "True") for n in sets if src.segment(n.value) != "True"]
     else:
         at = after_imports(src)
         pre = "" if imports_torch(src) else "import torch\n"
-        edits = [Edit(at, 0, at, 0, f"{pre}torch.backends.cuda.matmul.allow_tf32 = True  "
-                                     "# fp32 GEMMs on tensor cores (TF32)\n")]
+        edits = [
+            Edit(
+                at,
+                0,
+                at,
+                0,
+                f"{pre}torch.backends.cuda.matmul.allow_tf32 = True  # fp32 GEMMs on tensor cores (TF32)\n",
+            )
+        ]
     if edits:
         out.append(Fix("Allow TF32 for fp32 matmuls (torch.backends.cuda.matmul.allow_tf32)", edits, True))
     st = src.stmt_at(line1)
     if st is not None and st.end_lineno == st.lineno and imports_torch(src):
         text = src.lines[line1 - 1]
-        ind = text[:len(text) - len(text.lstrip())]
-        out.append(Fix("Run this statement under torch.autocast (bf16)", [Edit(
-            line1 - 1, 0, line1 - 1, len(text),
-            f'{ind}with torch.autocast("cuda", dtype=torch.bfloat16):\n{ind}    {text.lstrip()}')]))
+        ind = text[: len(text) - len(text.lstrip())]
+        out.append(
+            Fix(
+                "Run this statement under torch.autocast (bf16)",
+                [
+                    Edit(
+                        line1 - 1,
+                        0,
+                        line1 - 1,
+                        len(text),
+                        f'{ind}with torch.autocast("cuda", dtype=torch.bfloat16):\n{ind}    {text.lstrip()}',
+                    )
+                ],
+            )
+        )
     return out
 
 
@@ -299,6 +362,7 @@ def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
     """(M, K, N) of a GEMM op as its kernel sees them, from its ``record_shapes`` inputs: the
     leading dimensions of an N-d input multiply into M (``linear`` on ``[16, 559, 1024]`` is
     M = 8944), batched ops keep their batch apart; None when the shapes do not say."""
+
     def mat(k):
         return dims[k] if len(dims) > k and dims[k] is not None and len(dims[k]) >= 1 else None
 
@@ -323,8 +387,12 @@ def gemm_mkn(name: str, dims: list) -> tuple[int, int, int] | None:
     return a[-2], a[-1], b[-1]
 
 
-@rule("misaligned-dims", "fp16/bf16 GEMM dims not multiples of 8", "warning",
-      saves=(zero, per_step("gpu_us", ALIGNED_GIVES_BACK)))
+@rule(
+    "misaligned-dims",
+    "fp16/bf16 GEMM dims not multiples of 8",
+    "warning",
+    saves=(zero, per_step("gpu_us", ALIGNED_GIVES_BACK)),
+)
 def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: fp16/bf16 GEMM ops (``record_shapes``) whose M, K or N, as the kernel sees them
     (the leading dimensions of an N-d input multiplied into M), is not a multiple of 8, and whose
@@ -378,8 +446,9 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
         fallback, why = fell
         gpu_us = sum(m.gpu[g].dur for g in gemms)
         k = ctx.line_id(i)
-        f = found.setdefault(k, {"op": i, "gpu_us": 0.0, "mkn": mkn, "bad": set(), "why": why,
-                                 "kernel": m.gpu[fallback].name})
+        f = found.setdefault(
+            k, {"op": i, "gpu_us": 0.0, "mkn": mkn, "bad": set(), "why": why, "kernel": m.gpu[fallback].name}
+        )
         f["gpu_us"] += gpu_us
         f["bad"].update(bad)
     for k, f in found.items():
@@ -393,10 +462,18 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
             f"{K.short_name(f['kernel'], 60)} ({f['why']}); its kernels take "
             f"{us(f['gpu_us'])} ({pct(100 * f['gpu_us'] / total)} of GPU time)",
             ctx.location(f["op"]),
-            evidence={"op": m.cpu[f["op"]].name, "m": mm, "k": kk, "n": nn, "misaligned": sorted(f["bad"]),
-                      "kernel": f["kernel"], "fallback": f["why"], "gpu_us": r3(f["gpu_us"])},
+            evidence={
+                "op": m.cpu[f["op"]].name,
+                "m": mm,
+                "k": kk,
+                "n": nn,
+                "misaligned": sorted(f["bad"]),
+                "kernel": f["kernel"],
+                "fallback": f["why"],
+                "gpu_us": r3(f["gpu_us"]),
+            },
             fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
-                "round the vocabulary up to a multiple of 64",
+            "round the vocabulary up to a multiple of 64",
         )
 
 
@@ -444,9 +521,14 @@ def _iteration(m, li: int, how: str, f: int) -> int:
     return i
 
 
-@rule("launch-storm", "One line launching many tiny kernels per step", "warning",
-      thresholds={"launches-per-step": STORM_PER_STEP},
-      symptom=True, saves=(ev("launch_cpu_us_per_step"), zero))
+@rule(
+    "launch-storm",
+    "One line launching many tiny kernels per step",
+    "warning",
+    thresholds={"launches-per-step": STORM_PER_STEP},
+    symptom=True,
+    saves=(ev("launch_cpu_us_per_step"), zero),
+)
 def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: one source line whose code launches the same kernel many times in one step from
     a Python loop, each run shorter than the CPU call that launched it: many ops dispatched by one
@@ -518,8 +600,7 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
                 if len(runs) >= least and _iterations(m, runs, how, f, least):
                     storm.setdefault(name, {}).update((x[2], x) for x in runs)
         storm = {n: list(r.values()) for n, r in storm.items()}
-        storm = {n: r for n, r in storm.items()
-                 if median(x[0] for x in r) < median(x[1] for x in r)}
+        storm = {n: r for n, r in storm.items() if median(x[0] for x in r) < median(x[1] for x in r)}
         if not storm:
             continue
         runs_all = [x for r in storm.values() for x in r]
@@ -535,12 +616,16 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             f"repeated in a loop, e.g. {K.short_name(name, 50)} x{len(runs) / ctx.n_steps:.0f}): "
             f"{us(gpu)} of GPU work per step costs {us(cpu)} of launch calls",
             ctx.location(runs[0][2]),
-            evidence={"launches_per_step": r3(launches), "kernels": len(storm),
-                      "gpu_us_per_step": r3(gpu), "launch_cpu_us_per_step": r3(cpu),
-                      "median_kernel_us": r3(median(x[0] for x in runs)),
-                      "median_launch_us": r3(median(x[1] for x in runs))},
+            evidence={
+                "launches_per_step": r3(launches),
+                "kernels": len(storm),
+                "gpu_us_per_step": r3(gpu),
+                "launch_cpu_us_per_step": r3(cpu),
+                "median_kernel_us": r3(median(x[0] for x in runs)),
+                "median_launch_us": r3(median(x[1] for x in runs)),
+            },
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
-                "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
+            "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
         )
 
 

@@ -1,5 +1,6 @@
 """Memory rules from ``profile_memory`` traces: ``memory-peak``, ``memory-child-pressure``,
 ``memory-growth``."""
+
 from __future__ import annotations
 
 import bisect
@@ -28,8 +29,19 @@ def _device_rows(m) -> array:
 
 
 # record_function labels torch and its libraries put on their own work: not the user's scopes
-_TORCH_ANNOTATIONS = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)#", "## ", "DistributedDataParallel",
-                      "Torch-Compiled Region", "CompiledFunction", "cudaGraph", "c10d::", "nccl:", "gloo:")
+_TORCH_ANNOTATIONS = (
+    "ProfilerStep#",
+    "Optimizer.",
+    "enumerate(DataLoader)#",
+    "## ",
+    "DistributedDataParallel",
+    "Torch-Compiled Region",
+    "CompiledFunction",
+    "cudaGraph",
+    "c10d::",
+    "nccl:",
+    "gloo:",
+)
 
 
 def _is_scope(m, i: int) -> bool:
@@ -144,11 +156,16 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
             f"{name} allocates {mib(tot)} per call ({plural(len(items), 'call')}) but {mib(own.get(i, 0))} in its "
             f"own statements; the memory comes from the code it calls: {', '.join(parts)}",
             ctx.location(i),
-            evidence={"scope": name, "total_bytes": tot, "self_bytes": own.get(i, 0),
-                      "helpers": [{"scope": h, "bytes": b} for h, b, _ in helpers[:5]],
-                      "calls": len(items), "peak_share": r3(tot / peak)},
+            evidence={
+                "scope": name,
+                "total_bytes": tot,
+                "self_bytes": own.get(i, 0),
+                "helpers": [{"scope": h, "bytes": b} for h, b, _ in helpers[:5]],
+                "calls": len(items),
+                "peak_share": r3(tot / peak),
+            },
             fix="look at the helpers: a large intermediate (logits, attention scores, a float32 "
-                "upcast) is the target for chunking, fusion, freeing earlier or checkpointing",
+            "upcast) is the target for chunking, fusion, freeing earlier or checkpointing",
         )
 
 
@@ -179,8 +196,11 @@ def _top_op(m, i: int, total_b: dict) -> str:
     best, most = "", 0
     for j in m.subtree(i):
         e = m.cpu[j]
-        if e.cat == "cpu_op" and m.enclosing_op(j) < 0 or (
-                e.cat == "cpu_op" and m.cpu[m.enclosing_op(j)].cat != "cpu_op"):
+        if (
+            e.cat == "cpu_op"
+            and m.enclosing_op(j) < 0
+            or (e.cat == "cpu_op" and m.cpu[m.enclosing_op(j)].cat != "cpu_op")
+        ):
             if total_b.get(j, 0) > most:
                 best, most = e.name, total_b[j]
     return best or "?"
@@ -226,11 +246,15 @@ def memory_peak(ctx: Context) -> Iterable[Diagnostic]:
         f"{' (summed from the allocations: the trace records no totals)' if summed else ''}, reached by an allocation of "
         f"{mib(peak.nbytes)}" + (f" in {ctx.model.cpu[peak.owner].name}" if peak.owner >= 0 else ""),
         ctx.location(peak.owner) if peak.owner >= 0 else ctx.trace_location(),
-        evidence={"peak_bytes": peak.total_allocated, "allocation_bytes": peak.nbytes, **({"summed": True} if summed else {}),
-                  "device": "cuda" if peak.device_type == CUDA else "cpu",
-                  "device_total_bytes": total_mem},
+        evidence={
+            "peak_bytes": peak.total_allocated,
+            "allocation_bytes": peak.nbytes,
+            **({"summed": True} if summed else {}),
+            "device": "cuda" if peak.device_type == CUDA else "cpu",
+            "device_total_bytes": total_mem,
+        },
         fix="to lower it: activation checkpointing, smaller micro-batches, bf16 activations, or "
-            "freeing references earlier (del, set_to_none=True)",
+        "freeing references earlier (del, set_to_none=True)",
     )
 
 
@@ -239,8 +263,12 @@ GROWTH_MIN_BYTES = 1024**2  # per step: below a MiB a run of 100k steps still fi
 GROWTH_STEP_SHARE = 0.75  # of the steps compared, this share must leave survivors
 
 
-@rule("memory-growth", "Allocated memory rises step over step and is not freed", "warning",
-      thresholds={"min-bytes-per-step": GROWTH_MIN_BYTES})
+@rule(
+    "memory-growth",
+    "Allocated memory rises step over step and is not freed",
+    "warning",
+    thresholds={"min-bytes-per-step": GROWTH_MIN_BYTES},
+)
 def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: per active step, the bytes it allocated (``[memory]`` samples, GPU first, else
     CPU) whose block is never freed later in the trace (a free names the block by ``Addr``),
@@ -316,24 +344,38 @@ def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     cuda = mem.device_type[rows[0]] == CUDA
     total_mem = m.device.totalGlobalMem if cuda and m.device is not None else None
     peak = max(mem.total_allocated[k] for k in rows)
-    left = f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps" \
-        if total_mem and total_mem > peak else ""
+    left = (
+        f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps"
+        if total_mem and total_mem > peak
+        else ""
+    )
     op = m.cpu[top_o].name if top_o >= 0 else "an untracked allocation"
     no_backward = m.fwd_of.count(-1) == len(m.fwd_of)  # no event links back to a forward op
-    why = (" No backward runs in these steps: the forward keeps its autograd graph, held by a "
-           "tensor that outlives the step." if no_backward else "")
+    why = (
+        " No backward runs in these steps: the forward keeps its autograd graph, held by a "
+        "tensor that outlives the step."
+        if no_backward
+        else ""
+    )
     yield ctx.diag(
         "memory-growth",
         f"allocated {'GPU' if cuda else 'CPU'} memory rises {mib(rise)} per step ({mib(level[0])} -> "
         f"{mib(level[-1])} over {len(steps)} steps) and is never freed: {mib(top_b / len(compared))} "
         f"of each step's allocations here ({op}) survive it{left}.{why}",
         ctx.location(top_o) if top_key is not None else ctx.trace_location(),
-        evidence={"rise_bytes_per_step": int(rise), "surviving_bytes_per_step": int(per_step),
-                  "steps_leaking": leaking, "steps_compared": len(compared),
-                  "level_bytes": level, "line_bytes_per_step": int(top_b / len(compared)),
-                  "op": op, "backward_in_steps": not no_backward, "device_total_bytes": total_mem},
+        evidence={
+            "rise_bytes_per_step": int(rise),
+            "surviving_bytes_per_step": int(per_step),
+            "steps_leaking": leaking,
+            "steps_compared": len(compared),
+            "level_bytes": level,
+            "line_bytes_per_step": int(top_b / len(compared)),
+            "op": op,
+            "backward_in_steps": not no_backward,
+            "device_total_bytes": total_mem,
+        },
         fix="find what keeps each step's tensors alive: accumulate loss.item() or loss.detach() instead of "
-            "the loss tensor, run evaluation under torch.no_grad() / torch.inference_mode(), and do not keep "
-            "outputs or losses in lists across steps",
+        "the loss tensor, run evaluation under torch.no_grad() / torch.inference_mode(), and do not keep "
+        "outputs or losses in lists across steps",
         related=[ctx.location(o) for _, o, key in lines[1:3] if key is not None],
     )

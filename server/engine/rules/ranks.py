@@ -4,6 +4,7 @@ One trace cannot show a straggler: the rule needs every rank's summary, so its c
 report (``server/engine/job.py``'s ``reduce_job`` calls it once the ranks are matched) and, run on a
 single trace like the other rules, finds nothing.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -70,46 +71,77 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
     o_wait = med(r.wait_us for r in others)
     if share < LAST_SHARE or o_step <= 0 or o_wait < WAIT_SHARE * o_step:
         return None
-    axes = [("cpu", "CPU own time", "cpu_own_us"), ("gpu", "GPU compute", "compute_us"),
-            ("data", "DataLoader time", "data_us"), ("launches", "launches", "launches")]
+    axes = [
+        ("cpu", "CPU own time", "cpu_own_us"),
+        ("gpu", "GPU compute", "compute_us"),
+        ("data", "DataLoader time", "data_us"),
+        ("launches", "launches", "launches"),
+    ]
     diffs = []
     for side, label, f in axes:
         mine, theirs = getattr(cand, f), med(getattr(r, f) for r in others)
-        if mine > 0 and mine > theirs and mine >= (LAUNCH_RATIO if side == "launches" else DIFF_RATIO) * theirs:
+        if (
+            mine > 0
+            and mine > theirs
+            and mine >= (LAUNCH_RATIO if side == "launches" else DIFF_RATIO) * theirs
+        ):
             # time axes rank by the µs they add; launches by what ~5 µs of CPU each costs
             cost = (mine - theirs) * (5.0 if side == "launches" else 1.0)
             diffs.append((cost, side, label, mine, theirs))
     if not diffs:
         return None
     diffs.sort(reverse=True)
-    parts = [f"{label} {_count(mine) if side == 'launches' else _ms(mine)} vs {_count(theirs) if side == 'launches' else _ms(theirs)}"
-             + (f" ({mine / theirs:.2f}x)" if theirs > 0 else "")
-             for _, side, label, mine, theirs in diffs]
-    msg = (f"rank {cand.rank} is the straggler: it arrives last at {cand.last_arrivals} of "
-           f"{job.collectives_matched} matched collectives and the other ranks' collectives wait "
-           f"{_ms(o_wait)} per step for it (their step: {_ms(o_step)}); what differs on rank {cand.rank} "
-           f"per step: {', '.join(parts)}")
+    parts = [
+        f"{label} {_count(mine) if side == 'launches' else _ms(mine)} vs {_count(theirs) if side == 'launches' else _ms(theirs)}"
+        + (f" ({mine / theirs:.2f}x)" if theirs > 0 else "")
+        for _, side, label, mine, theirs in diffs
+    ]
+    msg = (
+        f"rank {cand.rank} is the straggler: it arrives last at {cand.last_arrivals} of "
+        f"{job.collectives_matched} matched collectives and the other ranks' collectives wait "
+        f"{_ms(o_wait)} per step for it (their step: {_ms(o_step)}); what differs on rank {cand.rank} "
+        f"per step: {', '.join(parts)}"
+    )
     side = diffs[0][1]
-    fix = {"cpu": "find what rank {r} does more of on the CPU (logging, rank-0-only work, a busier core, a "
-                  "slower data path) and move it off the step; fewer, larger collectives cut per-step dispatch",
-           "gpu": "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
-                  "kernels run longer (clocks, a shared GPU)",
-           "data": "rank {r}'s input pipeline is slower: more DataLoader workers, pinned memory, or balance "
-                   "the data shards",
-           "launches": "rank {r} launches more GPU work per step: look for rank-dependent code paths or "
-                       "unfused per-parameter work"}[side].format(r=cand.rank)
-    evidence = {"rank": cand.rank, "last_arrivals": cand.last_arrivals,
-                "collectives_matched": job.collectives_matched, "last_share": _f3(share),
-                "side": side, "differs": [d[1] for d in diffs],
-                "compute_us": cand.compute_us, "others_compute_us": _f3(med(r.compute_us for r in others)),
-                "cpu_own_us": cand.cpu_own_us, "others_cpu_own_us": _f3(med(r.cpu_own_us for r in others)),
-                "data_us": cand.data_us, "others_data_us": _f3(med(r.data_us for r in others)),
-                "launches": cand.launches, "others_launches": _f3(med(r.launches for r in others)),
-                "step_us": cand.step_us, "others_step_us": _f3(o_step),
-                "others_wait_us": _f3(o_wait), "others_wait_share": _f3(o_wait / o_step),
-                "straggler_wait_us": cand.wait_us}
-    return Diagnostic(code="rank-straggler", severity=rank_straggler.severity, message=msg,
-                      location=Location(path=cand.path, precision="trace"), evidence=evidence, fix=fix)
+    fix = {
+        "cpu": "find what rank {r} does more of on the CPU (logging, rank-0-only work, a busier core, a "
+        "slower data path) and move it off the step; fewer, larger collectives cut per-step dispatch",
+        "gpu": "give rank {r} less work (balance the batch/sequence lengths or the sharding) or find why its "
+        "kernels run longer (clocks, a shared GPU)",
+        "data": "rank {r}'s input pipeline is slower: more DataLoader workers, pinned memory, or balance "
+        "the data shards",
+        "launches": "rank {r} launches more GPU work per step: look for rank-dependent code paths or "
+        "unfused per-parameter work",
+    }[side].format(r=cand.rank)
+    evidence = {
+        "rank": cand.rank,
+        "last_arrivals": cand.last_arrivals,
+        "collectives_matched": job.collectives_matched,
+        "last_share": _f3(share),
+        "side": side,
+        "differs": [d[1] for d in diffs],
+        "compute_us": cand.compute_us,
+        "others_compute_us": _f3(med(r.compute_us for r in others)),
+        "cpu_own_us": cand.cpu_own_us,
+        "others_cpu_own_us": _f3(med(r.cpu_own_us for r in others)),
+        "data_us": cand.data_us,
+        "others_data_us": _f3(med(r.data_us for r in others)),
+        "launches": cand.launches,
+        "others_launches": _f3(med(r.launches for r in others)),
+        "step_us": cand.step_us,
+        "others_step_us": _f3(o_step),
+        "others_wait_us": _f3(o_wait),
+        "others_wait_share": _f3(o_wait / o_step),
+        "straggler_wait_us": cand.wait_us,
+    }
+    return Diagnostic(
+        code="rank-straggler",
+        severity=rank_straggler.severity,
+        message=msg,
+        location=Location(path=cand.path, precision="trace"),
+        evidence=evidence,
+        fix=fix,
+    )
 
 
 def _count(v: float) -> str:

@@ -6,6 +6,7 @@ them, read off its loop), so the finding is made in ``server/daemon/placement.py
 registry, ``profd-client rule`` and ``--ignore`` know it as every other rule; the engine itself
 finds nothing for it.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -40,8 +41,12 @@ def unmapped_source(ctx: Context) -> Iterable[Diagnostic]:
     return ()
 
 
-@rule("unused-suppression", "A suppression comment that suppressed nothing in this trace", "information",
-      keep_severity=True)
+@rule(
+    "unused-suppression",
+    "A suppression comment that suppressed nothing in this trace",
+    "information",
+    keep_severity=True,
+)
 def unused_suppression(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: a ``# profd: ignore[...]``, ``# noqa: ...`` or ``# profd: ignore-file[...]`` comment
     in a source file of the trace, on a statement the trace ran, whose codes (``codes``) suppressed

@@ -1,4 +1,5 @@
 """Step-shape rules: ``cold-start-step``, ``one-time-setup``."""
+
 from __future__ import annotations
 
 import bisect
@@ -103,18 +104,25 @@ def cold_start_step(ctx: Context) -> Iterable[Diagnostic]:
     if work:
         why = f"; only this step does {', '.join(work[:4])}: first-time work inside the measured window"
     else:
-        why = ("; it does no first-time work (no extra runtime calls, no allocator growth): if the "
-               "program already warms up outside the profiler, this is the profiler's own start-up")
+        why = (
+            "; it does no first-time work (no extra runtime calls, no allocator growth): if the "
+            "program already warms up outside the profiler, this is the profiler's own start-up"
+        )
     yield ctx.diag(
         "cold-start-step",
         f"first active step {first.name} takes {us(first.dur)}, {first.dur / rest:.1f}x the median "
         f"{us(rest)} of the other {len(m.steps) - 1}{dead}{why}",
         ctx.trace_location(),
-        evidence={"first_step": first.name, "first_step_us": r3(first.dur), "median_rest_us": r3(rest),
-                  "ratio": r3(first.dur / rest), "first_op_delay_us": r3(delay) if delay is not None else None,
-                  "first_time_work": work},
+        evidence={
+            "first_step": first.name,
+            "first_step_us": r3(first.dur),
+            "median_rest_us": r3(rest),
+            "ratio": r3(first.dur / rest),
+            "first_op_delay_us": r3(delay) if delay is not None else None,
+            "first_time_work": work,
+        },
         fix="run a few warm-up iterations before the profiler starts and use "
-            "schedule(wait=1, warmup=1, active=N); judge steady state from the later steps",
+        "schedule(wait=1, warmup=1, active=N); judge steady state from the later steps",
         severity="warning" if work else "information",
     )
 
@@ -163,21 +171,38 @@ def one_time_setup(ctx: Context) -> Iterable[Diagnostic]:
     for x, y, what in setup_intervals(m):
         x, y = max(x, lo), min(y, hi)
         if y > x:
-            kind = "torch.compile compiling" if what.startswith("torch.compile") else (
-                "lazy kernel loading" if "lazy" in what else (
-                    "CUDA context/module set-up" if not what.startswith("first") else "first-call library set-up"))
+            kind = (
+                "torch.compile compiling"
+                if what.startswith("torch.compile")
+                else (
+                    "lazy kernel loading"
+                    if "lazy" in what
+                    else (
+                        "CUDA context/module set-up"
+                        if not what.startswith("first")
+                        else "first-call library set-up"
+                    )
+                )
+            )
             kinds[kind] = kinds.get(kind, 0.0) + (y - x)
     share = 100.0 * a.setup_us / a.window_us
     parts = ", ".join(k for k, _ in sorted(kinds.items(), key=lambda kv: -kv[1]))
-    rest = ("the verdict judges the rest" if a.steady_steps else
-            "no step is free of it, so the window holds no steady state: profile warm to judge one")
+    rest = (
+        "the verdict judges the rest"
+        if a.steady_steps
+        else "no step is free of it, so the window holds no steady state: profile warm to judge one"
+    )
     yield ctx.diag(
         "one-time-setup",
         f"{us(a.setup_us)} of the {us(a.window_us)} window ({share:.0f}%) is one-time set-up ({parts}); {rest}",
         ctx.trace_location(),
-        evidence={"setup_us": r3(a.setup_us), "window_us": r3(a.window_us), "setup_pct": r3(share),
-                  "kinds": sorted(kinds)},
+        evidence={
+            "setup_us": r3(a.setup_us),
+            "window_us": r3(a.window_us),
+            "setup_pct": r3(share),
+            "kinds": sorted(kinds),
+        },
         fix="warm up before profiling (a few calls of the model, loss and optimizer step, and of the compiled "
-            "function) or use schedule(wait=1, warmup=1, active=N); keep torch.compile's caches "
-            "(TORCHINDUCTOR_FX_GRAPH_CACHE) so compilation is not repeated",
+        "function) or use schedule(wait=1, warmup=1, active=N); keep torch.compile's caches "
+        "(TORCHINDUCTOR_FX_GRAPH_CACHE) so compilation is not repeated",
     )

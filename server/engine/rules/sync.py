@@ -1,5 +1,6 @@
 """Synchronisation: ``sync-wait`` (explicit syncs that block) and ``host-sync`` (syncs forced
 from user code by reading a GPU value on the host)."""
+
 from __future__ import annotations
 
 import bisect
@@ -55,7 +56,9 @@ def host_read_op(m, i: int):
             continue
         if e.name in HOST_READ_OPS:
             top = a
-            for b in m.ancestors(a):  # report the outermost host-read op (aten::item over _local_scalar_dense)
+            for b in m.ancestors(
+                a
+            ):  # report the outermost host-read op (aten::item over _local_scalar_dense)
                 if m.cpu[b].cat == "cpu_op" and m.cpu[b].name in HOST_READ_OPS:
                     top = b
                 elif m.cpu[b].cat == "python_function":
@@ -82,12 +85,18 @@ def _outermost_copy(m, a: int) -> int:
 
 def _loop_syncs(m, names=SYNC_CALLS) -> list[int]:
     """Sync calls (of ``names``) inside the steps, the profiler's own left out."""
-    return [i for i in m.indices(names)
-            if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)]
+    return [
+        i for i in m.indices(names) if m.step_at(m.cpu[i].ts) is not None and not is_profiler_internal(m, i)
+    ]
 
 
-@rule("sync-wait", "A synchronising call blocks the CPU", "warning",
-      saves=(ev("blocked_us_per_step"), zero), waits=True)
+@rule(
+    "sync-wait",
+    "A synchronising call blocks the CPU",
+    "warning",
+    saves=(ev("blocked_us_per_step"), zero),
+    waits=True,
+)
 def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: explicit synchronising calls inside the steps (``torch.cuda.synchronize``,
     stream/event syncs) that are not host reads, with how long they block and what the GPU did
@@ -131,10 +140,16 @@ def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
         comm = sum(covered(a.comm, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx) / total
         if frac >= 0.5:
             copies = sum(covered(a.copies, m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in idx) / total
-            kind, what = "draining", ("draining a queue of copies" if copies >= 0.5 else "draining a busy GPU queue")
+            kind, what = (
+                "draining",
+                ("draining a queue of copies" if copies >= 0.5 else "draining a busy GPU queue"),
+            )
         elif comm >= 0.5:
             # a collective spins on the GPU while it waits for a peer: the wait is another rank's
-            kind, what = "collective", f"waiting on a collective ({pct(100 * comm)} of the time in collective kernels): another rank is late"
+            kind, what = (
+                "collective",
+                f"waiting on a collective ({pct(100 * comm)} of the time in collective kernels): another rank is late",
+            )
         else:
             kind, what = "idle", "while the GPU sat idle"
         name = m.cpu[idx[0]].name
@@ -142,19 +157,31 @@ def sync_wait(ctx: Context) -> Iterable[Diagnostic]:
         related = []
         if waited >= 0 and m.launcher[waited] >= 0:
             what_g = "the collective it waited on" if kind == "collective" else "the GPU work it waited for"
-            related.append(ctx.related(m.launcher[waited], f"{what_g}: {K.short_name(m.gpu[waited].name, 60)}, "
-                                                           "launched here"))
+            related.append(
+                ctx.related(
+                    m.launcher[waited], f"{what_g}: {K.short_name(m.gpu[waited].name, 60)}, launched here"
+                )
+            )
         yield ctx.diag(
             "sync-wait",
             f"{name} blocks the CPU {us(blocked)} per step ({pct(100 * blocked / step_us)} of the step), "
             f"{what} (the GPU busy {pct(100 * frac)} of the waits)",
             ctx.location(idx[0]),
-            evidence={"sync_call": name, "count": len(idx), "blocked_us_per_step": r3(blocked),
-                      "gpu_busy_during": r3(frac), "collective_during": r3(comm), "kind": kind},
-            fix=("the wait is another rank's lateness: balance the work across ranks (batch sizes, data "
-                 "shards, host-side work) and see rank-straggler in the job report" if kind == "collective" else
-                 "synchronise only where a result is needed (timing, logging every N steps); use events "
-                 "(torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU"),
+            evidence={
+                "sync_call": name,
+                "count": len(idx),
+                "blocked_us_per_step": r3(blocked),
+                "gpu_busy_during": r3(frac),
+                "collective_during": r3(comm),
+                "kind": kind,
+            },
+            fix=(
+                "the wait is another rank's lateness: balance the work across ranks (batch sizes, data "
+                "shards, host-side work) and see rank-straggler in the job report"
+                if kind == "collective"
+                else "synchronise only where a result is needed (timing, logging every N steps); use events "
+                "(torch.cuda.Event.record / wait_stream) to order streams without blocking the CPU"
+            ),
             related=related,
         )
 
@@ -165,8 +192,13 @@ def _unblock(sm: StepModel, d: Diagnostic) -> Change:
     return Change(nonblock={p.i for p in sm.on_line(d) if p.kind in (SYNC, BLOCKING)})
 
 
-@rule("host-sync", "Device-to-host synchronisation forced from user code", "warning",
-      saves=(ev("blocked_us_per_step"), zero), waits=True)
+@rule(
+    "host-sync",
+    "Device-to-host synchronisation forced from user code",
+    "warning",
+    saves=(ev("blocked_us_per_step"), zero),
+    waits=True,
+)
 def host_sync(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: sync calls (or copies that block, as ``hipMemcpyWithStream`` does on ROCm) inside
     the steps whose enclosing aten op reads a device value on the host (``aten::item``,
@@ -223,10 +255,15 @@ def host_sync(ctx: Context) -> Iterable[Diagnostic]:
             f"({', '.join(names)} -> {g['sync']}): the CPU blocks {us(blocked)} per step "
             f"({pct(100 * share)} of the step) and cannot queue work ahead of the GPU",
             ctx.location(g["first"]),
-            evidence={"sync_call": g["sync"], "ops": names, "per_step": r3(per_step),
-                      "blocked_us_per_step": r3(blocked), "step_share": r3(share)},
+            evidence={
+                "sync_call": g["sync"],
+                "ops": names,
+                "per_step": r3(per_step),
+                "blocked_us_per_step": r3(blocked),
+                "step_share": r3(share),
+            },
             fix="keep values on the GPU inside the loop (accumulate losses as tensors, log every N "
-                "steps), avoid data-dependent shapes and Python conditions on tensors",
+            "steps), avoid data-dependent shapes and Python conditions on tensors",
             severity="warning" if share >= HOST_SYNC_WARN_SHARE or per_step >= 1 else "information",
         )
 

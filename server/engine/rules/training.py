@@ -1,5 +1,6 @@
 """Training- and evaluation-loop anti-patterns: ``pageable-memcpy``, ``optimizer-foreach-off``,
 ``zero-grad-not-none``, ``conv-bias-before-bn``, ``dataloader-bound``, ``inference-without-no-grad``."""
+
 from __future__ import annotations
 
 import ast
@@ -18,21 +19,54 @@ from .util import mib, pct, plural, r3, us
 
 OPT_STEP = "Optimizer.step#"
 OPT_ZERO = "Optimizer.zero_grad#"
-SINGLE_TENSOR_FNS = ("_single_tensor_adam", "_single_tensor_adamw", "_single_tensor_sgd",
-                     "_single_tensor_rmsprop", "_single_tensor_adagrad", "_single_tensor_nadam",
-                     "_single_tensor_radam", "_single_tensor_adamax", "_single_tensor_asgd")
-UPDATE_OPS = {"aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::mul_", "aten::add_", "aten::sqrt",
-              "aten::div_", "aten::sub_"}
+SINGLE_TENSOR_FNS = (
+    "_single_tensor_adam",
+    "_single_tensor_adamw",
+    "_single_tensor_sgd",
+    "_single_tensor_rmsprop",
+    "_single_tensor_adagrad",
+    "_single_tensor_nadam",
+    "_single_tensor_radam",
+    "_single_tensor_adamax",
+    "_single_tensor_asgd",
+)
+UPDATE_OPS = {
+    "aten::lerp_",
+    "aten::addcdiv_",
+    "aten::addcmul_",
+    "aten::mul_",
+    "aten::add_",
+    "aten::sqrt",
+    "aten::div_",
+    "aten::sub_",
+}
 SINGLE_TENSOR_MIN_OPS = 20  # per-parameter update ops per step that give the loop away
 PAGEABLE_BYTES_PER_STEP = 1 << 20
 PAGEABLE_STEP_SHARE = 0.01
 # what the quick fixes look for in the source (class names as the user writes them)
-OPTIMIZER_CLASSES = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD",
-                     "Adadelta"}
+OPTIMIZER_CLASSES = {
+    "Adam",
+    "AdamW",
+    "SGD",
+    "RMSprop",
+    "Adagrad",
+    "Adamax",
+    "NAdam",
+    "RAdam",
+    "ASGD",
+    "Adadelta",
+}
 FUSED_CLASSES = {"Adam", "AdamW", "SGD", "Adagrad"}  # torch.optim classes with a fused implementation
 CONV_CLASSES = {"Conv1d", "Conv2d", "Conv3d", "LazyConv1d", "LazyConv2d", "LazyConv3d"}
-NORM_CLASSES = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
-                "LazyBatchNorm2d", "LazyBatchNorm3d"}
+NORM_CLASSES = {
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "SyncBatchNorm",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+}
 # Measured on H200 (docs/workloads.md, examples/recorded/README.md), used as conservative factors:
 PER_PARAM_GIVES_BACK = 0.8  # foreach/fused and set_to_none remove the per-parameter dispatch
 PINNED_GPU_GIVES_BACK = 0.5  # pinned copies run at full bandwidth (about 2x pageable's)
@@ -41,14 +75,29 @@ PINNED_GBPS_OTHER = 10.0
 GRAD_EVAL_MIN_OPS_PER_STEP = 1  # module ops recording autograd nodes, with no backward in the window
 DATALOADER_MARK = "enumerate(DataLoader)#"
 DATALOADER_STEP_SHARE = 0.10
-CONV_OPS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::conv1d", "aten::conv3d",
-            "aten::cudnn_convolution"}
-BN_OPS = {"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::native_batch_norm",
-          "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit"}
+CONV_OPS = {
+    "aten::convolution",
+    "aten::_convolution",
+    "aten::conv2d",
+    "aten::conv1d",
+    "aten::conv3d",
+    "aten::cudnn_convolution",
+}
+BN_OPS = {
+    "aten::batch_norm",
+    "aten::_batch_norm_impl_index",
+    "aten::native_batch_norm",
+    "aten::cudnn_batch_norm",
+    "aten::_native_batch_norm_legit",
+}
 
 
-@rule("pageable-memcpy", "Host/device copies from pageable memory", "warning",
-      saves=(per_step("launch_cpu_us"), per_step("gpu_us", PINNED_GPU_GIVES_BACK)))
+@rule(
+    "pageable-memcpy",
+    "Host/device copies from pageable memory",
+    "warning",
+    saves=(per_step("launch_cpu_us"), per_step("gpu_us", PINNED_GPU_GIVES_BACK)),
+)
 def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``Memcpy HtoD/DtoH (Pageable ...)`` GPU copies, grouped by the line that issued
     them: count per step, bytes, and the CPU time their copy calls block, against the step.
@@ -83,8 +132,20 @@ def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
         if li >= 0 and m.steps and m.step_at(m.cpu[li].ts) is None:
             continue  # outside the steps (a trace without steps is one window)
         k = ctx.line_id(li)
-        grp = groups.setdefault(k, {"n": 0, "bytes": 0, "us": 0.0, "cpu_us": 0.0, "li": li, "names": set(),
-                                    "user": False, "htod": False, "htod_cpu_us": 0.0})
+        grp = groups.setdefault(
+            k,
+            {
+                "n": 0,
+                "bytes": 0,
+                "us": 0.0,
+                "cpu_us": 0.0,
+                "li": li,
+                "names": set(),
+                "user": False,
+                "htod": False,
+                "htod_cpu_us": 0.0,
+            },
+        )
         grp["n"] += 1
         grp["bytes"] += int(e.args.nbytes or 0) if e.args else 0
         grp["us"] += e.dur
@@ -112,10 +173,15 @@ def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
             f"({', '.join(sorted(grp['names']))}; {mib(grp['bytes'] / ctx.n_steps)} per step): each one is "
             f"staged and blocks the CPU for {us(grp['cpu_us'] / grp['n'])}",
             ctx.location(grp["li"]) if grp["li"] >= 0 else ctx.trace_location(),
-            evidence={"copies_per_step": r3(grp["n"] / ctx.n_steps), "bytes_per_step": grp["bytes"] / ctx.n_steps,
-                      "gpu_us": r3(grp["us"]), "launch_cpu_us": r3(grp["cpu_us"]), "kinds": sorted(grp["names"])},
+            evidence={
+                "copies_per_step": r3(grp["n"] / ctx.n_steps),
+                "bytes_per_step": grp["bytes"] / ctx.n_steps,
+                "gpu_us": r3(grp["us"]),
+                "launch_cpu_us": r3(grp["cpu_us"]),
+                "kinds": sorted(grp["names"]),
+            },
             fix="allocate host batches in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) "
-                "and copy with .to(device, non_blocking=True)",
+            "and copy with .to(device, non_blocking=True)",
         )
 
 
@@ -139,8 +205,11 @@ def _pinned(sm: StepModel, d: Diagnostic) -> Change:
 
 
 def _copy_calls(src: Source, line1: int) -> list[ast.Call]:
-    return [c for c in src.calls(lambda c: call_name(c) in ("to", "cuda", "copy_"))
-            if c.lineno <= line1 <= c.end_lineno]
+    return [
+        c
+        for c in src.calls(lambda c: call_name(c) in ("to", "cuda", "copy_"))
+        if c.lineno <= line1 <= c.end_lineno
+    ]
 
 
 @pageable_memcpy.quick_fix
@@ -167,8 +236,9 @@ def _pin_and_copy_async(src: Source, line1: int) -> list[Fix]:
             if "pin_memory" not in src.segment(made):
                 l, col, el, ec = src.span(made)
                 simple = isinstance(made, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
-                pin += ([] if simple else [Edit(l, col, l, col, "(")]) + \
-                    [Edit(el, ec, el, ec, ("" if simple else ")") + ".pin_memory()")]
+                pin += ([] if simple else [Edit(l, col, l, col, "(")]) + [
+                    Edit(el, ec, el, ec, ("" if simple else ")") + ".pin_memory()")
+                ]
         title = "Pin the tensor once where it is made, outside the loop (.pin_memory()), and copy with non_blocking=True"
     nb = [e for c in copies for e in set_kw(src, c, "non_blocking", "True")]
     edits = pin + nb
@@ -193,14 +263,21 @@ def _made_once(src: Source, copy: ast.Call, name: ast.Name) -> Optional[ast.expr
         if isinstance(n, LOOPS):
             loops.append(n)
         n = src.parent(n)
-    stores = [x for x in ast.walk(scope) if isinstance(x, ast.Name) and x.id == name.id
-              and isinstance(x.ctx, ast.Store) and (x.lineno, x.col_offset) < (copy.lineno, copy.col_offset)]
+    stores = [
+        x
+        for x in ast.walk(scope)
+        if isinstance(x, ast.Name)
+        and x.id == name.id
+        and isinstance(x.ctx, ast.Store)
+        and (x.lineno, x.col_offset) < (copy.lineno, copy.col_offset)
+    ]
     if not stores:
         return None
     last = max(stores, key=lambda x: (x.lineno, x.col_offset))
     st = src.parent(last)
-    if not (isinstance(st, ast.Assign) and st.targets == [last]) or \
-            any(src.inside(st, loop) for loop in loops):
+    if not (isinstance(st, ast.Assign) and st.targets == [last]) or any(
+        src.inside(st, loop) for loop in loops
+    ):
         return None
     return st.value
 
@@ -209,8 +286,12 @@ def _optimizer_steps(m):
     return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
 
-@rule("optimizer-foreach-off", "Single-tensor optimizer implementation", "warning",
-      saves=(line_cpu(PER_PARAM_GIVES_BACK), zero))
+@rule(
+    "optimizer-foreach-off",
+    "Single-tensor optimizer implementation",
+    "warning",
+    saves=(line_cpu(PER_PARAM_GIVES_BACK), zero),
+)
 def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: inside ``Optimizer.step``, the single-tensor implementation on GPU parameters: its
     frame (``_single_tensor_adamw`` ...) when the trace has stacks, else many per-parameter update
@@ -263,14 +344,20 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     per_step = update_ops / len(steps)
     if grouped or not launched or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
         return
-    how = f"its frames run {single_frame.function}" if single_frame else \
-        f"{per_step:.0f} per-parameter update ops per step and no _foreach_/_fused_ op"
+    how = (
+        f"its frames run {single_frame.function}"
+        if single_frame
+        else f"{per_step:.0f} per-parameter update ops per step and no _foreach_/_fused_ op"
+    )
     yield ctx.diag(
         "optimizer-foreach-off",
         f"{', '.join(sorted(names))} uses the single-tensor implementation (foreach=False): {how}",
         ctx.location(steps[0]),
-        evidence={"optimizer": sorted(names), "update_ops_per_step": r3(per_step),
-                  "single_tensor_frame": single_frame.function if single_frame else None},
+        evidence={
+            "optimizer": sorted(names),
+            "update_ops_per_step": r3(per_step),
+            "single_tensor_frame": single_frame.function if single_frame else None,
+        },
         fix="construct the optimizer with foreach=True (the default on CUDA) or fused=True",
     )
 
@@ -294,7 +381,12 @@ def _foreach_or_fused(src: Source, line1: int) -> list[Fix]:
     fe = [e for c in calls for e in set_kw(src, c, "foreach", "True", drop=("fused",))]
     if fe:
         out.append(Fix("Use the foreach optimizer (foreach=True)", fe, True))
-    fu = [e for c in calls if call_name(c) in FUSED_CLASSES for e in set_kw(src, c, "fused", "True", drop=("foreach",))]
+    fu = [
+        e
+        for c in calls
+        if call_name(c) in FUSED_CLASSES
+        for e in set_kw(src, c, "fused", "True", drop=("foreach",))
+    ]
     if fu:
         out.append(Fix("Use the fused optimizer (fused=True)", fu))
     return out
@@ -306,8 +398,14 @@ def _constructor(src: Source, line1: int) -> list[tuple[Edit, str]]:
     out: list[tuple[Edit, str]] = []
     for fx in _foreach_or_fused(src, line1)[:1]:
         for e in fx.edits:
-            call = next((c for c in src.calls(lambda c: call_name(c) in OPTIMIZER_CLASSES)
-                         if c.lineno - 1 <= e.line <= c.end_lineno - 1), None)
+            call = next(
+                (
+                    c
+                    for c in src.calls(lambda c: call_name(c) in OPTIMIZER_CLASSES)
+                    if c.lineno - 1 <= e.line <= c.end_lineno - 1
+                ),
+                None,
+            )
             if call is None or call.lineno == line1:
                 continue
             span = Edit(*src.span(call), "")
@@ -316,8 +414,12 @@ def _constructor(src: Source, line1: int) -> list[tuple[Edit, str]]:
     return out
 
 
-@rule("zero-grad-not-none", "zero_grad writes zeros every step", "warning",
-      saves=(line_cpu(PER_PARAM_GIVES_BACK), ev("gpu_us_per_step")))
+@rule(
+    "zero-grad-not-none",
+    "zero_grad writes zeros every step",
+    "warning",
+    saves=(line_cpu(PER_PARAM_GIVES_BACK), ev("gpu_us_per_step")),
+)
 def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: ``aten::zero_``/``aten::fill_``/``aten::_foreach_zero_`` ops inside
     ``Optimizer.zero_grad`` (or ``Module.zero_grad``): gradients are overwritten with zeros.
@@ -340,11 +442,18 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     m = ctx.model
     hits = []
     scopes = [i for i in m.named(OPT_ZERO) if m.cpu[i].cat == "user_annotation"]
-    scopes += [i for i, fr in m.frames.items() if fr.function == "zero_grad"
-               and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))]
+    scopes += [
+        i
+        for i, fr in m.frames.items()
+        if fr.function == "zero_grad" and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))
+    ]
     for i in scopes:
-        ops = [j for j in m.subtree(i) if m.cpu[j].cat == "cpu_op"
-               and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")]
+        ops = [
+            j
+            for j in m.subtree(i)
+            if m.cpu[j].cat == "cpu_op"
+            and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")
+        ]
         if ops:
             hits.append((i, ops))
     if not hits:
@@ -435,21 +544,35 @@ def conv_bias_before_bn(ctx: Context) -> Iterable[Diagnostic]:
 @conv_bias_before_bn.quick_fix
 def _no_bias(src: Source, line1: int) -> list[Fix]:
     edits = []
-    scopes = [n for n in ast.walk(src.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Call))
-              and src.calls(lambda c: call_name(c) in NORM_CLASSES, n) and src.calls(lambda c: call_name(c) in CONV_CLASSES, n)]
+    scopes = [
+        n
+        for n in ast.walk(src.tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Call))
+        and src.calls(lambda c: call_name(c) in NORM_CLASSES, n)
+        and src.calls(lambda c: call_name(c) in CONV_CLASSES, n)
+    ]
     seen = set()
     for s in scopes:
         for c in src.calls(lambda c: call_name(c) in CONV_CLASSES, s):
             if id(c) not in seen:
                 seen.add(id(c))
                 edits += set_kw(src, c, "bias", "False")
-    return [Fix("Build the convolution without bias (bias=False): the batch norm cancels it", edits,
-                True)] if edits else []
+    return (
+        [Fix("Build the convolution without bias (bias=False): the batch norm cancels it", edits, True)]
+        if edits
+        else []
+    )
 
 
-@rule("dataloader-bound", "GPU waits while the DataLoader produces the batch", "warning",
-      saves=(lambda d, ctx: ev("loader_us_per_step")(d, ctx) * float(d.evidence.get("gpu_idle_share") or 0),
-             zero))
+@rule(
+    "dataloader-bound",
+    "GPU waits while the DataLoader produces the batch",
+    "warning",
+    saves=(
+        lambda d, ctx: ev("loader_us_per_step")(d, ctx) * float(d.evidence.get("gpu_idle_share") or 0),
+        zero,
+    ),
+)
 def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
     """Evidence: time inside the DataLoader's ``__next__`` (``enumerate(DataLoader)#...``) within
     the steps, and how idle the GPU was meanwhile.
@@ -473,8 +596,11 @@ def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
     m, a = ctx.model, ctx.a
     if not m.steps:
         return
-    loads = [i for i in m.named(DATALOADER_MARK) if m.cpu[i].cat == "user_annotation"
-             and m.step_at(m.cpu[i].ts) is not None]
+    loads = [
+        i
+        for i in m.named(DATALOADER_MARK)
+        if m.cpu[i].cat == "user_annotation" and m.step_at(m.cpu[i].ts) is not None
+    ]
     if not loads:
         return
     t = sum(m.cpu[i].dur for i in loads)
@@ -490,10 +616,14 @@ def dataloader_bound(ctx: Context) -> Iterable[Diagnostic]:
         f"the DataLoader takes {us(t / ctx.n_steps)} per step ({pct(100 * share)} of the step) in {kind}, "
         f"with the GPU idle {pct(100 * idle)} of that time",
         ctx.location(loads[0]),
-        evidence={"loader_us_per_step": r3(t / ctx.n_steps), "step_share": r3(share), "gpu_idle_share": r3(idle),
-                  "iterator": kind},
+        evidence={
+            "loader_us_per_step": r3(t / ctx.n_steps),
+            "step_share": r3(share),
+            "gpu_idle_share": r3(idle),
+            "iterator": kind,
+        },
         fix="use DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2+) "
-            "and move per-sample work (decoding, augmentation) out of the training process",
+        "and move per-sample work (decoding, augmentation) out of the training process",
     )
 
 
@@ -545,9 +675,15 @@ def inference_without_no_grad(ctx: Context) -> Iterable[Diagnostic]:
     by_line: dict = {}
     for i, e in enumerate(m.cpu):
         a = e.args
-        if (e.cat != "cpu_op" or a is None or a.seq is None or a.fwd_tid not in (None, 0)
-                or m.enclosing_op(i) >= 0 or idx.node_at(i) < 0
-                or (m.steps and m.step_at(e.ts) is None)):
+        if (
+            e.cat != "cpu_op"
+            or a is None
+            or a.seq is None
+            or a.fwd_tid not in (None, 0)
+            or m.enclosing_op(i) >= 0
+            or idx.node_at(i) < 0
+            or (m.steps and m.step_at(e.ts) is None)
+        ):
             continue
         by_line.setdefault(ctx.line_id(i), []).append(i)
     n_ops = sum(len(v) for v in by_line.values())
@@ -561,7 +697,10 @@ def inference_without_no_grad(ctx: Context) -> Iterable[Diagnostic]:
         f"step" + (f" in {where}" if where else "") + " record autograd graph nodes and keep what a "
         "backward would need alive",
         ctx.location(top[0]),
-        evidence={"recorded_ops_per_step": r3(n_ops / ctx.n_steps), "lines": len(by_line),
-                  "module": where.name if where else None},
+        evidence={
+            "recorded_ops_per_step": r3(n_ops / ctx.n_steps),
+            "lines": len(by_line),
+            "module": where.name if where else None,
+        },
         fix="run the forward under torch.inference_mode() (or torch.no_grad()) when no backward follows",
     )

@@ -1,4 +1,5 @@
 """Small helpers the rules share."""
+
 from __future__ import annotations
 
 import statistics
@@ -41,9 +42,13 @@ def plural(n: float, word: str, many: str | None = None) -> str:
     if shown in ("1", "-1"):
         return f"{shown} {word}"
     if many is None:
-        many = _IRREGULAR.get(word) or (word + "es" if word.endswith(("s", "sh", "ch", "x", "z")) else
-                                        word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou"
-                                        else word + "s")
+        many = _IRREGULAR.get(word) or (
+            word + "es"
+            if word.endswith(("s", "sh", "ch", "x", "z"))
+            else word[:-1] + "ies"
+            if word.endswith("y") and word[-2:-1] not in "aeiou"
+            else word + "s"
+        )
     return f"{shown} {many}"
 
 
@@ -84,9 +89,13 @@ def inputs(e) -> tuple[list, list[str]]:
         types = msgspec.json.decode(a.input_types) if a.input_types else []
     except (msgspec.DecodeError, RecursionError):
         return [], []
-    out = [d if isinstance(d, list)
-           and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40 for x in d) else None
-           for d in (dims if isinstance(dims, list) else [])]
+    out = [
+        d
+        if isinstance(d, list)
+        and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 40 for x in d)
+        else None
+        for d in (dims if isinstance(dims, list) else [])
+    ]
     names = [t for t in (types if isinstance(types, list) else []) if isinstance(t, str)]
     return out, names
 
