@@ -49,33 +49,28 @@ def analyze_rank(path: str, options=None) -> tuple[Report, RankSummary]:
 
     A file that is not a trace gives a Report and a summary that both carry ``error``.
     """
-    from .analyze import (
-        analyze_trace,
-        error_report,
-    )  # analyze imports the rules, which import this module: keep it lazy
-
-    try:
-        done = analyze_trace(path, options)
-    except loader.TraceError as e:
-        return error_report(path, str(e)), RankSummary(path=path, error=str(e))
-    return done.report, summarize_model(done.model, done.analysis, done.report)
+    report, summary = _analyze(path, options, every_trace=True)
+    assert summary is not None
+    return report, summary
 
 
 def analyze_for_jobs(path: str, options=None) -> tuple[Report, Optional[RankSummary]]:
     """The report, and the rank summary when the trace is one rank of a multi-process job (a
     rank and a world size of 2 or more: what ``group_jobs`` keeps), from one run of the pipeline;
     None for a single-process trace or a file that is not a trace, which then cost no summary."""
-    from .analyze import (
-        analyze_trace,
-        error_report,
-    )  # analyze imports the rules, which import this module: keep it lazy
+    return _analyze(path, options, every_trace=False)
+
+
+def _analyze(path: str, options, every_trace: bool) -> tuple[Report, Optional[RankSummary]]:
+    # analyze imports the rules, which import this module: keep it lazy
+    from .analyze import analyze_trace, error_report
 
     try:
         done = analyze_trace(path, options)
     except loader.TraceError as e:
-        return error_report(path, str(e)), None
+        return error_report(path, str(e)), (RankSummary(path=path, error=str(e)) if every_trace else None)
     info = done.report.trace
-    if info.rank is None or not info.world_size or info.world_size < 2:
+    if not every_trace and (info.rank is None or not info.world_size or info.world_size < 2):
         return done.report, None
     return done.report, summarize_model(done.model, done.analysis, done.report)
 
