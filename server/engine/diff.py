@@ -19,6 +19,7 @@ from typing import Optional
 
 from ...protocol.diff import FindingDelta, LineDelta, ReportDiff, RuleDelta, SummaryDelta
 from ...protocol.types import Diagnostic, Report
+from .rules.util import r3
 
 _ORDER = {"gone": 0, "new": 1, "kept": 2}
 
@@ -69,11 +70,11 @@ def diff_reports(old: Report, new: Report, min_us: float = 50.0, min_ratio: floa
                 line=h.line,
                 function=h.function,
                 trend=trend,
-                old_cpu_us=_r(oc),
-                new_cpu_us=_r(nc),
-                old_gpu_us=_r(og),
-                new_gpu_us=_r(ng),
-                delta_us=_r(delta),
+                old_cpu_us=r3(oc),
+                new_cpu_us=r3(nc),
+                old_gpu_us=r3(og),
+                new_gpu_us=r3(ng),
+                delta_us=r3(delta),
                 codes_gone=sorted(set(gone)),
                 codes_new=sorted(set(appeared)),
             )
@@ -175,14 +176,10 @@ def _summary(old: Report, new: Report) -> SummaryDelta:
         setattr(s, f"{side}_verdict", sm.verdict)
         setattr(s, f"{side}_step_us", _med([st.dur_us for st in sm.steps]))
         setattr(s, f"{side}_gpu_busy_pct", sm.gpu_busy_pct)
-        setattr(s, f"{side}_cpu_per_step_us", _r(sm.cpu_total_us / n))
-        setattr(s, f"{side}_cuda_per_step_us", _r(sm.cuda_total_us / n))
+        setattr(s, f"{side}_cpu_per_step_us", r3(sm.cpu_total_us / n))
+        setattr(s, f"{side}_cuda_per_step_us", r3(sm.cuda_total_us / n))
     return s
 
 
 def _med(xs) -> Optional[float]:
-    return _r(statistics.median(xs)) if xs else None
-
-
-def _r(v: float) -> float:
-    return round(float(v), 3)
+    return r3(statistics.median(xs)) if xs else None

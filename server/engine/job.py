@@ -31,6 +31,7 @@ from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, covered, me
 from .model import TraceModel
 from .rules.ranks import rank_straggler
 from .rules.util import ms as _ms
+from .rules.util import r3
 
 DATALOADER_MARK = "enumerate(DataLoader)#"
 HOT_LINES_PER_RANK = 50
@@ -111,7 +112,7 @@ def summarize_model(m: TraceModel, a: Analysis, report: Optional[Report] = None)
 def _start_us(m: TraceModel) -> float:
     """Wall-clock start (µs since the epoch; the event clock alone without an offset)."""
     w = m.wall_start_us
-    return w if w is not None else _r(m.t0)
+    return w if w is not None else r3(m.t0)
 
 
 def _group_key(dist: dict) -> str:
@@ -188,12 +189,12 @@ def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
         out.append(
             RankStep(
                 number=s.number,
-                dur_us=_r(s.dur),
-                cpu_own_us=_r(max(0.0, s.dur - sync[k] - blocked)),
-                compute_us=_r(sum(b - x for x, b in cp)),
-                comm_us=_r(comm_us),
-                exposed_comm_us=_r(max(0.0, comm_us - hidden)),
-                data_us=_r(data[k]),
+                dur_us=r3(s.dur),
+                cpu_own_us=r3(max(0.0, s.dur - sync[k] - blocked)),
+                compute_us=r3(sum(b - x for x, b in cp)),
+                comm_us=r3(comm_us),
+                exposed_comm_us=r3(max(0.0, comm_us - hidden)),
+                data_us=r3(data[k]),
                 launches=launches[k],
             )
         )
@@ -222,7 +223,7 @@ def collectives(m: TraceModel, a: Analysis) -> list[Collective]:
         k = (number, short)
         o = seen.get(k, 0)
         seen[k] = o + 1
-        out.append(Collective(key=f"{number}|{short}|{o}", name=short, dur_us=_r(dur)))
+        out.append(Collective(key=f"{number}|{short}|{o}", name=short, dur_us=r3(dur)))
 
     for g, e in enumerate(m.gpu):
         if a.gpu_class[g] == kernels.COMMUNICATION and owner[g] >= 0:
@@ -332,8 +333,8 @@ def reduce_job(summaries: Iterable[RankSummary]) -> JobReport:
                     ranks=1,
                 )
             else:
-                t.cpu_total_us = _r(t.cpu_total_us + h.cpu_total_us)
-                t.gpu_us = _r(t.gpu_us + h.gpu_us)
+                t.cpu_total_us = r3(t.cpu_total_us + h.cpu_total_us)
+                t.gpu_us = r3(t.gpu_us + h.gpu_us)
                 t.ranks += 1
     _waits(rows, coll)  # indices in ``coll`` are positions in arrival order: sort only after
     rows.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0))
@@ -354,7 +355,7 @@ def _row(s: RankSummary) -> RankRow:
     n = max(1, len(s.steps))
 
     def mean(f):
-        return _r(sum(getattr(st, f) for st in s.steps) / n)
+        return r3(sum(getattr(st, f) for st in s.steps) / n)
 
     comm = sum(st.comm_us for st in s.steps)
     exposed = sum(st.exposed_comm_us for st in s.steps)
@@ -369,7 +370,7 @@ def _row(s: RankSummary) -> RankRow:
         exposed_comm_us=mean("exposed_comm_us"),
         data_us=mean("data_us"),
         launches=mean("launches"),
-        overlap_pct=_r(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
+        overlap_pct=r3(100.0 * (comm - exposed) / comm, 1) if comm > 0 else None,
         verdict=s.verdict,
     )
 
@@ -401,8 +402,8 @@ def _waits(rows: list[RankRow], coll: dict[str, list[tuple[int, float]]]) -> Non
     if not steps:
         return
     for k, r in enumerate(rows):
-        r.wait_us = _r(wait[k] / len(steps))
-        r.transfer_us = _r(max(0.0, r.comm_us - r.wait_us))
+        r.wait_us = r3(wait[k] / len(steps))
+        r.transfer_us = r3(max(0.0, r.comm_us - r.wait_us))
         r.last_arrivals = last[k]
 
 
@@ -428,10 +429,6 @@ def analyze_job(paths: list[str], options=None) -> tuple[list[Report], list[JobR
         if s is not None:
             summaries.append(s)
     return reports, [reduce_job(g) for g in group_jobs(summaries)]
-
-
-def _r(v: float, nd: int = 3) -> float:
-    return round(float(v), nd)
 
 
 def _int(v) -> Optional[int]:

@@ -113,19 +113,10 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(
-    code: str,
-    title: str,
-    severity: Severity,
-    *,
-    thresholds: Optional[dict[str, float]] = None,
-    saves: Optional[tuple[Callable, Callable]] = None,
-    waits: bool = False,
-    keep_severity: bool = False,
-    symptom: bool = False,
-    job: bool = False,
-) -> Callable[[Check], Rule]:
-    """Declare the decorated check as rule ``code`` of its module's family."""
+def rule(code: str, title: str, severity: Severity, **options: Any) -> Callable[[Check], Rule]:
+    """Declare the decorated check as rule ``code`` of its module's family. ``options`` are
+    Rule's keywords (thresholds, saves, waits, keep_severity, symptom, job), passed on as they
+    are: a misspelt one fails the import, where Rule is built."""
 
     def wrap(fn: Check) -> Rule:
         if code in REGISTRY:
@@ -133,19 +124,7 @@ def rule(
         family = fn.__module__.rsplit(".", 1)[-1]
         if family not in FAMILIES:
             raise KeyError(f"rule {code!r}: module {fn.__module__} is not a rule family")
-        r = REGISTRY[code] = Rule(
-            code,
-            title,
-            severity,
-            family,
-            fn,
-            thresholds=thresholds,
-            saves=saves,
-            waits=waits,
-            keep_severity=keep_severity,
-            symptom=symptom,
-            job=job,
-        )
+        r = REGISTRY[code] = Rule(code, title, severity, family, fn, **options)
         return r
 
     return wrap

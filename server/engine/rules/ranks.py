@@ -14,6 +14,7 @@ from ....protocol.job import JobReport
 from ....protocol.types import Diagnostic, Location
 from . import rule
 from .util import ms as _ms
+from .util import r3
 
 # rank-straggler thresholds (see ``rank_straggler`` for why these values)
 LAST_SHARE = 0.75
@@ -117,21 +118,21 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
         "rank": cand.rank,
         "last_arrivals": cand.last_arrivals,
         "collectives_matched": job.collectives_matched,
-        "last_share": _f3(share),
+        "last_share": r3(share),
         "side": side,
         "differs": [d[1] for d in diffs],
         "compute_us": cand.compute_us,
-        "others_compute_us": _f3(med(r.compute_us for r in others)),
+        "others_compute_us": r3(med(r.compute_us for r in others)),
         "cpu_own_us": cand.cpu_own_us,
-        "others_cpu_own_us": _f3(med(r.cpu_own_us for r in others)),
+        "others_cpu_own_us": r3(med(r.cpu_own_us for r in others)),
         "data_us": cand.data_us,
-        "others_data_us": _f3(med(r.data_us for r in others)),
+        "others_data_us": r3(med(r.data_us for r in others)),
         "launches": cand.launches,
-        "others_launches": _f3(med(r.launches for r in others)),
+        "others_launches": r3(med(r.launches for r in others)),
         "step_us": cand.step_us,
-        "others_step_us": _f3(o_step),
-        "others_wait_us": _f3(o_wait),
-        "others_wait_share": _f3(o_wait / o_step),
+        "others_step_us": r3(o_step),
+        "others_wait_us": r3(o_wait),
+        "others_wait_share": r3(o_wait / o_step),
         "straggler_wait_us": cand.wait_us,
     }
     return Diagnostic(
@@ -146,7 +147,3 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
 
 def _count(v: float) -> str:
     return f"{v:.0f}"
-
-
-def _f3(v: float) -> float:
-    return round(float(v), 3)  # a float in the JSON even when the median of counts is an int

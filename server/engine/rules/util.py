@@ -68,8 +68,11 @@ def quantile(xs: list[float], q: float) -> float:
     return s[k]
 
 
-def r3(v: float) -> float:
-    return round(v, 3)
+def r3(v: float, nd: int = 3) -> float:
+    """A number for a report's evidence or summary, to ``nd`` decimals and always a float (a
+    median of counts is an int, and the JSON would say ``5`` where the same field elsewhere says
+    ``5.0``)."""
+    return round(float(v), nd)
 
 
 def inputs(e) -> tuple[list, list[str]]:
