@@ -51,6 +51,26 @@ def uri(path: str) -> str:
     return Path(path).as_uri()
 
 
+async def serve(prefix: str, tmp: str | None) -> tuple[asyncio.subprocess.Process, str, str, str]:
+    """A real ``profd serve --stdio`` (default settle/quiet, 2 workers, INFO log) watching a fresh
+    temp folder: (process, the folder, its watch/, its daemon.log)."""
+    work = tempfile.mkdtemp(prefix=prefix, dir=tmp)
+    watch, state = os.path.join(work, "watch"), os.path.join(work, "state")
+    os.makedirs(watch)
+    log_path = os.path.join(work, "daemon.log")
+    with open(log_path, "wb") as log:  # the daemon writes to its own copy of the descriptor
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "profd.server.daemon.cli", "serve", "--stdio", "--watch", watch],
+            *["--workspace", SRC, "--state", state, "--log-level", "INFO"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=ROOT,
+            limit=64 << 20,
+        )
+    return proc, work, watch, log_path
+
+
 # ---- a minimal LSP client over the daemon's stdio ----------------------------------------------
 class Client:
     def __init__(self, proc: asyncio.subprocess.Process):
@@ -77,6 +97,14 @@ class Client:
 
     def notify(self, method: str, params) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def initialize(self, capabilities: dict) -> None:
+        """The LSP handshake, then a status request: the daemon answers requests from here on."""
+        await self.request(
+            "initialize", {"processId": os.getpid(), "rootUri": uri(ROOT), "capabilities": capabilities}
+        )
+        self.notify("initialized", {})
+        await self.request("profd/status", {})
 
     async def close(self) -> None:
         """LSP shutdown + exit; SIGTERM, then SIGKILL, when the daemon does not go."""
@@ -248,48 +276,19 @@ def reference_analysis(path: str) -> dict:
 
 # ---- the run ------------------------------------------------------------------------------------
 async def run(ns) -> dict:
-    work = tempfile.mkdtemp(prefix="profd-daemon-bench-", dir=ns.tmp)
-    watch, state = os.path.join(work, "watch"), os.path.join(work, "state")
-    os.makedirs(watch)
-    log_path = os.path.join(work, "daemon.log")
-    log = open(log_path, "wb")
-    cmd = [
-        sys.executable,
-        "-m",
-        "profd.server.daemon.cli",
-        "serve",
-        "--stdio",
-        "--watch",
-        watch,
-        "--workspace",
-        SRC,
-        "--state",
-        state,
-        "--log-level",
-        "INFO",
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, limit=64 << 20
-    )
+    proc, work, watch, log_path = await serve("profd-daemon-bench-", ns.tmp)
     c = Client(proc)
     res: dict = {"work": work, "log": log_path}
     sampler = RssSampler(proc.pid)
     sampler.start()
     try:
         t0 = time.perf_counter()
-        await c.request(
-            "initialize",
+        await c.initialize(
             {
-                "processId": os.getpid(),
-                "rootUri": uri(ROOT),
-                "capabilities": {
-                    "window": {"workDoneProgress": True},
-                    "textDocument": {"hover": {"contentFormat": ["markdown"]}, "publishDiagnostics": {}},
-                },
-            },
+                "window": {"workDoneProgress": True},
+                "textDocument": {"hover": {"contentFormat": ["markdown"]}, "publishDiagnostics": {}},
+            }
         )
-        c.notify("initialized", {})
-        await c.request("profd/status", {})
         res["start_s"] = time.perf_counter() - t0
 
         # 1. the small real trace, and a line with a hover
@@ -361,7 +360,6 @@ async def run(ns) -> dict:
         res["hwm"] = {p: v for p, v in sampler.hwm.items()}
         res["daemon_pid"] = proc.pid
         await c.close()
-        log.close()
     return res
 
 

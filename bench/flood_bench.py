@@ -28,16 +28,14 @@ import gzip
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, os.path.join(ROOT, "tests")]
 
-from daemon_bench import ANALYSED, SRC, Client, daemon_analysis, uri  # noqa: E402
+from daemon_bench import ANALYSED, Client, daemon_analysis, serve  # noqa: E402
 from daemon_util import variant, write_flood  # noqa: E402
 
 TRACE = "seed_n4096_bf16"
@@ -61,44 +59,11 @@ def rename_in(folder: str, name: str, data: bytes) -> tuple[str, float]:
 
 
 async def one_run(n_files: int, tmp: str | None) -> dict:
-    work = tempfile.mkdtemp(prefix="profd-flood-bench-", dir=tmp)
-    watch, state = os.path.join(work, "watch"), os.path.join(work, "state")
-    os.makedirs(watch)
-    log_path = os.path.join(work, "daemon.log")
-    log = open(log_path, "wb")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "profd.server.daemon.cli",
-        "serve",
-        "--stdio",
-        "--watch",
-        watch,
-        "--workspace",
-        SRC,
-        "--state",
-        state,
-        "--log-level",
-        "INFO",
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        cwd=ROOT,
-        limit=64 << 20,
-    )
+    proc, work, watch, log_path = await serve("profd-flood-bench-", tmp)
     c = Client(proc)
     res: dict = {}
     try:
-        await c.request(
-            "initialize",
-            {
-                "processId": os.getpid(),
-                "rootUri": uri(ROOT),
-                "capabilities": {"textDocument": {"publishDiagnostics": {}}},
-            },
-        )
-        c.notify("initialized", {})
-        await c.request("profd/status", {})
+        await c.initialize({"textDocument": {"publishDiagnostics": {}}})
 
         warm, _ = rename_in(watch, "warm.json.gz", variant(TRACE, 2))  # the workers' first
         await asyncio.wait_for(c.ready_event(warm).wait(), 120)  # job imports the engine
@@ -136,7 +101,6 @@ async def one_run(n_files: int, tmp: str | None) -> dict:
         res["worker_s"] = dm["wall"] if dm else float("nan")
     finally:
         await c.close()
-        log.close()
         if not res.get("twice") or res.get("analyses", 0) <= res.get("distinct", 0):
             shutil.rmtree(work, ignore_errors=True)
         else:
