@@ -1,48 +1,181 @@
-"""Where profd's full analysis spends its time, phase by phase and rule by rule (gc off, as
-``engine.analyze_file`` runs it).
+"""Where profd's full analysis spends its time, phase by phase, pass by pass and rule by rule: the
+whole of ``engine.analyze_file`` (gc off, as it runs) and the JSON report written, as
+``bench.py``'s profd-full case does.
 
     python bench/breakdown.py bench/out/tinygpt_naive_x250MB.json
+    python bench/breakdown.py bench/out/x50.json bench/out/x250.json   # side by side, with ratios
+
+The pipeline runs as it is; each phase is timed by wrapping the function that does it (the
+pipeline's steps, the native or reference passes, the lazy indexes the rules share, each rule).
+Times are exclusive: a phase nested in another counts in the inner one only, so the phases add up
+to the run's wall time; ``analyze_file (own)`` is what the pipeline's body does between them.
 """
+
+from __future__ import annotations
 
 import gc
 import os
 import sys
 import time
+from collections import defaultdict
 
-from profd.server.engine import analyses, analyze, loader, model
-from profd.server.engine.context import Context, Options
-from profd.server.engine.rules import load_all
+from profd.client_cli.format import json_doc
+from profd.server.engine import (
+    analyses,
+    analyze,
+    context,
+    impact,
+    loader,
+    model,
+    modules,
+    passes,
+    sourcemap,
+    statements,
+    suppress,
+    windows,
+)
+from profd.server.engine.context import Options
+from profd.server.engine.rules import Rule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out")
 
 
-def main(path: str) -> None:
+class Clock:
+    """Exclusive time and calls per phase: a wrapped call's time less that of the wrapped calls
+    inside it."""
+
+    def __init__(self):
+        self.took: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._inner: list[float] = []  # per open call, the time of the wrapped calls inside it
+
+    def timed(self, label, fn):
+        def run(*args, **kw):
+            t = time.perf_counter()
+            self._inner.append(0.0)
+            try:
+                return fn(*args, **kw)
+            finally:
+                took = time.perf_counter() - t
+                inner = self._inner.pop()
+                name = label(*args) if callable(label) else label
+                self.took[name] += took - inner
+                self.calls[name] += 1
+                if self._inner:
+                    self._inner[-1] += took
+
+        return run
+
+    def patch(self, owner, attr: str, label) -> None:
+        fn = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        if isinstance(fn, classmethod):
+            setattr(owner, attr, classmethod(self.timed(label, fn.__func__)))
+        else:
+            setattr(owner, attr, self.timed(label, fn))
+
+
+def instrument(clock: Clock) -> None:
+    """Wrap the pipeline's phases where they are looked up (analyze imports some by name)."""
+    steps = [
+        (loader, "load", "load"),
+        (analyze, "build", "model.build"),
+        (loader.TraceDoc, "drop_events", "drop_events"),
+        (analyze, "analyze", "analyses.analyze"),
+        (analyze, "trace_info", "trace_info"),
+        (analyze, "Context", "Context()"),
+        (analyze, "_hot_lines", "hot_lines"),
+        (modules, "build_tree", "modules.build_tree"),
+        (impact, "assign", "impact.assign"),
+        (suppress, "apply", "suppress.apply"),
+        (suppress, "unused", "suppress.unused"),
+        (analyze, "_relate_backward", "relate_backward"),
+        (analyze, "_summary", "summary"),
+        (analyze, "bound", "bound"),
+        # what several consumers share, built on first use
+        (modules.ModuleIndex, "of", "ModuleIndex"),
+        (statements.StatementResolver, "line_for", "statements.line_for"),
+        (statements.CallGroups, "of", "statements.CallGroups.of"),
+        (sourcemap.SourceMap, "resolve", "sourcemap.resolve"),
+        (context, "_line_tokens", "Context.line_tokens"),
+        (windows, "infer_steps", "windows.infer_steps"),
+        (analyses, "setup_intervals", "windows.setup_intervals"),
+        (analyses, "step_gpu", "analyses.step_gpu"),
+        (analyses, "_classes", "analyses.gpu_classes"),
+        (analyses, "host_stages", "analyses.host_stages"),
+        (model, "_link_backward", "model.link_backward"),
+        (model, "_memory", "model.memory"),
+    ]
+    for owner, attr, label in steps:
+        clock.patch(owner, attr, label)
+    for impl in (passes.NATIVE, passes.REFERENCE):
+        for name in passes.PASSES:
+            clock.patch(impl, name, f"pass {name} ({impl.name})")
+    check = Rule.__call__
+    Rule.__call__ = clock.timed(lambda r, ctx: "rule " + r.code, lambda r, ctx: list(check(r, ctx)))
+
+
+def run(path: str) -> tuple[dict[str, float], dict[str, int], float, str]:
+    clock = Clock()
+    instrument(clock)
+    whole = clock.timed("analyze_file (own)", analyze.analyze_file)
+    write = clock.timed("json write", _write)
     gc.disable()
-    took = {}
     t = time.perf_counter()
-    doc, sha, size = loader.load(path)  # read + inflate + sha256 + decode, streamed
-    took["load"] = time.perf_counter() - t
-    t = time.perf_counter()
-    m = model.build(doc)
-    took["model.build"] = time.perf_counter() - t
-    t = time.perf_counter()
-    a = analyses.analyze(m)
-    took["analyze"] = time.perf_counter() - t
-    t = time.perf_counter()
-    ctx = Context(m, a, path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
-    ctx.hot = analyze._hot_lines(ctx)
-    took["hot_lines"] = time.perf_counter() - t
-    for code, check in load_all().items():
-        t = time.perf_counter()
-        list(check(ctx))
-        took["rule " + code] = time.perf_counter() - t
-    total = sum(took.values())
-    print(f"{path}: {doc.n_events} events, {len(m.cpu)} cpu, {len(m.gpu)} gpu")
-    for k, v in sorted(took.items(), key=lambda kv: -kv[1]):
-        if v >= 0.005:
-            print(f"  {k:32} {v:7.2f} s  {100 * v / total:5.1f}%")
-    print(f"  {'total':32} {total:7.2f} s")
+    rep = whole(path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    write(rep)
+    total = time.perf_counter() - t
+    head = (
+        f"{path}: {rep.trace.events} events, {len(rep.summary.steps)} steps, "
+        f"{len(rep.diagnostics)} findings, {len(rep.hot_lines)} hot lines"
+    )
+    return dict(clock.took), dict(clock.calls), total, head
+
+
+def _write(rep) -> None:
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "breakdown_report.json"), "wb") as f:
+        f.write(json_doc([rep]) + b"\n")
+
+
+def main(paths: list[str]) -> None:
+    if len(paths) == 1:
+        took, calls, total, head = run(paths[0])
+        print(head)
+        for k, v in sorted(took.items(), key=lambda kv: -kv[1]):
+            if v >= 0.005:
+                print(f"  {k:40} {v:7.3f} s  {100 * v / total:5.1f}%  {calls[k]:>8} calls")
+        print(f"  {'total (wall)':40} {total:7.3f} s  (phases sum to {sum(took.values()):.3f} s)")
+        return
+    # several files: one child each (a fresh interpreter: no cache carried from one to the next)
+    import json
+    import subprocess
+
+    runs = []
+    for p in paths:
+        out = subprocess.run(
+            [sys.executable, __file__, "--json", p], check=True, capture_output=True, text=True
+        ).stdout
+        runs.append(json.loads(out.splitlines()[-1]))
+    for r in runs:
+        print(r["head"])
+    base = runs[0]
+    keys = sorted({k for r in runs for k in r["took"]}, key=lambda k: -runs[-1]["took"].get(k, 0.0))
+    print(f"  {'phase':40}" + "".join(f"{os.path.basename(p)[:10]:>10}" for p in paths) + "   ratios")
+    for k in keys + ["total"]:
+        vals = [r["total"] if k == "total" else r["took"].get(k, 0.0) for r in runs]
+        if max(vals) < 0.005:
+            continue
+        b = base["total"] if k == "total" else base["took"].get(k, 0.0)
+        ratios = " ".join(f"{v / b:5.1f}x" if b > 0.0005 else "    -" for v in vals[1:])
+        print(f"  {k:40}" + "".join(f"{v:10.3f}" for v in vals) + "   " + ratios)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--json":
+        import json
+
+        took, calls, total, head = run(sys.argv[2])
+        print(json.dumps({"took": took, "calls": calls, "total": total, "head": head}))
+    else:
+        main(sys.argv[1:])

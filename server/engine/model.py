@@ -253,12 +253,27 @@ class TraceModel:
 
     def enclosing_op(self, i: int) -> int:
         """The nearest enclosing cpu_op of event i (itself excluded), -1 when none."""
+        return self.ops_above()[i]
+
+    def ops_above(self) -> array:
+        """Per event its nearest enclosing cpu_op (``enclosing_op``), as one column."""
         above = self.__dict__.get("_ops_above")
         if above is None:
-            above = self._ops_above = self.passes.nearest(
-                self.parent, self.passes.cat_mask(self.cpu, "cpu_op")
-            )
-        return above[i]
+            above = self._ops_above = self.passes.nearest(self.parent, self.cat_mask("cpu_op"))
+        return above
+
+    def cat_mask(self, *cats: str) -> bytes:
+        """1 for the events of one of these categories (made once per category)."""
+        masks = self.__dict__.setdefault("_cat_masks", {})
+        for c in cats:
+            if c not in masks:
+                masks[c] = self.passes.cat_mask(self.cpu, c)
+        if len(cats) == 1:
+            return masks[cats[0]]
+        either = 0  # the masks OR'ed as big integers: one C loop, not one call an event
+        for c in cats:
+            either |= int.from_bytes(masks[c], "little")
+        return either.to_bytes(len(self.cpu), "little")
 
     def enclosing_frame(self, i: int) -> int:
         """The nearest enclosing python frame (user or library; built-ins are not frames) of
@@ -286,6 +301,10 @@ class TraceModel:
                 out.extend(idx)
         out.sort()
         return out
+
+    def named_groups(self):
+        """(name, cpu indices in order) of every non-python event, name by name."""
+        return self._by_name.items()
 
     def names_of(self, cats) -> set[str]:
         """Distinct names of the (non-python) cpu events of these categories."""

@@ -162,45 +162,75 @@ def _waiting(m, i: int) -> float:
 
 
 def setup_intervals(m) -> list[tuple[float, float, str]]:
-    """(start, end, what) of one-time host work, in time order (they may nest; merge to measure)."""
+    """(start, end, what) of one-time host work, in time order (they may nest; merge to measure);
+    computed once per model (the analyses and one-time-setup read it).
+
+    By name, not by event: the patterns are tested once per distinct name (the model's events by
+    name, the frames' table), and a name's calls are read one by one only where one of them is
+    long enough to be set-up (a Python loop over every event cost 0.5-1 µs an event)."""
+    got = m.__dict__.get("_setup_intervals")
+    if got is None:
+        got = m._setup_intervals = _setup_intervals(m)
+    return got
+
+
+def _frame_name(fr) -> str:
+    """A python frame's event name, as the profiler writes it (``file.py(LINE): func``)."""
+    return f"{fr.path}({fr.line}): {fr.function}"
+
+
+def _setup_intervals(m) -> list[tuple[float, float, str]]:
+    cpu = m.cpu
     out = []
-    by_name: dict[str, list[int]] = {}
-    for i, e in enumerate(m.cpu):
-        if e.cat == "python_function":
-            fr = m.frames.get(i)
-            if fr is not None and _COMPILE.search(e.name):
-                out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
+    for i, _ in m.frames.matching(lambda fr: bool(_COMPILE.search(_frame_name(fr)))):
+        e = cpu[i]
+        out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
+    ops, above = m.cat_mask("cpu_op"), m.ops_above()
+    launch = m.cat_mask(*sorted(LAUNCH_CATS))
+    for name, idx in m.named_groups():  # every non-python event, by name, in index order
+        if _COMPILE.search(name):
+            out.extend((cpu[i].ts, cpu[i].ts + cpu[i].dur, "torch.compile compiling") for i in idx)
             continue
-        if _COMPILE.search(e.name):
-            out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
-            continue
-        if e.name in SETUP_CALLS and e.dur >= SETUP_CALL_US:
-            out.append((e.ts, e.ts + e.dur, e.name))
-            continue
-        if e.cat in LAUNCH_CATS or (e.cat == "cpu_op" and m.enclosing_op(i) < 0):
-            by_name.setdefault(e.name, []).append(i)
-    for name, idx in by_name.items():
-        durs = [m.cpu[i].dur for i in idx]
-        if len(durs) < 2:
-            continue
-        med = statistics.median(durs)
-        launch = m.cpu[idx[0]].cat in LAUNCH_CATS
-        if launch and name not in KERNEL_LAUNCHES:
-            continue  # a long copy or sync call waits on the GPU: not set-up
-        seen = set()
-        for k, i in enumerate(idx):
-            d = m.cpu[i].dur
-            if launch:
-                gs = m.gpu_of_launch(i)
-                kern = m.gpu[gs[0]].name if len(gs) else None
-                if kern in seen:
-                    continue  # lazy loading happens at a kernel's first launch only (a full queue
-                seen.add(kern)  # blocks any launch, and is the GPU's backlog, not set-up)
-                if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
-                    out.append((m.cpu[i].ts, m.cpu[i].ts + d - med, f"first {name} (lazy loading)"))
-            elif k == 0:
-                d -= _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up
-                if d - med >= FIRST_US and d >= FIRST_FACTOR * med:
-                    out.append((m.cpu[i].ts, m.cpu[i].ts + d - med, f"first {name}"))
+        if name in SETUP_CALLS:
+            rest = []
+            for i in idx:
+                e = cpu[i]
+                if e.dur >= SETUP_CALL_US:
+                    out.append((e.ts, e.ts + e.dur, e.name))
+                else:
+                    rest.append(i)
+            idx = rest
+        # a name's launch calls, and its calls that are top-level ops
+        group = [i for i in idx if launch[i] or (ops[i] and above[i] < 0)]
+        if len(group) >= 2:
+            _first_calls(m, name, group, out)
     out.sort()
     return out
+
+
+def _first_calls(m, name: str, idx: list[int], out: list) -> None:
+    """Of one name's calls, a first call far longer than the rest (lazy loading, first-call
+    library set-up) onto ``out``."""
+    cpu = m.cpu
+    durs = [cpu[i].dur for i in idx]
+    med = statistics.median(durs)
+    launch = cpu[idx[0]].cat in LAUNCH_CATS
+    if launch:
+        if name not in KERNEL_LAUNCHES:
+            return  # a long copy or sync call waits on the GPU: not set-up
+        if not any(d >= LAUNCH_US and d >= FIRST_FACTOR * med for d in durs):
+            return  # no call long enough: which kernel each launched does not matter
+        seen = set()
+        for i, d in zip(idx, durs):
+            gs = m.gpu_of_launch(i)
+            kern = m.gpu[gs[0]].name if len(gs) else None
+            if kern in seen:
+                continue  # lazy loading happens at a kernel's first launch only (a full queue
+            seen.add(kern)  # blocks any launch, and is the GPU's backlog, not set-up)
+            if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
+                out.append((cpu[i].ts, cpu[i].ts + d - med, f"first {name} (lazy loading)"))
+        return
+    i = idx[0]
+    d = durs[0] - _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up
+    if d - med >= FIRST_US and d >= FIRST_FACTOR * med:
+        out.append((cpu[i].ts, cpu[i].ts + d - med, f"first {name}"))
