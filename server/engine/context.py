@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
@@ -108,6 +108,7 @@ class Context:
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self.hot: dict[tuple, HotLine] = {}
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
+        self._columns: dict[str, Any] = {}  # the per-GPU-event columns several rules read (below)
 
     @property
     def n_steps(self) -> int:
@@ -186,6 +187,39 @@ class Context:
             fr = m.frames[m.line_source(i)[0]]
             group = self._groups[c] = (fr.path, fr.line, fr.function, self.calls.of(c) if c >= 0 else None)
         return group
+
+    # ---- columns several rules read, computed once -----------------------------------------
+    def launch_lines(self) -> list:
+        """Per GPU event the group (``line_id``) of the call that launched it, None when none."""
+        got = self._columns.get("launch_lines")
+        if got is None:
+            line_id = self.line_id
+            got = self._columns["launch_lines"] = list(map(line_id, self.model.launcher))
+        return got
+
+    def launch_steps(self) -> list:
+        """Per GPU event the step its launch call started in, None without one (or outside every
+        step)."""
+        got = self._columns.get("launch_steps")
+        if got is None:
+            m = self.model
+            cpu, step_at = m.cpu, m.step_at
+            got = self._columns["launch_steps"] = [
+                step_at(cpu[li].ts) if li >= 0 else None for li in m.launcher
+            ]
+        return got
+
+    def gpu_counts_under(self) -> dict[int, int]:
+        """Per cpu event with GPU work launched from it or from anything nested in it, how many
+        GPU events (``model.gpu_under``'s length; an event absent from it launched none)."""
+        got = self._columns.get("gpu_counts_under")
+        if got is None:
+            own: dict[int, int] = {}
+            for li in self.model.launcher:
+                if li >= 0:
+                    own[li] = own.get(li, 0) + 1
+            got = self._columns["gpu_counts_under"] = self.model.passes.ancestor_sums(self.model.parent, own)
+        return got
 
     @property
     def mean_step_us(self) -> float:

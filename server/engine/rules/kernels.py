@@ -12,6 +12,7 @@ from .. import kernels as K
 from ..analyses import covered
 from ..context import Context
 from ..fixes import Edit, Fix, Source, after_imports, imports_torch
+from ..modules import PREFIX
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
@@ -68,15 +69,21 @@ def kernel_class(ctx: Context) -> Iterable[Diagnostic]:
     )
 
 
-def _module_of(m, i: int) -> int:
-    """The innermost ``nn.Module: Name_k`` frame (one per module instance) above cpu event i, or
-    above the forward op a backward op differentiates; -1 when the trace has none."""
+def _module_of(ctx, i: int) -> int:
+    """The innermost ``nn.Module: Name_k`` frame (one per module instance) at or above cpu event
+    i, or above the forward op a backward op differentiates; -1 when the trace has none."""
+    m = ctx.model
+    idx = ctx.modules()
+    if not idx.events:
+        return -1
     for start in (i, m.fwd_of[i] if m.is_backward(i) else -1):
-        j = start
-        while j >= 0:
-            if m.cpu[j].cat == "python_function" and m.cpu[j].name.startswith("nn.Module: "):
+        if start >= 0:
+            e = m.cpu[start]
+            if e.cat == "python_function" and e.name.startswith(PREFIX):
+                return start
+            j = idx.above[start]  # the nearest marker above it
+            if j >= 0:
                 return j
-            j = m.parent[j]
     return -1
 
 
@@ -87,19 +94,20 @@ def _problems(ctx, gs: list[int]) -> dict:
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
+    cpu, launcher, enclosing_op, steps = m.cpu, m.launcher, m.enclosing_op, ctx.launch_steps()
     by: dict = {}
     seen: dict = {}
     for g in gs:
-        li = m.launcher[g]
-        op = m.enclosing_op(li) if li >= 0 else -1
-        args = m.cpu[op].args if op >= 0 else None
+        li = launcher[g]
+        op = enclosing_op(li) if li >= 0 else -1
+        args = cpu[op].args if op >= 0 else None
         if args is not None and args.input_dims:  # record_shapes (older traces say so only here)
             key = ("shapes", bytes(args.input_dims))
         else:
-            mod = _module_of(m, li) if li >= 0 else -1
-            step = m.step_at(m.cpu[li].ts) if li >= 0 else None
+            mod = _module_of(ctx, li) if li >= 0 else -1
+            step = steps[g]
             if mod >= 0:
-                key = ("module", m.cpu[mod].name)
+                key = ("module", cpu[mod].name)
             elif step is not None:
                 n = seen[step.number] = seen.get(step.number, -1) + 1
                 key = ("ordinal", n)
@@ -140,19 +148,21 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     """
     m = ctx.model
     groups: dict = {}
-    classes, launcher, cpu, line_id, is_backward = (
+    classes, launcher, cpu, lines, enclosing_op = (
         ctx.a.gpu_class,
         m.launcher,
         m.cpu,
-        ctx.line_id,
-        m.is_backward,
+        ctx.launch_lines(),
+        m.enclosing_op,
     )
+    frame_of, fwd_of = m.frame_of, m.fwd_of
+    comm = K.COMMUNICATION
     for g, e in enumerate(m.gpu):
-        if e.cat != "kernel" or classes[g] == K.COMMUNICATION:
+        if e.cat != "kernel" or classes[g] == comm:
             continue  # collectives' durations are mostly waiting for peers
         a = e.args
         li = launcher[g]
-        op = m.enclosing_op(li) if li >= 0 else -1
+        op = enclosing_op(li) if li >= 0 else -1
         # the same kernel launched by different ops (a forward op and its backward, say) does
         # different work: only the same op's launches are one configuration
         key = (
@@ -160,8 +170,8 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
             bytes(a.grid) if a else b"",
             bytes(a.block) if a else b"",
             cpu[op].name if op >= 0 else "",
-            line_id(li),
-            li >= 0 and is_backward(li),
+            lines[g],
+            li >= 0 and frame_of[li] < 0 and fwd_of[li] >= 0,  # launched in a backward pass
         )
         groups.setdefault(key, []).append(g)
     for key, gs in groups.items():
@@ -567,17 +577,22 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     """
     m = ctx.model
     per: dict = {}
-    launcher, frame_of, cpu, line_id, step_at = m.launcher, m.frame_of, m.cpu, ctx.line_id, m.step_at
+    launcher, frame_of, cpu, lines, steps = (
+        m.launcher,
+        m.frame_of,
+        m.cpu,
+        ctx.launch_lines(),
+        ctx.launch_steps(),
+    )
     for g, e in enumerate(m.gpu):
         li = launcher[g]
         if li < 0 or frame_of[li] < 0 or e.cat != "kernel":
             continue
-        k = line_id(li)
-        call = cpu[li]
-        step = step_at(call.ts)
+        k = lines[g]
+        step = steps[g]
         if k is None or step is None:
             continue
-        per.setdefault(k, {}).setdefault((e.name, step.number), []).append((e.dur, call.dur, li))
+        per.setdefault(k, {}).setdefault((e.name, step.number), []).append((e.dur, cpu[li].dur, li))
     # the knob is what the message says (tiny launches per step from the line, over its kernels);
     # a loop is found by its iterations of one kernel, at most that many (10 unless set lower)
     wanted = ctx.threshold("launch-storm", "launches-per-step")

@@ -326,21 +326,27 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     grouped = False
     launched = False
     single_frame = None
+    # what the step's ops are judged by, found once through the name and frame indexes instead of
+    # a walk over every event inside every step (the single-tensor optimizer is a third of the
+    # naive trace's events); each step keeps the events of its own subtree
+    cpu, launching, frames = m.cpu, ctx.gpu_counts_under(), m.frames
+    group_ops = {j for j in m.named("aten::_foreach_") + m.named("aten::_fused_") if cpu[j].cat == "cpu_op"}
+    group_ops.update(m.launcher[g] for g, e in enumerate(m.gpu) if "multi_tensor_apply" in e.name)
+    updates = {j for j in m.indices(UPDATE_OPS) if cpu[j].cat == "cpu_op" and j in launching}
+    singles = {j for j, fr in frames.matching(lambda fr: fr.function in SINGLE_TENSOR_FNS)}
     for i in steps:
-        for j in m.subtree(i):
-            e = m.cpu[j]
-            if e.cat == "cpu_op":
-                if e.name.startswith(("aten::_foreach_", "aten::_fused_")):
-                    grouped = True
-                elif e.name in UPDATE_OPS and m.gpu_under(j):
-                    update_ops += 1
-            fr = m.frames.get(j)
-            if fr is not None and fr.function in SINGLE_TENSOR_FNS:
-                single_frame = fr
-        for g in m.gpu_under(i):
-            launched = True
-            grouped = grouped or "multi_tensor_apply" in m.gpu[g].name
-        names.add(m.cpu[i].name.split("#", 1)[1].split(".")[0])
+        sub = m.subtree(i)
+        inside = set(sub)
+        grouped = grouped or not inside.isdisjoint(group_ops)  # a grouped op, or its kernels
+        update_ops += len(inside.intersection(updates))
+        mine = sorted(inside.intersection(singles))
+        if len({frames[j].function for j in mine}) > 1:  # the last one the walk over the step met
+            pos = {j: k for k, j in enumerate(sub)}
+            mine = [max(mine, key=pos.__getitem__)]
+        if mine:
+            single_frame = frames[mine[-1]]
+        launched = launched or i in launching
+        names.add(cpu[i].name.split("#", 1)[1].split(".")[0])
     per_step = update_ops / len(steps)
     if grouped or not launched or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
         return
