@@ -881,7 +881,90 @@ done:
     return out;
 }
 
+/* replay(pre d, kind b, op_off i, op_stream i, op_dur d, step_rows i, scale d, gscale d, tail d, lat,
+ * keep d, drop b, nonblock b) -> float: the replayed mean step (passes._replay_ref, the reference,
+ * says what each column is). Kinds: 0 a launch that does not wait, 1 a call that waits for its own
+ * ops, 2 a sync (waits for every stream), 3 a launch that waited for queue room. Streams are ids
+ * in [0, max id]; their "when free" is kept in order of first use, as the reference's dict. */
+static PyObject *replay(PyObject *mod, PyObject *args) {
+    enum { PRE, KIND, OFF, STREAM, DUR, STEPS, SCALE, GSCALE, TAIL, KEEP, DROP, NONBLOCK, NBUF };
+    Py_buffer b[NBUF];
+    double lat;
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*dy*y*y*", &b[PRE], &b[KIND], &b[OFF], &b[STREAM], &b[DUR],
+                          &b[STEPS], &b[SCALE], &b[GSCALE], &b[TAIL], &lat, &b[KEEP], &b[DROP], &b[NONBLOCK]))
+        return NULL;
+    PyObject *res = NULL;
+    double *freet = NULL;
+    int32_t *order = NULL;
+    char *seen = NULL;
+    Py_ssize_t rows = b[PRE].len / 8, nops = b[DUR].len / 8, nsteps = b[STEPS].len / 4 - 1;
+    const double *pre = b[PRE].buf, *opd = b[DUR].buf, *scale = b[SCALE].buf, *gscale = b[GSCALE].buf,
+                 *tail = b[TAIL].buf, *keep = b[KEEP].buf;
+    const unsigned char *kind = b[KIND].buf, *drop = b[DROP].buf, *nonblock = b[NONBLOCK].buf;
+    const int32_t *off = b[OFF].buf, *stream = b[STREAM].buf, *steps = b[STEPS].buf;
+    if (nsteps < 1 || b[KIND].len != rows || b[OFF].len / 4 != rows + 1 || b[STREAM].len / 4 != nops
+        || b[SCALE].len / 8 < nsteps || b[GSCALE].len / 8 < nsteps || b[TAIL].len / 8 < nsteps
+        || b[KEEP].len / 8 != rows || b[DROP].len != rows || b[NONBLOCK].len != rows) {
+        PyErr_SetString(PyExc_ValueError, "replay: column sizes differ");
+        goto done;
+    }
+    int32_t nstreams = 0;
+    for (Py_ssize_t o = 0; o < nops; o++) {
+        if (stream[o] < 0) { PyErr_SetString(PyExc_ValueError, "replay: a negative stream id"); goto done; }
+        if (stream[o] >= nstreams) nstreams = stream[o] + 1;
+    }
+    freet = calloc(nstreams ? nstreams : 1, sizeof(double));
+    order = malloc(sizeof(int32_t) * (nstreams ? nstreams : 1));
+    seen = calloc(nstreams ? nstreams : 1, 1);
+    if (!freet || !order || !seen) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t nseen = 0;
+    double c = 0.0;
+    for (Py_ssize_t k = 0; k < nsteps; k++) {
+        double sc = scale[k], gs = gscale[k];
+        Py_ssize_t r0 = steps[k], r1 = steps[k + 1];
+        if (r0 < 0 || r1 > rows || r0 > r1) { PyErr_SetString(PyExc_ValueError, "replay: bad step rows"); goto done; }
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            c += pre[r] * sc * keep[r];
+            if (drop[r]) continue;
+            double opend = c;
+            Py_ssize_t o0 = off[r], o1 = off[r + 1];
+            if (o0 < 0 || o1 > nops || o0 > o1) { PyErr_SetString(PyExc_ValueError, "replay: bad op offsets"); goto done; }
+            for (Py_ssize_t o = o0; o < o1; o++) {
+                int32_t s = stream[o];
+                if (!seen[s]) { seen[s] = 1; order[nseen++] = s; }
+                double t = freet[s], cl = c + lat;
+                t = (cl > t ? cl : t) + opd[o] * gs;
+                freet[s] = t;
+                if (t > opend) opend = t;
+            }
+            unsigned char kd = kind[r];
+            if (kd == 0 || kd == 3 || nonblock[r]) continue;
+            if (kd == 2) {
+                for (Py_ssize_t j = 0; j < nseen; j++)
+                    if (freet[order[j]] > c) c = freet[order[j]];
+            } else {
+                c = opend;
+            }
+        }
+        c += tail[k] * sc;
+    }
+    double last = c; /* max(free.values(), default=c): the first, then each one greater */
+    if (nseen) {
+        last = freet[order[0]];
+        for (Py_ssize_t j = 1; j < nseen; j++)
+            if (freet[order[j]] > last) last = freet[order[j]];
+    }
+    res = PyFloat_FromDouble((last > c ? last : c) / (double)nsteps);
+done:
+    free(freet); free(order); free(seen);
+    for (int k = 0; k < NBUF; k++)
+        if (b[k].obj) PyBuffer_Release(&b[k]);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
     {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},

@@ -318,6 +318,27 @@ class TraceModel:
         out.sort()
         return out
 
+    def count(self, names) -> int:
+        """How many events have one of these exact names (each name once)."""
+        return sum(len(self._by_name.get(n, ())) for n in set(names))
+
+    def indices_during(self, names, lo: float, hi: float) -> list[int]:
+        """cpu indices, in order, of the events with one of these exact names (each name once)
+        that start in [lo, hi]: each name's events cut to the window thread by thread (a thread's
+        events sit together in cpu, in start order), not read one by one."""
+        spans = []
+        for key, starts in self.tindex.starts.items():
+            base = self.tindex.base[key]
+            spans.append((base + bisect.bisect_left(starts, lo), base + bisect.bisect_right(starts, hi)))
+        out: list[int] = []
+        for n in set(names):
+            idx = self._by_name.get(n)
+            if idx:
+                for a, z in spans:
+                    out.extend(idx[bisect.bisect_left(idx, a) : bisect.bisect_left(idx, z)])
+        out.sort()
+        return out
+
     def subtree(self, i: int) -> list[int]:
         """Event i and every event nested in it (each event's children pushed in order, the last
         popped first)."""

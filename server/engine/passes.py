@@ -613,6 +613,57 @@ def _hot_sums_c(ctx, line, launch_cats) -> list:
     return [(h, [*(c[k] for c in cols), kcs[k], kss[k]]) for k, h in enumerate(order)]
 
 
+# The replay's kinds of call (stepmodel's NONBLOCKING, BLOCKING, SYNC, QUEUED)
+_NONBLOCKING, _SYNC, _QUEUED = 0, 2, 3
+
+
+def _replay_ref(
+    pre, kind, op_off, op_stream, op_dur, step_rows, scale, gscale, tail, lat, keep, drop, nonblock
+):
+    """The replayed mean step (stepmodel.StepModel.run) over its rows as columns: per row (a
+    launch or sync call, the steps' rows one after another, ``step_rows`` their offsets) the CPU
+    time before it, its kind and its GPU ops (``op_off`` offsets into the ops' stream ids and
+    durations); per step the CPU and GPU scale and the CPU time after its last call; and what a
+    change makes of each row (its share of CPU time kept, dropped, no longer blocking; the ops'
+    durations are the changed ones). The CPU clock walks the calls, each stream is free once its
+    last op ended; a sync waits for every stream, a blocking call for its own ops."""
+    c = 0.0
+    free: dict[int, float] = {}  # stream -> when its last op ends, streams in order of first use
+    for k in range(len(step_rows) - 1):
+        sc, gs = scale[k], gscale[k]
+        for r in range(step_rows[k], step_rows[k + 1]):
+            c += pre[r] * sc * keep[r]
+            if drop[r]:
+                continue
+            opend = c
+            for o in range(op_off[r], op_off[r + 1]):
+                s = op_stream[o]
+                t = free.get(s, 0.0)
+                t = (c + lat if c + lat > t else t) + op_dur[o] * gs
+                free[s] = t
+                if t > opend:
+                    opend = t
+            kd = kind[r]
+            if kd == _NONBLOCKING or kd == _QUEUED or nonblock[r]:
+                continue
+            if kd == _SYNC:
+                for t in free.values():
+                    if t > c:
+                        c = t
+            else:
+                c = opend
+        c += tail[k] * sc
+    return max(c, max(free.values(), default=c)) / (len(step_rows) - 1)
+
+
+def _replay_c(
+    pre, kind, op_off, op_stream, op_dur, step_rows, scale, gscale, tail, lat, keep, drop, nonblock
+):
+    return _BUILT.replay(
+        pre, kind, op_off, op_stream, op_dur, step_rows, scale, gscale, tail, lat, keep, drop, nonblock
+    )
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -684,6 +735,12 @@ PASSES: dict[str, Pass] = {
             "values summed up the nesting (memory-child-pressure)",
             _ancestor_sums_ref,
             _ancestor_sums_c,
+        ),
+        Pass(
+            "replay",
+            "impact: the replayed mean step with a fix's change (stepmodel.StepModel.run)",
+            _replay_ref,
+            _replay_c,
         ),
         Pass(
             "hot_sums",

@@ -20,6 +20,7 @@ side bounds the step, and in full when it is the critical path. No I/O here.
 from __future__ import annotations
 
 import bisect
+from array import array
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -63,7 +64,6 @@ class SimStep:
     cpu_us: float = 0.0  # profiled CPU time between calls (what ``scale`` applies to)
     gpu_us: float = 0.0  # GPU work of its calls
     tail: float = 0.0  # profiled CPU time after the last call
-    rows: list = field(default_factory=list)  # the points as (i, pre, kind, ops), for the replay
 
 
 @dataclass
@@ -113,9 +113,10 @@ class StepModel:
         msteps = m.steps[:MAX_STEPS]
         starts = [s.ts for s in msteps]
         per: list[list[Point]] = [[] for _ in msteps]
-        idx = sorted(set(m.indices(LAUNCH_APIS)) | set(m.indices(SYNC_APIS)))
-        if len(idx) > MAX_POINTS:
+        if m.count(LAUNCH_APIS | SYNC_APIS) > MAX_POINTS:
             return
+        # the calls of the replayed steps (the loop below keeps those inside a step)
+        idx = m.indices_during(LAUNCH_APIS | SYNC_APIS, starts[0], max(s.end for s in msteps))
         cpu, gpu = m.cpu, m.gpu
         for i in idx:
             e = cpu[i]
@@ -159,8 +160,7 @@ class StepModel:
                     tail,
                 )
             )
-        for st in self.steps:
-            st.rows = [(p.i, p.pre, p.kind, p.ops) for p in st.points]
+        self._columns()
         self.at = {p.i: (p, st) for st in self.steps for p in st.points}
         self.gpu_at = {g: p.i for st in self.steps for p in st.points for g, _, _ in p.ops}
         self.base = self.run(Change())
@@ -183,43 +183,81 @@ class StepModel:
     def ok(self) -> bool:
         return bool(self.steps) and self.base > 0
 
+    def _columns(self) -> None:
+        """The steps' calls as the replay pass reads them: one row per call, the steps' rows one
+        after another, each call's GPU ops (stream id, duration) in one flat list."""
+        self._pre, self._kind, self._op_off = array("d"), bytearray(), array("i", [0])
+        self._op_stream, self._op_dur, self._step_rows = array("i"), array("d"), array("i", [0])
+        self._row_of: dict[int, int] = {}  # cpu index of a call -> its row
+        self._op_of: dict[int, int] = {}  # gpu index -> its op
+        streams: dict = {}
+        for st in self.steps:
+            for p in st.points:
+                self._row_of[p.i] = len(self._pre)
+                self._pre.append(p.pre)
+                self._kind.append(p.kind)
+                for g, s, d in p.ops:
+                    self._op_of[g] = len(self._op_dur)
+                    self._op_stream.append(streams.setdefault(s, len(streams)))
+                    self._op_dur.append(d)
+                self._op_off.append(len(self._op_dur))
+            self._step_rows.append(len(self._pre))
+        self._tail = array("d", [st.tail for st in self.steps])
+        self._ones = array("d", [1.0]) * len(self._pre)
+        self._none = bytes(len(self._pre))
+
     def run(self, ch: Change) -> float:
-        """The mean step, µs, with ``ch`` applied."""
+        """The mean step, µs, with ``ch`` applied (the replay pass, over the rows as columns)."""
         if not self.steps:
             return 0.0
-        c = 0.0
-        lat = self.latency
-        free: dict = {}
-        keep, drop, dur, nonblock = ch.keep, ch.drop, ch.dur, ch.nonblock
+        scale, gscale = array("d"), array("d")
         for st in self.steps:
-            scale = st.scale
+            sc = st.scale
             if ch.cpu_cut_us and st.cpu_us > 0:
-                scale *= max(0.0, 1.0 - ch.cpu_cut_us / (st.cpu_us * st.scale))
-            gscale = max(0.0, 1.0 - ch.gpu_cut_us / st.gpu_us) if ch.gpu_cut_us and st.gpu_us > 0 else 1.0
-            for i, pre, kind, ops in st.rows:
-                c += pre * scale * keep.get(i, 1.0) if keep else pre * scale
-                if drop and i in drop:
-                    continue
-                opend = c
-                for g, s, d in ops:
-                    if dur:
-                        d = dur.get(g, d)
-                    d *= gscale
-                    t = free.get(s, 0.0)
-                    t = (c + lat if c + lat > t else t) + d
-                    free[s] = t
-                    if t > opend:
-                        opend = t
-                if kind == NONBLOCKING or kind == QUEUED or i in nonblock:
-                    continue
-                if kind == SYNC:
-                    for t in free.values():
-                        if t > c:
-                            c = t
-                else:
-                    c = opend
-            c += st.tail * scale
-        return max(c, max(free.values(), default=c)) / len(self.steps)
+                sc *= max(0.0, 1.0 - ch.cpu_cut_us / (st.cpu_us * st.scale))
+            scale.append(sc)
+            gscale.append(
+                max(0.0, 1.0 - ch.gpu_cut_us / st.gpu_us) if ch.gpu_cut_us and st.gpu_us > 0 else 1.0
+            )
+        keep, dur = self._ones, self._op_dur
+        if ch.keep:
+            keep = array("d", keep)
+            for i, share in ch.keep.items():
+                r = self._row_of.get(i)
+                if r is not None:
+                    keep[r] = share
+        if ch.dur:
+            dur = array("d", dur)
+            for g, d in ch.dur.items():
+                o = self._op_of.get(g)
+                if o is not None:
+                    dur[o] = d
+        return self.ctx.model.passes.replay(
+            self._pre,
+            self._kind,
+            self._op_off,
+            self._op_stream,
+            dur,
+            self._step_rows,
+            scale,
+            gscale,
+            self._tail,
+            self.latency,
+            keep,
+            self._rows_in(ch.drop),
+            self._rows_in(ch.nonblock),
+        )
+
+    def _rows_in(self, calls: set) -> bytes:
+        """1 for the rows of these calls."""
+        if not calls:
+            return self._none
+        out = bytearray(self._none)
+        for i in calls:
+            r = self._row_of.get(i)
+            if r is not None:
+                out[r] = 1
+        return bytes(out)
 
     def removed(self, ch: Change) -> tuple[float, float]:
         """(CPU µs, GPU µs) per step that ``ch`` takes out, wherever the step waits: its own cost."""
