@@ -11,6 +11,7 @@ Flags win over [tool.profd] in pyproject.toml. Exit status as ruff: 0 no finding
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from typing import Optional
@@ -20,7 +21,10 @@ from . import common
 from .config import UsageError
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """profd-client's parser: every subcommand, or only the group that holds ``command`` (start-up:
+    building all of them costs more than a small trace's analysis, and imports the workload
+    runner). The subcommands' own help, usage and errors are the same either way."""
     p = argparse.ArgumentParser(
         prog="profd-client",
         description=__doc__,
@@ -41,6 +45,21 @@ def _parser() -> argparse.ArgumentParser:
         x.set_defaults(_epilog=(exit_text, env))
         return x
 
+    for names, add in _COMMANDS:
+        if command is None or command in names:
+            add(cmd)
+    for name, x in sub.choices.items():  # epilogs, once every subcommand's options are known
+        exit_text, env = x.get_default("_epilog") or (None, True)
+        dests = {a.dest for a in x._actions}
+        if env is True and "state" not in dests:  # no daemon involved: its variables do not apply
+            env = tuple(k for k in common.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
+        x.epilog = common.epilog(
+            exit_text or (common.EXIT_GATE if "fail_on" in dests else common.EXIT_PLAIN), env
+        )
+    return p
+
+
+def _add_analyze(cmd) -> None:
     a = cmd(
         "analyze",
         "analyse trace files or folders of them and print the findings",
@@ -74,18 +93,35 @@ def _parser() -> argparse.ArgumentParser:
         help="also put module costs and findings on library lines (a module's forward in "
         "transformers, torchvision, ...) when that source is installed here (in-process)",
     )
+
+
+def _add_modules(cmd) -> None:
     mo = cmd("modules", "the nn.Module tree of traces: GPU and CPU per module, hottest first")
     mo.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     mo.add_argument("--depth", type=int, default=4, metavar="N", help="levels of the tree to print")
     common.output_options(mo, ("text", "json"))
     common.analysis_options(mo, gate=False)
 
-    from . import jobs, record, workload
+
+def _add_jobs(cmd) -> None:
+    from . import jobs
 
     jobs.add_subcommands(cmd)  # diff, annotate
+
+
+def _add_workload(cmd) -> None:
+    from . import workload
+
     workload.add_subcommands(cmd)  # run
+
+
+def _add_record(cmd) -> None:
+    from . import record
+
     record.add_subcommands(cmd)  # record -- COMMAND...
 
+
+def _add_daemon_queries(cmd) -> None:
     s = cmd("status", "what the running daemon is doing", exit_text=common.EXIT_DAEMON, env=common.DAEMON_ENV)
     h = cmd(
         "hover",
@@ -119,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
             metavar="DIR",
             help="the daemon's state folder (default: $PROFD_STATE or the user cache dir)",
         )
+
+
+def _add_rule(cmd) -> None:
     ru = cmd(
         "rule",
         "explain a rule: what it means, why it costs time, an example, the fix, when to ignore it",
@@ -127,15 +166,26 @@ def _parser() -> argparse.ArgumentParser:
     ru.add_argument("code", nargs="?", metavar="CODE", help="a rule code (host-sync)")
     ru.add_argument("--all", action="store_true", help="every rule (with --format text: one line each)")
     common.output_options(ru, ("text", "json"))
-    for name, x in sub.choices.items():  # epilogs, once every subcommand's options are known
-        exit_text, env = x.get_default("_epilog") or (None, True)
-        dests = {a.dest for a in x._actions}
-        if env is True and "state" not in dests:  # no daemon involved: its variables do not apply
-            env = tuple(k for k in common.ENV_VARS if k not in ("PROFD_NO_DAEMON", "PROFD_STATE"))
-        x.epilog = common.epilog(
-            exit_text or (common.EXIT_GATE if "fail_on" in dests else common.EXIT_PLAIN), env
-        )
-    return p
+
+
+# The subcommands in --help's order, by the groups that build them.
+_COMMANDS = (
+    (("analyze",), _add_analyze),
+    (("modules",), _add_modules),
+    (("diff", "annotate"), _add_jobs),
+    (("run",), _add_workload),
+    (("record",), _add_record),
+    (("status", "hover", "reports"), _add_daemon_queries),
+    (("rule",), _add_rule),
+)
+
+
+def _command(argv: Optional[list[str]]) -> Optional[str]:
+    """The subcommand ``argv`` names first, when it is one (profd-client has no options of its own
+    before the subcommand but --help and --version, which need the whole parser)."""
+    args = sys.argv[1:] if argv is None else argv
+    first = args[0] if args else None
+    return first if any(first in names for names, _ in _COMMANDS) else None
 
 
 def parse(p: argparse.ArgumentParser, argv: Optional[list[str]]) -> argparse.Namespace:
@@ -297,7 +347,7 @@ def cmd_analyze(ns, out: common.Output) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ns = parse(_parser(), argv)
+    ns = parse(_parser(_command(argv)), argv)
     out = None
     try:
         common.resolve(ns)
@@ -344,5 +394,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     return common.EXIT_ERROR
 
 
+def entry() -> int:
+    """The ``profd-client`` process: :func:`main`, then every object it made frozen out of the
+    cyclic GC. The interpreter's exit would otherwise collect them all (modules, the report): a
+    fifth of a small trace's whole run, for memory the process is about to give back anyway."""
+    rc = main()
+    gc.freeze()
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

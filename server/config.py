@@ -19,7 +19,6 @@ by ``--config``, unless it never mentions profd (then it cannot configure us and
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -51,10 +50,14 @@ FORMATS = ("text", "json", "sarif", "github", "junit")
 MAX_BYTES = 1 << 20  # a pyproject.toml is a few KB; this bounds what a hostile one costs
 MAX_DEPTH = 64  # arrays/tables nested deeper than this are refused before the parser recurses
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, from PyPI (a conditional dependency in pyproject.toml)
-    import tomli as tomllib
+
+def _toml():
+    """The TOML parser, imported when a file or ``--config`` pair is read (not at start-up)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, from PyPI (a conditional dependency in pyproject.toml)
+        import tomli as tomllib
+    return tomllib
 
 
 class UsageError(Exception):
@@ -173,6 +176,7 @@ def _profd_table(path: str, data: Optional[bytes] = None, found_from: Optional[s
     depth = _nesting(text)
     if depth > MAX_DEPTH:
         raise UsageError(f"{path}: arrays or tables nested more than {MAX_DEPTH} deep{where}")
+    tomllib = _toml()
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -226,6 +230,7 @@ def _is_override(c: str) -> bool:
 
 def _overrides(items: list[str]) -> dict:
     out: dict = {}
+    tomllib = _toml()
     for it in items:
         if len(it) > 4096 or _nesting(it) > MAX_DEPTH:
             raise UsageError(f"--config {it[:60]!r}: too long or nested too deeply")
@@ -254,6 +259,8 @@ def _check(t: dict, path: str, base: str) -> dict:
     against ``base`` (the file's folder)."""
     unknown = sorted(set(t) - KEYS)
     if unknown:
+        import difflib
+
         near = difflib.get_close_matches(unknown[0], sorted(KEYS), n=1)
         raise UsageError(
             f"{path}: unknown key {unknown[0]!r} in [tool.profd]"

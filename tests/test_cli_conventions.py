@@ -473,3 +473,25 @@ def test_path_map_items_read_alike_everywhere(monkeypatch, tmp_path):
     assert path_map_item("a=b=c", base="/x") == ("a", "/x/b=c")
     with pytest.raises(ValueError, match="path-map wants REMOTE=LOCAL, got 'foo'"):
         path_map_item("foo")
+
+
+def test_a_subcommand_parsed_alone_has_the_help_it_has_among_all():
+    """main builds only the subcommand argv names (start-up); its help, defaults and epilog must
+    be those the whole parser gives it."""
+    import argparse
+
+    from profd.client_cli.main import _COMMANDS, _parser
+
+    def subs(p):
+        return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    whole = subs(_parser())
+    for names, _ in _COMMANDS:
+        alone = subs(_parser(names[0]))
+        assert sorted(alone) == sorted(names)
+        for n in names:
+            assert alone[n].format_help() == whole[n].format_help(), n
+            assert alone[n]._defaults == whole[n]._defaults, n
+            assert [(a.dest, a.default) for a in alone[n]._actions] == [
+                (a.dest, a.default) for a in whole[n]._actions
+            ], n

@@ -16,6 +16,9 @@ TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 # process pools and clusters (asyncio, multiprocessing, concurrent.futures, dask), running a
 # workload (subprocess, signal, tempfile), torch; orjson (~15 ms of the start-up) only writes the
 # JSON of statistics, SARIF, rule pages and the annotated trace: a report's JSON is msgspec's.
+# The parser is built for the one subcommand asked for, so the other subcommands' modules (the
+# workload runner, record, diff/annotate) stay out; logging only logs a rule that failed, difflib
+# only suggests a key for a misspelt one, tomllib only reads a pyproject.toml (none here).
 NOT_IMPORTED = (
     "pygls",
     "lsprotocol",
@@ -32,6 +35,13 @@ NOT_IMPORTED = (
     "tempfile",
     "profd.server.daemon",
     "orjson",
+    "profd.server.workloads",
+    "profd.client_cli.workload",
+    "profd.client_cli.record",
+    "profd.client_cli.jobs",
+    "logging",
+    "difflib",
+    "tomllib",
 )
 
 PROBE = f"""

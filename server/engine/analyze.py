@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import re
 from contextlib import contextmanager
@@ -25,7 +24,6 @@ from .passes import NO_LINE
 from .rules import load_all
 from .rules.util import us
 
-log = logging.getLogger("profd.engine")
 
 MAX_HOT_LINES = 200
 
@@ -117,7 +115,9 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
         except MemoryError:  # the analysis is over its memory: no report, not a partial one
             raise
         except Exception:  # one broken rule must not take the report down
-            log.exception("rule %s failed on %s", code, info.path)
+            import logging  # here: the one use, and no start-up cost for it
+
+            logging.getLogger("profd.engine").exception("rule %s failed on %s", code, info.path)
     impact.assign(ctx, diagnostics)
     if options.disabled:  # the findings run only for the impact of the enabled ones
         diagnostics = [d for d in diagnostics if d.code not in options.disabled]
