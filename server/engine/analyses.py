@@ -133,6 +133,15 @@ class Analysis:
             return None
         return 100.0 * self.busy_us / self.window_us
 
+    def occupied(self) -> list[tuple[float, float]]:
+        """The GPU's busy, collective and set-up stretches, merged (made once: a merged list
+        alone is its own merge, the usual case without collectives or set-up)."""
+        got = self.__dict__.get("_occupied")
+        if got is None:
+            parts = [x for x in (self.busy, self.comm, self.setup) if x]
+            got = self._occupied = parts[0] if len(parts) == 1 else merge([v for x in parts for v in x])
+        return got
+
     def steady_pct(self, us: float) -> float:
         """``us`` as a share of the steady state (the window less its one-time set-up)."""
         return 100.0 * us / self.steady_us if self.steady_us > 0 else 0.0
@@ -439,20 +448,33 @@ def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
     if m.steps:
         lo, hi = a.window
         long = []  # only a hole this long can hold such a stretch
-        for x, y in gaps(merge(a.busy + a.comm + a.setup), lo, min(hi, m.steps[-1].end)):
+        for x, y in gaps(a.occupied(), lo, min(hi, m.steps[-1].end)):
             step = m.step_at(x)
             if step is not None and y - x >= HOST_STEP_SHARE * (step.end - step.ts):
                 long.append((x, y, step))
-        starts = sorted(e.ts for e in m.cpu if e.cat == "cpu_op") if long else []
         for x, y, step in long:
-            j = bisect.bisect_right(starts, x)
-            y = min(y, starts[j]) if j < len(starts) else y
+            nxt = _next_op_start(m, x)
+            y = min(y, nxt) if nxt is not None else y
             if y - x < HOST_STEP_SHARE * (step.end - step.ts):
                 continue
             if _python_of(m, m.tindex.innermost(m.main_thread, (x + y) / 2)) not in (None, "torch"):
                 out.append((x, y))
     a.__dict__["_host_stages"] = out
     return out
+
+
+def _next_op_start(m, t: float):
+    """The first start of a cpu_op after ``t`` on any thread, None when none: per thread, its
+    first event after ``t`` (its events sit in start order) and from there the first op, found in
+    the op mask (a byte search, not a walk over the events)."""
+    ops = m.cat_mask("cpu_op")
+    best = None
+    for key, starts in m.tindex.starts.items():
+        base = m.tindex.base[key]
+        k = ops.find(1, base + bisect.bisect_right(starts, t), base + len(starts))
+        if k >= 0 and (best is None or starts[k - base] < best):
+            best = starts[k - base]
+    return best
 
 
 def _python_of(m, i: int):
