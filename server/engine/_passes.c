@@ -963,8 +963,86 @@ done:
     return res;
 }
 
+/* kernel_configs(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of)
+ *   -> (configs: dict, dims: list)
+ * kernel-jitter's configurations (passes._kernel_configs_ref): each kernel not of class ``skip``
+ * keyed by (name, grid, block, the launching op's name, its line group ``lines[g]``, launched in
+ * backward), the kernels' indices per key in order of first run; and per GPU event the launching
+ * op's Input Dims (raw bytes) where it has some, else None. */
+static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
+    PyObject *gpu, *classes, *skip, *cpu, *lines;
+    Py_buffer lv, ov, fv, wv;
+    if (!PyArg_ParseTuple(args, "O!O!Oy*y*O!O!y*y*", &PyList_Type, &gpu, &PyList_Type, &classes, &skip, &lv,
+                          &ov, &PyList_Type, &cpu, &PyList_Type, &lines, &fv, &wv))
+        return NULL;
+    PyObject *configs = NULL, *dims = NULL, *empty_b = NULL, *empty_s = NULL, *result = NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
+    if (PyList_GET_SIZE(classes) != ng || PyList_GET_SIZE(lines) != ng || lv.len / 4 != ng ||
+        ov.len / 4 != n || fv.len / 4 != n || wv.len / 4 != n) {
+        PyErr_SetString(PyExc_ValueError, "kernel_configs: sizes differ");
+        goto done;
+    }
+    if (check_events(gpu) < 0 || check_events(cpu) < 0) goto done;
+    configs = PyDict_New();
+    dims = PyList_New(ng);
+    empty_b = PyBytes_FromStringAndSize(NULL, 0);
+    empty_s = PyUnicode_New(0, 0);
+    if (!configs || !dims || !empty_b || !empty_s) goto done;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(dims, g, Py_None);
+    }
+    const int32_t *launcher = lv.buf, *ops = ov.buf, *fof = fv.buf, *fwd = wv.buf;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
+        if (!e->cat || !same(e->cat, S_kernel)) continue;
+        int r = PyObject_RichCompareBool(PyList_GET_ITEM(classes, g), skip, Py_EQ);
+        if (r < 0) goto done;
+        if (r) continue;
+        PyObject *grid = empty_b, *block = empty_b, *opname = empty_s;
+        if ((e->flags & F_ARGS) && HAS_OP(e)) {
+            if (e->grid) grid = e->grid;
+            if (e->block) block = e->block;
+        }
+        int32_t li = launcher[g];
+        int backward = 0;
+        if (li >= 0 && li < n) {
+            int32_t op = ops[li];
+            backward = fof[li] < 0 && fwd[li] >= 0;
+            if (op >= 0 && op < n) {
+                Ev *oe = (Ev *)PyList_GET_ITEM(cpu, op);
+                if (oe->name) opname = oe->name;
+                if ((oe->flags & F_ARGS) && HAS_OP(oe) && oe->dims && PyObject_IsTrue(oe->dims) == 1) {
+                    Py_INCREF(oe->dims);
+                    PyList_SetItem(dims, g, oe->dims);
+                }
+            }
+        }
+        PyObject *key = PyTuple_Pack(6, e->name ? e->name : empty_s, grid, block, opname, PyList_GET_ITEM(lines, g),
+                                     backward ? Py_True : Py_False);
+        if (!key) goto done;
+        PyObject *runs = PyDict_GetItemWithError(configs, key);
+        if (!runs) {
+            if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(configs, key, runs) < 0) {
+                Py_XDECREF(runs); Py_DECREF(key); goto done;
+            }
+            Py_DECREF(runs); /* the dict holds it */
+        }
+        Py_DECREF(key);
+        PyObject *gi = PyLong_FromSsize_t(g);
+        if (!gi || PyList_Append(runs, gi) < 0) { Py_XDECREF(gi); goto done; }
+        Py_DECREF(gi);
+    }
+    result = PyTuple_Pack(2, configs, dims);
+done:
+    Py_XDECREF(configs); Py_XDECREF(dims); Py_XDECREF(empty_b); Py_XDECREF(empty_s);
+    PyBuffer_Release(&lv); PyBuffer_Release(&ov); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
+    return result;
+}
+
 PyMethodDef PASS_METHODS[] = {
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
+    {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
     {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},

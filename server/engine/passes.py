@@ -664,6 +664,40 @@ def _replay_c(
     )
 
 
+# ---- the rules' passes ------------------------------------------------------------------------
+def _kernel_configs_ref(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of):
+    """kernel-jitter's configurations: each kernel not of class ``skip`` keyed by (name, grid,
+    block, the launching op's name, the launch's line group ``lines[g]``, launched in backward),
+    the kernels' indices per key in order of first run; and per GPU event the launching op's
+    Input Dims (raw bytes) where it has some, else None."""
+    configs: dict[tuple, list] = {}
+    dims: list = [None] * len(gpu)
+    for g, e in enumerate(gpu):
+        if e.cat != "kernel" or classes[g] == skip:
+            continue
+        a = e.args
+        li = launcher[g]
+        op = ops_above[li] if li >= 0 else -1
+        if op >= 0:
+            oa = cpu[op].args
+            if oa is not None and oa.input_dims:
+                dims[g] = bytes(oa.input_dims)
+        key = (
+            e.name,
+            bytes(a.grid) if a else b"",
+            bytes(a.block) if a else b"",
+            cpu[op].name if op >= 0 else "",
+            lines[g],
+            li >= 0 and frame_of[li] < 0 and fwd_of[li] >= 0,
+        )
+        configs.setdefault(key, []).append(g)
+    return configs, dims
+
+
+def _kernel_configs_c(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of):
+    return _BUILT.kernel_configs(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of)
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -741,6 +775,12 @@ PASSES: dict[str, Pass] = {
             "impact: the replayed mean step with a fix's change (stepmodel.StepModel.run)",
             _replay_ref,
             _replay_c,
+        ),
+        Pass(
+            "kernel_configs",
+            "kernel-jitter's kernel configurations and the launching ops' input shapes",
+            _kernel_configs_ref,
+            _kernel_configs_c,
         ),
         Pass(
             "hot_sums",

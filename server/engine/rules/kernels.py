@@ -87,23 +87,22 @@ def _module_of(ctx, i: int) -> int:
     return -1
 
 
-def _problems(ctx, gs: list[int]) -> dict:
+def _problems(ctx, gs: list[int], dims: list) -> dict:
     """One kernel configuration's runs split by the problem each one solved: the launching op's
-    input shapes when the trace has them (``record_shapes``); else the module instance that ran it
-    (``with_stack``);
+    input shapes when the trace has them (``record_shapes``; ``dims``, per GPU event, from the
+    kernel_configs pass); else the module instance that ran it (``with_stack``);
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
-    cpu, launcher, enclosing_op, steps = m.cpu, m.launcher, m.enclosing_op, ctx.launch_steps()
+    cpu, launcher, steps = m.cpu, m.launcher, ctx.launch_steps()
     by: dict = {}
     seen: dict = {}
     for g in gs:
-        li = launcher[g]
-        op = enclosing_op(li) if li >= 0 else -1
-        args = cpu[op].args if op >= 0 else None
-        if args is not None and args.input_dims:  # record_shapes (older traces say so only here)
-            key = ("shapes", bytes(args.input_dims))
+        d = dims[g]
+        if d is not None:  # record_shapes (older traces say so only here)
+            key = ("shapes", d)
         else:
+            li = launcher[g]
             mod = _module_of(ctx, li) if li >= 0 else -1
             step = steps[g]
             if mod >= 0:
@@ -147,39 +146,26 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     Shown by: examples/recorded/jitter_side.json.gz
     """
     m = ctx.model
-    groups: dict = {}
-    classes, launcher, cpu, lines, enclosing_op = (
+    # the same kernel launched by different ops (a forward op and its backward, say) does
+    # different work: only the same op's launches are one configuration; collectives' durations
+    # are mostly waiting for peers
+    groups, dims = m.passes.kernel_configs(
+        m.gpu,
         ctx.a.gpu_class,
+        K.COMMUNICATION,
         m.launcher,
+        m.ops_above(),
         m.cpu,
         ctx.launch_lines(),
-        m.enclosing_op,
+        m.frame_of,
+        m.fwd_of,
     )
-    frame_of, fwd_of = m.frame_of, m.fwd_of
-    comm = K.COMMUNICATION
-    for g, e in enumerate(m.gpu):
-        if e.cat != "kernel" or classes[g] == comm:
-            continue  # collectives' durations are mostly waiting for peers
-        a = e.args
-        li = launcher[g]
-        op = enclosing_op(li) if li >= 0 else -1
-        # the same kernel launched by different ops (a forward op and its backward, say) does
-        # different work: only the same op's launches are one configuration
-        key = (
-            e.name,
-            bytes(a.grid) if a else b"",
-            bytes(a.block) if a else b"",
-            cpu[op].name if op >= 0 else "",
-            lines[g],
-            li >= 0 and frame_of[li] < 0 and fwd_of[li] >= 0,  # launched in a backward pass
-        )
-        groups.setdefault(key, []).append(g)
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
         runs = []  # (duration, its problem's median, gpu index)
         problems = 0
-        for pgs in _problems(ctx, gs).values():
+        for pgs in _problems(ctx, gs, dims).values():
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
                 continue
             med = median(m.gpu[g].dur for g in pgs)
