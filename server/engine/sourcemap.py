@@ -19,7 +19,7 @@ import os
 import re
 import stat
 from functools import lru_cache
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 _SKIP_DIRS = {
     ".git",
@@ -34,8 +34,41 @@ _SKIP_DIRS = {
     ".tox",
     "build",
     "dist",
+    "dist-packages",
+    "__pypackages__",
 }
+# The operating system's folders: searched when a root is one of them or inside one, never from a
+# root above them (a CLI run from ``/`` would list /proc, /sys and /usr's ten thousand folders).
+_SYSTEM_DIRS = frozenset(
+    {
+        "/proc",
+        "/sys",
+        "/dev",
+        "/run",
+        "/boot",
+        "/usr",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/var",
+        "/snap",
+        "/tmp",
+        "/lost+found",
+        "/System",
+        "/Library",
+        "/private",
+        "/Volumes",
+    }
+)
 _MAX_FILES = 200_000
+# A project's tree is a few thousand folders; past these a search costs seconds and a frame's file
+# is not one a suffix match should pick from so far away.
+_MAX_DIRS = 10_000
+_MAX_DEPTH = 16
 
 
 def nameable(path: str) -> bool:
@@ -120,21 +153,55 @@ class SourceMap:
     def _index(self) -> dict[str, list[tuple[str, int]]]:
         if self._by_name is None:
             idx: dict[str, list[tuple[str, int]]] = {}
-            n = 0
-            for root in self.roots:
-                for dirpath, dirnames, filenames in os.walk(root):
-                    dirnames[:] = [
-                        d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".") and nameable(d)
-                    ]
-                    below = 1 + (0 if dirpath == root else os.path.relpath(dirpath, root).count(os.sep) + 1)
-                    for f in filenames:
-                        if f.endswith(".py") and nameable(f):  # (path, its components below the root)
-                            idx.setdefault(f, []).append((os.path.join(dirpath, f), below))
-                            n += 1
-                    if n > _MAX_FILES:
-                        break
+            for dirpath, below, filenames in folders(self.roots):
+                for f in filenames:
+                    if f.endswith(".py"):  # (path, its components below the root)
+                        idx.setdefault(f, []).append((os.path.join(dirpath, f), below))
             self._by_name = idx
         return self._by_name
+
+
+def folders(roots: Iterable[str]) -> Iterator[tuple[str, int, list[str]]]:
+    """The folders the suffix match searches under ``roots``: (folder, its depth counting the root
+    as 1, the names of its files), nearest the root first, so that a bound cuts the deepest ones.
+
+    Bounded in what it reads, whatever the workspace is (``/`` as the current folder): at most
+    ``_MAX_DIRS`` folders listed and ``_MAX_FILES`` Python files, ``_MAX_DEPTH`` levels deep; never
+    the skipped names, hidden folders, linked folders, nor the system's folders under a root that
+    holds them. Only folder listings are read, no file."""
+    listed = py_files = 0
+    for root in roots:
+        level = [root]
+        for depth in range(1, _MAX_DEPTH + 1):
+            deeper: list[str] = []
+            for folder in level:
+                if listed >= _MAX_DIRS or py_files > _MAX_FILES:
+                    return
+                listed += 1
+                files: list[str] = []
+                try:
+                    with os.scandir(folder) as it:
+                        for e in it:
+                            if not nameable(e.name):
+                                continue
+                            try:
+                                is_dir = e.is_dir()
+                            except OSError:
+                                is_dir = False
+                            if not is_dir:
+                                files.append(e.name)
+                            elif _searched(e):
+                                deeper.append(e.path)
+                except OSError:  # unreadable or gone: as os.walk, skipped
+                    continue
+                py_files += sum(1 for f in files if f.endswith(".py"))
+                yield folder, depth, files
+            level = deeper
+
+
+def _searched(e: os.DirEntry) -> bool:
+    name = e.name
+    return not (name in _SKIP_DIRS or name.startswith(".") or e.path in _SYSTEM_DIRS or e.is_symlink())
 
 
 class LibrarySources:
