@@ -155,15 +155,10 @@ def analyze(m: TraceModel) -> Analysis:
     # counts kernels alone too): they are counted on their own (``copies``, ``copy_us``), and
     # ``busy``/``work_us`` hold both, for the rules that ask whether the GPU had work queued at a
     # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
-    busy = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu) if gpu_class[g] != kernels.COMMUNICATION])
-    comm = merge([(e.ts, e.ts + e.dur) for g, e in enumerate(m.gpu) if gpu_class[g] == kernels.COMMUNICATION])
-    compute = merge(
-        [
-            (e.ts, e.ts + e.dur)
-            for g, e in enumerate(m.gpu)
-            if e.cat == "kernel" and gpu_class[g] != kernels.COMMUNICATION
-        ]
-    )
+    spans, comm_of, cats = m.gpu_spans(), _is_comm(gpu_class), [e.cat for e in m.gpu]
+    busy = merge([v for v, c in zip(spans, comm_of) if not c])
+    comm = merge([v for v, c in zip(spans, comm_of) if c])
+    compute = merge([v for v, c, k in zip(spans, comm_of, cats) if k == "kernel" and not c])
     lo, hi = active_window(m, busy or comm)
     a = Analysis(
         window=(lo, hi),
@@ -179,13 +174,7 @@ def analyze(m: TraceModel) -> Analysis:
     a.cpu_comm = cpu_collectives(m)
     a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
     a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
-    a.copies = merge(
-        [
-            (e.ts, e.ts + e.dur)
-            for g, e in enumerate(m.gpu)
-            if e.cat in COPY_CATS and gpu_class[g] != kernels.COMMUNICATION
-        ]
-    )
+    a.copies = merge([v for v, c, k in zip(spans, comm_of, cats) if k in COPY_CATS and not c])
     a.copy_us = covered(a.copies, lo, hi)
     a.work_us = covered(busy, lo, hi)
     a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
@@ -258,21 +247,21 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
     if not m.steps:
         return []
     starts = [s.ts for s in m.steps]
+    ends = [s.end for s in m.steps]
     per: list[list[tuple[float, float]]] = [[] for _ in m.steps]
     per_copy: list[list[tuple[float, float]]] = [[] for _ in m.steps]
-    cpu = m.cpu
-    for g, li in enumerate(m.launcher):
+    cpu, ts = m.cpu, m.cpu_starts()
+    for li, v, c, e in zip(m.launcher, m.gpu_spans(), _is_comm(gpu_class), m.gpu):
         if li < 0:
             continue
-        t = cpu[li].ts
+        t = ts[li]
         k = bisect.bisect_right(starts, t) - 1
-        e = m.gpu[g]
-        if k < 0 or t > m.steps[k].end or gpu_class[g] == kernels.COMMUNICATION:
+        if k < 0 or t > ends[k] or c:
             continue
         if e.cat == "kernel":
-            per[k].append((e.ts, e.ts + e.dur))
+            per[k].append(v)
         elif e.cat in COPY_CATS:
-            per_copy[k].append((e.ts, e.ts + e.dur))
+            per_copy[k].append(v)
     wait = [0.0] * len(m.steps)
     for i in m.indices(SYNC_CALLS):
         e = cpu[i]
@@ -337,15 +326,20 @@ def _cpu_total(m: TraceModel) -> float:
 def _classes(m: TraceModel) -> list[str]:
     out = []
     memo: dict[tuple, str] = {}
-    for g, e in enumerate(m.gpu):
-        li = m.launcher[g]
-        op = m.enclosing_op(li) if li >= 0 else -1
-        key = (e.name, e.cat, m.cpu[op].name if op >= 0 else None)
+    cpu, above = m.cpu, m.ops_above()
+    for e, li in zip(m.gpu, m.launcher):
+        op = above[li] if li >= 0 else -1
+        key = (e.name, e.cat, cpu[op].name if op >= 0 else None)
         cls = memo.get(key)
         if cls is None:
             cls = memo[key] = kernels.classify(*key)
         out.append(cls)
     return out
+
+
+def _is_comm(gpu_class: list[str]) -> list[bool]:
+    """Per GPU event, whether it is a collective."""
+    return [c == kernels.COMMUNICATION for c in gpu_class]
 
 
 def verdict(m: TraceModel, a: Analysis) -> str:

@@ -262,6 +262,23 @@ class TraceModel:
             above = self._ops_above = self.passes.nearest(self.parent, self.cat_mask("cpu_op"))
         return above
 
+    def cpu_starts(self) -> array:
+        """Each cpu event's start, as one column (the threads' start columns, which sit in cpu's
+        order)."""
+        got = self.__dict__.get("_cpu_starts")
+        if got is None:
+            got = self._cpu_starts = array("d")
+            for starts in self.tindex.starts.values():
+                got.extend(starts)
+        return got
+
+    def gpu_spans(self) -> list[tuple[float, float]]:
+        """(start, end) of each GPU event, made once (the analyses' unions and steps read them)."""
+        got = self.__dict__.get("_gpu_spans")
+        if got is None:
+            got = self._gpu_spans = [(e.ts, e.ts + e.dur) for e in self.gpu]
+        return got
+
     def cat_mask(self, *cats: str) -> bytes:
         """1 for the events of one of these categories (made once per category)."""
         masks = self.__dict__.setdefault("_cat_masks", {})
