@@ -511,9 +511,11 @@ def _iteration(m, li: int, how: str, f: int) -> int:
     if how == "ops":
         op = m.outermost_op(li)
         return op if op >= 0 else li
-    i = li
-    while m.parent[i] >= 0 and m.parent[i] != f:
-        i = m.parent[i]
+    t = m.token[li]  # its statement token: on the way up to that run, nearer (labels aside)
+    i = t if t >= 0 else li
+    parent = m.parent
+    while parent[i] >= 0 and parent[i] != f:
+        i = parent[i]
     return i
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from itertools import compress
 from typing import Iterable
@@ -44,13 +45,15 @@ _TORCH_ANNOTATIONS = (
 )
 
 
-def _is_scope(m, i: int) -> bool:
-    """A user-level scope: a frame of the user's own code, or a ``record_function`` region."""
-    e = m.cpu[i]
-    if e.cat == "python_function":
-        fr = m.frames.get(i)
-        return fr is not None and fr.user
-    return e.cat == "user_annotation" and not e.name.startswith(_TORCH_ANNOTATIONS)
+def _scopes(m) -> bytes:
+    """1 for the user-level scopes: the frames of the user's own code, and the ``record_function``
+    regions (labels) the user put there."""
+    cpu = m.cpu
+    mask = bytearray(map(operator.eq, m.frame_of, range(len(cpu))))  # a user frame is its own frame
+    for i in m.labels:
+        if not cpu[i].name.startswith(_TORCH_ANNOTATIONS):
+            mask[i] = 1
+    return bytes(mask)
 
 
 def _scope_name(m, i: int) -> str:
@@ -107,20 +110,11 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         if o >= 0 and b > 0:
             by_owner[o] = by_owner.get(o, 0) + b
     total_b = _ancestor_sums(m, by_owner)
-    scope_of: dict[int, int] = {}  # event -> its nearest scope (itself included), memoised
+    is_scope = _scopes(m)
+    above = m.passes.nearest(m.parent, is_scope)
 
-    def scope(i: int) -> int:
-        path = []
-        while i >= 0 and i not in scope_of:
-            if _is_scope(m, i):
-                scope_of[i] = i
-                break
-            path.append(i)
-            i = m.parent[i]
-        s = scope_of.get(i, -1) if i >= 0 else -1
-        for j in path:
-            scope_of[j] = s
-        return s
+    def scope(i: int) -> int:  # the nearest scope, itself included
+        return i if is_scope[i] else above[i]
 
     own: dict[int, int] = {}
     for o, b in by_owner.items():
@@ -128,7 +122,7 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         if sc >= 0:
             own[sc] = own.get(sc, 0) + b
     # scopes inside one step: the loop and main() around the steps hold everything by construction
-    scopes = [i for i in total_b if _is_scope(m, i) and _in_one_step(m, i)]
+    scopes = [i for i in total_b if is_scope[i] and _in_one_step(m, i)]
     kids: dict[int, list[int]] = {}
     for i in scopes:
         p = m.parent[i]
