@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import re
 import statistics
+import weakref
 from array import array
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -72,7 +73,7 @@ class ModuleIndex:
     event, the node it ran in. Built once per model (``ModuleIndex.of``)."""
 
     def __init__(self, m: TraceModel):
-        self.m = m
+        self._m = weakref.ref(m)  # weak: the model caches this index (``of``), see StepModel.ctx
         cpu = m.cpu
         pyf = m.passes.cat_mask(cpu, "python_function") if cpu else b""
         frames = m.frames.mask() if cpu else b""
@@ -141,6 +142,10 @@ class ModuleIndex:
             self.node_of_event[i] = n
             self.markers[n].append(i)
         self.labels: Optional[list[str]] = None  # set by the tree (they need the sources)
+
+    @property
+    def m(self) -> TraceModel:
+        return self._m()
 
     @classmethod
     def of(cls, m: TraceModel) -> "ModuleIndex":

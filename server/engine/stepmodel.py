@@ -20,6 +20,7 @@ side bounds the step, and in full when it is the critical path. No I/O here.
 from __future__ import annotations
 
 import bisect
+import weakref
 from array import array
 from dataclasses import dataclass, field
 from typing import Optional
@@ -101,7 +102,10 @@ class StepModel:
     """The replayable active steps of one trace (``of(ctx)`` builds it once per analysis)."""
 
     def __init__(self, ctx):
-        self.ctx = ctx
+        # Weak: the analysis caches this model (``of``) and the context holds the analysis, so a
+        # strong reference back would make the whole analysis a cycle that only the cyclic GC
+        # frees (a daemon analysing one trace after another grew by the analysis each time).
+        self._ctx = weakref.ref(ctx)
         m, a = ctx.model, ctx.a
         self.steps: list[SimStep] = []
         self._by_line: Optional[dict] = None
@@ -171,6 +175,10 @@ class StepModel:
     def _waits(p: Point) -> bool:
         """Whether the call's own duration is waiting rather than dispatch."""
         return p.kind != NONBLOCKING
+
+    @property
+    def ctx(self):
+        return self._ctx()
 
     @classmethod
     def of(cls, ctx) -> "StepModel":
