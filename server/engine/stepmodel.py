@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import weakref
 from array import array
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -194,25 +195,21 @@ class StepModel:
     def _columns(self) -> None:
         """The steps' calls as the replay pass reads them: one row per call, the steps' rows one
         after another, each call's GPU ops (stream id, duration) in one flat list."""
-        self._pre, self._kind, self._op_off = array("d"), bytearray(), array("i", [0])
-        self._op_stream, self._op_dur, self._step_rows = array("i"), array("d"), array("i", [0])
-        self._row_of: dict[int, int] = {}  # cpu index of a call -> its row
-        self._op_of: dict[int, int] = {}  # gpu index -> its op
+        rows = [p for st in self.steps for p in st.points]
+        ops = [op for p in rows for op in p.ops]
         streams: dict = {}
-        for st in self.steps:
-            for p in st.points:
-                self._row_of[p.i] = len(self._pre)
-                self._pre.append(p.pre)
-                self._kind.append(p.kind)
-                for g, s, d in p.ops:
-                    self._op_of[g] = len(self._op_dur)
-                    self._op_stream.append(streams.setdefault(s, len(streams)))
-                    self._op_dur.append(d)
-                self._op_off.append(len(self._op_dur))
-            self._step_rows.append(len(self._pre))
+        self._pre = array("d", [p.pre for p in rows])
+        self._kind = bytes([p.kind for p in rows])
+        self._row_scale = array("d", [st.scale for st in self.steps for _ in st.points])
+        self._op_off = array("i", accumulate((len(p.ops) for p in rows), initial=0))
+        self._op_stream = array("i", [streams.setdefault(s, len(streams)) for _, s, _ in ops])
+        self._op_dur = array("d", [d for _, _, d in ops])
+        self._step_rows = array("i", accumulate((len(st.points) for st in self.steps), initial=0))
+        self._row_of = {p.i: r for r, p in enumerate(rows)}  # cpu index of a call -> its row
+        self._op_of = {g: o for o, (g, _, _) in enumerate(ops)}  # gpu index -> its op
         self._tail = array("d", [st.tail for st in self.steps])
-        self._ones = array("d", [1.0]) * len(self._pre)
-        self._none = bytes(len(self._pre))
+        self._ones = array("d", [1.0]) * len(rows)
+        self._none = bytes(len(rows))
 
     def run(self, ch: Change) -> float:
         """The mean step, µs, with ``ch`` applied (the replay pass, over the rows as columns)."""
@@ -274,19 +271,20 @@ class StepModel:
             p, _ = self.at.get(i, (None, None))
             if p is not None and p.kind in (SYNC, BLOCKING):
                 cpu += p.end - p.ts
+        row_of, pre, scale = self._row_of, self._pre, self._row_scale
         for i, k in ch.keep.items():
-            p, st = self.at.get(i, (None, None))
-            if p is not None:
-                cpu += p.pre * st.scale * (1.0 - k)
+            r = row_of.get(i)
+            if r is not None:
+                cpu += pre[r] * scale[r] * (1.0 - k)
         for i in ch.drop:
             p, _ = self.at.get(i, (None, None))
             if p is not None:
                 gpu += sum(d for _, _, d in p.ops)
+        op_of, op_dur, gpu_at = self._op_of, self._op_dur, self.gpu_at
         for g, d2 in ch.dur.items():
-            i = self.gpu_at.get(g)
-            if i is not None and i not in ch.drop:
-                d = next(d for gg, _, d in self.at[i][0].ops if gg == g)
-                gpu += d - d2
+            o = op_of.get(g)
+            if o is not None and gpu_at[g] not in ch.drop:
+                gpu += op_dur[o] - d2
         n = len(self.steps) or 1
         return cpu / n + ch.cpu_cut_us, gpu / n + ch.gpu_cut_us
 
