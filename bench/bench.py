@@ -2,6 +2,7 @@
 
     python bench/bench.py                      # 50 MB and 250 MB
     python bench/bench.py --sizes 50,250,1000  # and 1 GB (one run per case at >= 1000 MB)
+    python bench/bench.py --steps ''             # without the steps scaling case
 
 Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so peak RSS (the
 child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
@@ -12,6 +13,12 @@ one and decodes on the other; the steadier number on a loaded machine), ``proc s
 process (interpreter start and imports included). Ratios are against the
 fastest plain parse, ``orjson.loads`` with the cyclic GC disabled, on the same file in the same run,
 and RSS against the file's size on disk. Benchmarks print numbers; nothing here asserts a time.
+
+Linearity (issue 32: a 4x longer trace costs at most 4.2x): from each size to the next, and over
+the steps case (``--steps``: the small ``--steps-source`` tiled to 10x and 100x its steps, one copy
+after another, as ``tile.py --copies`` makes them), each case's cost ratio against the size
+ratio, on its work less its imports (a fixed cost would hide a cost that grows faster than the
+trace); ``MET`` when the cost ratio is at most 1.05x the size ratio.
 
 HTA is not a profd dependency: ``bash bench/setup_hta.sh`` makes its own venv, ``bench/.hta-venv``,
 and the ``hta`` case then runs under that venv's python (``work s`` includes its imports, as every
@@ -39,6 +46,10 @@ HTA_PYTHON = os.path.join(HTA_VENV, "bin", "python")
 # profd-select's one rule (--select): cheap, and without a step-model fix, so no other rule runs
 # for its impact (a rule that declares one brings the others that do: analyze._rules_to_run)
 SELECT_RULE = os.environ.get("PROFD_BENCH_SELECT", "profiler-artifact")
+# The steps case: a small real trace with 20 profiled steps (433 KB), tiled to 200 and 2,000 steps
+DEFAULT_STEPS_SOURCE = os.path.join(ROOT, "examples", "seed_n4096_bf16_active20.json.gz")
+STEPS_MODES = "orjson,profd-load,profd-full"
+LINEAR = 1.05  # a k-times longer trace costs at most 1.05k: 4x -> 4.2x
 
 MODES = [
     ("orjson-gc", "orjson.loads, gc on"),
@@ -70,6 +81,7 @@ def child(mode: str, path: str) -> dict:
     elif mode == "orjson":
         import orjson
 
+        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         gc.disable()
         doc = orjson.loads(_read(path))
         extra["events"] = len(doc["traceEvents"])
@@ -82,6 +94,7 @@ def child(mode: str, path: str) -> dict:
     elif mode == "profd-load":
         from profd.server.engine import loader
 
+        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         doc, _, _ = loader.load(path)
         extra["events"] = len(doc.traceEvents)
     elif mode in ("profd-full", "profd-select"):
@@ -89,6 +102,7 @@ def child(mode: str, path: str) -> dict:
         from profd.protocol.catalog import RULES
         from profd.server.engine import Options, analyze_file
 
+        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         disabled = set(RULES) - {SELECT_RULE} if mode == "profd-select" else set()
         rep = analyze_file(
             path, Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
@@ -187,16 +201,18 @@ def run_child(mode: str, path: str) -> dict:
 
 
 # ---- the run ----------------------------------------------------------------------------------
-def ensure_trace(source: str, mb: int) -> str:
+def ensure_trace(source: str, mb: int = 0, copies: int = 0) -> str:
+    """``source`` tiled to ``mb`` MB, or to ``copies`` copies, in bench/out (made once)."""
     os.makedirs(OUT, exist_ok=True)
     base = os.path.basename(source).split(".")[0]
-    path = os.path.join(OUT, f"{base}_x{mb}MB.json")
+    path = os.path.join(OUT, f"{base}_c{copies}.json" if copies else f"{base}_x{mb}MB.json")
     stamp = path + ".src"
     if os.path.exists(path) and os.path.exists(stamp) and open(stamp).read() == os.path.abspath(source):
         return path
     t0 = time.perf_counter()
     res = subprocess.run(
-        [sys.executable, os.path.join(HERE, "tile.py"), source, path, "--mb", str(mb)],
+        [sys.executable, os.path.join(HERE, "tile.py"), source, path]
+        + (["--copies", str(copies)] if copies else ["--mb", str(mb)]),
         check=True,
         capture_output=True,
         text=True,
@@ -221,6 +237,14 @@ def main(argv=None) -> int:
     ap.add_argument("--source", default=DEFAULT_SOURCE, help="real trace to tile (default tinygpt_naive)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case below 1000 MB (median)")
     ap.add_argument("--modes", default=",".join(m for m, _ in MODES))
+    ap.add_argument(
+        "--steps",
+        default="10,100",
+        help="the steps case: these multiples of --steps-source's steps, beside the source's own "
+        "(default 10,100; '' skips it)",
+    )
+    ap.add_argument("--steps-source", default=DEFAULT_STEPS_SOURCE, help="the steps case's small real trace")
+    ap.add_argument("--steps-modes", default=STEPS_MODES, help=f"its cases (default {STEPS_MODES})")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
     if ns.child:
@@ -244,79 +268,59 @@ def main(argv=None) -> int:
     rows = []
     for mb in [int(s) for s in ns.sizes.split(",") if s]:
         path = ensure_trace(ns.source, mb)
-        size = os.path.getsize(path)
         reps = ns.repeat if mb < 1000 else 1
-        results = {}
-        for mode in modes:
-            runs = [run_child(mode, path) for _ in range(reps)]
-            ok = [r for r in runs if "error" not in r]
-            if not ok:
-                results[mode] = {"error": runs[0]["error"], "n": reps}
-                continue
-            results[mode] = {
-                "work_s": statistics.median(r["work_s"] for r in ok),
-                "cpu_s": statistics.median(r["cpu_s"] for r in ok),
-                "proc_s": statistics.median(r["proc_s"] for r in ok),
-                "rss": statistics.median(r["rss"] for r in ok),
-                "n": len(ok),
-                "events": ok[0].get("events"),
-            }
-            if mode == "hta":
-                for k in ("import_s", "load_s", "temporal_s", "idle_s"):
-                    results[mode][k] = statistics.median(r[k] for r in ok)
-                results[mode]["idle_pct"] = ok[0]["idle_pct"]
-                h = results[mode]
-                print(
-                    f"#   {mb} MB hta: import {h['import_s']:.2f} s, load {h['load_s']:.2f} s, temporal "
-                    f"{h['temporal_s']:.2f} s, idle {h['idle_s']:.2f} s; {h['events']:,} events kept, "
-                    f"idle {h['idle_pct']:.1f}%",
-                    flush=True,
-                )
-            print(
-                f"#   {mb} MB {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
-                f"(n={len(ok)})",
-                flush=True,
-            )
-        rows.append((mb, path, size, reps, results))
+        rows.append((f"{mb} MB", path, os.path.getsize(path), reps, measure(f"{mb} MB", path, modes, reps)))
+    step_rows = []
+    steps_modes = [m for m in ns.steps_modes.split(",") if m]
+    for k in [1] + [int(s) for s in ns.steps.split(",") if s] if ns.steps else []:
+        path = ensure_trace(ns.steps_source, copies=k)
+        label = f"x{k} steps"
+        step_rows.append(
+            (label, path, os.path.getsize(path), ns.repeat, measure(label, path, steps_modes, ns.repeat))
+        )
 
     print()
     hdr = (
-        f"{'file':>9} {'case':<12} {'n':>2} {'work s':>8} {'cpu s':>7} {'proc s':>8} {'peak RSS MB':>11} "
+        f"{'file':>10} {'case':<12} {'n':>2} {'work s':>8} {'cpu s':>7} {'proc s':>8} {'peak RSS MB':>11} "
         f"{'t/orjson':>9} {'RSS/file':>9} {'MB/s':>7}"
     )
     print(hdr)
     print("-" * len(hdr))
-    for mb, path, size, reps, results in rows:
+    for label, path, size, reps, results in rows + step_rows:
         base = results.get("orjson", {}).get("work_s")
-        for mode in modes:
+        sized = label.endswith(" MB")  # else the steps case, named by its steps
+        name = f"{fmt_mb(size)} MB" if sized else label
+        for mode in results:
             r = results[mode]
             if "error" in r:
-                print(f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} error: {r['error'][:70]}")
+                print(f"{name:>10} {mode:<12} {r['n']:>2} error: {r['error'][:70]}")
                 continue
             ratio = f"{r['work_s'] / base:.2f}x" if base else "-"
             print(
-                f"{fmt_mb(size):>6} MB {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['cpu_s']:>7.2f} {r['proc_s']:>8.2f} "
+                f"{name:>10} {mode:<12} {r['n']:>2} {r['work_s']:>8.2f} {r['cpu_s']:>7.2f} {r['proc_s']:>8.2f} "
                 f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}"
             )
         full = results.get("profd-full", {})
+        if not sized:  # the steps case's small traces: the per-size targets are from 50 MB up
+            continue
         if base and "work_s" in full:
             t_ok = full["work_s"] <= 0.5 * base
             m_ok = full["rss"] <= size
             print(
-                f"{'':>9} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
+                f"{'':>10} targets: full <= 0.5x orjson: {full['work_s'] / base:.2f}x "
                 f"{'MET' if t_ok else 'MISSED'}; peak RSS <= file: {full['rss'] / size:.2f}x "
                 f"{'MET' if m_ok else 'MISSED'}"
             )
             gc_on = results.get("orjson-gc", {}).get("work_s")
             if gc_on:  # orjson.loads as a script calls it, the cyclic GC on (the issue's measurement)
                 print(
-                    f"{'':>9}          full vs orjson.loads with the GC on (default): {full['work_s'] / gc_on:.2f}x "
+                    f"{'':>10}          full vs orjson.loads with the GC on (default): {full['work_s'] / gc_on:.2f}x "
                     f"{'MET' if full['work_s'] <= 0.5 * gc_on else 'MISSED'}"
                 )
         sel = results.get("profd-select", {})
         if "work_s" in full and "work_s" in sel:
             print(
-                f"{'':>9} --select {SELECT_RULE}: {sel['work_s'] / full['work_s']:.2f}x the full analysis's time, "
+                f"{'':>10} --select {SELECT_RULE}: {sel['work_s'] / full['work_s']:.2f}x the full analysis's time, "
                 f"{sel['cpu_s'] / full['cpu_s']:.2f}x its CPU time"
             )
         hta = results.get("hta", {})
@@ -324,11 +328,73 @@ def main(argv=None) -> int:
             lt = hta["import_s"] + hta["load_s"] + hta["temporal_s"]
             x = lt / full["work_s"]
             print(
-                f"{'':>9} vs HTA: profd-full {hta['work_s'] / full['work_s']:.1f}x faster than HTA "
+                f"{'':>10} vs HTA: profd-full {hta['work_s'] / full['work_s']:.1f}x faster than HTA "
                 f"(load+temporal+idle); target >= 20x faster than HTA import+load+temporal: {x:.1f}x "
                 f"{'MET' if x >= 20 else 'MISSED'}; peak RSS {full['rss'] / hta['rss']:.2f}x HTA's"
             )
+    if len(rows) > 1 or len(step_rows) > 1:
+        print(
+            f"\nlinearity: each case's cost from one trace to the next longer, work less imports "
+            f"(target: a k-times longer trace costs at most {LINEAR:g}k, 4x -> {4 * LINEAR:.1f}x)"
+        )
+        linearity(rows, modes)
+        linearity(step_rows, steps_modes)
     return 0
+
+
+def measure(label: str, path: str, modes: list[str], reps: int) -> dict:
+    """Each mode's medians over ``reps`` fresh children on ``path``."""
+    results = {}
+    for mode in modes:
+        runs = [run_child(mode, path) for _ in range(reps)]
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            results[mode] = {"error": runs[0]["error"], "n": reps}
+            continue
+        results[mode] = {
+            "work_s": statistics.median(r["work_s"] for r in ok),
+            "cpu_s": statistics.median(r["cpu_s"] for r in ok),
+            "proc_s": statistics.median(r["proc_s"] for r in ok),
+            "rss": statistics.median(r["rss"] for r in ok),
+            "n": len(ok),
+            "events": ok[0].get("events"),
+        }
+        if "import_s" in ok[0]:
+            results[mode]["net_s"] = statistics.median(r["work_s"] - r["import_s"] for r in ok)
+            results[mode]["net_cpu_s"] = statistics.median(r["cpu_s"] - r["import_cpu_s"] for r in ok)
+        if mode == "hta":
+            for k in ("import_s", "load_s", "temporal_s", "idle_s"):
+                results[mode][k] = statistics.median(r[k] for r in ok)
+            results[mode]["idle_pct"] = ok[0]["idle_pct"]
+            h = results[mode]
+            print(
+                f"#   {label} hta: import {h['import_s']:.2f} s, load {h['load_s']:.2f} s, temporal "
+                f"{h['temporal_s']:.2f} s, idle {h['idle_s']:.2f} s; {h['events']:,} events kept, "
+                f"idle {h['idle_pct']:.1f}%",
+                flush=True,
+            )
+        print(
+            f"#   {label} {mode}: {results[mode]['work_s']:.2f} s, {fmt_mb(results[mode]['rss'])} MB "
+            f"(n={len(ok)})",
+            flush=True,
+        )
+    return results
+
+
+def linearity(rows: list, modes: list[str]) -> None:
+    """From each row's trace to the next: the size ratio, and per mode the ratio of its work less
+    imports (and of its CPU time less imports), MET when at most LINEAR times the size ratio."""
+    for (la, _, sa, _, ra), (lb, _, sb, _, rb) in zip(rows, rows[1:]):
+        k = sb / sa
+        for mode in modes:
+            a, b = ra.get(mode, {}), rb.get(mode, {})
+            if "net_s" not in a or "net_s" not in b:
+                continue
+            w, c = b["net_s"] / a["net_s"], b["net_cpu_s"] / a["net_cpu_s"]
+            print(
+                f"  {la:>10} -> {lb:<11} {mode:<12} size {k:6.2f}x  cost {w:6.2f}x (cpu {c:6.2f}x)  "
+                f"cost/size {w / k:.2f}  {'MET' if w <= LINEAR * k else 'MISSED'}"
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ The output is streamed: the source is decoded once, then each copy's events are 
 with orjson, so producing 1 GB needs only the source's objects in memory.
 
     python bench/tile.py SOURCE OUT --mb 250
+    python bench/tile.py SOURCE OUT --copies 100   # 100x the source's steps (bench.py --steps)
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ def _templates(events: list) -> list:
     return out
 
 
-def tile(source: str, out: str, target_bytes: int, log=sys.stderr) -> tuple[int, int]:
-    """Write ``out`` (plain JSON) of at least ``target_bytes`` by whole copies; (bytes, copies)."""
+def tile(
+    source: str, out: str, target_bytes: int = 0, log=sys.stderr, copies_wanted: int = 0
+) -> tuple[int, int]:
+    """Write ``out`` (plain JSON) of at least ``target_bytes`` by whole copies, or of exactly
+    ``copies_wanted`` copies; (bytes, copies)."""
     doc = orjson.loads(_read(source))
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
@@ -100,7 +104,7 @@ def tile(source: str, out: str, target_bytes: int, log=sys.stderr) -> tuple[int,
             f.write(b if first else b",\n" + b)
             written += len(b) + 2
             first = False
-        while written < target_bytes:
+        while (copies < copies_wanted) if copies_wanted else (written < target_bytes):
             k = copies
             dt = shift * k
             did = id_stride * k
@@ -142,9 +146,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("source")
     ap.add_argument("out")
-    ap.add_argument("--mb", type=float, default=250, help="target size in MB (10^6 bytes)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--mb", type=float, default=250, help="target size in MB (10^6 bytes)")
+    size.add_argument("--copies", type=int, default=0, help="this many copies (its steps this many times)")
     ns = ap.parse_args(argv)
-    n, copies = tile(ns.source, ns.out, int(ns.mb * 1e6))
+    n, copies = tile(ns.source, ns.out, int(ns.mb * 1e6), copies_wanted=ns.copies)
     print(f"{ns.out}: {n} bytes, {copies} copies of {ns.source}")
     return 0
 
