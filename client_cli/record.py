@@ -121,10 +121,14 @@ def _ms(us) -> str:
 
 
 def _spread(meta: dict) -> str:
-    """The timed steps' range (CPU time between their boundaries, the first one left out: it holds
-    the synchronisation before timing), so a reader can tell a noisy timing from a change."""
+    """The timed steps' range (CPU time between their boundaries, the first one left out: it starts
+    on an empty GPU queue, after the synchronisation), so a reader can tell a noisy timing from a
+    change; and whether a window was timed again for holding one-time work."""
     gaps = (meta.get("timed_intervals_us") or [])[1:]
-    return f"; one step {_ms(min(gaps))} to {_ms(max(gaps))}" if len(gaps) >= 2 else ""
+    again = meta.get("timed_retimed") or 0
+    return (f"; one step {_ms(min(gaps))} to {_ms(max(gaps))}" if len(gaps) >= 2 else "") + (
+        f"; timed again {again}x: a step held one-time work" if again else ""
+    )
 
 
 def step_line(res, reports) -> str:

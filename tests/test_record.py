@@ -132,6 +132,24 @@ def test_training_script(tmp_path):
 
 
 @needs_torch
+def test_a_timed_step_with_one_time_work_is_timed_again(tmp_path):
+    """The unprofiled step time leaves out a step that did one-time work: its window is timed
+    again. cold_step.py's fourth step sleeps 0.5 s (a stand-in: see the script); with --warmup 2
+    --timed 4 it falls in the first timed window."""
+    p = record(
+        tmp_path, "--warmup", "2", "--timed", "4", "--steps", "2", "--format", "json", "--",
+        sys.executable, "cold_step.py",
+    )  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr
+    (trace,) = doc_of(p)["record"]["traces"]
+    meta = json.load(open(trace.replace(".pt.trace.json.gz", ".profd-meta")))
+    assert meta["timed_retimed"] == 1
+    assert meta["unprofiled_us_per_step"] < 0.1e6  # the 0.5 s step is not in it
+    assert max(meta["timed_intervals_us"]) < 0.1e6
+    assert "timing again" in p.stderr
+
+
+@needs_torch
 def test_step_function_then_exit_and_baseline(tmp_path):
     """--step MODULE:FUNCTION on the script itself (MODULE is its file name), --then exit stops the
     program once the trace is written, --baseline prints the diff with both unprofiled times."""

@@ -7,7 +7,8 @@ SRC_DIR holds the script and its ``_prof.py`` (examples/corpus/src or examples/r
 script runs as recorded (its warm-up, then its profiled loop), but ``_prof.profiler`` is a context
 that synchronises the GPU on entry and exit and counts ``step()`` calls, ``_prof.steps`` asks for
 20 steps (``UNPROFILED_STEPS`` to change it; scripts with a fixed loop keep theirs), and nothing
-is exported. Prints ``RESULT <script> <args> steps=N us_per_step=T``: the
+is exported. ``UNPROFILED_SKIP=N`` runs the loop's first N steps untimed (a loop whose first
+iteration calls ops the script's warm-up never ran pays their one-time set-up there). Prints ``RESULT <script> <args> steps=N us_per_step=T``: the
 mean wall time of a step, GPU work included. Needs a GPU. Used for the verdict entries whose
 ``notes`` say "the profiler replaced by a timer".
 """
@@ -16,6 +17,7 @@ import os, runpy, sys, time
 import torch
 
 SYNC = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)  # CPU: a smoke test
+SKIP = int(os.environ.get("UNPROFILED_SKIP", "0"))
 
 
 def main():
@@ -34,15 +36,19 @@ def main():
 
         def step(self):
             self.n += 1
+            if self.n == SKIP:  # the untimed steps are over: time from here
+                SYNC()
+                self.t = time.perf_counter()
 
         def __exit__(self, *exc):
             SYNC()
             dt = time.perf_counter() - self.t
-            print(f"RESULT {script} {' '.join(args)} steps={self.n} us_per_step={dt / max(self.n, 1) * 1e6:.1f}",
+            n = self.n - min(SKIP, self.n)
+            print(f"RESULT {script} {' '.join(args)} steps={n} us_per_step={dt / max(n, 1) * 1e6:.1f}",
                   flush=True)
 
     _prof.profiler = lambda *a, **k: Timer()
-    _prof.steps = lambda *a, **k: int(os.environ.get("UNPROFILED_STEPS", "20"))
+    _prof.steps = lambda *a, **k: int(os.environ.get("UNPROFILED_STEPS", "20")) + SKIP
     _prof.export = lambda *a, **k: None
     sys.argv = [script] + args + ["--out", os.devnull]
     runpy.run_path(os.path.join(src, script), run_name="__main__")

@@ -411,6 +411,9 @@ def _progress_of(ev: dict, opts: RecordOptions) -> Optional[tuple[str, Optional[
         return "first step done", 10.0
     if k == "timing":
         return f"timing {opts.timed} steps without the profiler", 30.0
+    if k == "timing-again":
+        return (f"a timed step took {ev['us'] / 1000:.2f} ms, {ev['us'] / max(ev['median_us'], 1e-9):.0f}x the others"
+                " (one-time work, as a first call): timing again", 40.0)
     if k == "unprofiled":
         return f"unprofiled step: {ev['us_per_step'] / 1000:.2f} ms", 50.0
     if k == "profiling":

@@ -87,6 +87,7 @@ class Recorder:
         self.trace_path = None
         self.unprofiled_us = None
         self.intervals_us = []  # CPU time between the timed steps' boundaries (the closing sync apart)
+        self.retimed = 0  # timed windows thrown away for holding one-time work
         self._busy = False
         os.makedirs(cfg["status"], exist_ok=True)
         self._status = os.path.join(cfg["status"], f"{self.pid}.jsonl")
@@ -312,9 +313,20 @@ class Recorder:
             if self.n - self.n_timed0 >= cfg["timed"]:
                 self._sync()
                 dt = time.perf_counter() - self.t0
+                gaps = [round((b - a) * 1e6, 1) for a, b in zip(self.stamps, self.stamps[1:])]
+                cold = _one_time(gaps)
+                if cold is not None and self.retimed < MAX_RETIMES:
+                    # A step of the window did one-time work (a first call of an op the warm-up
+                    # never ran: lazy kernel loading, cuDNN/cuBLAS set-up): it is no step time.
+                    # Time a fresh window instead, from this (synchronised) boundary.
+                    self.retimed += 1
+                    self.say("timing-again", step=cold[0], us=cold[1], median_us=cold[2])
+                    self.t0, self.n_timed0 = time.perf_counter(), self.n
+                    self.stamps = [self.t0]
+                    return
                 self.unprofiled_us = dt / cfg["timed"] * 1e6
-                self.intervals_us = [round((b - a) * 1e6, 1) for a, b in zip(self.stamps, self.stamps[1:])]
-                self.say("unprofiled", us_per_step=self.unprofiled_us, steps=cfg["timed"])
+                self.intervals_us = gaps
+                self.say("unprofiled", us_per_step=self.unprofiled_us, steps=cfg["timed"], retimed=self.retimed)
                 self._start_profiler()
             return
         if self.phase == "profiling":
@@ -358,7 +370,7 @@ class Recorder:
         meta = {"program": cfg.get("program"), "argv": _argv(), "cwd": os.getcwd(), "rule": cfg["rule"],
                 "rule_desc": self.rule_desc, "warmup": cfg["warmup"], "timed": cfg["timed"],
                 "steps": self.active_done, "unprofiled_us_per_step": self.unprofiled_us,
-                "timed_intervals_us": self.intervals_us,
+                "timed_intervals_us": self.intervals_us, "timed_retimed": self.retimed,
                 "torch": self.torch.__version__, "python": sys.version.split()[0], "rank": os.environ.get("RANK"),
                 "world": world, "with_stack": cfg["stack"], "record_shapes": cfg["shapes"],
                 "profile_memory": cfg["memory"], "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -422,6 +434,23 @@ def _is_compiling(torch):
         except AttributeError:
             continue
     return lambda: False
+
+
+MAX_RETIMES = 2  # a program that keeps doing new work each step is timed as it is after that
+
+
+def _one_time(gaps):
+    """(index, us, median us) of a timed step that held one-time work, or None: a step over 3x the
+    window's median that alone moves the window's mean by more than 10%. Host intervals, so a
+    GPU-bound loop (the host running ahead, then paced by the queue) never looks like one: its
+    steps are even once the queue is full, and the filling is no 3x outlier."""
+    if len(gaps) < 3:
+        return None
+    med = sorted(gaps)[len(gaps) // 2]
+    i = max(range(len(gaps)), key=gaps.__getitem__)
+    if gaps[i] > 3 * med and gaps[i] - med > 0.1 * sum(gaps):
+        return i, gaps[i], med
+    return None
 
 
 class _TorchFinder:
