@@ -966,18 +966,18 @@ done:
 /* kernel_configs(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of)
  *   -> (configs: dict, dims: list)
  * kernel-jitter's configurations (passes._kernel_configs_ref): each kernel not of class ``skip``
- * keyed by (name, grid, block, the launching op's name, its line group ``lines[g]``, launched in
+ * keyed by (name, grid, block, the launching op's name, its line group's id ``lines[g]``, launched in
  * backward), the kernels' indices per key in order of first run; and per GPU event the launching
  * op's Input Dims (raw bytes) where it has some, else None. */
 static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
-    PyObject *gpu, *classes, *skip, *cpu, *lines;
-    Py_buffer lv, ov, fv, wv;
-    if (!PyArg_ParseTuple(args, "O!O!Oy*y*O!O!y*y*", &PyList_Type, &gpu, &PyList_Type, &classes, &skip, &lv,
-                          &ov, &PyList_Type, &cpu, &PyList_Type, &lines, &fv, &wv))
+    PyObject *gpu, *classes, *skip, *cpu;
+    Py_buffer lv, ov, fv, wv, iv;
+    if (!PyArg_ParseTuple(args, "O!O!Oy*y*O!y*y*y*", &PyList_Type, &gpu, &PyList_Type, &classes, &skip, &lv,
+                          &ov, &PyList_Type, &cpu, &iv, &fv, &wv))
         return NULL;
     PyObject *configs = NULL, *dims = NULL, *empty_b = NULL, *empty_s = NULL, *result = NULL;
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
-    if (PyList_GET_SIZE(classes) != ng || PyList_GET_SIZE(lines) != ng || lv.len / 4 != ng ||
+    if (PyList_GET_SIZE(classes) != ng || iv.len / 4 != ng || lv.len / 4 != ng ||
         ov.len / 4 != n || fv.len / 4 != n || wv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "kernel_configs: sizes differ");
         goto done;
@@ -992,7 +992,7 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
         Py_INCREF(Py_None);
         PyList_SET_ITEM(dims, g, Py_None);
     }
-    const int32_t *launcher = lv.buf, *ops = ov.buf, *fof = fv.buf, *fwd = wv.buf;
+    const int32_t *launcher = lv.buf, *ops = ov.buf, *fof = fv.buf, *fwd = wv.buf, *line = iv.buf;
     for (Py_ssize_t g = 0; g < ng; g++) {
         Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
         if (!e->cat || !same(e->cat, S_kernel)) continue;
@@ -1018,8 +1018,11 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
                 }
             }
         }
-        PyObject *key = PyTuple_Pack(6, e->name ? e->name : empty_s, grid, block, opname, PyList_GET_ITEM(lines, g),
+        PyObject *lid = PyLong_FromLong(line[g]);
+        if (!lid) goto done;
+        PyObject *key = PyTuple_Pack(6, e->name ? e->name : empty_s, grid, block, opname, lid,
                                      backward ? Py_True : Py_False);
+        Py_DECREF(lid);
         if (!key) goto done;
         PyObject *runs = PyDict_GetItemWithError(configs, key);
         if (!runs) {
@@ -1037,11 +1040,29 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
 done:
     Py_XDECREF(configs); Py_XDECREF(dims); Py_XDECREF(empty_b); Py_XDECREF(empty_s);
     PyBuffer_Release(&lv); PyBuffer_Release(&ov); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
+    PyBuffer_Release(&iv);
     return result;
+}
+
+/* fixed_points(col) -> bytes: 1 where col[i] == i (passes._fixed_points_ref): the events that are
+ * their own statement token (``token``), the user frames (``frame_of``). */
+static PyObject *fixed_points(PyObject *mod, PyObject *args) {
+    Py_buffer cv;
+    if (!PyArg_ParseTuple(args, "y*", &cv)) return NULL;
+    Py_ssize_t n = cv.len / 4;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out) {
+        const int32_t *col = cv.buf;
+        char *o = PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = col[i] == i;
+    }
+    PyBuffer_Release(&cv);
+    return out;
 }
 
 PyMethodDef PASS_METHODS[] = {
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
+    {"fixed_points", fixed_points, METH_VARARGS, "fixed_points(int32 column) -> bytes: 1 where col[i] == i"},
     {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
     {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},

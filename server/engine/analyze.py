@@ -11,6 +11,7 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
 from typing import Optional
 
 from ... import __version__
@@ -340,11 +341,15 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         if s[9]:
             kstats[(h.trace_path, h.line)] = s[9]
     _inclusive(ctx, line, of_key)
+    allocated: dict[int, int] = {}  # per owner, in order of first sample (the lines' order)
+    get = allocated.get
     for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
         if owner >= 0 and nbytes > 0:
-            h = line(owner)
-            if h is not None:
-                h.bytes_allocated += nbytes
+            allocated[owner] = get(owner, 0) + nbytes
+    for owner, nbytes in allocated.items():
+        h = line(owner)
+        if h is not None:
+            h.bytes_allocated += nbytes
     for k, h in hot.items():
         ks = kstats.get(k, {})
         top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
@@ -382,7 +387,7 @@ def _inclusive(ctx: Context, line, of_key) -> None:
     m = ctx.model
     tok, cpu = m.token, m.cpu
     frames = m.frames
-    for i in [i for i, t in enumerate(tok) if t == i]:
+    for i in compress(range(len(tok)), m.passes.fixed_points(tok)):  # the statement tokens
         e = cpu[i]
         if e.cat == "user_annotation":
             continue
@@ -393,8 +398,7 @@ def _inclusive(ctx: Context, line, of_key) -> None:
         h = line(i)
         if h is not None:
             h.cpu_inclusive_us += e.dur
-    users = m.frames.matching(lambda fr: fr.user)
-    for f, _ in users:
+    for f in compress(range(len(cpu)), ctx.user_frames()):
         if ctx.calls_directly(f):
             h = of_key(ctx.caller_key(f))
             if h is not None:

@@ -197,6 +197,37 @@ class Context:
             got = self._columns["launch_lines"] = list(map(line_id, self.model.launcher))
         return got
 
+    def launch_line_ids(self) -> array:
+        """Per GPU event a number for its ``launch_lines`` group (equal groups, equal numbers; -1
+        for none): a key that hashes and compares as an int."""
+        got = self._columns.get("launch_line_ids")
+        if got is None:
+            ids: dict = {None: -1}
+            of_obj: dict[int, int] = {}  # id(group) -> its number: the groups are cached objects
+
+            def number(k) -> int:
+                n = of_obj.get(id(k))
+                if n is None:
+                    n = of_obj[id(k)] = ids.setdefault(k, len(ids) - 1)
+                return n
+
+            got = self._columns["launch_line_ids"] = array("i", map(number, self.launch_lines()))
+        return got
+
+    def user_frames(self) -> bytes:
+        """1 for the events that are user frames (each is its own ``frame_of``)."""
+        got = self._columns.get("user_frames")
+        if got is None:
+            got = self._columns["user_frames"] = self.model.passes.fixed_points(self.model.frame_of)
+        return got
+
+    def gpu_durs(self) -> list[float]:
+        """Each GPU event's duration, as a list (indexing it costs less than the event's field)."""
+        got = self._columns.get("gpu_durs")
+        if got is None:
+            got = self._columns["gpu_durs"] = [e.dur for e in self.model.gpu]
+        return got
+
     def launch_steps(self) -> list:
         """Per GPU event the step its launch call started in, None without one (or outside every
         step)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import os
 import re
 import struct
@@ -667,9 +668,9 @@ def _replay_c(
 # ---- the rules' passes ------------------------------------------------------------------------
 def _kernel_configs_ref(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of):
     """kernel-jitter's configurations: each kernel not of class ``skip`` keyed by (name, grid,
-    block, the launching op's name, the launch's line group ``lines[g]``, launched in backward),
-    the kernels' indices per key in order of first run; and per GPU event the launching op's
-    Input Dims (raw bytes) where it has some, else None."""
+    block, the launching op's name, the id of the launch's line group ``lines[g]`` (int32),
+    launched in backward), the kernels' indices per key in order of first run; and per GPU event
+    the launching op's Input Dims (raw bytes) where it has some, else None."""
     configs: dict[tuple, list] = {}
     dims: list = [None] * len(gpu)
     for g, e in enumerate(gpu):
@@ -696,6 +697,16 @@ def _kernel_configs_ref(gpu, classes, skip, launcher, ops_above, cpu, lines, fra
 
 def _kernel_configs_c(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of):
     return _BUILT.kernel_configs(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of)
+
+
+def _fixed_points_ref(col: array) -> bytes:
+    """1 where ``col[i] == i``: the events that are their own statement token (``token``), the
+    user frames (``frame_of``)."""
+    return bytes(map(operator.eq, col, range(len(col))))
+
+
+def _fixed_points_c(col: array) -> bytes:
+    return _BUILT.fixed_points(col)
 
 
 # ---- the table --------------------------------------------------------------------------------
@@ -781,6 +792,12 @@ PASSES: dict[str, Pass] = {
             "kernel-jitter's kernel configurations and the launching ops' input shapes",
             _kernel_configs_ref,
             _kernel_configs_c,
+        ),
+        Pass(
+            "fixed_points",
+            "the events that are their own token or frame (statement tokens, user frames)",
+            _fixed_points_ref,
+            _fixed_points_c,
         ),
         Pass(
             "hot_sums",

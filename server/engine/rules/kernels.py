@@ -156,10 +156,11 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         m.launcher,
         m.ops_above(),
         m.cpu,
-        ctx.launch_lines(),
+        ctx.launch_line_ids(),
         m.frame_of,
         m.fwd_of,
     )
+    durs = ctx.gpu_durs()
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
@@ -168,9 +169,9 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         for pgs in _problems(ctx, gs, dims).values():
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
                 continue
-            med = median(m.gpu[g].dur for g in pgs)
+            med = median([durs[g] for g in pgs])
             problems += 1
-            runs.extend((m.gpu[g].dur, med, g) for g in pgs)
+            runs.extend([(durs[g], med, g) for g in pgs])
         if len(runs) < JITTER_MIN_SAMPLES:
             continue
         ratios = [d / med for d, med, _ in runs if med > 0]

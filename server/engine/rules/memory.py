@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import bisect
-import operator
 from array import array
 from itertools import compress
 from typing import Iterable
@@ -45,11 +44,12 @@ _TORCH_ANNOTATIONS = (
 )
 
 
-def _scopes(m) -> bytes:
+def _scopes(ctx) -> bytes:
     """1 for the user-level scopes: the frames of the user's own code, and the ``record_function``
     regions (labels) the user put there."""
+    m = ctx.model
     cpu = m.cpu
-    mask = bytearray(map(operator.eq, m.frame_of, range(len(cpu))))  # a user frame is its own frame
+    mask = bytearray(ctx.user_frames())
     for i in m.labels:
         if not cpu[i].name.startswith(_TORCH_ANNOTATIONS):
             mask[i] = 1
@@ -110,7 +110,7 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         if o >= 0 and b > 0:
             by_owner[o] = by_owner.get(o, 0) + b
     total_b = _ancestor_sums(m, by_owner)
-    is_scope = _scopes(m)
+    is_scope = _scopes(ctx)
     above = m.passes.nearest(m.parent, is_scope)
 
     def scope(i: int) -> int:  # the nearest scope, itself included

@@ -450,8 +450,8 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     scopes = [i for i in m.named(OPT_ZERO) if m.cpu[i].cat == "user_annotation"]
     scopes += [
         i
-        for i, fr in m.frames.items()
-        if fr.function == "zero_grad" and not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))
+        for i, fr in m.frames.matching(lambda fr: fr.function == "zero_grad")
+        if not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))
     ]
     for i in scopes:
         ops = [
