@@ -4,6 +4,8 @@ whole of ``engine.analyze_file`` (gc off, as it runs) and the JSON report writte
 
     python bench/breakdown.py bench/out/tinygpt_naive_x250MB.json
     python bench/breakdown.py bench/out/x50.json bench/out/x250.json   # side by side, with ratios
+    python bench/breakdown.py --cpu ...   # CPU time (process_time) instead of wall: steadier on a
+                                          # loaded machine (the loader's threads count in load)
 
 The pipeline runs as it is; each phase is timed by wrapping the function that does it (the
 pipeline's steps, the native or reference passes, the lazy indexes the rules share, each rule).
@@ -41,6 +43,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "bench", "out")
 
 
+NOW = time.perf_counter  # --cpu: time.process_time
+
+
 class Clock:
     """Exclusive time and calls per phase: a wrapped call's time less that of the wrapped calls
     inside it."""
@@ -52,12 +57,12 @@ class Clock:
 
     def timed(self, label, fn):
         def run(*args, **kw):
-            t = time.perf_counter()
+            t = NOW()
             self._inner.append(0.0)
             try:
                 return fn(*args, **kw)
             finally:
-                took = time.perf_counter() - t
+                took = NOW() - t
                 inner = self._inner.pop()
                 name = label(*args) if callable(label) else label
                 self.took[name] += took - inner
@@ -83,6 +88,7 @@ def instrument(clock: Clock) -> None:
         (loader.TraceDoc, "drop_events", "drop_events"),
         (analyze, "analyze", "analyses.analyze"),
         (analyze, "trace_info", "trace_info"),
+        (analyze, "load_all", "rules.load_all (their imports)"),
         (analyze, "Context", "Context()"),
         (analyze, "_hot_lines", "hot_lines"),
         (modules, "build_tree", "modules.build_tree"),
@@ -121,10 +127,10 @@ def run(path: str) -> tuple[dict[str, float], dict[str, int], float, str]:
     whole = clock.timed("analyze_file (own)", analyze.analyze_file)
     write = clock.timed("json write", _write)
     gc.disable()
-    t = time.perf_counter()
+    t = NOW()
     rep = whole(path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
     write(rep)
-    total = time.perf_counter() - t
+    total = NOW() - t
     head = (
         f"{path}: {rep.trace.events} events, {len(rep.summary.steps)} steps, "
         f"{len(rep.diagnostics)} findings, {len(rep.hot_lines)} hot lines"
@@ -153,8 +159,9 @@ def main(paths: list[str]) -> None:
 
     runs = []
     for p in paths:
+        cpu = ["--cpu"] if NOW is time.process_time else []
         out = subprocess.run(
-            [sys.executable, __file__, "--json", p], check=True, capture_output=True, text=True
+            [sys.executable, __file__, *cpu, "--json", p], check=True, capture_output=True, text=True
         ).stdout
         runs.append(json.loads(out.splitlines()[-1]))
     for r in runs:
@@ -172,10 +179,14 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--json":
+    argv = sys.argv[1:]
+    if argv[0] == "--cpu":
+        NOW = time.process_time
+        argv = argv[1:]
+    if argv[0] == "--json":
         import json
 
-        took, calls, total, head = run(sys.argv[2])
+        took, calls, total, head = run(argv[1])
         print(json.dumps({"took": took, "calls": calls, "total": total, "head": head}))
     else:
-        main(sys.argv[1:])
+        main(argv)

@@ -354,6 +354,9 @@ def _function_at(tree: ast.AST, line: int):
     return (best if best is not None else tree), False
 
 
+_UNSEEN, _PER_EVENT = object(), object()  # StatementResolver._names' memo: not made yet; per event
+
+
 class StatementResolver:
     def __init__(self, model: TraceModel, sources: SourceMap):
         self.model = model
@@ -362,6 +365,8 @@ class StatementResolver:
         self._frame_lines: dict[int, dict[int, Site]] = {}  # frame -> {token event: its site}
         self._site_cache: dict[tuple, object] = {}
         self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
+        self._aligned: dict[tuple, list[tuple[int, int]]] = {}  # see _align
+        self._named: dict[tuple, object] = {}  # see _names
 
     def line_for(self, frame: int, event: int, direct: bool = False) -> tuple[int, str, Optional[Site]]:
         """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``;
@@ -484,9 +489,6 @@ class StatementResolver:
         sites, is_def = self._sites(local, fr.line)
         if not sites:
             return {}
-        cursor, first = 0, True
-        if not is_def:
-            cursor = next((k for k, st in enumerate(sites) if st.line >= fr.line), 0)
         # A compiled function's frame (Dynamo runs it under a ``Torch-Compiled Region``) holds its
         # graphs, each many statements: no call site is theirs.
         p = m.parent[frame]
@@ -498,33 +500,32 @@ class StatementResolver:
             # calls, left without a site, fell to the ``def`` line)
             pstep = ({PROFILER_STEP}, False)
             toks = [(t, pstep if PROFILER_STEP in n[0] else n) for t, n in toks]
-        out: dict[int, Site] = {}
-        for idx, (tok, (names, any_call)) in enumerate(toks):
-            start = cursor if first else cursor + 1
-            limit, pending = None, 1
-            if any_call:
-                # The next token that names its site bounds this one; the calls before that site
-                # are shared out, in order, among the unnamed tokens before it.
-                for j in range(idx + 1, min(len(toks), idx + 40)):
-                    n, anyc = toks[j][1]
-                    if n and n != names:
-                        limit = _find(sites, start, n, False)
-                        if limit is not None:
-                            break
-                    if anyc:
-                        pending += 1
-            k = _find(sites, start, names, any_call, limit, pending, None if first else cursor)
-            if k is None:
-                continue
-            out[tok] = sites[k]
-            cursor, first = k, False
-        return out
+        # A function called over and over (each step, each layer) has the same tokens each call:
+        # the alignment is a function of the site list and the tokens' names, made once.
+        key = (local, fr.line, tuple((frozenset(n), anyc) for _, (n, anyc) in toks))
+        hit = self._aligned.get(key)
+        if hit is None:
+            hit = self._aligned[key] = _match(sites, is_def, fr.line, [n for _, n in toks])
+        return {toks[j][0]: sites[k] for j, k in hit}
 
     def _tokens(self, frame: int):
         return frame_tokens(self.model, frame)
 
     def _names(self, i: int, compiled: bool = False) -> Optional[tuple[set[str], bool]]:
-        """(site names the child can stand for, whether any call site will do); None: skip it."""
+        """(site names the child can stand for, whether any call site will do); None: skip it.
+        What the event's name says, made once per name (shared: never to be changed), and the
+        labelled method a library frame runs, per event."""
+        e = self.model.cpu[i]
+        key = (e.cat, e.name, compiled)
+        got = self._named.get(key, _UNSEEN)
+        if got is _UNSEEN:
+            got = self._named[key] = self._names_of(i, compiled)
+        if got is _PER_EVENT:
+            fr = self.model.frames[i]
+            return {fr.function} | _labelled_method(self.model, i), True
+        return got
+
+    def _names_of(self, i: int, compiled: bool):
         m = self.model
         e = m.cpu[i]
         if e.cat == "user_annotation":
@@ -545,7 +546,7 @@ class StatementResolver:
                 return {fr.function}, False
             # a library function or a module call; a decorator's wrapper (the optimizer's
             # ``wrapper``, ``_compile.py: inner``) is named by the method it runs, as torch labels it
-            return {fr.function} | _labelled_method(m, i), True
+            return _PER_EVENT
         if e.cat == "cpu_op":
             if compiled and e.name.startswith(_COMPILER_OPS):
                 return None
@@ -686,6 +687,37 @@ def _labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
                 return {r.group(1)}
         queue.extend(m.children(c))
     return set()
+
+
+def _match(sites: list[Site], is_def: bool, line: int, names: list) -> list[tuple[int, int]]:
+    """The tokens of one call of a function aligned with its call sites, in order: (position
+    among the tokens, index into ``sites``) of each token placed. ``names``: per token, the site
+    names it can stand for and whether any call site will do (StatementResolver._names); a frame
+    that starts mid-function (``line`` not its def) starts at ``line``."""
+    cursor, first = 0, True
+    if not is_def:
+        cursor = next((k for k, st in enumerate(sites) if st.line >= line), 0)
+    out = []
+    for idx, (names_, any_call) in enumerate(names):
+        start = cursor if first else cursor + 1
+        limit, pending = None, 1
+        if any_call:
+            # The next token that names its site bounds this one; the calls before that site
+            # are shared out, in order, among the unnamed tokens before it.
+            for j in range(idx + 1, min(len(names), idx + 40)):
+                n, anyc = names[j]
+                if n and n != names_:
+                    limit = _find(sites, start, n, False)
+                    if limit is not None:
+                        break
+                if anyc:
+                    pending += 1
+        k = _find(sites, start, names_, any_call, limit, pending, None if first else cursor)
+        if k is None:
+            continue
+        out.append((idx, k))
+        cursor, first = k, False
+    return out
 
 
 def _find(
