@@ -151,7 +151,9 @@ def main(paths: list[str]) -> None:
         for k, v in sorted(took.items(), key=lambda kv: -kv[1]):
             if v >= 0.005:
                 print(f"  {k:40} {v:7.3f} s  {100 * v / total:5.1f}%  {calls[k]:>8} calls")
-        print(f"  {'total (wall)':40} {total:7.3f} s  (phases sum to {sum(took.values()):.3f} s)")
+        print(
+            f"  {'total (cpu)' if NOW is time.process_time else 'total (wall)':40} {total:7.3f} s  (phases sum to {sum(took.values()):.3f} s)"
+        )
         return
     # several files: one child each (a fresh interpreter: no cache carried from one to the next)
     import json

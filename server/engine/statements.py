@@ -593,9 +593,10 @@ class CallGroups:
         keys = [call_of(m, t) for t in toks]
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
+        ts = m.cpu_starts()
         for pos, (t, k) in enumerate(zip(toks, keys)):
             first.setdefault(k, pos)
-            step = m.step_at(m.cpu[t].ts)
+            step = m.step_at(ts[t])
             run = runs.setdefault(step.number if step is not None else None, {}).get(k)
             if run is None:
                 runs[step.number if step is not None else None][k] = [pos, pos, 1]
@@ -630,10 +631,13 @@ class CallGroups:
         size: dict[tuple, int] = {}
         for k in root:
             size[find(k)] = size.get(find(k), 0) + 1
-        fr = m.frames[frame]
+        by_group: dict[tuple, list] = {}  # in order of first token, as members keeps them
         for t, k in zip(toks, keys):  # a call a loop repeats alone keeps its own key
             g = self._of[t] = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
-            self.members.setdefault((fr, g), []).append((frame, t))
+            by_group.setdefault(g, []).append((frame, t))
+        fr = m.frames[frame]
+        for g, calls in by_group.items():
+            self.members.setdefault((fr, g), []).extend(calls)
 
 
 def call_of(m: TraceModel, tok: int) -> tuple:
@@ -673,9 +677,18 @@ _INSTANCE = re.compile(r"_\d+$")
 _METHOD_LABEL = re.compile(r"^[A-Za-z_]\w*\.([A-Za-z_]\w*)#")
 
 
-def _labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
+def _labelled_method(m: TraceModel, i: int) -> set[str]:
     """The method a library frame runs, from a ``Class.method#...`` label just beneath it (a
-    breadth-first look at a few dozen events: the label opens the wrapped call)."""
+    breadth-first look at a few dozen events: the label opens the wrapped call). Once per event:
+    the alignment and the call groups both ask (shared: never to be changed)."""
+    done = m.__dict__.setdefault("_labelled_methods", {})
+    got = done.get(i)
+    if got is None:
+        got = done[i] = _find_labelled_method(m, i)
+    return got
+
+
+def _find_labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
     queue, seen = list(m.children(i)), 0
     while queue and seen < budget:
         c = queue.pop(0)
