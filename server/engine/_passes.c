@@ -818,16 +818,27 @@ done:
     return res;
 }
 
-/* cat_mask(events, cat) -> bytes: 1 where the event's category is cat. */
+/* cat_mask(events, cat) -> bytes: 1 where the event's category is cat (a str), or one of cats (a
+ * frozenset: one pass for several). */
 static PyObject *cat_mask(PyObject *mod, PyObject *args) {
     PyObject *list, *cat;
-    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &list, &cat)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &list, &cat)) return NULL;
+    int one = PyUnicode_Check(cat);
+    if (!one && !PyFrozenSet_Check(cat)) {
+        PyErr_SetString(PyExc_TypeError, "cat_mask: a str or a frozenset of them");
+        return NULL;
+    }
     if (check_events(list) < 0) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     if (!out) return NULL;
     char *o = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) o[i] = (char)same(((Ev *)PyList_GET_ITEM(list, i))->cat, cat);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = ((Ev *)PyList_GET_ITEM(list, i))->cat;
+        int hit = one ? same(c, cat) : PySet_Contains(cat, c);
+        if (hit < 0) { Py_DECREF(out); return NULL; }
+        o[i] = (char)hit;
+    }
     return out;
 }
 

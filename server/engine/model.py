@@ -281,17 +281,13 @@ class TraceModel:
         return got
 
     def cat_mask(self, *cats: str) -> bytes:
-        """1 for the events of one of these categories (made once per category)."""
+        """1 for the events of one of these categories (made once per set of categories)."""
+        key = frozenset(cats)
         masks = self.__dict__.setdefault("_cat_masks", {})
-        for c in cats:
-            if c not in masks:
-                masks[c] = self.passes.cat_mask(self.cpu, c)
-        if len(cats) == 1:
-            return masks[cats[0]]
-        either = 0  # the masks OR'ed as big integers: one C loop, not one call an event
-        for c in cats:
-            either |= int.from_bytes(masks[c], "little")
-        return either.to_bytes(len(self.cpu), "little")
+        got = masks.get(key)
+        if got is None:
+            got = masks[key] = self.passes.cat_mask(self.cpu, cats[0] if len(cats) == 1 else key)
+        return got
 
     def enclosing_frame(self, i: int) -> int:
         """The nearest enclosing python frame (user or library; built-ins are not frames) of

@@ -75,7 +75,7 @@ class ModuleIndex:
     def __init__(self, m: TraceModel):
         self._m = weakref.ref(m)  # weak: the model caches this index (``of``), see StepModel.ctx
         cpu = m.cpu
-        pyf = m.passes.cat_mask(cpu, "python_function") if cpu else b""
+        pyf = m.cat_mask("python_function") if cpu else b""
         frames = m.frames.mask() if cpu else b""
         # python events that are not parsed frames: built-ins and module markers
         size = len(cpu)

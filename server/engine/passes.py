@@ -359,11 +359,14 @@ def _children_c(parent: array, n: int) -> tuple[array, array]:
     return column("i", ob), column("i", kb)
 
 
-def _cat_mask_ref(events, cat: str) -> bytes:
-    return bytes(e.cat == cat for e in events)
+def _cat_mask_ref(events, cat) -> bytes:
+    """1 for the events of category ``cat`` (a str), or of one of ``cat`` (a frozenset)."""
+    if isinstance(cat, str):
+        return bytes(e.cat == cat for e in events)
+    return bytes(e.cat in cat for e in events)
 
 
-def _cat_mask_c(events, cat: str) -> bytes:
+def _cat_mask_c(events, cat) -> bytes:
     return _BUILT.cat_mask(events, cat)
 
 
