@@ -1055,6 +1055,106 @@ done:
     return result;
 }
 
+/* line_gpu_sums(launcher, line_tokens, gpu) -> (keys int32, sums float64, first launch int32) bytes
+ * Each GPU event's duration onto the line key (``line_tokens``) of the call that launched it
+ * (passes._line_gpu_sums_ref): the keys in order of first event, their sums in event order, and
+ * the launch call of each key's first event. */
+static PyObject *line_gpu_sums(PyObject *mod, PyObject *args) {
+    Py_buffer lv, kv;
+    PyObject *gpu;
+    if (!PyArg_ParseTuple(args, "y*y*O!", &lv, &kv, &PyList_Type, &gpu)) return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(gpu), n = kv.len / 4, nk = 0;
+    int32_t *slot = NULL, *keys = NULL, *reps = NULL;
+    double *sums = NULL;
+    if (lv.len / 4 != ng) { PyErr_SetString(PyExc_ValueError, "line_gpu_sums: sizes differ"); goto done; }
+    if (check_events(gpu) < 0) goto done;
+    slot = malloc(sizeof(int32_t) * (2 * n + 1));
+    keys = malloc(sizeof(int32_t) * (ng ? ng : 1));
+    reps = malloc(sizeof(int32_t) * (ng ? ng : 1));
+    sums = malloc(sizeof(double) * (ng ? ng : 1));
+    if (!slot || !keys || !reps || !sums) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < 2 * n + 1; k++) slot[k] = -1;
+    const int32_t *launcher = lv.buf, *ck = kv.buf;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        int32_t li = launcher[g];
+        if (li < 0 || li >= n) continue;
+        int32_t c = ck[li];
+        if (c == NOKEY || c < -n || c >= n) continue;
+        Py_ssize_t s = (Py_ssize_t)c + n;
+        if (slot[s] < 0) {
+            slot[s] = (int32_t)nk;
+            keys[nk] = c; reps[nk] = li; sums[nk] = 0.0;
+            nk++;
+        }
+        sums[slot[s]] += ((Ev *)PyList_GET_ITEM(gpu, g))->dur;
+    }
+    res = Py_BuildValue("(y#y#y#)", (char *)keys, nk * 4, (char *)sums, nk * 8, (char *)reps, nk * 4);
+done:
+    free(slot); free(keys); free(reps); free(sums);
+    PyBuffer_Release(&lv); PyBuffer_Release(&kv);
+    return res;
+}
+
+/* launch_runs(gpu, launcher, frame_of, lines, steps, cpu) -> dict
+ * launch-storm's runs (passes._launch_runs_ref): each kernel launched from a user frame, in a
+ * step and on a line, as (duration, its launch call's duration, launch call) under its line
+ * group's id (``lines``, int32; -1: none) and (kernel name, step number) (``steps``: per GPU
+ * event the step number of its launch, None outside every step), in order of first run. */
+static PyObject *launch_runs(PyObject *mod, PyObject *args) {
+    PyObject *gpu, *steps, *cpu;
+    Py_buffer lv, fv, iv;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*O!O!", &PyList_Type, &gpu, &lv, &fv, &iv, &PyList_Type, &steps,
+                          &PyList_Type, &cpu))
+        return NULL;
+    PyObject *per = NULL, *result = NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
+    if (lv.len / 4 != ng || iv.len / 4 != ng || PyList_GET_SIZE(steps) != ng || fv.len / 4 != n) {
+        PyErr_SetString(PyExc_ValueError, "launch_runs: sizes differ");
+        goto done;
+    }
+    if (check_events(gpu) < 0 || check_events(cpu) < 0) goto done;
+    if (!(per = PyDict_New())) goto done;
+    const int32_t *launcher = lv.buf, *fof = fv.buf, *line = iv.buf;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        int32_t li = launcher[g];
+        if (li < 0 || li >= n || fof[li] < 0) continue;
+        Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
+        if (!e->cat || !same(e->cat, S_kernel)) continue;
+        PyObject *step = PyList_GET_ITEM(steps, g);
+        if (line[g] < 0 || step == Py_None) continue;
+        PyObject *lid = PyLong_FromLong(line[g]);
+        if (!lid) goto done;
+        PyObject *groups = PyDict_GetItemWithError(per, lid);
+        if (!groups) {
+            if (PyErr_Occurred() || !(groups = PyDict_New()) || PyDict_SetItem(per, lid, groups) < 0) {
+                Py_XDECREF(groups); Py_DECREF(lid); goto done;
+            }
+            Py_DECREF(groups);
+        }
+        Py_DECREF(lid);
+        PyObject *key = PyTuple_Pack(2, e->name, step);
+        if (!key) goto done;
+        PyObject *runs = PyDict_GetItemWithError(groups, key);
+        if (!runs) {
+            if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(groups, key, runs) < 0) {
+                Py_XDECREF(runs); Py_DECREF(key); goto done;
+            }
+            Py_DECREF(runs);
+        }
+        Py_DECREF(key);
+        PyObject *x = Py_BuildValue("(ddi)", e->dur, ((Ev *)PyList_GET_ITEM(cpu, li))->dur, (int)li);
+        if (!x || PyList_Append(runs, x) < 0) { Py_XDECREF(x); goto done; }
+        Py_DECREF(x);
+    }
+    result = per;
+    per = NULL;
+done:
+    Py_XDECREF(per);
+    PyBuffer_Release(&lv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);
+    return result;
+}
+
 /* fixed_points(col) -> bytes: 1 where col[i] == i (passes._fixed_points_ref): the events that are
  * their own statement token (``token``), the user frames (``frame_of``). */
 static PyObject *fixed_points(PyObject *mod, PyObject *args) {
@@ -1073,6 +1173,8 @@ static PyObject *fixed_points(PyObject *mod, PyObject *args) {
 
 PyMethodDef PASS_METHODS[] = {
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
+    {"line_gpu_sums", line_gpu_sums, METH_VARARGS, "line_gpu_sums(launcher, line_tokens, gpu) -> (keys, sums, first launch)"},
+    {"launch_runs", launch_runs, METH_VARARGS, "launch_runs(gpu, launcher, frame_of, lines, steps, cpu) -> dict"},
     {"fixed_points", fixed_points, METH_VARARGS, "fixed_points(int32 column) -> bytes: 1 where col[i] == i"},
     {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},

@@ -21,7 +21,6 @@ from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
 from .model import LAUNCH_CATS, TraceModel, build
-from .passes import NO_LINE
 from .rules import load_all
 from .rules.util import us
 
@@ -405,17 +404,7 @@ def _inclusive(ctx: Context, line, of_key) -> None:
                 h.cpu_inclusive_us += cpu[f].dur
     if not m.gpu:
         return
-    ck = ctx.line_tokens()
-    acc: dict[int, float] = {}
-    rep: dict[int, int] = {}
-    get = acc.get
-    for li, ge in zip(m.launcher, m.gpu):
-        if li >= 0:
-            c = ck[li]
-            if c != NO_LINE:
-                if c not in acc:
-                    rep[c] = li
-                acc[c] = get(c, 0.0) + ge.dur
+    _, sums, reps = m.passes.line_gpu_sums(m.launcher, ctx.line_tokens(), m.gpu)
     chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
 
     def above(f: int) -> list:
@@ -436,8 +425,7 @@ def _inclusive(ctx: Context, line, of_key) -> None:
             chains[fs[k]] = tail
         return chains[fs[0]] if fs else tail
 
-    for c, us_ in acc.items():
-        li = rep[c]
+    for us_, li in zip(sums, reps):
         h0 = line(li)
         f, _ = m.line_source(li)
         seen = set()

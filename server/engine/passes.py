@@ -702,6 +702,53 @@ def _kernel_configs_c(gpu, classes, skip, launcher, ops_above, cpu, lines, frame
     return _BUILT.kernel_configs(gpu, classes, skip, launcher, ops_above, cpu, lines, frame_of, fwd_of)
 
 
+def _line_gpu_sums_ref(launcher: array, line_tokens: array, gpu) -> tuple[array, array, array]:
+    """Each GPU event's duration onto the line key (``line_tokens``) of the call that launched it:
+    the keys in order of first event, their sums (in event order) and the launch call of each
+    key's first event (int32, float64, int32)."""
+    keys, reps = array("i"), array("i")
+    at: dict[int, int] = {}
+    sums: list[float] = []
+    for li, ge in zip(launcher, gpu):
+        if li >= 0:
+            c = line_tokens[li]
+            if c != NO_LINE:
+                k = at.get(c)
+                if k is None:
+                    k = at[c] = len(keys)
+                    keys.append(c)
+                    reps.append(li)
+                    sums.append(0.0)
+                sums[k] += ge.dur
+    return keys, array("d", sums), reps
+
+
+def _line_gpu_sums_c(launcher: array, line_tokens: array, gpu) -> tuple[array, array, array]:
+    kb, sb, rb = _BUILT.line_gpu_sums(launcher, line_tokens, gpu)
+    return column("i", kb), column("d", sb), column("i", rb)
+
+
+def _launch_runs_ref(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu) -> dict:
+    """launch-storm's runs: each kernel launched from a user frame, in a step and on a line, as
+    (duration, its launch call's duration, launch call) under its line group's id (``lines``; -1:
+    none) and (kernel name, step number) (``steps``: per GPU event the step number of its launch,
+    None outside every step), in order of first run."""
+    per: dict = {}
+    for g, e in enumerate(gpu):
+        li = launcher[g]
+        if li < 0 or frame_of[li] < 0 or e.cat != "kernel":
+            continue
+        k, step = lines[g], steps[g]
+        if k < 0 or step is None:
+            continue
+        per.setdefault(k, {}).setdefault((e.name, step), []).append((e.dur, cpu[li].dur, li))
+    return per
+
+
+def _launch_runs_c(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu) -> dict:
+    return _BUILT.launch_runs(gpu, launcher, frame_of, lines, steps, cpu)
+
+
 def _fixed_points_ref(col: array) -> bytes:
     """1 where ``col[i] == i``: the events that are their own statement token (``token``), the
     user frames (``frame_of``)."""
@@ -795,6 +842,18 @@ PASSES: dict[str, Pass] = {
             "kernel-jitter's kernel configurations and the launching ops' input shapes",
             _kernel_configs_ref,
             _kernel_configs_c,
+        ),
+        Pass(
+            "line_gpu_sums",
+            "hot lines: GPU time per launching line (gpu_inclusive_us)",
+            _line_gpu_sums_ref,
+            _line_gpu_sums_c,
+        ),
+        Pass(
+            "launch_runs",
+            "launch-storm's kernel runs by line, kernel and step",
+            _launch_runs_ref,
+            _launch_runs_c,
         ),
         Pass(
             "fixed_points",

@@ -565,23 +565,9 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     Shown by: examples/tinygpt_naive.json.gz
     """
     m = ctx.model
-    per: dict = {}
-    launcher, frame_of, cpu, lines, steps = (
-        m.launcher,
-        m.frame_of,
-        m.cpu,
-        ctx.launch_lines(),
-        ctx.launch_steps(),
-    )
-    for g, e in enumerate(m.gpu):
-        li = launcher[g]
-        if li < 0 or frame_of[li] < 0 or e.cat != "kernel":
-            continue
-        k = lines[g]
-        step = steps[g]
-        if k is None or step is None:
-            continue
-        per.setdefault(k, {}).setdefault((e.name, step.number), []).append((e.dur, cpu[li].dur, li))
+    frame_of = m.frame_of
+    steps = [s.number if s is not None else None for s in ctx.launch_steps()]
+    per = m.passes.launch_runs(m.gpu, m.launcher, frame_of, ctx.launch_line_ids(), steps, m.cpu)
     # the knob is what the message says (tiny launches per step from the line, over its kernels);
     # a loop is found by its iterations of one kernel, at most that many (10 unless set lower)
     wanted = ctx.threshold("launch-storm", "launches-per-step")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from operator import attrgetter
 from typing import Iterable, Optional
 
 import msgspec
@@ -17,6 +18,7 @@ from ..stepmodel import Change, StepModel
 from . import rule
 from .util import mib, pct, plural, r3, us
 
+_name = attrgetter("name")
 OPT_STEP = "Optimizer.step#"
 OPT_ZERO = "Optimizer.zero_grad#"
 SINGLE_TENSOR_FNS = (
@@ -331,7 +333,8 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     # naive trace's events); each step keeps the events of its own subtree
     cpu, launching, frames = m.cpu, ctx.gpu_counts_under(), m.frames
     group_ops = {j for j in m.named("aten::_foreach_") + m.named("aten::_fused_") if cpu[j].cat == "cpu_op"}
-    group_ops.update(m.launcher[g] for g, e in enumerate(m.gpu) if "multi_tensor_apply" in e.name)
+    if any("multi_tensor_apply" in n for n in set(map(_name, m.gpu))):  # apex's grouped kernels
+        group_ops.update(m.launcher[g] for g, e in enumerate(m.gpu) if "multi_tensor_apply" in e.name)
     updates = {j for j in m.indices(UPDATE_OPS) if cpu[j].cat == "cpu_op" and j in launching}
     singles = {j for j, fr in frames.matching(lambda fr: fr.function in SINGLE_TENSOR_FNS)}
     for i in steps:
