@@ -150,6 +150,31 @@ async def test_an_allocation_faster_than_the_poll_meets_the_ceiling():
         pool.close()
 
 
+async def test_a_worker_gives_a_tasks_memory_back_once_it_is_done():
+    """Memory an analysis freed stays in the C heap unless the worker trims it (issue 32: a
+    worker idled at ~310 MB after each 1 GB trace): a task that leaves 200 MB of freed blocks
+    between ones it keeps (a fragmented heap, which the allocator never gives back by itself)
+    must not leave the worker's RSS 200 MB higher. (The task is ``exec`` of allocations: a
+    stand-in for an analysis' objects, whose sizes no test trace controls.)"""
+    from profd.server.daemon.pool import WorkerPool, _rss_bytes, release_memory
+
+    if not release_memory():
+        pytest.skip("no malloc_trim in this C library")
+    pool = WorkerPool(1, True, 60.0, 2 << 30)
+    try:
+        await pool.run(exec, "pass")
+        pid = pool.all[0].proc.pid
+        await asyncio.sleep(0.5)
+        before = _rss_bytes(pid)
+        fragment = (
+            "import builtins\nxs = [bytes(1000) for _ in range(200_000)]\nbuiltins.kept = xs[::64]\ndel xs"
+        )
+        await pool.run(exec, fragment)
+        await await_for(lambda: _rss_bytes(pid) < before + (60 << 20), timeout=10, what="the memory back")
+    finally:
+        pool.close()
+
+
 async def test_a_budget_error_is_tried_again_under_a_bigger_budget(folders):
     """A trace ended by its memory budget keeps that error across restarts under the same budget
     (a bomb is not re-run at every start), and is analysed again, once, when the daemon comes back
