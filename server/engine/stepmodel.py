@@ -122,24 +122,33 @@ class StepModel:
             return
         # the calls of the replayed steps (the loop below keeps those inside a step)
         idx = m.indices_during(LAUNCH_APIS | SYNC_APIS, starts[0], max(s.end for s in msteps))
-        cpu, gpu = m.cpu, m.gpu
+        cpu, gpu, spans = m.cpu, m.gpu, m.gpu_spans()
+        ends = [s.end for s in msteps]
+        off, launched = m._launched  # the GPU events of each call (gpu_of_launch)
         for i in idx:
             e = cpu[i]
-            k = bisect.bisect_right(starts, e.ts) - 1
-            if k < 0 or e.ts > msteps[k].end:
+            ts = e.ts
+            k = bisect.bisect_right(starts, ts) - 1
+            if k < 0 or ts > ends[k]:
                 continue
-            end = e.ts + e.dur
+            end = ts + e.dur
             if e.name in SYNC_APIS:
-                per[k].append(Point(i, e.ts, end, SYNC, []))
+                per[k].append(Point(i, ts, end, SYNC, []))
                 continue
-            ops = [(g, (gpu[g].pid, gpu[g].tid), gpu[g].dur) for g in m.gpu_of_launch(i)]
-            last = max((gpu[g].ts + gpu[g].dur for g, _, _ in ops), default=None)
+            ops, last = [], None  # last: when the call's last GPU event ends
+            for g in launched[off[i] : off[i + 1]]:
+                ge = gpu[g]
+                ops.append((g, (ge.pid, ge.tid), ge.dur))
+                if last is None or spans[g][1] > last:
+                    last = spans[g][1]
             blocking = e.name in kernels.BLOCKING_COPIES or (
                 last is not None and end >= last - BLOCK_SLACK_US
             )
             kind = BLOCKING if blocking else QUEUED if e.dur > QUEUE_WAIT_US else NONBLOCKING
-            per[k].append(Point(i, e.ts, end, kind, ops))
-        lats = sorted(gpu[g].ts - p.ts for pts in per for p in pts for g, _, _ in p.ops if gpu[g].ts >= p.ts)
+            per[k].append(Point(i, ts, end, kind, ops))
+        lats = sorted(
+            spans[g][0] - p.ts for pts in per for p in pts for g, _, _ in p.ops if spans[g][0] >= p.ts
+        )
         # launch to start on an idle stream: the low quartile of what the trace shows, at most LAUNCH_LATENCY_MAX_US
         self.latency = min(lats[len(lats) // 4], LAUNCH_LATENCY_MAX_US) if lats else 0.0
         threads = list(m.tindex.starts.values())
