@@ -22,6 +22,10 @@ driven over its stdio pipes by a minimal JSON-RPC client in this process:
    the previous one's report is published; after each, every process's RSS in the daemon's tree
    (issue 32: bounded for a daemon analysing traces one after another).
 
+With ``--loop-stalls`` the daemon runs under asyncio's debug mode, which logs each callback that
+holds its event loop over 5 ms: the ones during the big analysis are listed (a load-independent
+account of the daemon's own share of a hover's delay; the debug mode costs a little itself).
+
 Printed: hover count / p50 / p95 / p99 / max (ms) during the big analysis (target p99 <= 10 ms),
 beside the same hovers sent for ``--idle`` s before it with nothing analysed (this machine's floor:
 on a loaded machine the scheduler's delays are in both);
@@ -58,16 +62,39 @@ def uri(path: str) -> str:
     return Path(path).as_uri()
 
 
-async def serve(prefix: str, tmp: str | None) -> tuple[asyncio.subprocess.Process, str, str, str]:
+# ``--loop-stalls``: the daemon runs with asyncio's debug mode logging every callback of the event
+# loop that holds it over 5 ms (what delays a hover whatever the machine's load)
+STALL_MS = 5
+STALLS = f"""
+import asyncio.base_events as b, runpy, sys
+init = b.BaseEventLoop.__init__
+def debug_init(self, *a, **k):
+    init(self, *a, **k)
+    self.set_debug(True)
+    self.slow_callback_duration = {STALL_MS / 1000}
+b.BaseEventLoop.__init__ = debug_init
+sys.argv[0] = "profd"
+runpy.run_module("profd.server.daemon.cli", run_name="__main__")
+"""
+STALL_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING asyncio: Executing (.*) took ([\d.]+) seconds"
+)
+
+
+async def serve(
+    prefix: str, tmp: str | None, stalls: bool = False
+) -> tuple[asyncio.subprocess.Process, str, str, str]:
     """A real ``profd serve --stdio`` (default settle/quiet, 2 workers, INFO log) watching a fresh
-    temp folder: (process, the folder, its watch/, its daemon.log)."""
+    temp folder: (process, the folder, its watch/, its daemon.log). ``stalls``: under asyncio's
+    debug mode, logging the loop's callbacks over STALL_MS."""
     work = tempfile.mkdtemp(prefix=prefix, dir=tmp)
     watch, state = os.path.join(work, "watch"), os.path.join(work, "state")
     os.makedirs(watch)
     log_path = os.path.join(work, "daemon.log")
     with open(log_path, "wb") as log:  # the daemon writes to its own copy of the descriptor
         proc = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "profd.server.daemon.cli", "serve", "--stdio", "--watch", watch],
+            *[sys.executable, *(["-c", STALLS] if stalls else ["-m", "profd.server.daemon.cli"])],
+            *["serve", "--stdio", "--watch", watch],
             *["--workspace", SRC, "--state", state, "--log-level", "INFO"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -322,7 +349,7 @@ def reference_analysis(path: str) -> dict:
 
 # ---- the run ------------------------------------------------------------------------------------
 async def run(ns) -> dict:
-    proc, work, watch, log_path = await serve("profd-daemon-bench-", ns.tmp)
+    proc, work, watch, log_path = await serve("profd-daemon-bench-", ns.tmp, ns.loop_stalls)
     c = Client(proc)
     res: dict = {"work": work, "log": log_path}
     sampler = RssSampler(proc.pid)
@@ -373,6 +400,7 @@ async def run(ns) -> dict:
         ev = c.ready_event(os.path.join(watch, big_name))
         lat: list[tuple[float, float]] = []  # (t since rename, latency s)
         big, t_rename = place(ns.big, watch, big_name, copy=ns.copy)
+        res["rename_epoch"] = time.time()
         every = ns.every / 1000
         deadline = t_rename + ns.timeout
         while not ev.is_set():
@@ -393,6 +421,7 @@ async def run(ns) -> dict:
                 except asyncio.TimeoutError:
                     pass
         t_ready, ready = c.ready[big]
+        res["ready_epoch"] = time.time() - (time.perf_counter() - t_ready)
         first_diag = next((t for t, u, _ in c.diags[n_diags_before:] if t >= t_rename), None)
         res.update(
             hovers=lat,
@@ -424,6 +453,25 @@ ANALYSED = re.compile(
     r"analysed (?P<path>.+?) \((?P<bytes>\d+) bytes\): (?P<wall>[\d.]+) s in the "
     r"worker \(CPU (?P<cpu>[\d.]+) s\), (?P<submit>[\d.]+) s from submit"
 )
+
+
+def loop_stalls(log_path: str, t0: float, t1: float) -> list[tuple[float, str]]:
+    """The event loop's callbacks over STALL_MS the daemon logged between epoch ``t0`` and
+    ``t1``: (seconds, what ran), longest first."""
+    out = []
+    try:
+        lines = open(log_path, errors="replace").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = STALL_LINE.match(line)
+        if not m:
+            continue
+        when = time.mktime(time.strptime(m[1][:19], "%Y-%m-%d %H:%M:%S")) + int(m[1][20:]) / 1e3
+        if t0 <= when <= t1 + 0.1:
+            what = re.sub(r" at 0x[0-9a-f]+|<Task pending name='[^']*' coro=|created at .*", "", m[2])
+            out.append((float(m[3]), what[:100]))
+    return sorted(out, reverse=True)
 
 
 def daemon_analysis(log_path: str, path: str) -> dict | None:
@@ -462,6 +510,12 @@ def main(argv=None) -> int:
         "--no-reference", action="store_true", help="skip the reference analysis in a fresh subprocess"
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="s to wait for the big report")
+    ap.add_argument(
+        "--loop-stalls",
+        action="store_true",
+        help=f"run the daemon under asyncio's debug mode and list its loop's callbacks over {STALL_MS} ms "
+        "during the big analysis (the daemon's own share of a hover's delay, whatever the load)",
+    )
     ap.add_argument(
         "--series",
         type=int,
@@ -523,6 +577,13 @@ def main(argv=None) -> int:
     else:
         print("   no hovers were sent (the report came first)")
     print(f"   after the publish the hover shows the big trace: {res['hover_after']}")
+    if ns.loop_stalls:
+        st = loop_stalls(res["log"], res["rename_epoch"], res["ready_epoch"])
+        print(
+            f"   the daemon's event loop (asyncio debug mode): {len(st)} callbacks over {STALL_MS} ms "
+            "from the rename to the report"
+            + (": " + "; ".join(f"{s * 1e3:.1f} ms {w}" for s, w in st[:5]) if st else "")
+        )
 
     print("\n2. watch latency (rename into the folder -> diagnostics at the client)")
     lat_s = res["t_ready"]
