@@ -340,12 +340,20 @@ def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
         if s[9]:
             kstats[(h.trace_path, h.line)] = s[9]
     _inclusive(ctx, line, of_key)
-    allocated: dict[int, int] = {}  # per owner, in order of first sample (the lines' order)
+    # the allocations by the key their owner's line is cached under (the owner itself where the
+    # trace names each op's line), in order of first sample, so each line is looked up once
+    ck = None if m.has_call_from else ctx.line_tokens()
+    allocated: dict[int, list] = {}  # key -> [its first owner, bytes]
     get = allocated.get
     for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
         if owner >= 0 and nbytes > 0:
-            allocated[owner] = get(owner, 0) + nbytes
-    for owner, nbytes in allocated.items():
+            c = owner if ck is None else ck[owner]
+            got = get(c)
+            if got is None:
+                allocated[c] = [owner, nbytes]
+            else:
+                got[1] += nbytes
+    for owner, nbytes in allocated.values():
         h = line(owner)
         if h is not None:
             h.bytes_allocated += nbytes
