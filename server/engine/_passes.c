@@ -26,7 +26,8 @@ static int cmp_items(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* nest(events, base, slack) -> (parent: int32 bytes, child_dur, starts: float64 bytes)
+/* nest(events, base, slack, cats) -> (parent: int32 bytes, child_dur, starts, durs: float64 bytes,
+ * codes: bytes)
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
  * first among equal starts, as two stable sorts would; then gives each event its innermost
  * enclosing event (position base + j, or -1) and each event the summed duration of its children.
@@ -35,10 +36,17 @@ static int cmp_items(const void *a, const void *b) {
  * leave ``<built-in method apply ...>`` frames "running" to the end of the trace) nests in it,
  * its end clamped to its parent's for the events that follow. */
 static PyObject *nest(PyObject *mod, PyObject *args) {
-    PyObject *list;
+    PyObject *list, *cats;
     Py_ssize_t base;
     double slack;
-    if (!PyArg_ParseTuple(args, "O!nd", &PyList_Type, &list, &base, &slack)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!ndO!", &PyList_Type, &list, &base, &slack, &PyTuple_Type, &cats)) return NULL;
+    Py_ssize_t ncats = PyTuple_GET_SIZE(cats);
+    if (ncats > 255) { PyErr_SetString(PyExc_ValueError, "nest: more than 255 categories"); return NULL; }
+    for (Py_ssize_t c = 0; c < ncats; c++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(cats, c))) {
+            PyErr_SetString(PyExc_TypeError, "nest: categories are str");
+            return NULL;
+        }
     Py_ssize_t n = PyList_GET_SIZE(list);
     for (Py_ssize_t j = 0; j < n; j++)
         if (!PyObject_TypeCheck(PyList_GET_ITEM(list, j), &EvType)) {
@@ -51,8 +59,11 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (!items || !stack || !eend || !pbytes || !cbytes || !sbytes) {
+    PyObject *dbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *kbytes = PyBytes_FromStringAndSize(NULL, n);
+    if (!items || !stack || !eend || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
         free(items); free(stack); free(eend); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
+        Py_XDECREF(dbytes); Py_XDECREF(kbytes);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -66,7 +77,16 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
     int32_t *parent = (int32_t *)PyBytes_AS_STRING(pbytes);
     double *cdur = (double *)PyBytes_AS_STRING(cbytes), *starts = (double *)PyBytes_AS_STRING(sbytes);
-    for (Py_ssize_t j = 0; j < n; j++) starts[j] = items[j].ts;
+    double *durs = (double *)PyBytes_AS_STRING(dbytes);
+    unsigned char *codes = (unsigned char *)PyBytes_AS_STRING(kbytes);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        starts[j] = items[j].ts;
+        durs[j] = items[j].dur;
+        PyObject *cat = ((Ev *)items[j].ev)->cat;
+        codes[j] = 0; /* 1 + the category's place in cats, 0 for none */
+        for (Py_ssize_t c = 0; c < ncats; c++)
+            if (same(cat, PyTuple_GET_ITEM(cats, c))) { codes[j] = (unsigned char)(c + 1); break; }
+    }
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         double ts = items[j].ts, end = ts + items[j].dur, dur = items[j].dur;
@@ -95,7 +115,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     free(items);
     free(stack);
     free(eend);
-    return Py_BuildValue("(NNN)", pbytes, cbytes, sbytes);
+    return Py_BuildValue("(NNNNN)", pbytes, cbytes, sbytes, dbytes, kbytes);
 }
 
 /* children(parent: int32 buffer[, n]) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
@@ -818,30 +838,6 @@ done:
     return res;
 }
 
-/* cat_mask(events, cat) -> bytes: 1 where the event's category is cat (a str), or one of cats (a
- * frozenset: one pass for several). */
-static PyObject *cat_mask(PyObject *mod, PyObject *args) {
-    PyObject *list, *cat;
-    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &list, &cat)) return NULL;
-    int one = PyUnicode_Check(cat);
-    if (!one && !PyFrozenSet_Check(cat)) {
-        PyErr_SetString(PyExc_TypeError, "cat_mask: a str or a frozenset of them");
-        return NULL;
-    }
-    if (check_events(list) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
-    if (!out) return NULL;
-    char *o = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *c = ((Ev *)PyList_GET_ITEM(list, i))->cat;
-        int hit = one ? same(c, cat) : PySet_Contains(cat, c);
-        if (hit < 0) { Py_DECREF(out); return NULL; }
-        o[i] = (char)hit;
-    }
-    return out;
-}
-
 /* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
  * the runtime/driver calls) with its correlation id, -1 when none: passes._launchers_ref's join, with its
  * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
@@ -1178,7 +1174,6 @@ PyMethodDef PASS_METHODS[] = {
     {"fixed_points", fixed_points, METH_VARARGS, "fixed_points(int32 column) -> bytes: 1 where col[i] == i"},
     {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
-    {"cat_mask", cat_mask, METH_VARARGS, "cat_mask(events, cat) -> bytes"},
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
     {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
     {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
@@ -1190,7 +1185,7 @@ PyMethodDef PASS_METHODS[] = {
     {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
     {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
-    {"nest", nest, METH_VARARGS, "nest(events, base, slack) -> (parent int32, child_dur float64, starts float64) bytes"},
+    {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     {NULL},
 };

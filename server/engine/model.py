@@ -29,6 +29,8 @@ from .passes import int64 as _int64
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
 NEST_SLACK_US = 0.01
+# The categories the model's code column tells apart (TraceModel.cat_codes, cat_mask): the CPU ones.
+CPU_CAT_CODES = tuple(sorted(CPU_CATS))
 
 from .loader import LAUNCH_CATS  # noqa: E402, F401  (model.LAUNCH_CATS is read across the engine)
 
@@ -281,12 +283,16 @@ class TraceModel:
         return got
 
     def cat_mask(self, *cats: str) -> bytes:
-        """1 for the events of one of these categories (made once per set of categories)."""
+        """1 for the events of one of these categories (made once per set of categories): a
+        translation of the code column (nest made it; a cpu event's category is a CPU one)."""
         key = frozenset(cats)
         masks = self.__dict__.setdefault("_cat_masks", {})
         got = masks.get(key)
         if got is None:
-            got = masks[key] = self.passes.cat_mask(self.cpu, cats[0] if len(cats) == 1 else key)
+            table = bytes(
+                int(0 < k <= len(CPU_CAT_CODES) and CPU_CAT_CODES[k - 1] in key) for k in range(256)
+            )
+            got = masks[key] = self.cat_codes.translate(table)
         return got
 
     def enclosing_frame(self, i: int) -> int:
@@ -400,13 +406,17 @@ def build(doc: TraceDoc) -> TraceModel:
     cpu: list[Event] = []
     parent = array("i")
     child_dur = array("d")
+    durs = array("d")
+    codes = bytearray()
     starts: dict[tuple, array] = {}
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
-        pb, cb, sb = run.nest(evs, len(cpu), NEST_SLACK_US)
+        pb, cb, sb, db, kb = run.nest(evs, len(cpu), NEST_SLACK_US, CPU_CAT_CODES)
         parent.frombytes(pb)
         child_dur.frombytes(cb)
         starts[key] = passes.column("d", sb)
+        durs.frombytes(db)
+        codes += kb
         cpu += evs
     tindex = ThreadIndex(cpu, parent, starts)
     thread = ThreadColumn(tindex.base, len(cpu))
@@ -446,6 +456,8 @@ def build(doc: TraceDoc) -> TraceModel:
     m._kids = run.children(parent, len(parent))
     m._by_name = by_name
     m.child_dur = child_dur
+    m.durs = durs  # each cpu event's duration, as one column
+    m.cat_codes = bytes(codes)  # 1 + each cpu event's category's place in CPU_CAT_CODES, 0 none
     m.token = token
     m.labels = annotations  # the user_annotation events (record_function labels, step markers)
     m.has_call_from = call_from

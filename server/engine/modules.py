@@ -202,23 +202,23 @@ def build_tree(ctx) -> ModuleTree:
         )
         for k in range(n)
     ]
-    cpu = m.cpu
+    durs = m.durs
     # forward CPU: a marker spans the call; self is what no child marker covers
     for k in range(n):
         nd = nodes[k]
         for i in idx.markers[k]:
             nd.calls += 1
-            nd.cpu_total_us += cpu[i].dur
+            nd.cpu_total_us += durs[i]
             pe = idx.above[i]
             if pe >= 0:
-                nodes[idx.node_of_event[pe]].cpu_self_us -= cpu[i].dur
+                nodes[idx.node_of_event[pe]].cpu_self_us -= durs[i]
     for nd in nodes:
         nd.cpu_self_us += nd.cpu_total_us
     # backward CPU: the autograd engine's per-node calls, charged to their forward op's module
     for i in m.named("autograd::engine::evaluate_function"):
         k = idx.node_at(i)
         if k >= 0:
-            nodes[k].cpu_backward_us += cpu[i].dur
+            nodes[k].cpu_backward_us += durs[i]
     # GPU: each kernel to the module its launch ran in (own, not yet rolled up)
     kstats: list[dict] = [{} for _ in range(n)]
     counts: list[dict] = [{} for _ in range(n)]  # kernels per class

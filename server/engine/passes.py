@@ -209,11 +209,13 @@ def _keep_cats(args) -> Callable[[], None]:
     return undo
 
 
-def _nest_ref(evs: list, base: int, slack: float) -> tuple[bytes, bytes, bytes]:
+def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, bytes, bytes, bytes, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
-    -1 at the top; a child may end ``slack`` after its parent), its children's summed duration and
-    its start: (int32, float64, float64 bytes).
+    -1 at the top; a child may end ``slack`` after its parent), its children's summed duration,
+    its start, its duration and its category's code (1 + its place in ``cats``, 0 for none):
+    (int32, float64, float64, float64 bytes, bytes). The columns are made where the events are
+    read anyway (each later pass over an event's fields costs a cache miss an event).
 
     A python frame that starts inside another python frame but ends after it is one whose exit the
     tracer lost (Dynamo's frame swaps leave ``<built-in method apply ...>`` "running" to the end of
@@ -240,11 +242,18 @@ def _nest_ref(evs: list, base: int, slack: float) -> tuple[bytes, bytes, bytes]:
             parent[j] = base + stack[-1]
             child_dur[stack[-1]] += dur
         stack.append(j)
-    return parent.tobytes(), child_dur.tobytes(), array("d", map(_ts, evs)).tobytes()
+    code = {c: k + 1 for k, c in reversed(list(enumerate(cats)))}  # the first place of a name
+    return (
+        parent.tobytes(),
+        child_dur.tobytes(),
+        array("d", map(_ts, evs)).tobytes(),
+        array("d", map(_dur, evs)).tobytes(),
+        bytes(code.get(e.cat, 0) for e in evs),
+    )
 
 
-def _nest_c(evs: list, base: int, slack: float) -> tuple[bytes, bytes, bytes]:
-    return _BUILT.nest(evs, base, slack)
+def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+    return _BUILT.nest(evs, base, slack, cats)
 
 
 def _frames_ref(cpu, parent, parse_frame, launch_cats):
@@ -357,17 +366,6 @@ def _children_ref(parent: array, n: int) -> tuple[array, array]:
 def _children_c(parent: array, n: int) -> tuple[array, array]:
     ob, kb = _BUILT.children(parent, n)
     return column("i", ob), column("i", kb)
-
-
-def _cat_mask_ref(events, cat) -> bytes:
-    """1 for the events of category ``cat`` (a str), or of one of ``cat`` (a frozenset)."""
-    if isinstance(cat, str):
-        return bytes(e.cat == cat for e in events)
-    return bytes(e.cat in cat for e in events)
-
-
-def _cat_mask_c(events, cat) -> bytes:
-    return _BUILT.cat_mask(events, cat)
 
 
 def _nearest_ref(parent: array, mask: bytes) -> array:
@@ -783,7 +781,12 @@ PASSES: dict[str, Pass] = {
             _classify_c,
             _keep_cats,
         ),
-        Pass("nest", "one thread's events sorted; parent, child_dur and start of each", _nest_ref, _nest_c),
+        Pass(
+            "nest",
+            "one thread's events sorted; parent, child_dur, start, duration and category code of each",
+            _nest_ref,
+            _nest_c,
+        ),
         Pass(
             "frames",
             "frames, frame_of, token, events by name, has_call_from, launches, labels, t0",
@@ -797,7 +800,6 @@ PASSES: dict[str, Pass] = {
             _children_ref,
             _children_c,
         ),
-        Pass("cat_mask", "which events have a category", _cat_mask_ref, _cat_mask_c),
         Pass(
             "nearest",
             "each event's nearest ancestor in a mask (enclosing op, enclosing frame)",

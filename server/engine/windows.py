@@ -212,7 +212,7 @@ def _first_calls(m, name: str, idx: list[int], out: list) -> None:
     """Of one name's calls, a first call far longer than the rest (lazy loading, first-call
     library set-up) onto ``out``."""
     cpu = m.cpu
-    durs = [cpu[i].dur for i in idx]
+    durs = [m.durs[i] for i in idx]
     med = statistics.median(durs)
     launch = cpu[idx[0]].cat in LAUNCH_CATS
     if launch:
