@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
+from array import array
 from collections import Counter
+from itertools import compress
 
 from .loader import LAUNCH_CATS
 
@@ -185,8 +188,8 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
     for i, _ in m.frames.matching(lambda fr: bool(_COMPILE.search(_frame_name(fr)))):
         e = cpu[i]
         out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
-    ops, above = m.cat_mask("cpu_op"), m.ops_above()
-    launch = m.cat_mask(*sorted(LAUNCH_CATS))
+    # a name's calls that count: the launch calls and the top-level ops
+    counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), _negative(m.ops_above())))
     for name, idx in m.named_groups():  # every non-python event, by name, in index order
         if _COMPILE.search(name):
             out.extend((cpu[i].ts, cpu[i].ts + cpu[i].dur, "torch.compile compiling") for i in idx)
@@ -200,25 +203,46 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
                 else:
                     rest.append(i)
             idx = rest
-        # a name's launch calls, and its calls that are top-level ops
-        group = [i for i in idx if launch[i] or (ops[i] and above[i] < 0)]
+        group = list(compress(idx, map(counted.__getitem__, idx)))
         if len(group) >= 2:
             _first_calls(m, name, group, out)
     out.sort()
     return out
 
 
+_SIGN = bytes(int(b >= 0x80) for b in range(256))
+
+
+def _negative(col: array) -> bytes:
+    """1 where an int32 column is negative: its values' sign bytes, translated."""
+    top = 3 if sys.byteorder == "little" else 0  # where each value's sign bit is
+    return col.tobytes()[top::4].translate(_SIGN)
+
+
+def _and(a: bytes, b: bytes) -> bytes:
+    """Two 0/1 masks AND'ed, as big integers (one C loop, not one call an event)."""
+    return (int.from_bytes(a, "little") & int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
+def _or(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
 def _first_calls(m, name: str, idx: list[int], out: list) -> None:
     """Of one name's calls, a first call far longer than the rest (lazy loading, first-call
     library set-up) onto ``out``."""
     cpu = m.cpu
-    durs = [m.durs[i] for i in idx]
-    med = statistics.median(durs)
+    durs = list(map(m.durs.__getitem__, idx))
     launch = cpu[idx[0]].cat in LAUNCH_CATS
+    # The median (a sort) only for a name with a call long enough to be set-up: a launch of
+    # LAUNCH_US or more; a first op of FIRST_US or more (over a median of 0 or more).
     if launch:
         if name not in KERNEL_LAUNCHES:
             return  # a long copy or sync call waits on the GPU: not set-up
-        if not any(d >= LAUNCH_US and d >= FIRST_FACTOR * med for d in durs):
+        if max(durs) < LAUNCH_US:
+            return
+        med = statistics.median(durs)
+        if max(durs) < FIRST_FACTOR * med:
             return  # no call long enough: which kernel each launched does not matter
         seen = set()
         for i, d in zip(idx, durs):
@@ -230,6 +254,9 @@ def _first_calls(m, name: str, idx: list[int], out: list) -> None:
             if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
                 out.append((cpu[i].ts, cpu[i].ts + d - med, f"first {name} (lazy loading)"))
         return
+    if durs[0] < FIRST_US and min(durs) >= 0.0:
+        return
+    med = statistics.median(durs)
     i = idx[0]
     d = durs[0] - _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up
     if d - med >= FIRST_US and d >= FIRST_FACTOR * med:
