@@ -340,7 +340,10 @@ class TraceModel:
 
     def count(self, names) -> int:
         """How many events have one of these exact names (each name once)."""
-        return sum(len(self._by_name.get(n, ())) for n in set(names))
+        total = 0
+        for n in set(names):
+            total += len(self._by_name.get(n, ()))
+        return total
 
     def indices_during(self, names, lo: float, hi: float) -> list[int]:
         """cpu indices, in order, of the events with one of these exact names (each name once)

@@ -145,7 +145,9 @@ class ModuleIndex:
 
     @property
     def m(self) -> TraceModel:
-        return self._m()
+        m = self._m()
+        assert m is not None  # the model holds its index, so it outlives it
+        return m
 
     @classmethod
     def of(cls, m: TraceModel) -> "ModuleIndex":

@@ -884,6 +884,11 @@ class Implementation:
     def __repr__(self) -> str:
         return f"<passes: {self.name}>"
 
+    def __getattr__(self, name: str) -> Callable:
+        # Only reached for a name no pass has (the passes are set in __init__); it tells the type
+        # checker that each pass is an attribute, as set from the table.
+        raise AttributeError(f"no pass named {name!r}")
+
 
 REFERENCE = Implementation("reference", lambda p: p.reference)
 NATIVE = Implementation("native", lambda p: p.native)
