@@ -233,19 +233,8 @@ class StepModel:
             gscale.append(
                 max(0.0, 1.0 - ch.gpu_cut_us / st.gpu_us) if ch.gpu_cut_us and st.gpu_us > 0 else 1.0
             )
-        keep, dur = self._ones, self._op_dur
-        if ch.keep:
-            keep = array("d", keep)
-            for i, share in ch.keep.items():
-                r = self._row_of.get(i)
-                if r is not None:
-                    keep[r] = share
-        if ch.dur:
-            dur = array("d", dur)
-            for g, d in ch.dur.items():
-                o = self._op_of.get(g)
-                if o is not None:
-                    dur[o] = d
+        keep = _overridden(self._ones, ch.keep, self._row_of)
+        dur = _overridden(self._op_dur, ch.dur, self._op_of)
         return self.ctx.model.passes.replay(
             self._pre,
             self._kind,
@@ -336,3 +325,16 @@ class StepModel:
     def points(self):
         for st in self.steps:
             yield from st.points
+
+
+def _overridden(base: array, values: dict, slot_of: dict) -> array:
+    """``base`` with ``values[k]`` written at ``slot_of[k]`` for each key that has a slot; ``base``
+    itself (never written) when there is nothing to write."""
+    if not values:
+        return base
+    out = array("d", base)
+    for k, v in values.items():
+        j = slot_of.get(k)
+        if j is not None:
+            out[j] = v
+    return out
