@@ -302,8 +302,7 @@ class Recorder:
             if self.n >= cfg["warmup"]:
                 if cfg["timed"] > 0 and cfg["rule"] != "time":
                     self._sync()
-                    self.phase, self.t0, self.n_timed0 = "timed", time.perf_counter(), self.n
-                    self.stamps = [self.t0]
+                    self._start_timing()
                     self.say("timing", step=self.n)
                 else:
                     self._start_profiler()
@@ -321,8 +320,7 @@ class Recorder:
                     # Time a fresh window instead, from this (synchronised) boundary.
                     self.retimed += 1
                     self.say("timing-again", step=cold[0], us=cold[1], median_us=cold[2])
-                    self.t0, self.n_timed0 = time.perf_counter(), self.n
-                    self.stamps = [self.t0]
+                    self._start_timing()  # the window's closing sync above is this one's start
                     return
                 self.unprofiled_us = dt / cfg["timed"] * 1e6
                 self.intervals_us = gaps
@@ -334,6 +332,11 @@ class Recorder:
             self.prof.step()
             if self.active_done >= cfg["steps"]:
                 self._finish()
+
+    def _start_timing(self):
+        """A timed window starts at this (synchronised) boundary."""
+        self.phase, self.t0, self.n_timed0 = "timed", time.perf_counter(), self.n
+        self.stamps = [self.t0]
 
     def _start_profiler(self):
         from torch.profiler import ProfilerActivity, profile, schedule
