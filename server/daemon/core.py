@@ -439,19 +439,21 @@ class Core:
             for s in list(self.sessions):
                 s.progress(token, None)
 
-    async def _progress(self, token: str, size: int, every: float = 0.25) -> None:
+    async def _progress(self, token: str, size: int, first: float = 0.1, every: float = 0.25) -> None:
         """``$/progress`` reports while one analysis runs: the share done, estimated from the
         bytes per second of the analyses before it (the worker cannot say how far it is), held
-        below 100% until the result is in."""
+        below 100% until the result is in. The first comes soon (``first``) so that an analysis
+        of a fraction of a second still shows one, then one each ``every``."""
         t0, last = time.monotonic(), -1
+        await asyncio.sleep(first)
         while True:
-            await asyncio.sleep(every)
             rate = self._rate or 4e6  # bytes/s before any analysis was timed (a 1 MB gz: ~0.3 s)
             pct = min(95, int(100 * (time.monotonic() - t0) * rate / max(1, size)))
             if pct != last:
                 last = pct
                 for s in list(self.sessions):
                     s.progress_at(token, pct, f"~{pct}% of {size / 1e6:.1f} MB (estimated)")
+            await asyncio.sleep(every)
 
     async def _submit(self, path: str, opts: Options) -> TaskResult:
         try:

@@ -146,6 +146,9 @@ class LspSession:
         self._edits: dict[str, asyncio.TimerHandle] = {}  # uri -> its debounced publish
         self._told_unplaced: set[str] = set()  # traces whose unplaced findings were told of
         self._begun: set[str] = set()  # progress tokens begun (reports only after the begin)
+        # The latest report of a token whose create the client has not answered yet: sent at its
+        # begin, so a client slow to answer (a loaded machine) still sees how far it is.
+        self._pending: dict[str, L.WorkDoneProgressReport] = {}
         self.folders: list[str] = []
         self.settings: dict = {}
         self.project: dict = {}  # [tool.profd] of the workspace (settings.project)
@@ -476,6 +479,8 @@ class LspSession:
             if token in wdp.tokens:  # not ended before the client answered
                 wdp.begin(token, L.WorkDoneProgressBegin(title=title, cancellable=False, percentage=0))
                 self._begun.add(token)
+                if (late := self._pending.pop(token, None)) is not None:
+                    wdp.report(token, late)
 
         if title is not None:
             wdp.create(token, callback=begin)
@@ -483,14 +488,18 @@ class LspSession:
             if token in self._begun:
                 wdp.end(token, L.WorkDoneProgressEnd(message="done"))
             self._begun.discard(token)
+            self._pending.pop(token, None)
             wdp.tokens.pop(token, None)
 
     def progress_at(self, token: str, percentage: int, message: str) -> None:
         """A ``$/progress`` report for a begun ``token`` (an analysis: Core._progress)."""
-        if self.ready and token in self._begun:
-            self.ls.work_done_progress.report(
-                token, L.WorkDoneProgressReport(percentage=percentage, message=message)
-            )
+        if not self.ready:
+            return
+        report = L.WorkDoneProgressReport(percentage=percentage, message=message)
+        if token in self._begun:
+            self.ls.work_done_progress.report(token, report)
+        elif token in self.ls.work_done_progress.tokens:
+            self._pending[token] = report
 
 
 def _union(*lists: list[str]) -> list[str]:
