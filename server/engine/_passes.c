@@ -1167,7 +1167,138 @@ static PyObject *fixed_points(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* take(col int32, idx int32, default) -> int32 bytes: col[idx[k]] per k, ``default`` where idx[k]
+ * is negative (or out of range): a column read through another (the launch calls' line tokens per
+ * GPU event). */
+static PyObject *take(PyObject *mod, PyObject *args) {
+    Py_buffer cv, iv;
+    int dflt;
+    if (!PyArg_ParseTuple(args, "y*y*i", &cv, &iv, &dflt)) return NULL;
+    Py_ssize_t n = cv.len / 4, m = iv.len / 4;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 4);
+    if (out) {
+        const int32_t *col = cv.buf, *idx = iv.buf;
+        int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t k = 0; k < m; k++) o[k] = idx[k] >= 0 && idx[k] < n ? col[idx[k]] : dflt;
+    }
+    PyBuffer_Release(&cv); PyBuffer_Release(&iv);
+    return out;
+}
+
+/* codes(col int32) -> (first int32 bytes, code int32 bytes): the column's distinct values in
+ * order of first appearance, as the position of each one's first appearance, and per item the
+ * place of its value among them (one open-addressing table of the distinct values). */
+static PyObject *codes(PyObject *mod, PyObject *args) {
+    Py_buffer cv;
+    if (!PyArg_ParseTuple(args, "y*", &cv)) return NULL;
+    Py_ssize_t n = cv.len / 4, cap = 16, nd = 0;
+    while (cap < 2 * n) cap <<= 1;
+    int32_t *slot = malloc(cap * sizeof(int32_t)), *first = malloc((n ? n : 1) * sizeof(int32_t));
+    PyObject *cb = PyBytes_FromStringAndSize(NULL, n * 4), *res = NULL;
+    if (!slot || !first || !cb) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
+    memset(slot, 0xff, cap * sizeof(int32_t)); /* -1: empty; else a distinct value's number */
+    const int32_t *col = cv.buf;
+    int32_t *code = (int32_t *)PyBytes_AS_STRING(cb);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int32_t v = col[k];
+        size_t h = ((uint32_t)v * 2654435761u) & (cap - 1);
+        while (slot[h] >= 0 && col[first[slot[h]]] != v) h = (h + 1) & (cap - 1);
+        if (slot[h] < 0) { slot[h] = (int32_t)nd; first[nd++] = (int32_t)k; }
+        code[k] = slot[h];
+    }
+    PyObject *fb = PyBytes_FromStringAndSize((const char *)first, nd * 4);
+    if (fb) { res = Py_BuildValue("(NO)", fb, cb); }
+done:
+    free(slot); free(first);
+    Py_XDECREF(cb);
+    PyBuffer_Release(&cv);
+    return res;
+}
+
+/* bisect.bisect_right over n sorted doubles */
+static Py_ssize_t bisect_right_d(const double *a, Py_ssize_t n, double t) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (t < a[mid]) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* step_of(idx int32, starts float64, step_starts float64, step_ends float64) -> int32 bytes: per
+ * item the step (model.step_at) that the start of cpu event idx[k] falls in, -1 for none or for a
+ * negative idx (the steps of the GPU events' launch calls). */
+static PyObject *step_of(PyObject *mod, PyObject *args) {
+    Py_buffer iv, tv, sv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &iv, &tv, &sv, &ev)) return NULL;
+    Py_ssize_t m = iv.len / 4, n = tv.len / 8, ns = sv.len / 8;
+    PyObject *out = NULL;
+    if (ev.len / 8 != ns) { PyErr_SetString(PyExc_ValueError, "step_of: sizes differ"); goto done; }
+    if (!(out = PyBytes_FromStringAndSize(NULL, m * 4))) goto done;
+    const int32_t *idx = iv.buf;
+    const double *ts = tv.buf, *ss = sv.buf, *se = ev.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t i = idx[k];
+        o[k] = -1;
+        if (i < 0 || i >= n) continue;
+        double t = ts[i];
+        Py_ssize_t j = bisect_right_d(ss, ns, t) - 1;
+        if (j >= 0 && t <= se[j]) o[k] = (int32_t)j;
+    }
+done:
+    PyBuffer_Release(&iv); PyBuffer_Release(&tv); PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    return out;
+}
+
+/* launch_delays(gpu, launcher, cpu, min_delay) -> (delays float64 bytes, late int32 bytes):
+ * gpu-contention's pass (passes._launch_delays_ref): per launched GPU event but each kernel name's
+ * first, its start less its launch call's start; and the events whose delay is at least
+ * min_delay and that start after their launch call returned. */
+static PyObject *launch_delays(PyObject *mod, PyObject *args) {
+    PyObject *gpu, *cpu;
+    Py_buffer lv;
+    double min_delay;
+    if (!PyArg_ParseTuple(args, "O!y*O!d", &PyList_Type, &gpu, &lv, &PyList_Type, &cpu, &min_delay)) return NULL;
+    Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu), nd = 0, nl = 0;
+    PyObject *seen = NULL, *res = NULL;
+    double *d = NULL;
+    int32_t *late = NULL;
+    if (lv.len / 4 != ng) { PyErr_SetString(PyExc_ValueError, "launch_delays: sizes differ"); goto done; }
+    if (check_events(gpu) < 0 || check_events(cpu) < 0) goto done;
+    d = malloc((ng ? ng : 1) * sizeof(double));
+    late = malloc((ng ? ng : 1) * sizeof(int32_t));
+    if (!d || !late) { PyErr_NoMemory(); goto done; }
+    if (!(seen = PySet_New(NULL))) goto done;
+    const int32_t *launcher = lv.buf;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        int32_t li = launcher[g];
+        if (li < 0 || li >= n) continue;
+        Ev *e = (Ev *)PyList_GET_ITEM(gpu, g);
+        int had = PySet_Contains(seen, e->name);
+        if (had < 0) goto done;
+        if (!had) {
+            if (PySet_Add(seen, e->name) < 0) goto done;
+            continue;
+        }
+        Ev *call = (Ev *)PyList_GET_ITEM(cpu, li);
+        double x = e->ts - call->ts, wait_from = call->ts + call->dur;
+        d[nd++] = x;
+        if (x >= min_delay && e->ts > wait_from) late[nl++] = (int32_t)g;
+    }
+    res = Py_BuildValue("(y#y#)", (const char *)d, nd * 8, (const char *)late, nl * 4);
+done:
+    free(d); free(late);
+    Py_XDECREF(seen);
+    PyBuffer_Release(&lv);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},
+    {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 bytes: distinct values by first appearance"},
+    {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 bytes"},
+    {"launch_delays", launch_delays, METH_VARARGS, "launch_delays(gpu, launcher, cpu, min_delay) -> (delays, late)"},
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
     {"line_gpu_sums", line_gpu_sums, METH_VARARGS, "line_gpu_sums(launcher, line_tokens, gpu) -> (keys, sums, first launch)"},
     {"launch_runs", launch_runs, METH_VARARGS, "launch_runs(gpu, launcher, frame_of, lines, steps, cpu) -> dict"},

@@ -193,8 +193,26 @@ class Context:
         """Per GPU event the group (``line_id``) of the call that launched it, None when none."""
         got = self._columns.get("launch_lines")
         if got is None:
+            groups, code = self._launch_groups()
+            got = self._columns["launch_lines"] = list(map(groups.__getitem__, code))
+        return got
+
+    def _launch_groups(self) -> tuple[list, array]:
+        """The distinct ``launch_lines`` groups, in order of first GPU event, and per GPU event the
+        place of its own among them: ``line_id`` once per line token (per launch call where ops
+        name their lines), not once per GPU event."""
+        got = self._columns.get("launch_groups")
+        if got is None:
+            m = self.model
+            launcher = m.launcher
+            if m.has_call_from:  # line_id reads the event, not its token
+                key = launcher
+            else:
+                key = m.passes.take(self.line_tokens(), launcher, NO_LINE)
+            first, code = m.passes.codes(key)
             line_id = self.line_id
-            got = self._columns["launch_lines"] = list(map(line_id, self.model.launcher))
+            groups = [line_id(launcher[k]) for k in first]
+            got = self._columns["launch_groups"] = (groups, code)
         return got
 
     def launch_line_ids(self) -> array:
@@ -203,15 +221,9 @@ class Context:
         got = self._columns.get("launch_line_ids")
         if got is None:
             ids: dict = {None: -1}
-            of_obj: dict[int, int] = {}  # id(group) -> its number: the groups are cached objects
-
-            def number(k) -> int:
-                n = of_obj.get(id(k))
-                if n is None:
-                    n = of_obj[id(k)] = ids.setdefault(k, len(ids) - 1)
-                return n
-
-            got = self._columns["launch_line_ids"] = array("i", map(number, self.launch_lines()))
+            groups, code = self._launch_groups()
+            number = array("i", [ids.setdefault(k, len(ids) - 1) for k in groups])
+            got = self._columns["launch_line_ids"] = self.model.passes.take(number, code, -1)
         return got
 
     def user_frames(self) -> bytes:
@@ -233,11 +245,22 @@ class Context:
         step)."""
         got = self._columns.get("launch_steps")
         if got is None:
+            steps = [*self.model.steps, None]  # place -1: None
+            got = self._columns["launch_steps"] = list(map(steps.__getitem__, self.launch_step_index()))
+        return got
+
+    def launch_step_index(self) -> array:
+        """Per GPU event the place in ``model.steps`` of the step its launch call started in, -1
+        without one (``launch_steps``, as a column)."""
+        got = self._columns.get("launch_step_index")
+        if got is None:
             m = self.model
-            cpu, step_at = m.cpu, m.step_at
-            got = self._columns["launch_steps"] = [
-                step_at(cpu[li].ts) if li >= 0 else None for li in m.launcher
-            ]
+            got = self._columns["launch_step_index"] = m.passes.step_of(
+                m.launcher,
+                m.cpu_starts(),
+                array("d", [s.ts for s in m.steps]),
+                array("d", [s.end for s in m.steps]),
+            )
         return got
 
     def gpu_counts_under(self) -> dict[int, int]:

@@ -757,6 +757,82 @@ def _fixed_points_c(col: array) -> bytes:
     return _BUILT.fixed_points(col)
 
 
+def _take_ref(col: array, idx: array, default: int) -> array:
+    """``col[i]`` for each ``i`` of ``idx``, ``default`` where ``i`` is negative: a column read
+    through another (the launch calls' line tokens per GPU event)."""
+    return array("i", [col[i] if i >= 0 else default for i in idx])
+
+
+def _take_c(col: array, idx: array, default: int) -> array:
+    return column("i", _BUILT.take(col, idx, default))
+
+
+def _codes_ref(col: array) -> tuple[array, array]:
+    """The column's distinct values in order of first appearance, as the position of each one's
+    first appearance (``first``), and per item the place of its value among them (``code``)."""
+    first, code = array("i"), array("i")
+    at: dict[int, int] = {}
+    for k, v in enumerate(col):
+        c = at.get(v)
+        if c is None:
+            c = at[v] = len(first)
+            first.append(k)
+        code.append(c)
+    return first, code
+
+
+def _codes_c(col: array) -> tuple[array, array]:
+    fb, cb = _BUILT.codes(col)
+    return column("i", fb), column("i", cb)
+
+
+def _step_of_ref(idx: array, starts: array, step_starts: array, step_ends: array) -> array:
+    """Per item the step (its place in the steps, ``model.step_at``) the start (``starts``) of cpu
+    event ``idx[k]`` falls in, -1 for none or a negative ``idx[k]`` (the steps of the GPU events'
+    launch calls)."""
+    out = array("i")
+    for i in idx:
+        k = -1
+        if i >= 0:
+            t = starts[i]
+            j = bisect.bisect_right(step_starts, t) - 1
+            if j >= 0 and t <= step_ends[j]:
+                k = j
+        out.append(k)
+    return out
+
+
+def _step_of_c(idx: array, starts: array, step_starts: array, step_ends: array) -> array:
+    return column("i", _BUILT.step_of(idx, starts, step_starts, step_ends))
+
+
+def _launch_delays_ref(gpu, launcher: array, cpu, min_delay: float) -> tuple[array, array]:
+    """gpu-contention's launch-to-start delays: per launched GPU event but each kernel name's first
+    (a kernel's first launch loads its module), its start less its launch call's start; and the
+    events among them that waited ``min_delay`` or more and started after their launch call
+    returned (float64, int32)."""
+    delays, late = array("d"), array("i")
+    seen: set = set()
+    for g, e in enumerate(gpu):
+        li = launcher[g]
+        if li < 0:
+            continue
+        if e.name not in seen:
+            seen.add(e.name)
+            continue
+        call = cpu[li]
+        d = e.ts - call.ts
+        delays.append(d)
+        if d >= min_delay and e.ts > call.ts + call.dur:
+            late.append(g)
+    return delays, late
+
+
+def _launch_delays_c(gpu, launcher: array, cpu, min_delay: float) -> tuple[array, array]:
+    db, lb = _BUILT.launch_delays(gpu, launcher, cpu, min_delay)
+    return column("d", db), column("i", lb)
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -862,6 +938,25 @@ PASSES: dict[str, Pass] = {
             "the events that are their own token or frame (statement tokens, user frames)",
             _fixed_points_ref,
             _fixed_points_c,
+        ),
+        Pass("take", "a column read through an index (line tokens of the launch calls)", _take_ref, _take_c),
+        Pass(
+            "codes",
+            "a column's distinct values by first appearance, and each item's (launch line groups)",
+            _codes_ref,
+            _codes_c,
+        ),
+        Pass(
+            "step_of",
+            "the step of each GPU event's launch call (Context.launch_steps)",
+            _step_of_ref,
+            _step_of_c,
+        ),
+        Pass(
+            "launch_delays",
+            "gpu-contention's launch-to-start delays and its late candidates",
+            _launch_delays_ref,
+            _launch_delays_c,
         ),
         Pass(
             "hot_sums",

@@ -117,11 +117,7 @@ def gpu_idle_gap(ctx: Context) -> Iterable[Diagnostic]:
     host_only = verdict(m, a) == "overhead-bound"
     # the GPU idle while the host compiles or loads (one-time set-up) is one-time-setup's finding,
     # not a gap inside a step: the set-up stretches count as covered
-    holes = (
-        host_stages(m, a)
-        if host_only
-        else gaps(merge(a.busy + a.comm + a.setup), lo, min(hi, m.steps[-1].end))
-    )
+    holes = host_stages(m, a) if host_only else gaps(a.occupied(), lo, min(hi, m.steps[-1].end))
     holes = [(x, y) for x, y in holes if y - x >= ctx.threshold("gpu-idle-gap", "min-gap-us")]
     total = sum(y - x for x, y in holes)
     if not holes or total < ctx.threshold("gpu-idle-gap", "window-share") * a.window_us:
@@ -214,23 +210,14 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
     Shown by: examples/recorded/contention_contended.json.gz
     """
     m, a = ctx.model, ctx.a
-    own = merge(a.busy + a.comm)
-    delays, late = [], []
-    seen: set = set()
-    for g, e in enumerate(m.gpu):
-        li = m.launcher[g]
-        if li < 0:
-            continue
-        if e.name not in seen:
-            seen.add(e.name)  # a kernel's first launch loads its module (lazy loading): slow by itself
-            continue
-        call = m.cpu[li]
-        d = e.ts - call.ts
-        delays.append(d)
+    own = merge(a.busy + a.comm) if a.comm else a.busy  # a merged list alone is its own merge
+    delays, candidates = m.passes.launch_delays(m.gpu, m.launcher, m.cpu, CONTENTION_DELAY_US)
+    late = []
+    for g in candidates:  # waited long after the call returned: was our own lane idle meanwhile?
+        e, call = m.gpu[g], m.cpu[m.launcher[g]]
         wait_from = call.ts + call.dur
-        if d >= CONTENTION_DELAY_US and e.ts > wait_from:
-            if covered(own, wait_from, e.ts) < 0.1 * (e.ts - wait_from):
-                late.append((d, g))
+        if covered(own, wait_from, e.ts) < 0.1 * (e.ts - wait_from):
+            late.append((e.ts - call.ts, g))
     if len(late) < CONTENTION_MIN_SAMPLES or len(late) < CONTENTION_SHARE * max(1, len(delays)):
         return
     ds = [d for d, _ in late]
