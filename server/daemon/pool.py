@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import gc
+import logging
 import multiprocessing
 import os
 import re
@@ -27,6 +28,7 @@ from .watcher import Sig, same_file, sig_of, signature
 if TYPE_CHECKING:  # the engine is imported in the workers (_worker_init), not by this module
     from ..engine import Options
 
+log = logging.getLogger("profd.pool")
 _gc_lock = threading.Lock()
 _tasks = 0  # tasks running in this process (the GC stays off while any does)
 
@@ -318,15 +320,35 @@ class WorkerProcess:
         self.conn.close()
 
 
+# A worker idling above this RSS once it has trimmed (release_memory) is replaced by a fresh one.
+# A worker idles at 55-120 MB after traces of 250 MB to 1 GB, creeping up 1-4 MB per trace (what
+# the allocator's arenas keep: bench/daemon_bench.py --series 10): the creep is what the bound
+# stops, so a daemon analysing traces for days holds at most this per worker between analyses.
+RETIRE_RSS = 256 << 20
+RETIRE_AFTER_S = 2.0  # the look at a worker's RSS, once it has had time to trim
+
+
 class WorkerPool:
     """A fixed number of analysis processes. A worker ended by its budget is replaced; the others
-    and their tasks go on (a ProcessPoolExecutor breaks every task when one process dies)."""
+    and their tasks go on (a ProcessPoolExecutor breaks every task when one process dies). A
+    worker that stays fat while idle is retired and replaced (RETIRE_RSS), off any task's path."""
 
-    def __init__(self, n: int, quiet_stderr: bool, time_s: float, mem_bytes: int):
+    def __init__(
+        self,
+        n: int,
+        quiet_stderr: bool,
+        time_s: float,
+        mem_bytes: int,
+        retire_rss: int = RETIRE_RSS,
+        retire_after_s: float = RETIRE_AFTER_S,
+    ):
         self.ctx = multiprocessing.get_context("spawn")
         self.quiet = quiet_stderr
         self.time_s, self.mem_bytes = time_s, mem_bytes
+        self.retire_rss, self.retire_after_s = retire_rss, retire_after_s
+        self.retired = 0  # workers replaced for their idle RSS (logged, and read by the tests)
         self.all: list[WorkerProcess] = []
+        self.busy: set[WorkerProcess] = set()
         self.idle: asyncio.Queue = asyncio.Queue()
         self.threads = cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="profd-wait")
         self.closed = False
@@ -341,18 +363,34 @@ class WorkerPool:
     async def run(self, fn, *args):
         """``fn(*args)`` (a module-level function) in a worker, within the budgets."""
         task = (fn, args)
-        w = await self.idle.get()
+        loop = asyncio.get_running_loop()
+        while (w := await self.idle.get()) not in self.all:
+            pass  # retired while it waited in the queue
+        self.busy.add(w)
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.threads, w.run, task, self.time_s, self.mem_bytes
-            )
+            return await loop.run_in_executor(self.threads, w.run, task, self.time_s, self.mem_bytes)
         finally:
+            self.busy.discard(w)
             if w.alive and not self.closed:
                 self.idle.put_nowait(w)
+                loop.call_later(self.retire_after_s, self._retire_if_fat, w)
             else:
                 self.all.remove(w)
                 if not self.closed:
                     self._add()
+
+    def _retire_if_fat(self, w: WorkerProcess) -> None:
+        """Replace the idle worker ``w`` when it holds more than ``retire_rss`` after trimming."""
+        if self.closed or w in self.busy or w not in self.all or not w.alive:
+            return
+        rss = _rss_bytes(w.proc.pid)
+        if rss <= self.retire_rss:
+            return
+        log.info("profd: analysis process %d idles at %d MB: replaced by a fresh one", w.proc.pid, rss >> 20)
+        self.all.remove(w)  # its entry in the idle queue is skipped (run)
+        self.threads.submit(w.kill)  # off the loop: kill then join
+        self.retired += 1
+        self._add()
 
     def close(self) -> None:
         """Every process ends now, tasks in flight included (their waits raise Budget)."""

@@ -1,0 +1,53 @@
+"""The analysis pool over a long life (issue 32: a daemon analysing traces one after another holds
+bounded memory). A worker's RSS creeps up by what the allocator keeps of each trace; one that idles
+above the pool's ceiling once it has trimmed is replaced by a fresh process, off any task's path,
+and the tasks after it run as before. (The tasks are ``exec`` of allocations: a stand-in for an
+analysis' leftovers, whose sizes no test trace controls.)"""
+
+import asyncio
+
+from profd.server.daemon.pool import WorkerPool, _rss_bytes
+
+
+async def await_for(pred, timeout: float, what: str):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_that_idles_fat_is_replaced_and_the_next_task_runs():
+    pool = WorkerPool(1, True, 60.0, 2 << 30, retire_rss=0, retire_after_s=0.2)  # every one is "fat"
+    try:
+        await pool.run(exec, "pass")
+        first = pool.all[0].proc.pid
+        await await_for(lambda: pool.retired == 1, 10, "the fat worker retired")
+        assert [w.proc.pid for w in pool.all] != [first] and len(pool.all) == 1
+        assert await pool.run(eval, "6 * 7") == 42  # on the fresh worker
+    finally:
+        pool.close()
+
+
+async def test_a_lean_worker_is_kept():
+    pool = WorkerPool(1, True, 60.0, 2 << 30, retire_rss=1 << 40, retire_after_s=0.1)
+    try:
+        await pool.run(exec, "import builtins\nbuiltins.kept = bytes(8 << 20)")
+        pid = pool.all[0].proc.pid
+        await asyncio.sleep(0.5)
+        assert pool.retired == 0 and pool.all[0].proc.pid == pid and _rss_bytes(pid) > 0
+        assert await pool.run(eval, "len(kept)") == 8 << 20  # the same process: its state is there
+    finally:
+        pool.close()
+
+
+async def test_a_busy_worker_is_not_retired_mid_task():
+    """The look at the RSS comes while the worker runs its next task: it waits for that task."""
+    pool = WorkerPool(1, True, 60.0, 2 << 30, retire_rss=0, retire_after_s=0.1)
+    try:
+        await pool.run(exec, "pass")
+        pid = pool.all[0].proc.pid
+        assert await pool.run(eval, "__import__('time').sleep(0.5) or 1") == 1  # over the 0.1 s look
+        assert pool.retired == 0 or pool.all[0].proc.pid != pid  # never killed under the task
+    finally:
+        pool.close()
