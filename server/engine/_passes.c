@@ -1294,7 +1294,83 @@ done:
     return res;
 }
 
+/* group_min(groups int32, idx int32, values float64, lo, hi, n) -> (mins float64 bytes, seen
+ * bytes): per group in [0, n), the least values[idx[k]] over the items k of that group whose idx
+ * lies in [lo, hi) (the first launch of each step from the main thread's events), and whether it
+ * had any. */
+static PyObject *group_min(PyObject *mod, PyObject *args) {
+    Py_buffer gv, iv, vv;
+    Py_ssize_t lo, hi, n;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnn", &gv, &iv, &vv, &lo, &hi, &n)) return NULL;
+    Py_ssize_t m = gv.len / 4, nv = vv.len / 8;
+    PyObject *mb = NULL, *sb = NULL, *res = NULL;
+    if (iv.len / 4 != m || n < 0) { PyErr_SetString(PyExc_ValueError, "group_min: sizes differ"); goto done; }
+    if (!(mb = PyBytes_FromStringAndSize(NULL, n * 8)) || !(sb = PyBytes_FromStringAndSize(NULL, n))) goto done;
+    double *mins = (double *)PyBytes_AS_STRING(mb);
+    char *seen = PyBytes_AS_STRING(sb);
+    memset(seen, 0, n);
+    for (Py_ssize_t g = 0; g < n; g++) mins[g] = 0.0;
+    const int32_t *groups = gv.buf, *idx = iv.buf;
+    const double *vals = vv.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t g = groups[k], i = idx[k];
+        if (g < 0 || g >= n || i < lo || i >= hi || i < 0 || i >= nv) continue;
+        if (!seen[g] || vals[i] < mins[g]) { mins[g] = vals[i]; seen[g] = 1; }
+    }
+    res = Py_BuildValue("(OO)", mb, sb);
+done:
+    Py_XDECREF(mb); Py_XDECREF(sb);
+    PyBuffer_Release(&gv); PyBuffer_Release(&iv); PyBuffer_Release(&vv);
+    return res;
+}
+
+/* gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes: for each root in order,
+ * the GPU events launched from it or anything nested in it (model.gpu_under: the subtree in
+ * subtree's order, each event's launches in order), one after another. */
+static PyObject *gpu_under_all(PyObject *mod, PyObject *args) {
+    Py_buffer ov, kv, lov, lgv, rv;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*", &ov, &kv, &lov, &lgv, &rv)) return NULL;
+    Py_ssize_t n = ov.len / 4 - 1, nk = kv.len / 4, nl = lov.len / 4 - 1, ng = lgv.len / 4, nr = rv.len / 4;
+    const int32_t *off = ov.buf, *kids = kv.buf, *loff = lov.buf, *lgs = lgv.buf, *roots = rv.buf;
+    int32_t *stack = NULL, *out = NULL;
+    Py_ssize_t cap = 64, len = 0;
+    PyObject *res = NULL;
+    stack = malloc(sizeof(int32_t) * (nk + 1));
+    out = malloc(sizeof(int32_t) * cap);
+    if (!stack || !out) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < nr; r++) {
+        int32_t root = roots[r];
+        if (root < 0 || root >= n) { PyErr_SetString(PyExc_IndexError, "gpu_under_all: no such event"); goto done; }
+        Py_ssize_t top = 0;
+        stack[top++] = root;
+        while (top) {
+            int32_t j = stack[--top];
+            if (j < 0 || j >= n) continue;
+            if (j < nl)
+                for (int32_t q = loff[j]; q < loff[j + 1] && q < ng; q++) {
+                    if (len == cap) {
+                        int32_t *grown = realloc(out, sizeof(int32_t) * (cap *= 2));
+                        if (!grown) { PyErr_NoMemory(); goto done; }
+                        out = grown;
+                    }
+                    out[len++] = lgs[q];
+                }
+            for (int32_t k = off[j]; k < off[j + 1] && k < nk; k++) {
+                if (top > nk) break;
+                stack[top++] = kids[k];
+            }
+        }
+    }
+    res = PyBytes_FromStringAndSize((const char *)out, len * 4);
+done:
+    free(stack); free(out);
+    PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&lov); PyBuffer_Release(&lgv); PyBuffer_Release(&rv);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},
+    {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes"},
     {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},
     {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 bytes: distinct values by first appearance"},
     {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 bytes"},

@@ -371,6 +371,10 @@ class TraceModel:
         """GPU events launched from event i or anything nested in it."""
         return [g for j in self.subtree(i) for g in self.gpu_of_launch(j)]
 
+    def gpu_under_many(self, roots) -> array:
+        """``gpu_under`` of each of ``roots`` (cpu indices), one after another, as one column."""
+        return self.passes.gpu_under_all(*self._kids, *self._launched, array("i", roots))
+
     def children(self, i: int):
         """Direct children of event i, in order (a slice of one flat index)."""
         off, kids = self._kids

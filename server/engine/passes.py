@@ -833,6 +833,41 @@ def _launch_delays_c(gpu, launcher: array, cpu, min_delay: float) -> tuple[array
     return column("d", db), column("i", lb)
 
 
+def _group_min_ref(groups: array, idx: array, values: array, lo: int, hi: int, n: int) -> tuple[array, bytes]:
+    """Per group in [0, n) the least ``values[idx[k]]`` over its items ``k`` whose ``idx[k]`` lies
+    in [lo, hi) (each step's first launch from the main thread's events), 0.0 for none, and whether
+    it had any (float64, bytes)."""
+    mins = array("d", [0.0]) * n
+    seen = bytearray(n)
+    for g, i in zip(groups, idx):
+        if 0 <= g < n and lo <= i < hi:
+            v = values[i]
+            if not seen[g] or v < mins[g]:
+                mins[g] = v
+                seen[g] = 1
+    return mins, bytes(seen)
+
+
+def _group_min_c(groups: array, idx: array, values: array, lo: int, hi: int, n: int) -> tuple[array, bytes]:
+    mb, sb = _BUILT.group_min(groups, idx, values, lo, hi, n)
+    return column("d", mb), sb
+
+
+def _gpu_under_all_ref(off: array, kids: array, launch_off: array, launched: array, roots: array) -> array:
+    """For each root in order, the GPU events launched from it or anything nested in it
+    (``model.gpu_under``: its subtree in ``subtree``'s order, each event's launches in order), one
+    after another."""
+    out = array("i")
+    for r in roots:
+        for j in _subtree_ref(off, kids, r):
+            out.extend(launched[launch_off[j] : launch_off[j + 1]])
+    return out
+
+
+def _gpu_under_all_c(off: array, kids: array, launch_off: array, launched: array, roots: array) -> array:
+    return column("i", _BUILT.gpu_under_all(off, kids, launch_off, launched, roots))
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -957,6 +992,18 @@ PASSES: dict[str, Pass] = {
             "gpu-contention's launch-to-start delays and its late candidates",
             _launch_delays_ref,
             _launch_delays_c,
+        ),
+        Pass(
+            "group_min",
+            "each step's first launch on the main thread (profiler-artifact's usual lead-in)",
+            _group_min_ref,
+            _group_min_c,
+        ),
+        Pass(
+            "gpu_under_all",
+            "the GPU events launched under each of many events (model.gpu_under_many)",
+            _gpu_under_all_ref,
+            _gpu_under_all_c,
         ),
         Pass(
             "hot_sums",

@@ -48,7 +48,7 @@ def profiler_artifact(ctx: Context) -> Iterable[Diagnostic]:
         queued_before = li < 0 or (queued >= 0.5 * offset and queued >= 1000)
         # the CPU work every step does before its first launch (a DataLoader fetch, say) is the
         # program's, not the profiler's: only the first step's lead-in beyond it is an artifact
-        usual = _usual_lead_in(m)
+        usual = _usual_lead_in(ctx)
         if offset >= LANE_OFFSET_MIN_US and (queued_before or offset - usual >= LANE_OFFSET_MIN_US):
             if queued_before:
                 waited = (
@@ -108,17 +108,24 @@ def cpu_inflation(m) -> tuple[float, list]:
     return profiler_inflation(m), [(n, f) for n, f in INFLATION if getattr(m, n)]
 
 
-def _usual_lead_in(m) -> float:
+def _usual_lead_in(ctx) -> float:
     """Median time from a later step's start to its first GPU launch on the main thread: the CPU
-    work a step does before it launches anything (0 with fewer than two steps)."""
+    work a step does before it launches anything (0 with fewer than two steps). The main thread's
+    events are one stretch of cpu (``tindex``), so each step's first launch is one pass over the
+    GPU events' launch steps (``Context.launch_step_index``)."""
+    m = ctx.model
+    base = m.tindex.base.get(m.main_thread) if m.main_thread is not None else None
+    if base is None:
+        return 0.0
+    end = base + len(m.tindex.starts[m.main_thread])
+    starts, seen = m.passes.group_min(
+        ctx.launch_step_index(), m.launcher, m.cpu_starts(), base, end, len(m.steps)
+    )
     firsts: dict[int, float] = {}
-    for g in range(len(m.gpu)):
-        li = m.launcher[g]
-        if li < 0 or m.thread[li] != m.main_thread:
-            continue
-        st = m.step_at(m.cpu[li].ts)
-        if st is not None and st is not m.steps[0]:
-            t = m.cpu[li].ts - st.ts
+    for k in range(1, len(m.steps)):  # not the first step
+        if seen[k]:
+            st = m.steps[k]
+            t = starts[k] - st.ts  # the least start less the step's: the least difference
             if st.number not in firsts or t < firsts[st.number]:
                 firsts[st.number] = t
     return median(firsts.values()) if firsts else 0.0

@@ -78,10 +78,8 @@ def _chain_gpu(m, a, c, backward_of) -> tuple[float, float]:
     from the score GEMM to the value GEMM on that frame (scale, mask, dropout between), and the
     backward ops autograd runs for them."""
     fwd = [j for j in c["ops"] for j in m.subtree(j)]
-    gs = {g for j in fwd for g in m.gpu_of_launch(j)}
-    for j in fwd:
-        for b in backward_of.get(j, ()):
-            gs.update(m.gpu_under(b))
+    gs = set(m.gpu_under_many(c["ops"]))  # the GPU events of fwd, in its order
+    gs.update(m.gpu_under_many([b for j in fwd for b in backward_of.get(j, ())]))
     gemm = sum(m.gpu[g].dur for g in gs if a.gpu_class[g] == GEMM)
     return gemm, sum(m.gpu[g].dur for g in gs) - gemm
 

@@ -468,7 +468,8 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     if not hits:
         return
     n_ops = sum(len(o) for _, o in hits)
-    gpu = sum(m.gpu[g].dur for _, ops in hits for j in ops for g in m.gpu_under(j))
+    durs = ctx.gpu_durs()
+    gpu = sum(map(durs.__getitem__, m.gpu_under_many([j for _, ops in hits for j in ops])))
     yield ctx.diag(
         "zero-grad-not-none",
         f"zero_grad writes zeros into the gradients every step ({n_ops / ctx.n_steps:.0f} fill ops per "
