@@ -14,10 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+from profd.server.config import toml  # tomllib, or tomli on Python 3.10
+
+tomllib = toml()
 
 ROOT = Path(__file__).resolve().parent.parent
 FARM = ROOT / "build" / "typecheck"

@@ -22,10 +22,9 @@ import sys
 import tempfile
 import time
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+from profd.server.config import toml  # tomllib, or tomli on Python 3.10
+
+tomllib = toml()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WHEELHOUSE = os.path.join(ROOT, "wheelhouse")

@@ -29,13 +29,12 @@ import json
 import os
 import sys
 import time
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the same parser from PyPI (a dependency of profd there)
-    import tomli as tomllib
 from dataclasses import dataclass, field
 from typing import Optional
+
+from profd.server.config import toml  # tomllib, or tomli on Python 3.10
+
+tomllib = toml()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -41,7 +40,10 @@ _spec.loader.exec_module(corpus)
 
 from profd.server.engine.analyze import analyze_trace  # noqa: E402
 from profd.server.engine.context import Options  # noqa: E402
+from profd.server.config import toml  # noqa: E402
 from profd.server.engine.impact import pair_gain  # noqa: E402
+
+tomllib = toml()  # tomllib, or tomli on Python 3.10
 
 
 @dataclass

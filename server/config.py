@@ -51,8 +51,10 @@ MAX_BYTES = 1 << 20  # a pyproject.toml is a few KB; this bounds what a hostile 
 MAX_DEPTH = 64  # arrays/tables nested deeper than this are refused before the parser recurses
 
 
-def _toml():
-    """The TOML parser, imported when a file or ``--config`` pair is read (not at start-up)."""
+def toml():
+    """The TOML parser module (``tomllib``; ``tomli`` on Python 3.10), imported when a file or
+    ``--config`` pair is read (not at start-up). The one fallback of the repository: bench/, tests/
+    and .ci/ scripts read their TOML through it too."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10: the same parser, from PyPI (a conditional dependency in pyproject.toml)
@@ -176,7 +178,7 @@ def _profd_table(path: str, data: Optional[bytes] = None, found_from: Optional[s
     depth = _nesting(text)
     if depth > MAX_DEPTH:
         raise UsageError(f"{path}: arrays or tables nested more than {MAX_DEPTH} deep{where}")
-    tomllib = _toml()
+    tomllib = toml()
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -230,7 +232,7 @@ def _is_override(c: str) -> bool:
 
 def _overrides(items: list[str]) -> dict:
     out: dict = {}
-    tomllib = _toml()
+    tomllib = toml()
     for it in items:
         if len(it) > 4096 or _nesting(it) > MAX_DEPTH:
             raise UsageError(f"--config {it[:60]!r}: too long or nested too deeply")

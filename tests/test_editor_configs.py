@@ -6,19 +6,17 @@ stdio with pytest-lsp's client."""
 import os
 import sys
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: the same parser from PyPI (a dependency of profd there)
-    import tomli as tomllib
-
 from lsprotocol import types as L
 from pytest_lsp import client_capabilities, make_test_lsp_client
+
+from profd.server.config import toml
 
 from conftest import SRC
 from daemon_util import FAST, await_for, drop, uri
 from test_nvim import doc_block
 
 BIN = os.path.dirname(sys.executable)
+tomllib = toml()  # tomllib, or tomli on Python 3.10
 
 
 async def test_the_helix_config_starts_a_working_server(tmp_path):
