@@ -57,7 +57,11 @@ MODES = [
     ("msgspec-raw", "msgspec.json.decode untyped, gc off"),
     ("profd-load", "profd loader.load (streamed read+inflate+sha256+decode)"),
     ("profd-full", "profd analyze_file (all rules, hot lines, modules; the JSON report written)"),
-    ("profd-select", f"profd-full with --select {SELECT_RULE} (one rule: the others do not run)"),
+    (
+        "profd-select",
+        f"profd-full with --select {SELECT_RULE} (one rule: the others do not run), asking for no "
+        "report part beside the summary and findings (as the text report)",
+    ),
     ("hta", "HTA TraceAnalysis load + temporal + idle breakdown"),
 ]
 
@@ -103,10 +107,12 @@ def child(mode: str, path: str) -> dict:
         from profd.server.engine import Options, analyze_file
 
         extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-        disabled = set(RULES) - {SELECT_RULE} if mode == "profd-select" else set()
-        rep = analyze_file(
-            path, Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
-        )
+        sel = mode == "profd-select"
+        disabled = set(RULES) - {SELECT_RULE} if sel else set()
+        opts = Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
+        if sel:  # the summary and the findings alone, as `profd-client analyze --select` prints
+            opts.parts = frozenset()
+        rep = analyze_file(path, opts)
         # the JSON report written, as `profd-client analyze --format json` writes it
         with open(os.path.join(OUT, mode.replace("-", "_") + "_report.json"), "wb") as f:
             f.write(json_doc([rep]) + b"\n")

@@ -6,6 +6,7 @@ whole of ``engine.analyze_file`` (gc off, as it runs) and the JSON report writte
     python bench/breakdown.py bench/out/x50.json bench/out/x250.json   # side by side, with ratios
     python bench/breakdown.py --cpu ...   # CPU time (process_time) instead of wall: steadier on a
                                           # loaded machine (the loader's threads count in load)
+    python bench/breakdown.py --select profiler-artifact ...   # one rule (bench.py's profd-select)
 
 The pipeline runs as it is; each phase is timed by wrapping the function that does it (the
 pipeline's steps, the native or reference passes, the lazy indexes the rules share, each rule).
@@ -27,6 +28,7 @@ from profd.server.engine import (
     analyses,
     analyze,
     context,
+    hotlines,
     impact,
     loader,
     model,
@@ -45,6 +47,7 @@ OUT = os.path.join(ROOT, "bench", "out")
 
 
 NOW = time.perf_counter  # --cpu: time.process_time
+SELECT: list[str] = []  # --select CODE (repeatable): these rules alone and no report part, as profd-select
 
 
 class Clock:
@@ -92,7 +95,7 @@ def instrument(clock: Clock) -> None:
         (analyze, "trace_info", "trace_info"),
         (analyze, "load_all", "rules.load_all (their imports)"),
         (analyze, "Context", "Context()"),
-        (analyze, "_hot_lines", "hot_lines"),
+        (hotlines, "hot_lines", "hot_lines"),
         (modules, "build_tree", "modules.build_tree"),
         (impact, "assign", "impact.assign"),
         (suppress, "apply", "suppress.apply"),
@@ -131,7 +134,13 @@ def run(path: str) -> tuple[dict[str, float], dict[str, int], float, str]:
     write = clock.timed("json write", _write)
     gc.disable()
     t = NOW()
-    rep = whole(path, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    from profd.protocol.catalog import RULES
+
+    disabled = set(RULES) - set(SELECT) if SELECT else set()
+    opts = Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
+    if SELECT:  # the summary and the findings alone, as bench.py's profd-select
+        opts.parts = frozenset()
+    rep = whole(path, opts)
     write(rep)
     total = NOW() - t
     head = (
@@ -165,6 +174,7 @@ def main(paths: list[str]) -> None:
     runs = []
     for p in paths:
         cpu = ["--cpu"] if NOW is time.process_time else []
+        cpu += [a for c in SELECT for a in ("--select", c)]
         out = subprocess.run(
             [sys.executable, __file__, *cpu, "--json", p], check=True, capture_output=True, text=True
         ).stdout
@@ -188,6 +198,9 @@ if __name__ == "__main__":
     if argv[0] == "--cpu":
         NOW = time.process_time
         argv = argv[1:]
+    while argv[0] == "--select":
+        SELECT.append(argv[1])
+        argv = argv[2:]
     if argv[0] == "--json":
         import json
 

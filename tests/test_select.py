@@ -2,7 +2,9 @@
 not run), and its report is the full run's with only that rule's findings: the same findings,
 byte for byte (impact, related locations, suppressions), and the same summary, hot lines and
 module tree. On real traces (shipped examples and corpus traces), for every rule that fires on
-them and one that does not."""
+them and one that does not. And asked for no part of the report beside the summary and the
+findings (``Options.parts``, what a one-rule run computes then is only what that rule reads), every
+rule's findings and the summary are still the full run's."""
 
 import os
 
@@ -28,8 +30,8 @@ TRACES += [
 WORKSPACE = [os.path.join(ROOT, "examples", "src"), os.path.join(ROOT, "examples", "corpus", "src")]
 
 
-def _report(path, disabled=()):
-    rep = analyze_file(path, Options(workspace=WORKSPACE, disabled=set(disabled)))
+def _report(path, disabled=(), **kw):
+    rep = analyze_file(path, Options(workspace=WORKSPACE, disabled=set(disabled), **kw))
     return msgspec.to_builtins(rep)
 
 
@@ -45,3 +47,15 @@ def test_select_one_rule_gives_the_full_runs_findings_of_it(path):
         assert alone.get("suppressed", {}).get(code) == full.get("suppressed", {}).get(code), code
         for key in set(full) - {"diagnostics", "suppressed"}:
             assert alone[key] == full[key], (code, key)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=os.path.basename)
+def test_select_without_the_parts_gives_every_rules_findings_and_the_summary(path):
+    full = _report(path)
+    for code in RULES:
+        alone = _report(path, set(RULES) - {code}, parts=frozenset())
+        assert alone["diagnostics"] == [d for d in full["diagnostics"] if d["code"] == code], code
+        assert alone.get("suppressed", {}).get(code) == full.get("suppressed", {}).get(code), code
+        assert not alone.get("hotLines") and alone.get("modules") is None, code
+        for key in (set(full) | set(alone)) - {"diagnostics", "suppressed", "hotLines", "modules"}:
+            assert alone.get(key) == full.get(key), (code, key)

@@ -11,16 +11,15 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import compress
 from typing import Optional
 
 from ... import __version__
-from ...protocol.types import Diagnostic, HotLine, KernelStat, Report, Step, Summary, TraceInfo
-from . import impact, kernels, loader, modules, suppress
+from ...protocol.types import Diagnostic, HotLine, Report, Step, Summary, TraceInfo
+from . import impact, loader, modules, suppress
 from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
-from .model import LAUNCH_CATS, TraceModel, build
+from .model import TraceModel, build
 from .rules import load_all
 from .rules.util import us
 
@@ -102,11 +101,10 @@ def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
 
 
 def analyze_context(ctx: Context, info: TraceInfo) -> Report:
-    """Rules and hot lines over a built model and its analyses (the context holds both)."""
+    """Rules and the report's parts over a built model and its analyses (the context holds both).
+    What the enabled rules read is made on first use (the hot lines, the module labels); the
+    parts no rule reads only when ``options.parts`` asks for them (``PARTS``)."""
     options = ctx.options
-    hot = _hot_lines(ctx)
-    ctx.hot = hot
-    tree = modules.build_tree(ctx)  # before the rules: it names the modules their findings cite
     diagnostics: list[Diagnostic] = []
     rules = load_all()
     for code in _rules_to_run(rules, options.disabled):
@@ -125,7 +123,7 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
     diagnostics, suppressed = suppress.apply(diagnostics, used=used)
     if suppress.UNUSED not in options.disabled:
         ran: dict[str, set[int]] = {}
-        for h in hot.values():  # the statements this trace ran, in the workspace's files
+        for h in ctx.hot.values():  # the statements this trace ran, in the workspace's files
             local = ctx.sources.resolve(h.trace_path, h.line) if h.precision == "statement" else None
             if local is not None:
                 ran.setdefault(local, set()).add(h.line)
@@ -133,19 +131,27 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
         diagnostics += suppress.unused(used, ran, ran_rules)
     _relate_backward(ctx, diagnostics)
     diagnostics.sort(key=impact.order)
-    ranked = sorted(
-        hot.values(),
-        key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us) + max(h.cpu_total_us, h.cpu_inclusive_us)),
-    )[:MAX_HOT_LINES]
-    if options.library_lines:  # off by default: the user's own lines first
-        ranked += modules.library_lines(tree, diagnostics)
+    parts = options.parts
+    tree = (
+        modules.build_tree(ctx)
+        if "modules" in parts or (options.library_lines and "hot_lines" in parts)
+        else None
+    )
+    ranked: list[HotLine] = []
+    if "hot_lines" in parts:
+        ranked = sorted(
+            ctx.hot.values(),
+            key=lambda h: -(max(h.gpu_us, h.gpu_inclusive_us) + max(h.cpu_total_us, h.cpu_inclusive_us)),
+        )[:MAX_HOT_LINES]
+        if options.library_lines and tree is not None:  # off by default: the user's own lines first
+            ranked += modules.library_lines(tree, diagnostics)
     return bound(
         Report(
             trace=info,
             summary=_summary(ctx),
             diagnostics=diagnostics,
             hot_lines=ranked,
-            modules=tree,
+            modules=tree if "modules" in parts else None,
             profd_version=__version__,
             suppressed=suppressed,
         )
@@ -175,9 +181,9 @@ def _relate_backward(ctx: Context, diagnostics: list[Diagnostic]) -> None:
     m = ctx.model
     i = m.frames.first(lambda fr: fr.function == "backward" and bool(_BACKWARD.search(fr.path)))
     site = ctx.location(i) if i >= 0 else None
-    if site is None or not site.line:
+    if site is None or not site.line or not any(d.location.line for d in diagnostics):
         return
-    hot = ctx.hot or {}
+    hot = ctx.hot
     fwd = sorted(
         (
             h
@@ -301,143 +307,3 @@ def _unread_notes(m: TraceModel) -> list[str]:
         f"not analysed: {parts} event(s){dev}; profd reads CPU ops, CUDA/HIP runtime calls and "
         f"CUDA/ROCm GPU kernels, copies and memsets: the verdict and findings leave these out"
     ]
-
-
-def _hot_lines(ctx: Context) -> dict[tuple, HotLine]:
-    m = ctx.model
-    hot: dict[tuple, HotLine] = {}
-    kstats: dict[tuple, dict[str, list]] = {}
-
-    def of_key(key) -> Optional[HotLine]:
-        if key is None:
-            return None
-        k = (key.trace_path, key.line)
-        h = hot.get(k)
-        if h is None:
-            loc = ctx.location_of_key(key)
-            h = hot[k] = HotLine(
-                path=loc.path,
-                line=key.line,
-                function=key.function,
-                precision=key.precision,
-                trace_path=key.trace_path,
-            )
-        return h
-
-    def line(i: int) -> Optional[HotLine]:
-        return of_key(ctx.line_key(i))
-
-    for h, s in m.passes.hot_sums(ctx, line, LAUNCH_CATS):
-        h.calls += s[0]
-        h.launches += s[1]
-        h.cpu_self_us += s[2]
-        h.cpu_total_us += s[3]
-        h.cpu_backward_us += s[4]
-        h.gpu_us += s[5]
-        h.gpu_forward_us += s[6]
-        h.gpu_backward_us += s[7]
-        h.kernel_classes = s[8]
-        if s[9]:
-            kstats[(h.trace_path, h.line)] = s[9]
-    _inclusive(ctx, line, of_key)
-    # the allocations by the key their owner's line is cached under (the owner itself where the
-    # trace names each op's line), in order of first sample, so each line is looked up once
-    ck = None if m.has_call_from else ctx.line_tokens()
-    allocated: dict[int, list] = {}  # key -> [its first owner, bytes]
-    get = allocated.get
-    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
-        if owner >= 0 and nbytes > 0:
-            c = owner if ck is None else ck[owner]
-            got = get(c)
-            if got is None:
-                allocated[c] = [owner, nbytes]
-            else:
-                got[1] += nbytes
-    for owner, nbytes in allocated.values():
-        h = line(owner)
-        if h is not None:
-            h.bytes_allocated += nbytes
-    for k, h in hot.items():
-        ks = kstats.get(k, {})
-        top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
-        h.top_kernels = [
-            KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
-            for n, (c, cnt, t) in top
-        ]
-        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
-        for f in (
-            "cpu_self_us",
-            "cpu_total_us",
-            "gpu_us",
-            "gpu_forward_us",
-            "gpu_backward_us",
-            "cpu_backward_us",
-            "cpu_inclusive_us",
-            "gpu_inclusive_us",
-        ):
-            setattr(h, f, round(getattr(h, f), 3))
-    return hot
-
-
-CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
-
-
-def _inclusive(ctx: Context, line, of_key) -> None:
-    """A line's cost with what it calls (``cpu_inclusive_us``, ``gpu_inclusive_us``), beside its
-    own (``cpu_self_us``/``cpu_total_us``, ``gpu_us``): ``loss = model(x, y)`` runs no op itself,
-    yet the forward's kernels, and through the fwdbwd flows their backward, are its work.
-
-    CPU: each statement token's span (an op, a library call, a module call, a user function it
-    calls directly), record_function labels aside (what runs inside them is a token itself).
-    GPU: every GPU event charged to the innermost line that launched it (the forward op's for a
-    backward kernel), to that line and to each statement up the user frames that called it."""
-    m = ctx.model
-    tok, cpu = m.token, m.cpu
-    frames = m.frames
-    for i in compress(range(len(tok)), m.passes.fixed_points(tok)):  # the statement tokens
-        e = cpu[i]
-        if e.cat == "user_annotation":
-            continue
-        if e.cat == "python_function":
-            fr = frames.get(i)
-            if fr is not None and fr.function in CONTEXT_PLUMBING:
-                continue  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
-        h = line(i)
-        if h is not None:
-            h.cpu_inclusive_us += e.dur
-    for f in compress(range(len(cpu)), ctx.user_frames()):
-        if ctx.calls_directly(f):
-            h = of_key(ctx.caller_key(f))
-            if h is not None:
-                h.cpu_inclusive_us += cpu[f].dur
-    if not m.gpu:
-        return
-    _, sums, reps = m.passes.line_gpu_sums(m.launcher, ctx.line_tokens(), m.gpu)
-    chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
-
-    def above(f: int) -> list:
-        got = chains.get(f)
-        if got is not None:
-            return got
-        path, fs = [], []
-        while f >= 0 and f not in chains:
-            fs.append(f)
-            h = of_key(ctx.caller_key(f))
-            path.append(h)
-            p = m.parent[f]
-            f = m.frame_of[p] if p >= 0 else -1
-        tail = chains.get(f, []) if f >= 0 else []
-        for k in range(len(fs) - 1, -1, -1):  # innermost last: build the chains outward in
-            h = path[k]
-            tail = ([h] if h is not None else []) + tail
-            chains[fs[k]] = tail
-        return chains[fs[0]] if fs else tail
-
-    for us_, li in zip(sums, reps):
-        h0 = line(li)
-        f, _ = m.line_source(li)
-        seen = set()
-        for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
-            if id(h) not in seen:
-                seen.add(id(h))
-                h.gpu_inclusive_us += us_

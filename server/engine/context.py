@@ -13,10 +13,17 @@ from ...protocol.options import AnalysisOptions
 from ...protocol.types import Diagnostic, HotLine, Location
 from .analyses import Analysis
 from .model import TraceModel
-from .modules import ModuleIndex, Place, describe, generic_name
+from .modules import ModuleIndex, Place, describe, generic_name, label
 from .passes import NO_LINE
 from .sourcemap import LibrarySources, SourceMap
 from .statements import CallGroups, Site, StatementResolver
+
+
+# The report's parts beside its summary and findings, each made only when asked for (Options.parts):
+# the hot lines (hover, code lens, the JSON report) and the module tree (``profd-client modules``,
+# ``--modules``, the JSON report). What a rule reads of them is made on first use regardless
+# (Context.hot, Context.modules).
+PARTS = ("hot_lines", "modules")
 
 
 @dataclass
@@ -34,10 +41,14 @@ class Options:
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # also place hot lines and related locations on library lines (a module's forward) found here
     library_lines: bool = False
+    # the parts of the report to make (``PARTS``; every one by default): a caller that shows only
+    # the findings and the summary asks for none
+    parts: frozenset[str] = frozenset(PARTS)
 
-    # what is built where the analysis runs, never sent (``protocol.options.AnalysisOptions`` has
-    # every other field)
-    LOCAL = ("source_map", "library_roots", "library_sources")
+    # what is built where the analysis runs, or asked of it there, never sent
+    # (``protocol.options.AnalysisOptions`` has every other field): a daemon makes every part, for
+    # its hovers and for each client it serves
+    LOCAL = ("source_map", "library_roots", "library_sources", "parts")
 
     def wire(self) -> AnalysisOptions:
         """These options as they travel to a daemon (every field given)."""
@@ -64,7 +75,7 @@ class Options:
             },
             "library_lines": wire.library_lines if wire.library_lines is not None else self.library_lines,
         }
-        return Options(library_roots=self.library_roots, **got)
+        return Options(library_roots=self.library_roots, parts=self.parts, **got)
 
     def sources(self) -> SourceMap:
         if self.source_map is None:
@@ -106,9 +117,19 @@ class Context:
             int, tuple[Location, tuple, int]
         ] = {}  # id(location) -> (it, its group, its event)
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
-        self.hot: dict[tuple, HotLine] = {}
+        self._hot: Optional[dict[tuple, HotLine]] = None  # see hot
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
         self._columns: dict[str, Any] = {}  # the per-GPU-event columns several rules read (below)
+
+    @property
+    def hot(self) -> dict[tuple, HotLine]:
+        """The hot lines by (trace path, line), computed on first use: a part of the report, and
+        what some rules (and the impact of their fixes) read."""
+        if self._hot is None:
+            from .hotlines import hot_lines  # it places lines through this module
+
+            self._hot = hot_lines(self)
+        return self._hot
 
     @property
     def n_steps(self) -> int:
@@ -301,7 +322,11 @@ class Context:
 
     # ---- the module view ---------------------------------------------------------------------
     def modules(self) -> ModuleIndex:
-        return ModuleIndex.of(self.model)
+        """The module index, its nodes labelled (``GPT2Attention.c_attn``: the sources read once)."""
+        idx = ModuleIndex.of(self.model)
+        if idx.labels is None:
+            label(self, idx)
+        return idx
 
     def module_of(self, i: int) -> Optional[str]:
         """The module cpu event i ran in, as a user can act on it (``GPT2Attention.c_attn``), or

@@ -141,7 +141,7 @@ class ModuleIndex:
                 self.markers.append([])
             self.node_of_event[i] = n
             self.markers[n].append(i)
-        self.labels: Optional[list[str]] = None  # set by the tree (they need the sources)
+        self.labels: Optional[list[str]] = None  # made on first use (``label``: they need the sources)
 
     @property
     def m(self) -> TraceModel:
@@ -300,7 +300,7 @@ def build_tree(ctx) -> ModuleTree:
     roots = []
     for k, nd in enumerate(nodes):
         (kids[nd.parent] if nd.parent >= 0 else roots).append(k)  # first-call order
-    _name(ctx, idx, nodes, kids, roots)
+    _name(ctx, idx, nodes)
     for k, nd in enumerate(nodes):
         nd.depth = 0 if nd.parent < 0 else nodes[nd.parent].depth + 1
         key = ctx.line_key(idx.first[k])
@@ -364,33 +364,46 @@ def _absent_note(m: TraceModel) -> str:
 
 
 # ---- names --------------------------------------------------------------------------------------
-def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode], kids: list[list[int]], roots: list[int]) -> None:
-    classes = _ClassSources(ctx)
-    labels = [""] * len(nodes)
-    for r in roots:
-        labels[r] = nodes[r].class_name
-    for p, children in enumerate(kids):
-        if not children:
-            continue
-        given = _attr_labels(
-            nodes[p].class_name, [nodes[c].class_name for c in children], classes.attrs(idx, p)
-        )
-        by_class: dict[str, list[int]] = {}
-        for c in children:
-            by_class.setdefault(nodes[c].class_name, []).append(c)
-        for pos, c in enumerate(children):
-            if given and given.get(pos):
-                labels[c] = given[pos]
-            else:
-                same = by_class[nodes[c].class_name]
-                labels[c] = (
-                    nodes[c].class_name if len(same) == 1 else f"{nodes[c].class_name}[{same.index(c)}]"
-                )
-    idx.labels = labels
+def _name(ctx, idx: ModuleIndex, nodes: list[ModuleNode]) -> None:
+    labels = label(ctx, idx)
     for k, nd in enumerate(nodes):  # parents first: ids grow downwards
         nd.name = labels[k]
         nd.path = labels[k] if nd.parent < 0 else clip(f"{nodes[nd.parent].path}.{labels[k]}", MAX_PATH)
         nd.role = generic_name(idx, k)
+
+
+def label(ctx, idx: ModuleIndex) -> list[str]:
+    """Each node's label under its parent (``c_attn``, ``h.3``, ``Linear[1]``; a root's class),
+    from the parent classes' sources where readable (``ctx``: an engine ``Context``): made once per
+    index, on first use (the tree, the module a finding names)."""
+    if idx.labels is not None:
+        return idx.labels
+    classes = _ClassSources(ctx)
+    n = len(idx)
+    cls = [idx.class_of(k) for k in range(n)]
+    kids: list[list[int]] = [[] for _ in range(n)]
+    labels = [""] * n
+    for k in range(n):  # first-call order
+        p = idx.parent[k]
+        if p >= 0:
+            kids[p].append(k)
+        else:
+            labels[k] = cls[k]
+    for p, children in enumerate(kids):
+        if not children:
+            continue
+        given = _attr_labels(cls[p], [cls[c] for c in children], classes.attrs(idx, p))
+        by_class: dict[str, list[int]] = {}
+        for c in children:
+            by_class.setdefault(cls[c], []).append(c)
+        for pos, c in enumerate(children):
+            if given and given.get(pos):
+                labels[c] = given[pos]
+            else:
+                same = by_class[cls[c]]
+                labels[c] = cls[c] if len(same) == 1 else f"{cls[c]}[{same.index(c)}]"
+    idx.labels = labels
+    return labels
 
 
 def _attr_labels(parent_class: str, child_classes: list[str], attrs) -> dict[int, str]:

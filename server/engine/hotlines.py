@@ -1,0 +1,154 @@
+"""Hot lines: per user source line, what ran there (calls, launches, CPU and GPU time, inclusive
+of what it calls, bytes allocated, its top kernels). A part of the report, and what a few rules and
+the impact of their fixes read (``Context.hot``, computed on first use).
+"""
+
+from __future__ import annotations
+
+from itertools import compress
+from typing import Optional
+
+from ...protocol.types import HotLine, KernelStat
+from . import kernels
+from .model import LAUNCH_CATS
+
+
+def hot_lines(ctx) -> dict[tuple, HotLine]:
+    """The hot lines of the context's trace (``ctx``: an engine ``Context``) by (trace path, line)."""
+    m = ctx.model
+    hot: dict[tuple, HotLine] = {}
+    kstats: dict[tuple, dict[str, list]] = {}
+
+    def of_key(key) -> Optional[HotLine]:
+        if key is None:
+            return None
+        k = (key.trace_path, key.line)
+        h = hot.get(k)
+        if h is None:
+            loc = ctx.location_of_key(key)
+            h = hot[k] = HotLine(
+                path=loc.path,
+                line=key.line,
+                function=key.function,
+                precision=key.precision,
+                trace_path=key.trace_path,
+            )
+        return h
+
+    def line(i: int) -> Optional[HotLine]:
+        return of_key(ctx.line_key(i))
+
+    for h, s in m.passes.hot_sums(ctx, line, LAUNCH_CATS):
+        h.calls += s[0]
+        h.launches += s[1]
+        h.cpu_self_us += s[2]
+        h.cpu_total_us += s[3]
+        h.cpu_backward_us += s[4]
+        h.gpu_us += s[5]
+        h.gpu_forward_us += s[6]
+        h.gpu_backward_us += s[7]
+        h.kernel_classes = s[8]
+        if s[9]:
+            kstats[(h.trace_path, h.line)] = s[9]
+    _inclusive(ctx, line, of_key)
+    # the allocations by the key their owner's line is cached under (the owner itself where the
+    # trace names each op's line), in order of first sample, so each line is looked up once
+    ck = None if m.has_call_from else ctx.line_tokens()
+    allocated: dict[int, list] = {}  # key -> [its first owner, bytes]
+    get = allocated.get
+    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
+        if owner >= 0 and nbytes > 0:
+            c = owner if ck is None else ck[owner]
+            got = get(c)
+            if got is None:
+                allocated[c] = [owner, nbytes]
+            else:
+                got[1] += nbytes
+    for owner, nbytes in allocated.values():
+        h = line(owner)
+        if h is not None:
+            h.bytes_allocated += nbytes
+    for k, h in hot.items():
+        ks = kstats.get(k, {})
+        top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
+        h.top_kernels = [
+            KernelStat(name=kernels.short_name(n), kernel_class=c, count=cnt, total_us=round(t, 3))
+            for n, (c, cnt, t) in top
+        ]
+        h.kernel_classes = {c: round(v, 3) for c, v in h.kernel_classes.items()}
+        for f in (
+            "cpu_self_us",
+            "cpu_total_us",
+            "gpu_us",
+            "gpu_forward_us",
+            "gpu_backward_us",
+            "cpu_backward_us",
+            "cpu_inclusive_us",
+            "gpu_inclusive_us",
+        ):
+            setattr(h, f, round(getattr(h, f), 3))
+    return hot
+
+
+CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
+
+
+def _inclusive(ctx, line, of_key) -> None:
+    """A line's cost with what it calls (``cpu_inclusive_us``, ``gpu_inclusive_us``), beside its
+    own (``cpu_self_us``/``cpu_total_us``, ``gpu_us``): ``loss = model(x, y)`` runs no op itself,
+    yet the forward's kernels, and through the fwdbwd flows their backward, are its work.
+
+    CPU: each statement token's span (an op, a library call, a module call, a user function it
+    calls directly), record_function labels aside (what runs inside them is a token itself).
+    GPU: every GPU event charged to the innermost line that launched it (the forward op's for a
+    backward kernel), to that line and to each statement up the user frames that called it."""
+    m = ctx.model
+    tok, cpu = m.token, m.cpu
+    frames = m.frames
+    for i in compress(range(len(tok)), m.passes.fixed_points(tok)):  # the statement tokens
+        e = cpu[i]
+        if e.cat == "user_annotation":
+            continue
+        if e.cat == "python_function":
+            fr = frames.get(i)
+            if fr is not None and fr.function in CONTEXT_PLUMBING:
+                continue  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
+        h = line(i)
+        if h is not None:
+            h.cpu_inclusive_us += e.dur
+    for f in compress(range(len(cpu)), ctx.user_frames()):
+        if ctx.calls_directly(f):
+            h = of_key(ctx.caller_key(f))
+            if h is not None:
+                h.cpu_inclusive_us += cpu[f].dur
+    if not m.gpu:
+        return
+    _, sums, reps = m.passes.line_gpu_sums(m.launcher, ctx.line_tokens(), m.gpu)
+    chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
+
+    def above(f: int) -> list:
+        got = chains.get(f)
+        if got is not None:
+            return got
+        path, fs = [], []
+        while f >= 0 and f not in chains:
+            fs.append(f)
+            h = of_key(ctx.caller_key(f))
+            path.append(h)
+            p = m.parent[f]
+            f = m.frame_of[p] if p >= 0 else -1
+        tail = chains.get(f, []) if f >= 0 else []
+        for k in range(len(fs) - 1, -1, -1):  # innermost last: build the chains outward in
+            h = path[k]
+            tail = ([h] if h is not None else []) + tail
+            chains[fs[k]] = tail
+        return chains[fs[0]] if fs else tail
+
+    for us_, li in zip(sums, reps):
+        h0 = line(li)
+        f, _ = m.line_source(li)
+        seen = set()
+        for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
+            if id(h) not in seen:
+                seen.add(id(h))
+                h.gpu_inclusive_us += us_
