@@ -1368,7 +1368,74 @@ done:
     return res;
 }
 
+/* iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops int32 bytes, runs int32
+ * bytes), one item per cpu event, -1 but at the events of lis: launch-storm's loop iteration of
+ * each launch call (passes._iterations_ref) counted per innermost Python call (its outermost op
+ * below the Python frame, else itself) and per run of its user frame's statement (climbing from
+ * its statement token, else itself, to the child of its user frame). */
+static PyObject *iterations(PyObject *mod, PyObject *args) {
+    Py_buffer pv, tv, fv, ov, yv, lv;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &pv, &tv, &fv, &ov, &yv, &lv)) return NULL;
+    Py_ssize_t n = pv.len / 4, nl = lv.len / 4;
+    PyObject *ob = NULL, *rb = NULL, *res = NULL;
+    if (tv.len / 4 != n || fv.len / 4 != n || ov.len != n || yv.len != n) {
+        PyErr_SetString(PyExc_ValueError, "iterations: sizes differ");
+        goto done;
+    }
+    if (!(ob = PyBytes_FromStringAndSize(NULL, n * 4)) || !(rb = PyBytes_FromStringAndSize(NULL, n * 4))) goto done;
+    int32_t *ops = (int32_t *)PyBytes_AS_STRING(ob), *runs = (int32_t *)PyBytes_AS_STRING(rb);
+    memset(ops, 0xff, n * 4);
+    memset(runs, 0xff, n * 4);
+    const int32_t *parent = pv.buf, *token = tv.buf, *fof = fv.buf, *lis = lv.buf;
+    const unsigned char *op = ov.buf, *py = yv.buf;
+    for (Py_ssize_t k = 0; k < nl; k++) {
+        int32_t li = lis[k];
+        if (li < 0 || li >= n || ops[li] >= 0) continue;
+        int32_t best = op[li] ? li : -1;
+        Py_ssize_t guard = 0;
+        for (int32_t a = parent[li]; a >= 0 && a < n && guard++ <= n; a = parent[a]) {
+            if (py[a]) break;
+            if (op[a]) best = a;
+        }
+        ops[li] = best >= 0 ? best : li;
+        int32_t t = token[li], i = t >= 0 ? t : li, f = fof[li];
+        guard = 0;
+        while (i >= 0 && i < n && parent[i] >= 0 && parent[i] != f && guard++ <= n) i = parent[i];
+        runs[li] = i;
+    }
+    res = Py_BuildValue("(OO)", ob, rb);
+done:
+    Py_XDECREF(ob); Py_XDECREF(rb);
+    PyBuffer_Release(&pv); PyBuffer_Release(&tv); PyBuffer_Release(&fv); PyBuffer_Release(&ov);
+    PyBuffer_Release(&yv); PyBuffer_Release(&lv);
+    return res;
+}
+
+/* points_into(col int32, mask bytes) -> int32 bytes: the items whose value is an index with a
+ * set mask byte, in order (the backward events whose forward op is one of a set). */
+static PyObject *points_into(PyObject *mod, PyObject *args) {
+    Py_buffer cv, mv;
+    if (!PyArg_ParseTuple(args, "y*y*", &cv, &mv)) return NULL;
+    Py_ssize_t n = cv.len / 4, nm = mv.len, len = 0;
+    const int32_t *col = cv.buf;
+    const unsigned char *mask = mv.buf;
+    PyObject *res = NULL;
+    int32_t *out = malloc((n ? n : 1) * sizeof(int32_t));
+    if (!out) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t v = col[i];
+        if (v >= 0 && v < nm && mask[v]) out[len++] = (int32_t)i;
+    }
+    res = PyBytes_FromStringAndSize((const char *)out, len * 4);
+done:
+    free(out);
+    PyBuffer_Release(&cv); PyBuffer_Release(&mv);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
+    {"iterations", iterations, METH_VARARGS, "iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops, runs)"},
     {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},
     {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes"},
     {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},

@@ -298,10 +298,14 @@ class TraceModel:
     def enclosing_frame(self, i: int) -> int:
         """The nearest enclosing python frame (user or library; built-ins are not frames) of
         event i (itself excluded), -1 when none."""
+        return self.frames_above()[i]
+
+    def frames_above(self) -> array:
+        """Per event its nearest enclosing python frame (``enclosing_frame``), as one column."""
         above = self.__dict__.get("_frames_above")
         if above is None:
             above = self._frames_above = self.passes.nearest(self.parent, self.frames.mask())
-        return above[i]
+        return above
 
     def outermost_op(self, i: int) -> int:
         """The outermost cpu_op enclosing event i (itself included) below its user frame."""

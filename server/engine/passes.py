@@ -868,6 +868,51 @@ def _gpu_under_all_c(off: array, kids: array, launch_off: array, launched: array
     return column("i", _BUILT.gpu_under_all(off, kids, launch_off, launched, roots))
 
 
+def _iterations_ref(
+    parent: array, token: array, frame_of: array, op_mask: bytes, py_mask: bytes, lis: array
+) -> tuple[array, array]:
+    """launch-storm's loop iteration of each launch call of ``lis``, as two cpu-long columns (-1
+    elsewhere): per innermost Python call, its outermost op below the Python frame (itself
+    included; else itself), and per run of its user frame's statement, the event below the user
+    frame (``frame_of``) reached climbing from its statement token (else itself)."""
+    n = len(parent)
+    ops, runs = array("i", [-1]) * n, array("i", [-1]) * n
+    for li in lis:
+        if li < 0 or ops[li] >= 0:
+            continue
+        best = li if op_mask[li] else -1
+        a = parent[li]
+        while a >= 0 and not py_mask[a]:
+            if op_mask[a]:
+                best = a
+            a = parent[a]
+        ops[li] = best if best >= 0 else li
+        t = token[li]
+        i = t if t >= 0 else li
+        f = frame_of[li]
+        while parent[i] >= 0 and parent[i] != f:
+            i = parent[i]
+        runs[li] = i
+    return ops, runs
+
+
+def _iterations_c(
+    parent: array, token: array, frame_of: array, op_mask: bytes, py_mask: bytes, lis: array
+) -> tuple[array, array]:
+    ob, rb = _BUILT.iterations(parent, token, frame_of, op_mask, py_mask, lis)
+    return column("i", ob), column("i", rb)
+
+
+def _points_into_ref(col: array, mask: bytes) -> array:
+    """The items whose value is an index with a set ``mask`` byte, in order (the backward events
+    whose forward op, ``fwd_of``, is one of a set)."""
+    return array("i", [i for i, v in enumerate(col) if 0 <= v < len(mask) and mask[v]])
+
+
+def _points_into_c(col: array, mask: bytes) -> array:
+    return column("i", _BUILT.points_into(col, mask))
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1004,6 +1049,18 @@ PASSES: dict[str, Pass] = {
             "the GPU events launched under each of many events (model.gpu_under_many)",
             _gpu_under_all_ref,
             _gpu_under_all_c,
+        ),
+        Pass(
+            "iterations",
+            "launch-storm's loop iteration of each launch call (per Python call, per statement run)",
+            _iterations_ref,
+            _iterations_c,
+        ),
+        Pass(
+            "points_into",
+            "the events whose column points into a set (unfused-attention's backward ops)",
+            _points_into_ref,
+            _points_into_c,
         ),
         Pass(
             "hot_sums",

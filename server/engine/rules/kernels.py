@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from array import array
 import math
 from typing import Iterable
 
@@ -496,28 +497,21 @@ def _aligned(sm: StepModel, d: Diagnostic) -> Change:
     return ch
 
 
-def _iterations(m, runs: list, how: str, f: int, least: int) -> bool:
-    """Whether these launches come from at least ``least`` loop iterations (``_iteration``)."""
-    seen: set = set()
-    for _, _, li in runs:
-        seen.add(_iteration(m, li, how, f))
-        if len(seen) >= least:
-            return True
-    return False
+def _launch_iterations(m) -> dict[str, array]:
+    """The loop iteration of every launch call, counted per innermost Python call (``ops``) and
+    per run of the user's statement (``runs``): the iterations pass's two columns."""
+    ops, runs = m.passes.iterations(
+        m.parent, m.token, m.frame_of, m.cat_mask("cpu_op"), m.cat_mask("python_function"), m.launcher
+    )
+    return {"ops": ops, "runs": runs}
 
 
-def _iteration(m, li: int, how: str, f: int) -> int:
-    """The loop iteration launch call ``li`` belongs to: its outermost op under the Python frame
-    (``ops``), or the run of the user's statement in frame ``f`` that leads to it (``runs``)."""
-    if how == "ops":
-        op = m.outermost_op(li)
-        return op if op >= 0 else li
-    t = m.token[li]  # its statement token: on the way up to that run, nearer (labels aside)
-    i = t if t >= 0 else li
-    parent = m.parent
-    while parent[i] >= 0 and parent[i] != f:
-        i = parent[i]
-    return i
+def _iterations(its: array, runs: list, least: int) -> bool:
+    """Whether these launches come from at least ``least`` loop iterations: ``its``, the
+    iterations pass's column for the way they were grouped, gives each launch call's (its
+    outermost op under the Python frame for ``ops``, the run of the user's statement in its frame
+    that leads to it for ``runs``)."""
+    return len({its[x[2]] for x in runs}) >= least
 
 
 @rule(
@@ -573,22 +567,28 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     # a loop is found by its iterations of one kernel, at most that many (10 unless set lower)
     wanted = ctx.threshold("launch-storm", "launches-per-step")
     least = min(STORM_PER_STEP, wanted)
+    its = None  # the loop iteration of each launch call, both ways (made when a group is big enough)
+    frames_above = m.frames_above()
     for k, groups in per.items():
         storm: dict = {}
         for (name, _), launched in groups.items():
             if len(launched) < least:
                 continue
+            if its is None:
+                its = _launch_iterations(m)
             # per call of the innermost Python frame (ops it dispatches), and per call of the user's
             # frame when the line calls into library code (runs of the user's statement)
             calls: dict = {}
             for x in launched:
-                inner = m.enclosing_frame(x[2])
+                li = x[2]
+                inner = frames_above[li]
                 calls.setdefault(("ops", inner), []).append(x)
-                if frame_of[x[2]] != inner:
-                    calls.setdefault(("runs", frame_of[x[2]]), []).append(x)
+                f = frame_of[li]
+                if f != inner:
+                    calls.setdefault(("runs", f), []).append(x)
             for (how, f), runs in calls.items():
                 # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
-                if len(runs) >= least and _iterations(m, runs, how, f, least):
+                if len(runs) >= least and _iterations(its[how], runs, least):
                     storm.setdefault(name, {}).update((x[2], x) for x in runs)
         storm = {n: list(r.values()) for n, r in storm.items()}
         storm = {n: r for n, r in storm.items() if median(x[0] for x in r) < median(x[1] for x in r)}
