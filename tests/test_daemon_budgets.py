@@ -35,19 +35,29 @@ BUDGETS = ("--analysis-mb", "400", "--analysis-timeout", "5")
 
 async def test_budgets_end_the_analysis_with_an_error_report_once(served):
     """Synthetic bombs (a few MB of gzip each): a 2 GB name behind an escaped key (the scanner
-    declines it, so the whole-buffer decoder inflates it all: memory) and 8 GB of blanks inside
-    the events (time). Each ends with an error report naming its budget, the other worker goes
-    on, a good trace after them gets its diagnostics, and a restart does not queue them again."""
-    d = await served(*BUDGETS).start()
+    declines it, so the whole-buffer decoder inflates it all: memory) and 64 GB of blanks inside
+    the events (time). Each ends with an error report naming its budget, a good trace after them
+    gets its diagnostics, and a restart does not queue them again.
+
+    Each bomb meets only the budget it is for, whatever the machine's load: the memory bomb runs
+    under a time budget it cannot reach before 400 MB (on a loaded CI machine a 5 s one beat it),
+    the blank bomb under 400 MB it never nears (blanks are streamed, not held) and 5 s, and 64 GB
+    takes longer than that to inflate on any machine. Then the daemon comes back with both
+    budgets of the second run, on the same store."""
+    d = await served("--analysis-mb", "400", "--analysis-timeout", "300").start()
     name = put(
         d.watch, "name.json.gz", gz_repeat(b'{"traceEvents":[{"n\\u0061me":"', b"x" * MB16, 128, b'"}]}')
     )
-    blank = put(d.watch, "blank.json.gz", gz_repeat(b'{"traceEvents":[', b" " * MB16, 512, b"]}"))
-    await wait_status(d, lambda st: st["reports"] == 2, "the bombs' reports", timeout=60)
+    await wait_status(d, lambda st: st["reports"] == 1, "the memory bomb's report", timeout=120)
     r = await ask_report(d, name)
     assert "memory budget" in r["error"] and "--analysis-mb" in r["error"], r["error"]
+    await d.stop()
+    d = await served(*BUDGETS).start()  # the same folders and store; 400 MB is not a bigger budget
+    blank = put(d.watch, "blank.json.gz", gz_repeat(b'{"traceEvents":[', b" " * MB16, 4096, b"]}"))
+    await wait_status(d, lambda st: st["reports"] == 2, "the time bomb's report", timeout=60)
     r = await ask_report(d, blank)
     assert "budget per analysis" in r["error"] and "--analysis-timeout" in r["error"], r["error"]
+    assert "memory budget" in (await ask_report(d, name))["error"]  # not analysed again
     good = drop(d.watch, "seed_n64_bf16")
     await await_for(lambda: d.lsp.diagnostics.get(uri(SEED_SRC)), 30, "the good trace's diagnostics")
     assert (await ask_report(d, good))["error"] is None
