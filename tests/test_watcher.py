@@ -3,6 +3,7 @@ real daemon (``profd serve`` over TCP and stdio) where names, nesting, links, fl
 limits are the subject: each file analysed once and complete, the same content never twice."""
 
 import asyncio
+import collections
 import os
 import shutil
 import time
@@ -703,3 +704,27 @@ async def test_folders_past_the_inotify_watch_limit_are_looked_into(folders, whe
 
 async def _reported(doc, path) -> bool:
     return await report_from(doc, path) is not None
+
+
+async def test_an_unwatched_folder_changed_in_the_same_clock_tick_is_looked_into_again(tmp_path):
+    """A folder inotify could not watch is looked into when its mtime moves. A filesystem's
+    timestamps are as coarse as the kernel's tick (4-10 ms before Linux 6.13's multigrain ones):
+    a trace renamed in in the same tick as the look that listed the folder left its mtime as it
+    was, and was never seen (what a loaded machine makes likely). Synthetic timestamps: this
+    kernel's are fine-grained, so the folder's mtime is set back to what the first look saw, as
+    a coarse clock would leave it; the failed watch is recorded as watchdog's hook records it."""
+    from profd.server.daemon import watcher
+
+    root = tmp_path / "w"
+    sub = root / "d0"
+    sub.mkdir(parents=True)
+    seen: list = []
+    w = watcher.Watcher(str(root), asyncio.get_running_loop(), seen.append)
+    watcher._UNWATCHED.setdefault(os.fsencode(w.root), collections.deque()).append(os.fsencode(str(sub)))
+    w._look_into_unwatched()
+    assert seen == []
+    looked = os.stat(sub)
+    p = put(sub, "t.json.gz", variant("seed_n64_bf16", 0))
+    os.utime(sub, ns=(looked.st_atime_ns, looked.st_mtime_ns))
+    w._look_into_unwatched()
+    assert seen == [p]

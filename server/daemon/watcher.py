@@ -30,6 +30,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
@@ -126,6 +127,12 @@ _record_unwatched()
 
 Sig = tuple  # (size, mtime_ns, ino, ctime_ns)
 WALK_LEVELS = 10_000
+# A folder's mtime this close to the clock (or ahead of it) may not move at its next change: a
+# filesystem's timestamps are as coarse as the kernel's tick (4-10 ms; multigrain timestamps
+# came in Linux 6.13) or its own (1-2 s on some). A trace renamed into an unwatched folder in the
+# same tick as the look that listed it left the mtime as it was, and was never seen; such a folder
+# is looked into again on the next tick (as git treats a racily clean file).
+RACY_NS = 2_000_000_000
 
 
 def matches(path: str) -> bool:
@@ -467,7 +474,8 @@ class Watcher:
     def _look_into_unwatched(self, per_tick: int = 2000) -> None:
         """The folders inotify could not watch, looked into instead: each tick stats up to
         ``per_tick`` of them (in turn) and lists those whose entries changed (a file or folder
-        made, renamed or deleted there); folders found there are looked into too."""
+        made, renamed or deleted there); folders found there are looked into too. A folder whose
+        mtime is within ``RACY_NS`` of the clock is listed again on the next tick."""
         got, new = _UNWATCHED.get(os.fsencode(self.root)), 0
         while got:
             d = os.fsdecode(got.popleft())
@@ -488,7 +496,7 @@ class Watcher:
                 now = os.stat(d).st_mtime_ns
             except OSError:
                 continue  # gone
-            self._unwatched[d] = now
+            self._unwatched[d] = now if time.time_ns() - now >= RACY_NS else None
             if now != seen:
                 self.scan(d, False)
                 try:
