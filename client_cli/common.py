@@ -275,13 +275,17 @@ def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
 def engine_options(ns):
     from ..server.engine import Options
 
-    return Options(
+    opts = Options(
         workspace=ns.workspace,
         path_map=ns.path_map,
         disabled=set(ns.disabled),
         thresholds=dict(ns.thresholds or {}),
         library_lines=bool(getattr(ns, "library_lines", False)),
     )
+    parts = getattr(ns, "parts", None)  # the report parts the command prints (every one unless said)
+    if parts is not None:
+        opts.parts = frozenset(parts)
+    return opts
 
 
 def env_flag(name: str) -> bool:

@@ -325,6 +325,7 @@ def cmd_analyze(ns, out: common.Output) -> int:
     files, from_folder = common.expand_paths(ns.paths)
     bar = Progress(files, enabled=None if not ns.quiet else False)
     summaries: Optional[list] = [] if len(files) > 1 else None  # each rank's, from its report's analysis
+    ns.parts = _parts_printed(ns, several=summaries is not None)
     try:
         reports = common.analyze_paths(ns, files, bar, summaries)
     finally:
@@ -344,6 +345,18 @@ def cmd_analyze(ns, out: common.Output) -> int:
     jobs_ = [reduce_job(g) for g in group_jobs(summaries or ())]  # ranks only: no file that is not a trace
     common.emit(out, ns, reports, jobs_)
     return common.exit_code(ns, reports, [d for j in jobs_ for d in j.diagnostics])
+
+
+def _parts_printed(ns, several: bool) -> set[str]:
+    """The report parts (engine ``PARTS``) that ``analyze`` prints in its format: every one in the
+    JSON report, the module tree with ``--modules``, the hot lines for the job report of several
+    ranks (each rank's summary names its hottest lines); the rest print the summary and findings
+    alone, so the analysis makes no more (a daemon makes every part regardless)."""
+    if ns.format == "json" and not getattr(ns, "statistics", False):
+        return {"hot_lines", "modules"}
+    return ({"modules"} if ns.format == "text" and ns.modules else set()) | (
+        {"hot_lines"} if several else set()
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -95,3 +95,22 @@ def test_path_map_maps_remote_paths(tmp_path):
 def test_usage_error_exits_2():
     p = subprocess.run([CLIENT, "analyze"], capture_output=True, text=True)
     assert p.returncode == 2
+
+
+def test_text_output_makes_no_part_it_does_not_print():
+    """The text report prints no hot lines, and the module tree only with --modules, so analyze
+    asks for no more (engine ``Options.parts``): what it prints is still the formatter's text of
+    the report with every part, with --select (one rule) and with --modules."""
+    from profd.client_cli import format as fmt
+    from profd.protocol.catalog import RULES
+    from profd.server.engine import Options, analyze_file
+
+    path = trace("tinygpt_naive")
+    for code, modules in (("host-sync", False), ("profiler-artifact", True), (None, False)):
+        args = (["--select", code] if code else []) + (["--modules"] if modules else [])
+        p = run("--isolated", "--workspace", SRC, "--fail-on", "never", *args, path)
+        assert p.returncode == 0, p.stderr
+        disabled = set(RULES) - {code} if code else set()
+        full = analyze_file(path, Options(workspace=[SRC], disabled=disabled))
+        assert full.hot_lines and full.modules is not None
+        assert p.stdout == fmt.text([full], modules=modules) + fmt.closing_line([full]) + "\n", code
