@@ -1433,7 +1433,48 @@ done:
     return res;
 }
 
+/* owner_sums(rows int32, owner int32, nbytes int64) -> (owners int32 bytes, sums int64 bytes) or
+ * None: over the rows, the positive byte counts summed per owner (>= 0), the owners in order of
+ * first row (memory-child-pressure's allocations per event); None where an int64 sum would
+ * overflow (a corrupt trace: the reference's Python ints then). */
+static PyObject *owner_sums(PyObject *mod, PyObject *args) {
+    Py_buffer rv, ov, bv;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &rv, &ov, &bv)) return NULL;
+    Py_ssize_t nr = rv.len / 4, n = ov.len / 4, nd = 0;
+    PyObject *res = NULL;
+    int32_t *slot = NULL, *who = NULL;
+    int64_t *sum = NULL;
+    if (bv.len / 8 != n) { PyErr_SetString(PyExc_ValueError, "owner_sums: sizes differ"); goto done; }
+    const int32_t *rows = rv.buf, *owner = ov.buf;
+    const int64_t *nbytes = bv.buf;
+    int32_t maxo = -1;
+    for (Py_ssize_t k = 0; k < nr; k++) {
+        int32_t r = rows[k];
+        if (r >= 0 && r < n && owner[r] > maxo) maxo = owner[r];
+    }
+    slot = malloc(sizeof(int32_t) * ((Py_ssize_t)maxo + 2));
+    who = malloc(sizeof(int32_t) * (nr ? nr : 1));
+    sum = malloc(sizeof(int64_t) * (nr ? nr : 1));
+    if (!slot || !who || !sum) { PyErr_NoMemory(); goto done; }
+    memset(slot, 0xff, sizeof(int32_t) * ((Py_ssize_t)maxo + 2));
+    for (Py_ssize_t k = 0; k < nr; k++) {
+        int32_t r = rows[k];
+        if (r < 0 || r >= n) continue;
+        int32_t o = owner[r];
+        int64_t b = nbytes[r];
+        if (o < 0 || b <= 0) continue;
+        if (slot[o] < 0) { slot[o] = (int32_t)nd; who[nd] = o; sum[nd++] = 0; }
+        if (__builtin_add_overflow(sum[slot[o]], b, &sum[slot[o]])) { res = Py_None; Py_INCREF(res); goto done; }
+    }
+    res = Py_BuildValue("(y#y#)", (const char *)who, nd * 4, (const char *)sum, nd * 8);
+done:
+    free(slot); free(who); free(sum);
+    PyBuffer_Release(&rv); PyBuffer_Release(&ov); PyBuffer_Release(&bv);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
     {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
     {"iterations", iterations, METH_VARARGS, "iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops, runs)"},
     {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},

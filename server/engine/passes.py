@@ -913,6 +913,24 @@ def _points_into_c(col: array, mask: bytes) -> array:
     return column("i", _BUILT.points_into(col, mask))
 
 
+def _owner_sums_ref(rows: array, owner: array, nbytes: array) -> dict[int, int]:
+    """Over the rows (of the allocator samples' columns), the positive byte counts summed per
+    owner (the innermost enclosing event, >= 0), the owners in order of first row."""
+    out: dict[int, int] = {}
+    for k in rows:
+        o, b = owner[k], nbytes[k]
+        if o >= 0 and b > 0:
+            out[o] = out.get(o, 0) + b
+    return out
+
+
+def _owner_sums_c(rows: array, owner: array, nbytes: array) -> dict[int, int]:
+    got = _BUILT.owner_sums(rows, owner, nbytes)
+    if got is None:  # an int64 sum overflows (a corrupt trace): Python's ints
+        return _owner_sums_ref(rows, owner, nbytes)
+    return dict(zip(column("i", got[0]), column("q", got[1])))
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1061,6 +1079,12 @@ PASSES: dict[str, Pass] = {
             "the events whose column points into a set (unfused-attention's backward ops)",
             _points_into_ref,
             _points_into_c,
+        ),
+        Pass(
+            "owner_sums",
+            "the allocations' bytes per owning event (memory-child-pressure)",
+            _owner_sums_ref,
+            _owner_sums_c,
         ),
         Pass(
             "hot_sums",

@@ -24,8 +24,8 @@ CHILD_MAX_FINDINGS = 3
 def _device_rows(m) -> array:
     """Rows of ``m.memory`` (a column table) for the GPU allocator, else the CPU one."""
     dt = m.memory.device_type
-    rows = array("i", compress(range(len(dt)), (d == CUDA for d in dt)))
-    return rows or array("i", compress(range(len(dt)), (d != CUDA for d in dt)))
+    rows = array("i", compress(range(len(dt)), map(CUDA.__eq__, dt)))  # C-speed scans
+    return rows or array("i", compress(range(len(dt)), map(CUDA.__ne__, dt)))
 
 
 # record_function labels torch and its libraries put on their own work: not the user's scopes
@@ -102,13 +102,8 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
     if not rows:
         return
     mem = m.memory
-    peak = max(mem.total_allocated[k] for k in rows) or 1
-    by_owner: dict[int, int] = {}
-    owner, nbytes = mem.owner, mem.nbytes
-    for k in rows:
-        o, b = owner[k], nbytes[k]
-        if o >= 0 and b > 0:
-            by_owner[o] = by_owner.get(o, 0) + b
+    peak = max(map(mem.total_allocated.__getitem__, rows)) or 1
+    by_owner = m.passes.owner_sums(rows, mem.owner, mem.nbytes)
     total_b = _ancestor_sums(m, by_owner)
     is_scope = _scopes(ctx)
     above = m.passes.nearest(m.parent, is_scope)
@@ -337,7 +332,7 @@ def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     top_b, top_o, top_key = lines[0]
     cuda = mem.device_type[rows[0]] == CUDA
     total_mem = m.device.totalGlobalMem if cuda and m.device is not None else None
-    peak = max(mem.total_allocated[k] for k in rows)
+    peak = max(map(mem.total_allocated.__getitem__, rows))
     left = (
         f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps"
         if total_mem and total_mem > peak
