@@ -94,6 +94,7 @@ def instrument(clock: Clock) -> None:
         (analyze, "analyze", "analyses.analyze"),
         (analyze, "trace_info", "trace_info"),
         (analyze, "load_all", "rules.load_all (their imports)"),
+        (analyze, "load", "rules.load (the enabled families' imports)"),
         (analyze, "Context", "Context()"),
         (hotlines, "hot_lines", "hot_lines"),
         (modules, "build_tree", "modules.build_tree"),

@@ -13,6 +13,7 @@ import pytest
 
 from profd.protocol.catalog import RULES
 from profd.server.engine import Options, analyze_file
+from profd.server.engine.rules import FAMILIES, load_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACES = [
@@ -59,3 +60,38 @@ def test_select_without_the_parts_gives_every_rules_findings_and_the_summary(pat
         assert not alone.get("hotLines") and alone.get("modules") is None, code
         for key in (set(full) | set(alone)) - {"diagnostics", "suppressed", "hotLines", "modules"}:
             assert alone.get(key) == full.get(key), (code, key)
+
+
+_ALONE = """
+import sys, msgspec
+from profd.protocol.catalog import RULES
+from profd.server.engine import Options, analyze_file
+from profd.server.engine.rules import FAMILIES, load_all
+code, path, *ws = sys.argv[1:]
+rep = analyze_file(path, Options(workspace=ws, disabled=set(RULES) - {code}, parts=frozenset()))
+fams = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("profd.server.engine.rules."))
+sys.stdout.buffer.write(msgspec.json.encode({"report": rep, "families": fams}))
+"""
+
+
+def test_a_rule_alone_in_a_fresh_process_imports_only_what_it_needs():
+    """In a process that has not loaded every rule, a one-rule run imports the families it runs
+    (its own, not every one; every one when it declares a replayed change, as the others that do
+    run for its impact) and gives the full run's findings of it."""
+    import subprocess
+    import sys
+
+    path = TRACES[0]
+    full = _report(path)
+    for code in ("profiler-artifact", "memory-peak", "host-sync"):
+        out = subprocess.run(
+            [sys.executable, "-c", _ALONE, code, path, *WORKSPACE], capture_output=True, check=True
+        ).stdout
+        got = msgspec.json.decode(out)
+        assert got["report"]["diagnostics"] == [d for d in full["diagnostics"] if d["code"] == code], code
+        fams = set(got["families"])  # and what the package imports (docs, ranks) or a rule's helpers
+        rule = load_all()[code]
+        if rule.change is None:
+            assert rule.family in fams and not set(FAMILIES) <= fams, (code, fams)
+        else:
+            assert set(FAMILIES) <= fams, (code, fams)

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ... import __version__
+from ...protocol.catalog import RULES as CATALOG
 from ...protocol.types import Diagnostic, HotLine, Report, Step, Summary, TraceInfo
 from . import impact, loader, modules, suppress
 from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
 from .model import TraceModel, build
-from .rules import load_all
+from .rules import load, load_all
 from .rules.util import us
 
 
@@ -106,7 +107,7 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
     parts no rule reads only when ``options.parts`` asks for them (``PARTS``)."""
     options = ctx.options
     diagnostics: list[Diagnostic] = []
-    rules = load_all()
+    rules = _enabled_rules(options.disabled)
     for code in _rules_to_run(rules, options.disabled):
         try:
             diagnostics.extend(rules[code](ctx))
@@ -156,6 +157,15 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
             suppressed=suppressed,
         )
     )
+
+
+def _enabled_rules(disabled: set[str]) -> dict:
+    """The enabled rules, their families alone imported, or every rule when one of them declares
+    a change (``_rules_to_run`` then runs the others that do)."""
+    if not disabled:
+        return load_all()
+    rules = load(c for c in CATALOG if c not in disabled)
+    return load_all() if any(r.change is not None for r in rules.values()) else rules
 
 
 def _rules_to_run(rules: dict, disabled: set[str]) -> list[str]:

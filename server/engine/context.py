@@ -396,10 +396,14 @@ class Context:
     def threshold(self, code: str, name: str) -> float:
         """A rule's threshold: the team's value from the options, else the default its declaration
         documents (``@rule(..., thresholds={name: default})``)."""
-        from .rules import load_all
+        from .rules import declared
 
         team = self.options.thresholds.get(code, {})
-        return team[name] if name in team else load_all()[code].thresholds[name]
+        if name in team:
+            return team[name]
+        r = declared(code)
+        assert r is not None, code
+        return r.thresholds[name]
 
     def diag(
         self,
@@ -411,11 +415,13 @@ class Context:
         severity: str | None = None,
         related: Iterable[Location] = (),
     ) -> Diagnostic:
-        from .rules import load_all  # the declaration, not the table generated from it
+        from .rules import declared  # the declaration, not the table generated from it
 
+        r = declared(code)
+        assert r is not None, code
         return Diagnostic(
             code=code,
-            severity=severity or load_all()[code].severity,
+            severity=severity or r.severity,
             message=message,
             location=location,
             evidence=evidence or {},

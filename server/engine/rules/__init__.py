@@ -142,9 +142,25 @@ def load_all() -> dict[str, Rule]:
 _ORDERED: dict[str, Rule] = {}
 
 
+def load(codes: Iterable[str]) -> dict[str, Rule]:
+    """The rules ``codes``, in catalog order, importing only their families (the catalog names
+    each code's): a selection of one rule does not pay for the other families' imports. A code the
+    catalog does not name brings every family."""
+    from ....protocol.catalog import RULES as CATALOG
+
+    want = set(codes)
+    if _ORDERED or not want <= set(CATALOG):
+        return {c: r for c, r in load_all().items() if c in want}
+    for fam in sorted({CATALOG[c].family for c in want}):
+        importlib.import_module(f"{__name__}.{fam}")
+    got = [(c, r) for c, r in REGISTRY.items() if c in want]
+    return dict(sorted(got, key=lambda kv: FAMILIES.index(kv[1].family)))  # stable: declaration order
+
+
 def declared(code: str) -> Optional[Rule]:
-    """The declaration of ``code`` (None for a code no rule declares)."""
-    return load_all().get(code)
+    """The declaration of ``code`` (None for a code no rule declares), its family imported alone."""
+    r = REGISTRY.get(code)
+    return r if r is not None else load([code]).get(code)
 
 
 def thresholds() -> dict[str, dict[str, float]]:
