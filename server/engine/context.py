@@ -289,11 +289,10 @@ class Context:
         GPU events (``model.gpu_under``'s length; an event absent from it launched none)."""
         got = self._columns.get("gpu_counts_under")
         if got is None:
-            own: dict[int, int] = {}
-            for li in self.model.launcher:
-                if li >= 0:
-                    own[li] = own.get(li, 0) + 1
-            got = self._columns["gpu_counts_under"] = self.model.passes.ancestor_sums(self.model.parent, own)
+            m = self.model
+            n = len(m.launcher)  # each GPU event counts 1 onto its launch call
+            own = m.passes.owner_sums(array("i", range(n)), m.launcher, array("q", [1]) * n)
+            got = self._columns["gpu_counts_under"] = m.passes.ancestor_sums(m.parent, own)
         return got
 
     @property

@@ -1082,7 +1082,7 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "owner_sums",
-            "the allocations' bytes per owning event (memory-child-pressure)",
+            "values summed per owning event: allocated bytes (memory-child-pressure), GPU events per launch",
             _owner_sums_ref,
             _owner_sums_c,
         ),

@@ -72,11 +72,12 @@ def breaks(m, in_steps: bool = True) -> list[dict]:
         own = [j for j in m.subtree(r) if m.cpu[j].name.startswith(GRAPH_CALL) and _nearest_region(m, j) == r]
         for j in own[1:]:
             found[j] = r
-    for i, fr in m.frames.items():  # resumed code whose region is no call's (or ran without one)
-        if fr.function.startswith(RESUME):
-            r = _nearest_region(m, i)
-            if r not in found:
-                found.setdefault(r if r >= 0 else i, -1)
+    # resumed code whose region is no call's (or ran without one): the frames tested once per
+    # distinct frame, their events found in the id column
+    for i, _ in m.frames.matching(lambda fr: fr.function.startswith(RESUME)):
+        r = _nearest_region(m, i)
+        if r not in found:
+            found.setdefault(r if r >= 0 else i, -1)
     out = []
     for r in sorted(found):
         p = found[r]
