@@ -199,12 +199,16 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
     """Set each finding's impact (µs per step, % of the step) and, where it has a time cost, the
     severity its impact earns; a finding whose fix is hidden behind what bounds the step says so,
     names the fix that would unhide it and what it gives back then."""
-    sm = StepModel.of(ctx)
+    sm: Optional[StepModel] = None  # replayed only for a finding with a time cost (no others)
     changes: dict[int, Change] = {}
     after: dict[int, float] = {}  # the replayed step with each finding's fix alone
     for d in diagnostics:
         r = declared(d.code)
-        if r is None or (r.saves is None and not (r.change is not None and sm.ok)):
+        if r is None or (r.saves is None and r.change is None):
+            continue
+        if sm is None:
+            sm = StepModel.of(ctx)
+        if r.saves is None and not sm.ok:
             continue
         ch = change_for(sm, d) if sm.ok else None
         if ch is None and r.saves is None:
@@ -232,7 +236,7 @@ def assign(ctx, diagnostics: list[Diagnostic]) -> None:
         d.impact_pct = round(100 * share, 2)
         if not r.keep_severity:
             d.severity = severity_for(share)
-    if sm.ok:
+    if sm is not None and sm.ok:  # without it no finding has a change to compare
         _same_fix(diagnostics, changes)
         _hidden(sm, diagnostics, changes, after)
 
