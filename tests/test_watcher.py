@@ -653,6 +653,20 @@ def _limited_or_skip() -> None:
         pytest.skip(f"no user namespace to lower the inotify limit in: {r.stderr.decode()[:200]}")
 
 
+def _hooked() -> bool:
+    from profd.server.daemon.watcher import _record_unwatched
+
+    return _record_unwatched()
+
+
+@pytest.mark.xfail(
+    not _hooked(),
+    strict=True,
+    reason="not fixed on watchdog 6, the newest for Python 3.10: its recursive watch raises at the "
+    "limit for the whole folder (the daemon logs 'cannot watch ...: inotify watch limit reached' "
+    "each second and sees no new trace), and the folders past it are never recorded, as the "
+    "daemon's hook on watchdog 7's InotifyWatchGroup records them",
+)
 @pytest.mark.parametrize("when", ["before start", "while running"])
 async def test_folders_past_the_inotify_watch_limit_are_looked_into(folders, when):
     """100 subfolders and a limit of 40 watches: watchdog skipped the folders it could not
