@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import importlib
 import logging
 import os
@@ -107,7 +108,7 @@ def _record_unwatched() -> bool:
 
         add = InotifyWatchGroup._add_callback
     except (ImportError, AttributeError):
-        return False
+        return _record_unwatched_6()
     if getattr(add, "profd", False):
         return True
 
@@ -120,6 +121,33 @@ def _record_unwatched() -> bool:
 
     _add_callback.profd = True
     InotifyWatchGroup._add_callback = _add_callback
+    return True
+
+
+def _record_unwatched_6() -> bool:
+    """The same record on watchdog 6 (the newest for Python 3.10), which has no InotifyWatchGroup:
+    its Inotify skips a folder made while it runs whose watch fails (``except OSError:
+    continue``), and raises for the whole tree when one fails at the start (Watcher.rearm_if_needed
+    then looks into the whole tree). Each watch that fails at the limit is recorded here."""
+    try:
+        from watchdog.observers.inotify_c import Inotify
+
+        add = Inotify._add_watch
+    except (ImportError, AttributeError):
+        return False
+    if getattr(add, "profd", False):
+        return True
+
+    def _add_watch(self, path: bytes, mask: int) -> int:
+        try:
+            return add(self, path, mask)
+        except OSError as e:
+            if e.errno == errno.ENOSPC and os.path.isdir(path):
+                _UNWATCHED.setdefault(self._path, collections.deque()).append(path)
+            raise
+
+    _add_watch.profd = True  # type: ignore[attr-defined]
+    Inotify._add_watch = _add_watch  # type: ignore[method-assign]
     return True
 
 
@@ -540,8 +568,15 @@ class Watcher:
                 self._handler, self.root, recursive=True, event_filter=FILE_EVENTS
             )
         except OSError as e:
-            log.error("profd: cannot watch %s: %s", self.root, e)
-            self._ino = None
+            if e.errno != errno.ENOSPC:
+                log.error("profd: cannot watch %s: %s", self.root, e)
+                self._ino = None
+                return
+            # At the inotify watch limit, a watchdog that raises for the whole tree (watchdog 6)
+            # leaves it unwatched: the whole tree is looked into on each tick instead (the
+            # folders a watchdog that skips them leaves unwatched are, too), saying so once.
+            self._root_watch = None
+            _UNWATCHED.setdefault(os.fsencode(self.root), collections.deque()).append(os.fsencode(self.root))
             return
         if self.rearmed:
             log.warning("profd: watching %s again", self.root)
