@@ -102,6 +102,11 @@ _pair_moves_quickly()
 _UNWATCHED: dict[bytes, collections.deque] = {}
 
 
+def _note_unwatched(root: bytes, folder: bytes) -> None:
+    """``folder`` under the watched ``root`` has no watch: the root's Watcher looks into it."""
+    _UNWATCHED.setdefault(root, collections.deque()).append(folder)
+
+
 def _record_unwatched() -> bool:
     try:
         from watchdog.observers.inotify import InotifyWatchGroup
@@ -117,7 +122,7 @@ def _record_unwatched() -> bool:
         if path not in getattr(self, "_active_callbacks_by_path", (path,)) and os.path.isdir(
             path
         ):  # (not a folder that went away meanwhile)
-            _UNWATCHED.setdefault(os.fsencode(self.path), collections.deque()).append(path)
+            _note_unwatched(os.fsencode(self.path), path)
 
     _add_callback.profd = True
     InotifyWatchGroup._add_callback = _add_callback
@@ -143,7 +148,7 @@ def _record_unwatched_6() -> bool:
             return add(self, path, mask)
         except OSError as e:
             if e.errno == errno.ENOSPC and os.path.isdir(path):
-                _UNWATCHED.setdefault(self._path, collections.deque()).append(path)
+                _note_unwatched(self._path, path)
             raise
 
     _add_watch.profd = True  # type: ignore[attr-defined]
@@ -575,8 +580,7 @@ class Watcher:
             # At the inotify watch limit, a watchdog that raises for the whole tree (watchdog 6)
             # leaves it unwatched: the whole tree is looked into on each tick instead (the
             # folders a watchdog that skips them leaves unwatched are, too), saying so once.
-            self._root_watch = None
-            _UNWATCHED.setdefault(os.fsencode(self.root), collections.deque()).append(os.fsencode(self.root))
+            _note_unwatched(os.fsencode(self.root), os.fsencode(self.root))
             return
         if self.rearmed:
             log.warning("profd: watching %s again", self.root)
