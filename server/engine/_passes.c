@@ -1473,6 +1473,233 @@ done:
     return res;
 }
 
+/* ---- the summary analyses and the module tree ------------------------------------------------
+ * analyses.merge's unions, covered's index, step_gpu's per-step unions, the GPU events' class keys
+ * and the module markers. A merge takes a list of (start, end) tuples of floats, as the analyses
+ * hold them; any other item (an int from a reference reader, a NaN, whose order Python's sort
+ * leaves to chance) returns None and the caller runs the reference. */
+typedef struct { double a, b; Py_ssize_t idx; } Span;
+
+static int cmp_spans(const void *x, const void *y) {
+    const Span *p = x, *q = y; /* (start, end) as tuples compare, then place: a stable sort */
+    if (p->a < q->a) return -1;
+    if (p->a > q->a) return 1;
+    if (p->b < q->b) return -1;
+    if (p->b > q->b) return 1;
+    return p->idx < q->idx ? -1 : p->idx > q->idx;
+}
+
+/* The span tuple ``t`` read into s: 0 when it is not two floats, or holds a NaN. */
+static int read_span(PyObject *t, Span *s, Py_ssize_t idx) {
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) return 0;
+    PyObject *a = PyTuple_GET_ITEM(t, 0), *b = PyTuple_GET_ITEM(t, 1);
+    if (!PyFloat_CheckExact(a) || !PyFloat_CheckExact(b)) return 0;
+    s->a = PyFloat_AS_DOUBLE(a);
+    s->b = PyFloat_AS_DOUBLE(b);
+    s->idx = idx;
+    return s->a == s->a && s->b == s->b;
+}
+
+/* Sorts s[0:n] and merges it in place as analyses._merge_ref does (touching spans join; a span
+ * ending before the last one's end leaves it): the number of merged spans, in s[0:m]. */
+static Py_ssize_t merge_spans(Span *s, Py_ssize_t n) {
+    Py_ssize_t k = 1;
+    while (k < n && cmp_spans(&s[k - 1], &s[k]) < 0) k++;
+    if (k < n) qsort(s, n, sizeof(Span), cmp_spans); /* the GPU's spans come sorted, mostly */
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (m && s[j].a <= s[m - 1].b) {
+            if (s[j].b > s[m - 1].b) s[m - 1].b = s[j].b;
+        } else {
+            s[m].a = s[j].a;
+            s[m].b = s[j].b;
+            m++;
+        }
+    }
+    return m;
+}
+
+static PyObject *span_list(const Span *s, Py_ssize_t m) {
+    PyObject *out = PyList_New(m);
+    for (Py_ssize_t j = 0; out && j < m; j++) {
+        PyObject *t = PyTuple_New(2), *a = PyFloat_FromDouble(s[j].a), *b = PyFloat_FromDouble(s[j].b);
+        if (!t || !a || !b) { Py_XDECREF(t); Py_XDECREF(a); Py_XDECREF(b); Py_CLEAR(out); break; }
+        PyTuple_SET_ITEM(t, 0, a);
+        PyTuple_SET_ITEM(t, 1, b);
+        PyList_SET_ITEM(out, j, t);
+    }
+    return out;
+}
+
+/* merge(spans) -> the union as a list of (start, end) tuples, sorted; None (see above). */
+static PyObject *merge(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Span *s = malloc(sizeof(Span) * (n ? n : 1));
+    if (!s) return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!read_span(PyList_GET_ITEM(list, j), &s[j], j)) { free(s); Py_RETURN_NONE; }
+    PyObject *out = span_list(s, merge_spans(s, n));
+    free(s);
+    return out;
+}
+
+/* merge_groups(spans, groups int32, mask bytes, n) -> n lists: per group g in [0, n) the union of
+ * the spans j with mask[j] set and groups[j] == g (step_gpu's per-step kernels and copies); None
+ * (see above). */
+static PyObject *merge_groups(PyObject *mod, PyObject *args) {
+    PyObject *list, *res = NULL;
+    Py_buffer gv, mv;
+    Py_ssize_t ng;
+    if (!PyArg_ParseTuple(args, "O!y*y*n", &PyList_Type, &list, &gv, &mv, &ng)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Py_ssize_t *off = NULL;
+    Span *s = NULL;
+    if (gv.len / 4 != n || mv.len != n || ng < 0) {
+        PyErr_SetString(PyExc_ValueError, "merge_groups: sizes differ");
+        goto done;
+    }
+    const int32_t *group = gv.buf;
+    const unsigned char *mask = mv.buf;
+    off = calloc(ng + 2, sizeof(Py_ssize_t));
+    s = malloc(sizeof(Span) * (n ? n : 1));
+    if (!off || !s) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (mask[j] && group[j] >= 0 && group[j] < ng) off[group[j] + 2]++;
+    for (Py_ssize_t g = 0; g < ng; g++) off[g + 2] += off[g + 1];
+    for (Py_ssize_t j = 0; j < n; j++) { /* each group's spans in order: off[g + 1] fills group g */
+        if (!mask[j] || group[j] < 0 || group[j] >= ng) continue;
+        Py_ssize_t at = off[group[j] + 1]++;
+        if (!read_span(PyList_GET_ITEM(list, j), &s[at], j)) { res = Py_None; Py_INCREF(res); goto done; }
+    }
+    if (!(res = PyList_New(ng))) goto done;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        Py_ssize_t lo = off[g], hi = off[g + 1];
+        PyObject *one = span_list(s + lo, merge_spans(s + lo, hi - lo));
+        if (!one) { Py_CLEAR(res); goto done; }
+        PyList_SET_ITEM(res, g, one);
+    }
+done:
+    free(off); free(s);
+    PyBuffer_Release(&gv); PyBuffer_Release(&mv);
+    return res;
+}
+
+/* span_index(merged) -> (starts, ends, prefix) float64 bytes: covered's index of a merged list,
+ * the prefix its running sum of lengths from 0.0; None (see above). */
+static PyObject *span_index(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O", &list)) return NULL;
+    if (!PyList_Check(list)) { PyErr_SetString(PyExc_TypeError, "span_index: a list"); return NULL; }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *sb = PyBytes_FromStringAndSize(NULL, n * 8), *eb = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *pb = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    if (!sb || !eb || !pb) { Py_XDECREF(sb); Py_XDECREF(eb); Py_XDECREF(pb); return NULL; }
+    double *st = (double *)PyBytes_AS_STRING(sb), *en = (double *)PyBytes_AS_STRING(eb);
+    double *pre = (double *)PyBytes_AS_STRING(pb);
+    pre[0] = 0.0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Span sp;
+        if (!read_span(PyList_GET_ITEM(list, j), &sp, j)) {
+            Py_DECREF(sb); Py_DECREF(eb); Py_DECREF(pb);
+            Py_RETURN_NONE;
+        }
+        st[j] = sp.a;
+        en[j] = sp.b;
+        pre[j + 1] = pre[j] + (sp.b - sp.a);
+    }
+    return Py_BuildValue("(NNN)", sb, eb, pb);
+}
+
+/* gpu_keys(gpu, launcher int32, above int32, cpu) -> (keys, codes int32 bytes): per GPU event the
+ * key it is classified by, (name, category, the name of the op above its launch call or None),
+ * as a number into the distinct keys in order of first appearance (analyses.gpu_classes). */
+static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
+    PyObject *gpu, *cpu, *keys = NULL, *index = NULL, *cb = NULL, *res = NULL;
+    Py_buffer lv, av;
+    if (!PyArg_ParseTuple(args, "O!y*y*O!", &PyList_Type, &gpu, &lv, &av, &PyList_Type, &cpu)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(gpu), nc = PyList_GET_SIZE(cpu), na = av.len / 4;
+    if (lv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "gpu_keys: sizes differ"); goto done; }
+    const int32_t *launcher = lv.buf, *above = av.buf;
+    if (!(keys = PyList_New(0)) || !(index = PyDict_New()) || !(cb = PyBytes_FromStringAndSize(NULL, n * 4)))
+        goto done;
+    int32_t *code = (int32_t *)PyBytes_AS_STRING(cb);
+    PyObject *last = NULL; /* the last key and its number: runs of one kernel from one op are common */
+    int32_t last_code = -1;
+    for (Py_ssize_t g = 0; g < n; g++) {
+        PyObject *e = PyList_GET_ITEM(gpu, g);
+        if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "gpu_keys: not a _scan.Event"); goto done; }
+        int32_t li = launcher[g];
+        int32_t op = li >= 0 && li < na ? above[li] : -1;
+        PyObject *opname = Py_None;
+        if (op >= 0) {
+            if (op >= nc) { PyErr_SetString(PyExc_IndexError, "gpu_keys: op out of range"); goto done; }
+            opname = ((Ev *)PyList_GET_ITEM(cpu, op))->name;
+        }
+        Ev *ev = (Ev *)e;
+        if (last && PyTuple_GET_ITEM(last, 0) == ev->name && PyTuple_GET_ITEM(last, 1) == ev->cat
+            && PyTuple_GET_ITEM(last, 2) == opname) {
+            code[g] = last_code;
+            continue;
+        }
+        PyObject *key = PyTuple_Pack(3, ev->name, ev->cat, opname);
+        if (!key) goto done;
+        PyObject *got = PyDict_GetItemWithError(index, key);
+        if (!got) {
+            if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+            PyObject *num = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+            if (!num || PyDict_SetItem(index, key, num) < 0 || PyList_Append(keys, key) < 0) {
+                Py_XDECREF(num); Py_DECREF(key); goto done;
+            }
+            got = num;
+            Py_DECREF(num); /* the dict holds it */
+        }
+        code[g] = (int32_t)PyLong_AsLong(got);
+        last_code = code[g];
+        Py_DECREF(key);
+        last = PyList_GET_ITEM(keys, last_code); /* borrowed: the list holds it */
+    }
+    res = Py_BuildValue("(OO)", keys, cb);
+done:
+    Py_XDECREF(keys); Py_XDECREF(index); Py_XDECREF(cb);
+    PyBuffer_Release(&lv); PyBuffer_Release(&av);
+    return res;
+}
+
+/* marked(cpu, mask, prefix) -> int32 bytes: the events i with mask[i] set whose name starts with
+ * prefix, in order (modules.ModuleIndex's ``nn.Module: `` markers among the python events). */
+static PyObject *marked(PyObject *mod, PyObject *args) {
+    PyObject *cpu, *prefix, *out = NULL;
+    Py_buffer mv;
+    if (!PyArg_ParseTuple(args, "O!y*U", &PyList_Type, &cpu, &mv, &prefix)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), cap = 64, k = 0;
+    if (mv.len != n) { PyErr_SetString(PyExc_ValueError, "marked: sizes differ"); goto done; }
+    const unsigned char *mask = mv.buf;
+    int32_t *got = malloc(cap * sizeof(int32_t));
+    if (!got) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!mask[i]) continue;
+        PyObject *e = PyList_GET_ITEM(cpu, i);
+        if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "marked: not a _scan.Event"); break; }
+        Py_ssize_t hit = PyUnicode_Tailmatch(((Ev *)e)->name, prefix, 0, PY_SSIZE_T_MAX, -1);
+        if (hit < 0) break;
+        if (!hit) continue;
+        if (k == cap) {
+            int32_t *more = realloc(got, 2 * cap * sizeof(int32_t));
+            if (!more) { PyErr_NoMemory(); break; }
+            got = more;
+            cap *= 2;
+        }
+        got[k++] = (int32_t)i;
+    }
+    if (!PyErr_Occurred()) out = PyBytes_FromStringAndSize((const char *)got, k * 4);
+    free(got);
+done:
+    PyBuffer_Release(&mv);
+    return out;
+}
+
 PyMethodDef PASS_METHODS[] = {
     {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
     {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
@@ -1502,6 +1729,12 @@ PyMethodDef PASS_METHODS[] = {
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
     {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
+    /* the summary analyses and the module tree */
+    {"merge", merge, METH_VARARGS, "merge(spans) -> merged list of (start, end), or None"},
+    {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(spans, groups, mask, n) -> n merged lists, or None"},
+    {"span_index", span_index, METH_VARARGS, "span_index(merged) -> (starts, ends, prefix) float64 bytes, or None"},
+    {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
+    {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
     {NULL},
 };
 

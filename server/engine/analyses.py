@@ -6,31 +6,34 @@ All times are microseconds, as the trace writes them.
 from __future__ import annotations
 
 import bisect
+import operator
+from array import array
+from itertools import compress
 from dataclasses import dataclass, field
+from typing import Optional
 
-from . import kernels
+from . import kernels, passes
 from .model import TraceModel
 from .windows import setup_intervals
+
+_dur = operator.attrgetter("dur")
+_cat = operator.attrgetter("cat")
 
 
 class Intervals(list):
     """A merged interval list (``merge``'s result) carrying its own index (``prefix``, built by
     ``_index``), so the index lives and dies with the list: a module-level cache of the last lists
-    kept the intervals of finished analyses alive in a daemon (~7 MB each on a 51 MB trace)."""
+    kept the intervals of finished analyses alive in a daemon (~7 MB each on a 51 MB trace); and
+    the passes that made it (``run``), which build the index too."""
 
-    __slots__ = ("prefix",)
+    __slots__ = ("prefix", "run")
 
 
-def merge(intervals: list[tuple[float, float]]) -> Intervals:
-    """Union of intervals, sorted."""
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1][1] = b
-        else:
-            out.append([a, b])
-    return Intervals((a, b) for a, b in out)
+def merge(intervals: list[tuple[float, float]], run: passes.Implementation = passes.REFERENCE) -> Intervals:
+    """Union of intervals, sorted (the ``merge`` pass; ``run``: the model's passes)."""
+    out = Intervals(run.merge(intervals))
+    out.run = run
+    return out
 
 
 def _index(merged: list[tuple[float, float]]):
@@ -38,14 +41,10 @@ def _index(merged: list[tuple[float, float]]):
     hit = getattr(merged, "prefix", None)
     if hit is not None:
         return hit
-    starts = [x for x, _ in merged]
-    ends = [y for _, y in merged]
-    pre = [0.0]
-    for x, y in merged:
-        pre.append(pre[-1] + (y - x))
+    got = getattr(merged, "run", passes.REFERENCE).span_index(merged)
     if isinstance(merged, Intervals):
-        merged.prefix = (starts, ends, pre)
-    return starts, ends, pre
+        merged.prefix = got
+    return got
 
 
 def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -143,7 +142,8 @@ class Analysis:
         got = self.__dict__.get("_occupied")
         if got is None:
             parts = [x for x in (self.busy, self.comm, self.setup) if x]
-            got = self._occupied = parts[0] if len(parts) == 1 else merge([v for x in parts for v in x])
+            run = getattr(parts[0], "run", passes.REFERENCE) if parts else passes.REFERENCE
+            got = self._occupied = parts[0] if len(parts) == 1 else merge([v for x in parts for v in x], run)
         return got
 
     def steady_pct(self, us: float) -> float:
@@ -159,31 +159,35 @@ def analyze(m: TraceModel) -> Analysis:
     # counts kernels alone too): they are counted on their own (``copies``, ``copy_us``), and
     # ``busy``/``work_us`` hold both, for the rules that ask whether the GPU had work queued at a
     # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
-    spans, comm_of, cats = m.gpu_spans(), _is_comm(gpu_class), [e.cat for e in m.gpu]
-    busy = merge([v for v, c in zip(spans, comm_of) if not c])
-    comm = merge([v for v, c in zip(spans, comm_of) if c])
-    compute = merge([v for v, c, k in zip(spans, comm_of, cats) if k == "kernel" and not c])
+    spans, run = m.gpu_spans(), m.passes
+    kinds = comm_of, kernel, copy = _kinds(m, gpu_class)
+    launchers = set(m.launcher)
+    busy = merge(list(compress(spans, comm_of.translate(_FLIP))), run)
+    comm = merge(list(compress(spans, comm_of)), run)
+    compute = merge(list(compress(spans, kernel)), run)
     lo, hi = active_window(m, busy or comm)
     a = Analysis(
         window=(lo, hi),
         busy=busy,
         busy_us=covered(compute, lo, hi),
         cpu_total_us=_cpu_total(m),
-        cuda_total_us=sum(e.dur for e in m.gpu),
+        cuda_total_us=sum(map(_dur, m.gpu)),
         gpu_class=gpu_class,
-        launches=sum(1 for i in set(m.launcher) if i >= 0),
+        launches=len(launchers) - (-1 in launchers),  # a launcher is a cpu index, or -1
     )
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
     a.cpu_comm = cpu_collectives(m)
-    a.cpu_comm_us = covered(merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm]), lo, hi)
+    a.cpu_comm_us = covered(
+        merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm], run), lo, hi
+    )
     a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
-    a.copies = merge([v for v, c, k in zip(spans, comm_of, cats) if k in COPY_CATS and not c])
+    a.copies = merge(list(compress(spans, copy)), run)
     a.copy_us = covered(a.copies, lo, hi)
     a.work_us = covered(busy, lo, hi)
     a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
-    a.step_gpu = step_gpu(m, gpu_class)
-    setup = merge([(x, y) for x, y, _ in setup_intervals(m)])
+    a.step_gpu = step_gpu(m, gpu_class, kinds)
+    setup = merge([(x, y) for x, y, _ in setup_intervals(m)], run)
     setup_us = covered(setup, lo, hi)
     if setup_us >= SETUP_MIN_US and setup_us >= SETUP_MIN_SHARE * (hi - lo):
         a.setup, a.setup_us = setup, setup_us
@@ -239,7 +243,7 @@ class StepGpu:
         return max(scaled, self.wait_us, self.cpu_us - self.events * MAX_US_PER_EVENT)
 
 
-def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
+def step_gpu(m: TraceModel, gpu_class: list[str], kinds: Optional[tuple] = None) -> list[StepGpu]:
     """Per step, the GPU work launched from inside its CPU range (by the launch call's start):
     its kernels less collectives, as the busy share counts them (a collective spins while it
     waits for a peer), and apart from them its copies and memsets (the copy engines). The span
@@ -247,25 +251,18 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
 
     When the CPU runs far ahead (a long closing sync), ProfilerStep ranges measure how fast the
     CPU queues work, not how long the GPU needs for it: a step is as long as the longer of the two.
+    ``kinds``: the GPU events' masks (``_kinds``) when the caller made them already.
     """
     if not m.steps:
         return []
     starts = [s.ts for s in m.steps]
     ends = [s.end for s in m.steps]
-    per: list[list[tuple[float, float]]] = [[] for _ in m.steps]
-    per_copy: list[list[tuple[float, float]]] = [[] for _ in m.steps]
-    cpu, ts = m.cpu, m.cpu_starts()
-    for li, v, c, e in zip(m.launcher, m.gpu_spans(), _is_comm(gpu_class), m.gpu):
-        if li < 0:
-            continue
-        t = ts[li]
-        k = bisect.bisect_right(starts, t) - 1
-        if k < 0 or t > ends[k] or c:
-            continue
-        if e.cat == "kernel":
-            per[k].append(v)
-        elif e.cat in COPY_CATS:
-            per_copy[k].append(v)
+    cpu, run = m.cpu, m.passes
+    # each launched event's step, by its launch call's start (-1: none), and which of them count
+    step = run.step_of(m.launcher, m.cpu_starts(), array("d", starts), array("d", ends))
+    _, kernel, copy = kinds or _kinds(m, gpu_class)
+    per = run.merge_groups(m.gpu_spans(), step, kernel, len(m.steps))
+    per_copy = run.merge_groups(m.gpu_spans(), step, copy, len(m.steps))
     wait = [0.0] * len(m.steps)
     for i in m.indices(SYNC_CALLS):
         e = cpu[i]
@@ -275,8 +272,8 @@ def step_gpu(m: TraceModel, gpu_class: list[str]) -> list[StepGpu]:
     main = m.tindex.starts.get(m.main_thread, ()) if m.main_thread is not None else ()
     out = []
     for s, iv, cp, w in zip(m.steps, per, per_copy, wait):
-        merged, copies = merge(iv), merge(cp)
-        both = merge(merged + copies)
+        merged, copies = iv, cp  # merged already
+        both = run.merge(merged + copies)
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
         out.append(
             StepGpu(
@@ -328,22 +325,25 @@ def _cpu_total(m: TraceModel) -> float:
 
 
 def _classes(m: TraceModel) -> list[str]:
-    out = []
-    memo: dict[tuple, str] = {}
-    cpu, above = m.cpu, m.ops_above()
-    for e, li in zip(m.gpu, m.launcher):
-        op = above[li] if li >= 0 else -1
-        key = (e.name, e.cat, cpu[op].name if op >= 0 else None)
-        cls = memo.get(key)
-        if cls is None:
-            cls = memo[key] = kernels.classify(*key)
-        out.append(cls)
-    return out
+    """Each GPU event's kernel class, classified once per distinct (name, category, launching op)."""
+    keys, codes = m.passes.gpu_keys(m.gpu, m.launcher, m.ops_above(), m.cpu)
+    classes = [kernels.classify(*key) for key in keys]
+    return list(map(classes.__getitem__, codes))
 
 
-def _is_comm(gpu_class: list[str]) -> list[bool]:
-    """Per GPU event, whether it is a collective."""
-    return [c == kernels.COMMUNICATION for c in gpu_class]
+_FLIP = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by bytes.translate
+_COPY_CATS = frozenset(COPY_CATS)
+
+
+def _kinds(m: TraceModel, gpu_class: list[str]) -> tuple[bytes, bytes, bytes]:
+    """Masks over the GPU events: the collectives, the kernels and the copies or memsets (these
+    two without collectives), made at C speed."""
+    cats = list(map(_cat, m.gpu))
+    comm = bytes(map(kernels.COMMUNICATION.__eq__, gpu_class))
+    other = comm.translate(_FLIP)
+    kernel = bytes(map(operator.and_, map("kernel".__eq__, cats), other))
+    copy = bytes(map(operator.and_, map(_COPY_CATS.__contains__, cats), other))
+    return comm, kernel, copy
 
 
 def verdict(m: TraceModel, a: Analysis) -> str:

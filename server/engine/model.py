@@ -65,6 +65,7 @@ LABELS_AMONG_OPS = frozenset({"Operator"})
 _ts = attrgetter("ts")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_NON_NEGATIVE = bytes(int(b < 0x80) for b in range(256))  # a sign byte -> 1 for >= 0 (FrameIndex.mask)
 
 # Top-level packages whose frames are never "user code" even when the trace strips site-packages.
 _LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {
@@ -503,8 +504,12 @@ class FrameIndex:
         self._ids[i] = k
 
     def mask(self) -> bytes:
-        """1 for the events that are parsed frames."""
-        return bytes(map((-1).__ne__, self._ids))
+        """1 for the events that are parsed frames: an id >= 0 (the others are -1), read from each
+        id's sign byte at C speed."""
+        ids = self._ids
+        raw, size = ids.tobytes(), ids.itemsize
+        sign = raw[size - 1 :: size] if sys.byteorder == "little" else raw[::size]
+        return sign.translate(_NON_NEGATIVE)
 
     def get(self, i: int, default=None):
         try:

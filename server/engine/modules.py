@@ -84,7 +84,7 @@ class ModuleIndex:
             if size
             else b""
         )
-        events = [i for i in _positions(cand) if cpu[i].name.startswith(PREFIX)]
+        events = list(m.passes.marked(cpu, cand, PREFIX)) if size else []
         mask = bytearray(size)
         for i in events:
             mask[i] = 1
@@ -176,10 +176,6 @@ class ModuleIndex:
     def class_of(self, n: int) -> str:
         mm = _INSTANCE_RE.match(self.instance[n])
         return mm.group(1) if mm else self.instance[n]
-
-
-def _positions(mask: bytes) -> list[int]:
-    return [mt.start() for mt in re.finditer(b"\x01", mask)]
 
 
 def build_tree(ctx) -> ModuleTree:

@@ -931,6 +931,93 @@ def _owner_sums_c(rows: array, owner: array, nbytes: array) -> dict[int, int]:
     return dict(zip(column("i", got[0]), column("q", got[1])))
 
 
+# ---- the summary analyses and the module tree -------------------------------------------------
+def _merge_ref(spans: list) -> list:
+    """Union of (start, end) spans, sorted (as tuples compare), touching spans joined: a list of
+    (start, end) tuples (analyses.merge)."""
+    out: list[list] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1][1] = b
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _merge_c(spans: list) -> list:
+    got = _BUILT.merge(spans)
+    return _merge_ref(spans) if got is None else got  # None: not all float pairs, or a NaN
+
+
+def _merge_groups_ref(spans: list, groups: array, mask: bytes, n: int) -> list:
+    """Per group in [0, n), the union (``merge``) of the spans whose mask byte is set and whose
+    group is that one (step_gpu: each step's kernels, and its copies)."""
+    per: list[list] = [[] for _ in range(n)]
+    for v, g, k in zip(spans, groups, mask):
+        if k and 0 <= g < n:
+            per[g].append(v)
+    return [_merge_ref(p) for p in per]
+
+
+def _merge_groups_c(spans: list, groups: array, mask: bytes, n: int) -> list:
+    got = _BUILT.merge_groups(spans, groups, mask, n)
+    return _merge_groups_ref(spans, groups, mask, n) if got is None else got
+
+
+def _span_index_ref(merged: list) -> tuple[list, list, list]:
+    """covered's index of a merged list: its starts, its ends and the running sum of its lengths
+    from 0.0."""
+    starts = [x for x, _ in merged]
+    ends = [y for _, y in merged]
+    pre = [0.0]
+    for x, y in merged:
+        pre.append(pre[-1] + (y - x))
+    return starts, ends, pre
+
+
+def _span_index_c(merged: list) -> tuple[list, list, list]:
+    got = _BUILT.span_index(merged) if isinstance(merged, list) else None
+    if got is None:
+        return _span_index_ref(merged)
+    sb, eb, pb = got
+    return column("d", sb).tolist(), column("d", eb).tolist(), column("d", pb).tolist()
+
+
+def _gpu_keys_ref(gpu, launcher: array, above: array, cpu) -> tuple[list, array]:
+    """Per GPU event the key it is classified by, (name, category, the name of the op above its
+    launch call or None), as a number into the distinct keys in order of first appearance."""
+    keys: list[tuple] = []
+    codes = array("i")
+    index: dict[tuple, int] = {}
+    for e, li in zip(gpu, launcher):
+        op = above[li] if li >= 0 else -1
+        key = (e.name, e.cat, cpu[op].name if op >= 0 else None)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(keys)
+            keys.append(key)
+        codes.append(k)
+    return keys, codes
+
+
+def _gpu_keys_c(gpu, launcher: array, above: array, cpu) -> tuple[list, array]:
+    keys, cb = _BUILT.gpu_keys(gpu, launcher, above, cpu)
+    return keys, column("i", cb)
+
+
+def _marked_ref(cpu, mask: bytes, prefix: str) -> array:
+    """The events with a set mask byte whose name starts with ``prefix``, in order (the module
+    markers among the python events)."""
+    return array(
+        "i", [i for i in itertools.compress(range(len(mask)), mask) if cpu[i].name.startswith(prefix)]
+    )
+
+
+def _marked_c(cpu, mask: bytes, prefix: str) -> array:
+    return column("i", _BUILT.marked(cpu, mask, prefix))
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1091,6 +1178,31 @@ PASSES: dict[str, Pass] = {
             "hot lines: calls, launches, CPU and GPU time, kernel classes and stats",
             _hot_sums_ref,
             _hot_sums_c,
+        ),
+        # the summary analyses and the module tree
+        Pass(
+            "merge", "a union of spans (analyses.merge: GPU busy, collectives, copies)", _merge_ref, _merge_c
+        ),
+        Pass(
+            "merge_groups",
+            "unions of spans per group (step_gpu: each step's kernels and copies)",
+            _merge_groups_ref,
+            _merge_groups_c,
+        ),
+        Pass(
+            "span_index",
+            "covered's index of a merged list (starts, ends, prefix sums)",
+            _span_index_ref,
+            _span_index_c,
+        ),
+        Pass(
+            "gpu_keys",
+            "the key each GPU event is classified by (analyses.gpu_classes)",
+            _gpu_keys_ref,
+            _gpu_keys_c,
+        ),
+        Pass(
+            "marked", "the events of a mask whose name has a prefix (module markers)", _marked_ref, _marked_c
         ),
     )
 }
