@@ -1700,6 +1700,168 @@ done:
     return out;
 }
 
+/* module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes int32, backward bytes):
+ * per item the module node that cpu event idx[k] ran in (-1 for none, or for a negative idx): a
+ * backward event (outside every user frame, with a forward op) by its forward op; its own node
+ * where ``direct`` and it has one (a marker), else its nearest marker's (ModuleIndex.node_at);
+ * and whether it was a backward event. */
+static PyObject *module_nodes(PyObject *mod, PyObject *args) {
+    Py_buffer iv, fv, wv, av, nv;
+    int direct;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*p", &iv, &fv, &wv, &av, &nv, &direct)) return NULL;
+    Py_ssize_t m = iv.len / 4, n = fv.len / 4;
+    PyObject *ob = NULL, *bb = NULL, *res = NULL;
+    if (wv.len / 4 != n || av.len / 4 != n || nv.len / 4 != n) {
+        PyErr_SetString(PyExc_ValueError, "module_nodes: sizes differ");
+        goto done;
+    }
+    if (!(ob = PyBytes_FromStringAndSize(NULL, m * 4)) || !(bb = PyBytes_FromStringAndSize(NULL, m))) goto done;
+    const int32_t *idx = iv.buf, *frame_of = fv.buf, *fwd_of = wv.buf, *above = av.buf, *node_of = nv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(ob);
+    char *back = PyBytes_AS_STRING(bb);
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t i = idx[k];
+        o[k] = -1;
+        back[k] = 0;
+        if (i < 0 || i >= n) continue;
+        if (frame_of[i] < 0 && fwd_of[i] >= 0) {
+            back[k] = 1;
+            if (fwd_of[i] >= n) continue;
+            i = fwd_of[i];
+        }
+        if (direct && node_of[i] >= 0) { o[k] = node_of[i]; continue; }
+        int32_t a = above[i];
+        o[k] = a >= 0 && a < n ? node_of[a] : -1;
+    }
+    res = Py_BuildValue("(OO)", ob, bb);
+done:
+    Py_XDECREF(ob); Py_XDECREF(bb);
+    PyBuffer_Release(&iv); PyBuffer_Release(&fv); PyBuffer_Release(&wv); PyBuffer_Release(&av); PyBuffer_Release(&nv);
+    return res;
+}
+
+/* Rows (node, key) numbered in order of first appearance, found through one dict per node. */
+typedef struct {
+    PyObject **index; /* per node: key -> row number, made on first use */
+    Py_ssize_t nodes, n;
+    int32_t *node;
+    PyObject **key, **cls; /* borrowed: the GPU events and the class list hold them */
+    int64_t *count;
+    double *sum;
+} Rows;
+
+static int rows_init(Rows *r, Py_ssize_t nodes, Py_ssize_t cap) {
+    memset(r, 0, sizeof(Rows));
+    r->nodes = nodes;
+    cap = cap ? cap : 1;
+    r->index = calloc(nodes ? nodes : 1, sizeof(PyObject *));
+    r->node = malloc(cap * sizeof(int32_t));
+    r->key = malloc(cap * sizeof(PyObject *));
+    r->cls = malloc(cap * sizeof(PyObject *));
+    r->count = malloc(cap * sizeof(int64_t));
+    r->sum = malloc(cap * sizeof(double));
+    return r->index && r->node && r->key && r->cls && r->count && r->sum ? 0 : -1;
+}
+
+static void rows_free(Rows *r) {
+    for (Py_ssize_t k = 0; r->index && k < r->nodes; k++) Py_XDECREF(r->index[k]);
+    free(r->index); free(r->node); free(r->key); free(r->cls); free(r->count); free(r->sum);
+}
+
+/* The row of (node k, key), a new one (class cls, count 0, sum 0.0) at the end; -1 on error. */
+static Py_ssize_t row_of(Rows *r, int32_t k, PyObject *key, PyObject *cls) {
+    if (!r->index[k] && !(r->index[k] = PyDict_New())) return -1;
+    PyObject *got = PyDict_GetItemWithError(r->index[k], key);
+    if (got) return PyLong_AsSsize_t(got);
+    if (PyErr_Occurred()) return -1;
+    PyObject *num = PyLong_FromSsize_t(r->n);
+    if (!num || PyDict_SetItem(r->index[k], key, num) < 0) { Py_XDECREF(num); return -1; }
+    Py_DECREF(num);
+    Py_ssize_t j = r->n++;
+    r->node[j] = k; r->key[j] = key; r->cls[j] = cls; r->count[j] = 0; r->sum[j] = 0.0;
+    return j;
+}
+
+/* Per node the list of its rows in order: (key, count, sum), or (key, class, count, sum). */
+static PyObject *rows_lists(const Rows *r, int with_cls) {
+    PyObject *out = PyList_New(r->nodes);
+    for (Py_ssize_t k = 0; out && k < r->nodes; k++) {
+        PyObject *one = PyList_New(0);
+        if (!one) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, k, one);
+    }
+    for (Py_ssize_t j = 0; out && j < r->n; j++) {
+        PyObject *t = with_cls ? Py_BuildValue("(OOLd)", r->key[j], r->cls[j], (long long)r->count[j], r->sum[j])
+                               : Py_BuildValue("(OLd)", r->key[j], (long long)r->count[j], r->sum[j]);
+        if (!t || PyList_Append(PyList_GET_ITEM(out, r->node[j]), t) < 0) { Py_XDECREF(t); Py_CLEAR(out); break; }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
+/* module_gpu(gpu, classes, nodes int32, backward bytes, launcher int32, n) -> (forward, backward
+ * float64 bytes, launches int32 bytes, by_class, by_name): build_tree's own GPU sums per module
+ * node (passes._module_gpu_ref): each launched GPU event's time to its node (nodes[g], -1 for
+ * none), forward or backward; the launch calls per node; and per node its kernel classes
+ * [(class, kernels, time)] and its kernels [(name, class, count, time)] in order of first
+ * appearance, times summed in event order. */
+static PyObject *module_gpu(PyObject *mod, PyObject *args) {
+    PyObject *gpu, *classes, *res = NULL;
+    Py_buffer nv, bv, lv;
+    Py_ssize_t nn;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*n", &PyList_Type, &gpu, &PyList_Type, &classes, &nv, &bv, &lv, &nn))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(gpu);
+    int32_t maxl = -1;
+    Rows rc = {0}, rn = {0};
+    PyObject *fb = NULL, *bb = NULL, *lb = NULL, *lc = NULL, *ln = NULL;
+    unsigned char *seen = NULL;
+    if (PyList_GET_SIZE(classes) != n || nv.len / 4 != n || bv.len != n || lv.len / 4 != n || nn < 0) {
+        PyErr_SetString(PyExc_ValueError, "module_gpu: sizes differ");
+        goto done;
+    }
+    const int32_t *node = nv.buf, *launcher = lv.buf;
+    const char *back = bv.buf;
+    for (Py_ssize_t g = 0; g < n; g++) if (launcher[g] > maxl) maxl = launcher[g];
+    int ok_c = rows_init(&rc, nn, n), ok_n = rows_init(&rn, nn, n);
+    fb = PyBytes_FromStringAndSize(NULL, nn * 8);
+    bb = PyBytes_FromStringAndSize(NULL, nn * 8);
+    lb = PyBytes_FromStringAndSize(NULL, nn * 4);
+    seen = calloc((size_t)maxl + 2, 1);
+    if (ok_c < 0 || ok_n < 0 || !fb || !bb || !lb || !seen) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
+    double *fwd = (double *)PyBytes_AS_STRING(fb), *bwd = (double *)PyBytes_AS_STRING(bb);
+    int32_t *launches = (int32_t *)PyBytes_AS_STRING(lb);
+    for (Py_ssize_t k = 0; k < nn; k++) { fwd[k] = 0.0; bwd[k] = 0.0; launches[k] = 0; }
+    int32_t last_k = -1;
+    PyObject *last_cls = NULL, *last_name = NULL;
+    Py_ssize_t last_c = -1, last_n = -1;
+    for (Py_ssize_t g = 0; g < n; g++) {
+        int32_t k = node[g], li = launcher[g];
+        if (li < 0 || k < 0 || k >= nn) continue;
+        PyObject *e = PyList_GET_ITEM(gpu, g), *cls = PyList_GET_ITEM(classes, g);
+        if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "module_gpu: not a _scan.Event"); goto done; }
+        double dur = ((Ev *)e)->dur;
+        PyObject *name = ((Ev *)e)->name;
+        if (back[g]) bwd[k] += dur; else fwd[k] += dur;
+        if (!seen[li]) { seen[li] = 1; launches[k]++; }
+        /* runs of one kernel in one node are common: the last rows again, without a lookup */
+        Py_ssize_t c = k == last_k && cls == last_cls ? last_c : row_of(&rc, k, cls, cls);
+        Py_ssize_t m = k == last_k && name == last_name ? last_n : row_of(&rn, k, name, cls);
+        if (c < 0 || m < 0) goto done;
+        rc.count[c]++; rc.sum[c] += dur;
+        rn.count[m]++; rn.sum[m] += dur;
+        last_k = k; last_cls = cls; last_name = name; last_c = c; last_n = m;
+    }
+    if ((lc = rows_lists(&rc, 0)) && (ln = rows_lists(&rn, 1))) res = Py_BuildValue("(OOOOO)", fb, bb, lb, lc, ln);
+done:
+    rows_free(&rc);
+    rows_free(&rn);
+    free(seen);
+    Py_XDECREF(fb); Py_XDECREF(bb); Py_XDECREF(lb); Py_XDECREF(lc); Py_XDECREF(ln);
+    PyBuffer_Release(&nv); PyBuffer_Release(&bv); PyBuffer_Release(&lv);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
     {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
     {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
@@ -1735,6 +1897,8 @@ PyMethodDef PASS_METHODS[] = {
     {"span_index", span_index, METH_VARARGS, "span_index(merged) -> (starts, ends, prefix) float64 bytes, or None"},
     {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
     {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
+    {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},
+    {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},
 };
 

@@ -30,6 +30,7 @@ import statistics
 import weakref
 from array import array
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable, Optional
 
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
@@ -37,6 +38,7 @@ from . import kernels
 from .model import TraceModel
 
 PREFIX = "nn.Module: "
+_dur = attrgetter("dur")
 _INSTANCE_RE = re.compile(r"^(.*)_(\d+)$")
 _CALL_IMPL = {"_call_impl", "_wrapped_call_impl", "__call__", "inner"}
 _CONTAINERS = {"Sequential"}  # modules whose forward calls their children in order, named by index
@@ -183,7 +185,7 @@ def build_tree(ctx) -> ModuleTree:
     m, a = ctx.model, ctx.a
     idx = ModuleIndex.of(m)
     steps = max(1, len(m.steps))
-    gpu_total = sum(e.dur for e in m.gpu)
+    gpu_total = sum(map(_dur, m.gpu))
     if not idx.events:
         return ModuleTree(available=False, steps=steps, gpu_us=round(gpu_total, 3), note=_absent_note(m))
     n = len(idx)
@@ -212,55 +214,29 @@ def build_tree(ctx) -> ModuleTree:
                 nodes[idx.node_of_event[pe]].cpu_self_us -= durs[i]
     for nd in nodes:
         nd.cpu_self_us += nd.cpu_total_us
+    run, frame_of, fwd_of, above, node_of = m.passes, m.frame_of, m.fwd_of, idx.above, idx.node_of_event
     # backward CPU: the autograd engine's per-node calls, charged to their forward op's module
-    for i in m.named("autograd::engine::evaluate_function"):
-        k = idx.node_at(i)
+    evaluate = array("i", m.named("autograd::engine::evaluate_function"))
+    for k, i in zip(run.module_nodes(evaluate, frame_of, fwd_of, above, node_of, True)[0], evaluate):
         if k >= 0:
             nodes[k].cpu_backward_us += durs[i]
-    # GPU: each kernel to the module its launch ran in (own, not yet rolled up)
-    kstats: list[dict] = [{} for _ in range(n)]
-    counts: list[dict] = [{} for _ in range(n)]  # kernels per class
-    launched = set()
-    launcher, frame_of, fwd_of, above, node_of = (
-        m.launcher,
-        m.frame_of,
-        m.fwd_of,
-        idx.above,
-        idx.node_of_event,
+    # GPU: each kernel to the module its launch ran in (own, not yet rolled up; a launch is never
+    # a marker itself)
+    launch_nodes, backward = run.module_nodes(m.launcher, frame_of, fwd_of, above, node_of, False)
+    fwd, bwd, launches, by_class, by_name = run.module_gpu(
+        m.gpu, a.gpu_class, launch_nodes, backward, m.launcher, n
     )
-    for g, ge in enumerate(m.gpu):
-        li = launcher[g]
-        if li < 0:
-            continue
-        backward = frame_of[li] < 0 and fwd_of[li] >= 0  # as model.is_backward
-        src = above[fwd_of[li] if backward else li]  # a launch is never a marker itself
-        k = node_of[src] if src >= 0 else -1
-        if k < 0:
-            continue
-        nd = nodes[k]
-        cls = a.gpu_class[g]
-        if backward:
-            nd.gpu_backward_us += ge.dur
-        else:
-            nd.gpu_forward_us += ge.dur
-        if li not in launched:
-            launched.add(li)
-            nd.launches += 1
-        nd.kernel_classes[cls] = nd.kernel_classes.get(cls, 0.0) + ge.dur
-        counts[k][cls] = counts[k].get(cls, 0) + 1
-        st = kstats[k].setdefault(ge.name, [cls, 0, 0.0])
-        st[1] += 1
-        st[2] += ge.dur
-    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
-        if owner >= 0 and nbytes > 0:
-            if frame_of[owner] < 0 and fwd_of[owner] >= 0:
-                owner = fwd_of[owner]
-            k = node_of[owner]  # an allocation may sit directly in a marker
-            if k < 0:
-                src = above[owner]
-                k = node_of[src] if src >= 0 else -1
-            if k >= 0:
-                nodes[k].bytes_allocated += nbytes
+    counts: list[dict] = []  # kernels per class
+    kstats: list[dict] = []
+    for k, nd in enumerate(nodes):
+        nd.gpu_forward_us, nd.gpu_backward_us, nd.launches = fwd[k], bwd[k], launches[k]
+        nd.kernel_classes = {cls: t for cls, _, t in by_class[k]}
+        counts.append({cls: c for cls, c, _ in by_class[k]})
+        kstats.append({name: [cls, c, t] for name, cls, c, t in by_name[k]})
+    # memory: each allocation to the module it ran in (it may sit directly in a marker)
+    owners = run.module_nodes(m.memory.owner, frame_of, fwd_of, above, node_of, True)[0]
+    for k, nbytes in run.owner_sums(array("i", range(len(owners))), owners, m.memory.nbytes).items():
+        nodes[k].bytes_allocated += nbytes
     for nd in nodes:
         nd.gpu_self_us = nd.gpu_forward_us + nd.gpu_backward_us
     # roll up: a child's id is always above its parent's (made at its first marker, inside the parent's)

@@ -1018,6 +1018,70 @@ def _marked_c(cpu, mask: bytes, prefix: str) -> array:
     return column("i", _BUILT.marked(cpu, mask, prefix))
 
 
+def _module_nodes_ref(idx: array, frame_of: array, fwd_of: array, above: array, node_of: array, direct: bool):
+    """Per item the module node that cpu event ``idx[k]`` ran in (-1 for none, or a negative idx): a
+    backward event by its forward op; its own node where ``direct`` and it has one (a marker), else
+    its nearest marker's (``ModuleIndex.node_at``); and whether it was a backward event (int32,
+    bytes)."""
+    nodes, back = array("i"), bytearray()
+    for i in idx:
+        k, b = -1, 0
+        if i >= 0:
+            if frame_of[i] < 0 and fwd_of[i] >= 0:
+                i, b = fwd_of[i], 1
+            if direct and node_of[i] >= 0:
+                k = node_of[i]
+            else:
+                a = above[i]
+                k = node_of[a] if a >= 0 else -1
+        nodes.append(k)
+        back.append(b)
+    return nodes, bytes(back)
+
+
+def _module_nodes_c(idx: array, frame_of: array, fwd_of: array, above: array, node_of: array, direct: bool):
+    nb, bb = _BUILT.module_nodes(idx, frame_of, fwd_of, above, node_of, direct)
+    return column("i", nb), bb
+
+
+def _module_gpu_ref(gpu, classes: list, nodes: array, backward: bytes, launcher: array, n: int):
+    """build_tree's own GPU sums per module node: each launched GPU event's time to its node
+    (``nodes``, -1 for none), forward or backward (``backward``); the launch calls per node; and
+    per node its kernel classes [(class, kernels, time)] and its kernels [(name, class, count,
+    time)] in order of first appearance, times summed in event order."""
+    fwd, bwd, launches = array("d", [0.0]) * n, array("d", [0.0]) * n, array("i", [0]) * n
+    by_class: list[dict] = [{} for _ in range(n)]
+    by_name: list[dict] = [{} for _ in range(n)]
+    launched: set[int] = set()
+    for e, cls, k, b, li in zip(gpu, classes, nodes, backward, launcher):
+        if li < 0 or not 0 <= k < n:
+            continue
+        if b:
+            bwd[k] += e.dur
+        else:
+            fwd[k] += e.dur
+        if li not in launched:
+            launched.add(li)
+            launches[k] += 1
+        c = by_class[k].get(cls)
+        if c is None:
+            c = by_class[k][cls] = [cls, 0, 0.0]
+        c[1] += 1
+        c[2] += e.dur
+        st = by_name[k].get(e.name)
+        if st is None:
+            st = by_name[k][e.name] = [e.name, cls, 0, 0.0]
+        st[2] += 1
+        st[3] += e.dur
+    tables = ([[tuple(v) for v in d.values()] for d in t] for t in (by_class, by_name))
+    return (fwd, bwd, launches, *tables)
+
+
+def _module_gpu_c(gpu, classes: list, nodes: array, backward: bytes, launcher: array, n: int):
+    fb, bb, lb, by_class, by_name = _BUILT.module_gpu(gpu, classes, nodes, backward, launcher, n)
+    return column("d", fb), column("d", bb), column("i", lb), by_class, by_name
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1203,6 +1267,18 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "marked", "the events of a mask whose name has a prefix (module markers)", _marked_ref, _marked_c
+        ),
+        Pass(
+            "module_nodes",
+            "the module node each of many events ran in (ModuleIndex.node_at)",
+            _module_nodes_ref,
+            _module_nodes_c,
+        ),
+        Pass(
+            "module_gpu",
+            "the module tree's own GPU time, launches, kernel classes and kernels per node",
+            _module_gpu_ref,
+            _module_gpu_c,
         ),
     )
 }
