@@ -143,7 +143,9 @@ def test_a_timed_step_with_one_time_work_is_timed_again(tmp_path):
     assert p.returncode in (0, 1), p.stderr
     (trace,) = doc_of(p)["record"]["traces"]
     meta = json.load(open(trace.replace(".pt.trace.json.gz", ".profd-meta")))
-    assert meta["timed_retimed"] == 1
+    # At least once: on a loaded machine a later window of these ~1 ms CPU steps can hold a
+    # scheduling stall of 3x its median too (timed again up to MAX_RETIMES).
+    assert meta["timed_retimed"] >= 1
     assert meta["unprofiled_us_per_step"] < 0.1e6  # the 0.5 s step is not in it
     assert max(meta["timed_intervals_us"]) < 0.1e6
     assert "timing again" in p.stderr
