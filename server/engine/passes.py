@@ -615,6 +615,53 @@ def _hot_sums_c(ctx, line, launch_cats) -> list:
     return [(h, [*(c[k] for c in cols), kcs[k], kss[k]]) for k, h in enumerate(order)]
 
 
+def _frame_shapes_ref(cpu, off: array, kids: array, frame_of: array, fids: array):
+    """The user frames in event order (``frames``), each one's place among them (``place``, per
+    event, -1 for the others), its shape (``shape``: frames whose subtrees are equal, every event's
+    category, name, parsed frame (``fids``), input dims and children in order, share a number, by
+    first appearance), its statement tokens (statements.frame_tokens: its children in order,
+    looking through record_function labels) as one flat index (``tok_off``, ``toks``), and per
+    event its position among its frame's tokens (``tokpos``, -1 for none): what the statements of
+    one frame are found from, so frames of one shape are resolved once (int32 columns)."""
+    n = len(cpu)
+    frames = array("i", [i for i in range(n) if frame_of[i] == i])
+    place = array("i", [-1]) * n
+    tokpos = array("i", [-1]) * n
+    shape, tok_off, toks = array("i"), array("i"), array("i")
+    shapes: dict[tuple, int] = {}
+    for k, f in enumerate(frames):
+        place[f] = k
+        tok_off.append(len(toks))
+        stack = list(reversed(kids[off[f] : off[f + 1]]))
+        while stack:
+            i = stack.pop()
+            tokpos[i] = len(toks) - tok_off[-1]
+            toks.append(i)
+            if cpu[i].cat == "user_annotation":
+                stack.extend(reversed(kids[off[i] : off[i + 1]]))
+        shape.append(shapes.setdefault(_subtree_atoms(cpu, off, kids, fids, f), len(shapes)))
+    tok_off.append(len(toks))
+    return frames, place, shape, tok_off, toks, tokpos
+
+
+def _subtree_atoms(cpu, off: array, kids: array, fids: array, f: int) -> tuple:
+    """Event ``f``'s subtree in preorder, each event as what a shape compares of it."""
+    out = []
+    stack = [f]
+    while stack:
+        i = stack.pop()
+        e = cpu[i]
+        a = e.args
+        dims = bytes(a.input_dims) if a is not None else b""
+        out.append((off[i + 1] - off[i], e.cat, e.name, fids[i], dims))
+        stack.extend(reversed(kids[off[i] : off[i + 1]]))
+    return tuple(out)
+
+
+def _frame_shapes_c(cpu, off: array, kids: array, frame_of: array, fids: array):
+    return tuple(column("i", b) for b in _BUILT.frame_shapes(cpu, off, kids, frame_of, fids))
+
+
 # The replay's kinds of call (stepmodel's NONBLOCKING, BLOCKING, SYNC, QUEUED)
 _NONBLOCKING, _SYNC, _QUEUED = 0, 2, 3
 
@@ -1279,6 +1326,12 @@ PASSES: dict[str, Pass] = {
             "the module tree's own GPU time, launches, kernel classes and kernels per node",
             _module_gpu_ref,
             _module_gpu_c,
+        ),
+        Pass(
+            "frame_shapes",
+            "statements: the user frames, their tokens and their shapes (frames resolved once per shape)",
+            _frame_shapes_ref,
+            _frame_shapes_c,
         ),
     )
 }

@@ -18,6 +18,7 @@ import ast
 import bisect
 import re
 import threading
+from array import array
 from dataclasses import dataclass
 from typing import Optional
 
@@ -362,7 +363,9 @@ class StatementResolver:
         self.model = model
         self.sources = sources
         self._trees: dict[str, Optional[ast.AST]] = {}
-        self._frame_lines: dict[int, dict[int, Site]] = {}  # frame -> {token event: its site}
+        # frame -> per position among its tokens, that token's site (one list per shape, see _by_position)
+        self._frame_lines: dict[int, list[Optional[Site]]] = {}
+        self._shaped: dict[tuple, list[Optional[Site]]] = {}  # (shape, compiled) -> that list
         self._site_cache: dict[tuple, object] = {}
         self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
         self._aligned: dict[tuple, list[tuple[int, int]]] = {}  # see _align
@@ -378,12 +381,17 @@ class StatementResolver:
                 return call_from, "statement", None
         lines = self._frame_lines.get(frame)
         if lines is None:
-            lines = self._frame_lines[frame] = self._align(frame)
+            lines = self._frame_lines[frame] = self._by_position(frame)
         brk = self._break_line(frame, event)
         if brk is not None:  # the trace names this line: alignment could only guess it
             return brk, "statement", None
         tok = event if direct else m.token[event] if m.frame_of[event] == frame else None
-        site = lines.get(tok) if tok is not None else None
+        site = None
+        if tok is not None and tok >= 0:  # -1: the frame's own event, no token's
+            sh = frame_shapes(m)
+            k = sh.tokpos[tok]
+            if k >= 0 and sh.toks[sh.tok_off[sh.place[frame]] + k] == tok:  # one of this frame's
+                site = lines[k]
         if site is None:
             only = self._one_statement(frame)
             if only is not None:
@@ -480,6 +488,21 @@ class StatementResolver:
             hit = self._site_cache[key] = _function_sites(self.tree(local), line, source_lines(local))
         return hit
 
+    def _by_position(self, frame: int) -> list[Optional[Site]]:
+        """Per position among the frame's tokens, the site aligned with that token: once per shape
+        of frame (frame_shapes; a function called each step, each layer, has the same subtree each
+        call) and whether it runs compiled, the one thing outside the subtree the alignment reads."""
+        m = self.model
+        sh = frame_shapes(m)
+        k = sh.place[frame]
+        p = m.parent[frame]
+        key = (sh.shape[k], p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region"))
+        got = self._shaped.get(key)
+        if got is None:
+            lines = self._align(frame)
+            got = self._shaped[key] = [lines.get(t) for t in sh.tokens(k)]
+        return got
+
     def _align(self, frame: int) -> dict[int, Site]:
         m = self.model
         fr = m.frames[frame]
@@ -567,6 +590,33 @@ def frame_tokens(m: TraceModel, frame: int):
             yield i
 
 
+@dataclass
+class FrameShapes:
+    """The user frames of a trace, their statement tokens and their shapes (the frame_shapes pass):
+    frames of one shape have equal subtrees, so their tokens align with the same sites and fall in
+    the same call groups, position by position."""
+
+    frames: array  # the user frames, in event order
+    place: array  # per event, its place among frames (-1: not a user frame)
+    shape: array  # per place, the frame's shape
+    tok_off: array  # per place, where its tokens start in toks (and one past the last)
+    toks: array  # the frames' tokens (frame_tokens), one frame after another
+    tokpos: array  # per event, its position among its frame's tokens (-1: not a token)
+
+    def tokens(self, k: int) -> array:
+        return self.toks[self.tok_off[k] : self.tok_off[k + 1]]
+
+
+def frame_shapes(m: TraceModel) -> FrameShapes:
+    """The model's FrameShapes, made on first use (the statements and the call groups share it)."""
+    got = m.__dict__.get("_frame_shapes")
+    if got is None:
+        got = m._frame_shapes = FrameShapes(
+            *m.passes.frame_shapes(m.cpu, *m._kids, m.frame_of, m.frames._ids)
+        )
+    return got
+
+
 class CallGroups:
     """The group of findings each statement token falls in, from the trace alone (the same with and
     without the source): what the token calls (``call_of``), except that the calls a loop in the
@@ -577,19 +627,58 @@ class CallGroups:
 
     def __init__(self, m: TraceModel):
         self.m = m
-        self._of: dict[int, tuple] = {}
+        self._of: dict[int, list] = {}  # frame -> per position among its tokens, that token's group
+        # (shape, the tokens' steps) -> (the groups by position, each group's positions)
+        self._shaped: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
+        self._steps: Optional[tuple] = None  # see _step_pattern
         self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
     def of(self, tok: int) -> tuple:
-        g = self._of.get(tok)
-        if g is None:
-            self._group(self.m.frame_of[tok])
-            g = self._of[tok]
-        return g
-
-    def _group(self, frame: int) -> None:
+        """The group of statement token ``tok`` (never a user frame: the token of a frame's own op)."""
         m = self.m
-        toks = list(frame_tokens(m, frame))
+        frame = m.frame_of[tok]
+        groups = self._of.get(frame)
+        if groups is None:
+            groups = self._group(frame)
+        return groups[frame_shapes(m).tokpos[tok]]
+
+    def _group(self, frame: int) -> list:
+        """The frame's groups, once per shape and pattern of steps: the groups are a function of the
+        tokens' calls (the subtree) and of which tokens share a step (in order of first token)."""
+        m = self.m
+        sh = frame_shapes(m)
+        k = sh.place[frame]
+        toks = sh.tokens(k)
+        key = (sh.shape[k], self._step_pattern(toks))
+        got = self._shaped.get(key)
+        if got is None:
+            got = self._shaped[key] = self._groups(toks)
+        groups, positions = got
+        fr = m.frames[frame]
+        for g, at in positions.items():
+            self.members.setdefault((fr, g), []).extend([(frame, toks[p]) for p in at])
+        self._of[frame] = groups
+        return groups
+
+    def _step_pattern(self, toks: array) -> bytes:
+        """Which of the tokens start in the same step (by step number; none counts as one),
+        numbered by first appearance."""
+        m = self.m
+        if self._steps is None:
+            numbers: dict = {}
+            self._steps = (
+                array("i", [numbers.setdefault(s.number, k) for k, s in enumerate(m.steps)]),
+                array("d", [s.ts for s in m.steps]),
+                array("d", [s.end for s in m.steps]),
+            )
+        canon, starts, ends = self._steps
+        places = m.passes.step_of(toks, m.cpu_starts(), starts, ends)
+        return m.passes.codes(m.passes.take(canon, places, -1))[1].tobytes()
+
+    def _groups(self, toks: array) -> tuple[list, dict[tuple, list[int]]]:
+        """The group of each token of one frame (by position) and the positions of each group, in
+        order of first token."""
+        m = self.m
         keys = [call_of(m, t) for t in toks]
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
@@ -631,13 +720,13 @@ class CallGroups:
         size: dict[tuple, int] = {}
         for k in root:
             size[find(k)] = size.get(find(k), 0) + 1
-        by_group: dict[tuple, list] = {}  # in order of first token, as members keeps them
-        for t, k in zip(toks, keys):  # a call a loop repeats alone keeps its own key
-            g = self._of[t] = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
-            by_group.setdefault(g, []).append((frame, t))
-        fr = m.frames[frame]
-        for g, calls in by_group.items():
-            self.members.setdefault((fr, g), []).extend(calls)
+        groups: list = []
+        positions: dict[tuple, list[int]] = {}  # in order of first token, as members keeps them
+        for pos, k in enumerate(keys):  # a call a loop repeats alone keeps its own key
+            g = ("loop", find(k)) if k in root and size[find(k)] > 1 else k
+            groups.append(g)
+            positions.setdefault(g, []).append(pos)
+        return groups, positions
 
 
 def call_of(m: TraceModel, tok: int) -> tuple:
