@@ -578,58 +578,56 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
 }
 
-/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, line_tokens, launched_off, launched,
- *           gpu_class, line, key, launch_cats)
- * The per-event sums of passes._hot_sums_ref, in the same order (so the same floats). Each event's
- * line is found through its key in ``line_tokens`` (line_tokens() below: statement token, ~frame,
- * or INT32_MIN for none): ``line(i)`` -> (hot line index, key id) for the first
- * event of a token that owns one, ``key(i)`` -> key id for a parent's; both -1 when there is none.
- * Returns per hot line: calls, launches (int64), cpu_self, cpu_total, cpu_backward, gpu, gpu_forward,
- * gpu_backward (float64, as bytes), and lists of kernel_classes and kernel-stat dicts. */
+/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched,
+ *           gpu_class, launch_cats)
+ * The per-event sums of passes._hot_sums_ref, in the same order (so the same floats). ``lines``:
+ * per event the number of its hot line (-1: none, and for every label), ``keys``: of its line key
+ * (equal keys, equal numbers; -1: none). Returns the hot lines in order of first event (their
+ * numbers, and that first event), and per hot line in that order: calls, launches (int64),
+ * cpu_self, cpu_total, cpu_backward, gpu, gpu_forward, gpu_backward (float64, as bytes), and lists
+ * of kernel_classes and kernel-stat dicts. */
 #define NOKEY INT32_MIN
 static PyObject *S_ProfilerStep;
 
 static PyObject *hot_lines(PyObject *mod, PyObject *args) {
-    PyObject *cpu, *gpu, *classes, *line_fn, *key_fn, *launch_cats;
-    Py_buffer pv, cv, fv, wv, tv, ov, lv;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*O!OOO", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
-                          &fv, &wv, &tv, &ov, &lv, &PyList_Type, &classes, &line_fn, &key_fn, &launch_cats))
+    PyObject *cpu, *gpu, *classes, *launch_cats;
+    Py_buffer pv, cv, fv, wv, lnv, kyv, ov, lv;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*y*O!O", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &lnv, &kyv, &ov, &lv, &PyList_Type, &classes, &launch_cats))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
-    int32_t *kid_of = NULL, *hid_of = NULL;
-    Py_ssize_t cap = 0, nh = 0;
+    int32_t *hid_of = NULL, *order = NULL, *first = NULL;
+    Py_ssize_t cap = 0, nh = 0, nl = 0;
     int64_t *calls = NULL, *launches = NULL;
     double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
     PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
     if (!kc || !ks) goto done;
-    if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || tv.len / 4 != n ||
-        ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
+    if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || lnv.len / 4 != n ||
+        kyv.len / 4 != n || ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
         PyErr_SetString(PyExc_ValueError, "hot_lines: sizes differ");
         goto done;
     }
     if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
-    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *ck = tv.buf, *off = ov.buf, *gl = lv.buf;
+    const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *lines = lnv.buf, *keys = kyv.buf;
+    const int32_t *off = ov.buf, *gl = lv.buf;
     const double *cdur = cv.buf;
-    kid_of = malloc(sizeof(int32_t) * (2 * n + 1));
-    hid_of = malloc(sizeof(int32_t) * (2 * n + 1));
-    if (!kid_of || !hid_of) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t k = 0; k < 2 * n + 1; k++) kid_of[k] = hid_of[k] = -2; /* -2: not asked yet */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (lines[i] >= nl) nl = (Py_ssize_t)lines[i] + 1;
+    hid_of = malloc(sizeof(int32_t) * (nl ? nl : 1));
+    order = malloc(sizeof(int32_t) * (nl ? nl : 1));
+    first = malloc(sizeof(int32_t) * (nl ? nl : 1));
+    if (!hid_of || !order || !first) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < nl; k++) hid_of[k] = -1; /* -1: not seen yet */
     for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t line = lines[i];
+        if (line < 0) continue;
         Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
-        if (same(e->cat, S_python_function)) continue;
-        if (same(e->cat, S_user_annotation) && PyUnicode_Tailmatch(e->name, S_ProfilerStep, 0, PY_SSIZE_T_MAX, -1) == 1)
-            continue; /* the profiler's step markers */
-        int32_t c = ck[i];
-        if (c == NOKEY) continue;
-        Py_ssize_t slot = (Py_ssize_t)c + n;
-        if (hid_of[slot] == -2) {
-            PyObject *r = PyObject_CallFunction(line_fn, "n", i);
-            if (!r) goto done;
-            long h = -1, k = -1;
-            if (!PyArg_ParseTuple(r, "ll", &h, &k)) { Py_DECREF(r); goto done; }
-            Py_DECREF(r);
-            hid_of[slot] = (int32_t)h;
-            kid_of[slot] = (int32_t)k;
+        if (same(e->cat, S_python_function)) continue; /* frames are counted through their ops */
+        if (hid_of[line] < 0) {
+            int32_t h = (int32_t)nh;
+            hid_of[line] = h;
+            order[nh] = line;
+            first[nh] = (int32_t)i;
             if (h >= cap) { /* grow the per-line sums */
                 Py_ssize_t ncap = (h + 1) * 2 > 64 ? (h + 1) * 2 : 64;
                 int64_t *a1 = realloc(calls, ncap * 8), *a2 = a1 ? realloc(launches, ncap * 8) : NULL;
@@ -648,39 +646,20 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
                 }
                 cap = ncap;
             }
-            while (nh <= h) {
-                PyObject *d1 = PyDict_New(), *d2 = PyDict_New();
-                if (!d1 || !d2 || PyList_Append(kc, d1) < 0 || PyList_Append(ks, d2) < 0) {
-                    Py_XDECREF(d1); Py_XDECREF(d2); goto done;
-                }
-                Py_DECREF(d1); Py_DECREF(d2);
-                nh++;
+            PyObject *d1 = PyDict_New(), *d2 = PyDict_New();
+            if (!d1 || !d2 || PyList_Append(kc, d1) < 0 || PyList_Append(ks, d2) < 0) {
+                Py_XDECREF(d1); Py_XDECREF(d2); goto done;
             }
+            Py_DECREF(d1); Py_DECREF(d2);
+            nh++;
         }
-        int32_t h = hid_of[slot], kid = kid_of[slot];
-        if (h < 0) continue;
+        int32_t h = hid_of[line];
         int32_t p = parent[i];
         int backward = fof[i] < 0 && fwd[i] >= 0;
         int top = p < 0;
         if (!top) {
             Ev *pe = (Ev *)PyList_GET_ITEM(cpu, p);
-            if (same(pe->cat, S_python_function)) top = 1;
-            else {
-                int32_t pc = ck[p];
-                int32_t pk = -1;
-                if (pc != NOKEY) {
-                    Py_ssize_t ps = (Py_ssize_t)pc + n;
-                    if (kid_of[ps] == -2) {
-                        PyObject *r = PyObject_CallFunction(key_fn, "n", (Py_ssize_t)p);
-                        if (!r) goto done;
-                        kid_of[ps] = (int32_t)PyLong_AsLong(r);
-                        Py_DECREF(r);
-                        if (PyErr_Occurred()) goto done;
-                    }
-                    pk = kid_of[ps];
-                }
-                top = pk != kid;
-            }
+            top = same(pe->cat, S_python_function) || keys[p] != keys[i];
         }
         double self_us = e->dur - cdur[i];
         if (backward) {
@@ -723,22 +702,25 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     }
     {
         Py_ssize_t m = nh;
-        PyObject *b[8];
-        b[0] = PyBytes_FromStringAndSize((char *)calls, m * 8);
-        b[1] = PyBytes_FromStringAndSize((char *)launches, m * 8);
+        PyObject *b[10];
+        b[0] = PyBytes_FromStringAndSize((char *)order, m * 4);
+        b[1] = PyBytes_FromStringAndSize((char *)first, m * 4);
+        b[2] = PyBytes_FromStringAndSize((char *)calls, m * 8);
+        b[3] = PyBytes_FromStringAndSize((char *)launches, m * 8);
         double *ds[] = {cself, ctot, cbwd, gus, gfwd, gbwd};
-        for (int d = 0; d < 6; d++) b[2 + d] = PyBytes_FromStringAndSize((char *)ds[d], m * 8);
+        for (int d = 0; d < 6; d++) b[4 + d] = PyBytes_FromStringAndSize((char *)ds[d], m * 8);
         int ok = 1;
-        for (int d = 0; d < 8; d++) ok = ok && b[d];
-        if (ok) result = Py_BuildValue("(NNNNNNNNOO)", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], kc, ks);
-        else for (int d = 0; d < 8; d++) Py_XDECREF(b[d]);
+        for (int d = 0; d < 10; d++) ok = ok && b[d];
+        if (ok)
+            result = Py_BuildValue("(NNNNNNNNNNOO)", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], kc, ks);
+        else for (int d = 0; d < 10; d++) Py_XDECREF(b[d]);
     }
 done:
-    free(kid_of); free(hid_of); free(calls); free(launches);
+    free(hid_of); free(order); free(first); free(calls); free(launches);
     free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
     Py_XDECREF(kc); Py_XDECREF(ks);
     PyBuffer_Release(&pv); PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
-    PyBuffer_Release(&tv); PyBuffer_Release(&ov); PyBuffer_Release(&lv);
+    PyBuffer_Release(&lnv); PyBuffer_Release(&kyv); PyBuffer_Release(&ov); PyBuffer_Release(&lv);
     return result;
 }
 
@@ -2075,7 +2057,45 @@ done:
     return result;
 }
 
+/* line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes
+ * (passes._line_key_ids_ref): per event the number of its line key, from its frame's place in
+ * ``base``: a statement token's events base + 1 + the token's position among its frame's tokens,
+ * a frame's own line base; -1 without a line (NOKEY), -2 (or the frame's negative base) where the
+ * key is asked event by event. */
+static PyObject *line_key_ids(PyObject *mod, PyObject *args) {
+    Py_buffer tv, fv, pv, qv, bv;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*", &tv, &fv, &pv, &qv, &bv)) return NULL;
+    Py_ssize_t n = tv.len / 4, nb = bv.len / 4;
+    PyObject *out = NULL;
+    if (fv.len / 4 != n || pv.len / 4 != n || qv.len / 4 != n) {
+        PyErr_SetString(PyExc_ValueError, "line_key_ids: sizes differ");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    const int32_t *lt = tv.buf, *fof = fv.buf, *place = pv.buf, *tokpos = qv.buf, *base = bv.buf;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t c = lt[i], id = -2;
+        if (c == NOKEY) id = -1;
+        else {
+            int32_t f = c >= 0 ? (c < n ? fof[c] : -1) : -(c + 1);
+            int32_t k = f >= 0 && f < n ? place[f] : -1;
+            int32_t b = k >= 0 && k < nb ? base[k] : -2;
+            if (b < 0) id = b;
+            else if (c < 0) id = b;
+            else if (tokpos[c] >= 0) id = b + 1 + tokpos[c];
+        }
+        o[i] = id;
+    }
+done:
+    PyBuffer_Release(&tv); PyBuffer_Release(&fv); PyBuffer_Release(&pv); PyBuffer_Release(&qv);
+    PyBuffer_Release(&bv);
+    return out;
+}
+
 PyMethodDef PASS_METHODS[] = {
+    {"line_key_ids", line_key_ids, METH_VARARGS, "line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes"},
     {"frame_shapes", frame_shapes, METH_VARARGS, "frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos)"},
     {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
     {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},

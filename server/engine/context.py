@@ -16,7 +16,7 @@ from .model import TraceModel
 from .modules import ModuleIndex, Place, describe, generic_name, label
 from .passes import NO_LINE
 from .sourcemap import LibrarySources, SourceMap
-from .statements import CallGroups, Site, StatementResolver
+from .statements import CallGroups, Site, StatementResolver, frame_shapes
 
 
 # The report's parts beside its summary and findings, each made only when asked for (Options.parts):
@@ -188,6 +188,37 @@ class Context:
         if self._ck is None:
             self._ck = _line_tokens(self.model)
         return self._ck
+
+    def line_key_ids(self) -> tuple[array, list, bool]:
+        """Per cpu event the number of its line key (``line_key``) in a table of them (the second
+        item), -1 for none; -2 where the key is of the event that asks first, so each is asked of
+        ``line_key`` in turn (the third item says whether any is): a trace whose ops name their
+        lines, a frame Dynamo resumes after a graph break. Frames of one shape
+        (statements.frame_shapes) share the keys of their tokens, position by position: the lines
+        are made once per shape, not once per token."""
+        got = self._columns.get("line_key_ids")
+        if got is None:
+            m = self.model
+            sh = frame_shapes(m)
+            keys: list[Optional[LineKey]] = []
+            base = array("i", [-2]) * len(sh.frames)
+            if not m.has_call_from:
+                st, token = self.statements, m.token
+                shared: dict[tuple, int] = {}  # (shape, compiled) -> where its keys start
+                for k, f in enumerate(sh.frames):
+                    if st.resumed(f):
+                        continue
+                    cls = st.shape_key(f)
+                    b = shared.get(cls)
+                    if b is None:  # the frame's own line, then its tokens' (a user frame among them: none)
+                        b = shared[cls] = len(keys)
+                        keys.append(self.line_key(f))
+                        keys.extend(self.line_key(t) if token[t] == t else None for t in sh.tokens(k))
+                    base[k] = b
+            ids = m.passes.line_key_ids(self.line_tokens(), m.frame_of, sh.place, sh.tokpos, base)
+            asked = _ASK in ids.tobytes()  # -2 where an int32 starts: the ids are -2 or more
+            got = self._columns["line_key_ids"] = (ids, keys, asked)
+        return got
 
     def line_id(self, i: int) -> Optional[tuple]:
         """The group of findings event i belongs to, None outside every user frame: its user frame
@@ -449,6 +480,9 @@ class Context:
             also.note = "the same call on this line: part of this finding"
             out.append(also)
         return out
+
+
+_ASK = array("i", [-2]).tobytes()  # see Context.line_key_ids
 
 
 def _line_tokens(m: TraceModel) -> array:

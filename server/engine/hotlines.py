@@ -5,6 +5,7 @@ the impact of their fixes read (``Context.hot``, computed on first use).
 
 from __future__ import annotations
 
+from array import array
 from itertools import compress
 from typing import Optional
 
@@ -35,10 +36,40 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
             )
         return h
 
-    def line(i: int) -> Optional[HotLine]:
-        return of_key(ctx.line_key(i))
+    ids, keys = _asked(ctx)
+    by_id: list[Optional[HotLine]] = [None] * len(keys)  # per key number, its hot line once asked
 
-    for h, s in m.passes.hot_sums(ctx, line, LAUNCH_CATS):
+    def line(i: int) -> Optional[HotLine]:
+        k = ids[i]
+        if k == -2:  # asked of line_key (see Context.line_key_ids), as the events come
+            return of_key(ctx.line_key(i))
+        if k < 0:
+            return None
+        h = by_id[k]
+        if h is None:
+            h = by_id[k] = of_key(keys[k])
+        return h
+
+    lines, idents = _numbered(m, ids, keys)
+    off, gs = m._launched
+    _order, first, *sums, kcs, kss = m.passes.hot_sums(
+        m.cpu,
+        m.gpu,
+        m.parent,
+        m.child_dur,
+        m.frame_of,
+        m.fwd_of,
+        lines,
+        idents,
+        off,
+        gs,
+        ctx.a.gpu_class,
+        LAUNCH_CATS,
+    )
+    for n, i in enumerate(first):  # in order of first event, as the hot lines are made
+        h = line(i)
+        assert h is not None
+        s = [c[n] for c in sums]
         h.calls += s[0]
         h.launches += s[1]
         h.cpu_self_us += s[2]
@@ -47,9 +78,9 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         h.gpu_us += s[5]
         h.gpu_forward_us += s[6]
         h.gpu_backward_us += s[7]
-        h.kernel_classes = s[8]
-        if s[9]:
-            kstats[(h.trace_path, h.line)] = s[9]
+        h.kernel_classes = kcs[n]
+        if kss[n]:
+            kstats[(h.trace_path, h.line)] = kss[n]
     _inclusive(ctx, line, of_key)
     # the allocations by the key their owner's line is cached under (the owner itself where the
     # trace names each op's line), in order of first sample, so each line is looked up once
@@ -90,6 +121,52 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
     return hot
 
 
+def _asked(ctx) -> tuple[array, list]:
+    """Context.line_key_ids, with the keys asked event by event (-2) asked of line_key for the
+    events the sums read, in event order (the ops, launches and the like: not frames or labels)."""
+    ids, keys, asked = ctx.line_key_ids()
+    if not asked:
+        return ids, keys
+    m = ctx.model
+    ids, keys = array("i", ids), list(keys)
+    number: dict[int, int] = {}
+    cpu = m.cpu
+    for i in compress(range(len(ids)), map((-2).__eq__, ids)):
+        if cpu[i].cat in ("python_function", "user_annotation"):
+            continue  # asked later, where the old order asks them (hot_lines' line)
+        key = ctx.line_key(i)
+        if key is None:
+            ids[i] = -1
+            continue
+        k = number.get(id(key))
+        if k is None:
+            k = number[id(key)] = len(keys)
+            keys.append(key)
+        ids[i] = k
+    return ids, keys
+
+
+def _numbered(m, ids: array, keys: list) -> tuple[array, array]:
+    """Per event the number of its hot line (by trace path and line) and of its line key (by what
+    the key compares: path, line, function, precision), -1 for none and for every label (no
+    line's work: what runs inside it is)."""
+    where: dict[tuple, int] = {}
+    ident: dict[tuple, int] = {}
+    line_no, key_no = array("i"), array("i")
+    for key in keys:
+        if key is None:
+            line_no.append(-1)
+            key_no.append(-1)
+            continue
+        line_no.append(where.setdefault((key.trace_path, key.line), len(where)))
+        key_no.append(ident.setdefault((key.trace_path, key.line, key.function, key.precision), len(ident)))
+    if m.labels:
+        ids = array("i", ids)
+        for i in m.labels:
+            ids[i] = -1
+    return m.passes.take(line_no, ids, -1), m.passes.take(key_no, ids, -1)
+
+
 CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
 
 
@@ -104,15 +181,13 @@ def _inclusive(ctx, line, of_key) -> None:
     backward kernel), to that line and to each statement up the user frames that called it."""
     m = ctx.model
     tok, cpu = m.token, m.cpu
-    frames = m.frames
+    fids = m.frames._ids  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
+    plumbing = {k for k, fr in enumerate(m.frames._table) if fr.function in CONTEXT_PLUMBING}
     for i in compress(range(len(tok)), m.passes.fixed_points(tok)):  # the statement tokens
         e = cpu[i]
-        if e.cat == "user_annotation":
+        cat = e.cat
+        if cat == "user_annotation" or (cat == "python_function" and fids[i] in plumbing):
             continue
-        if e.cat == "python_function":
-            fr = frames.get(i)
-            if fr is not None and fr.function in CONTEXT_PLUMBING:
-                continue  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
         h = line(i)
         if h is not None:
             h.cpu_inclusive_us += e.dur
@@ -144,11 +219,18 @@ def _inclusive(ctx, line, of_key) -> None:
             chains[fs[k]] = tail
         return chains[fs[0]] if fs else tail
 
+    charged: dict[tuple, list] = {}  # (line, user frame) -> the distinct lines its GPU time goes to
     for us_, li in zip(sums, reps):
         h0 = line(li)
         f, _ = m.line_source(li)
-        seen = set()
-        for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
-            if id(h) not in seen:
-                seen.add(id(h))
-                h.gpu_inclusive_us += us_
+        key = (id(h0), f)
+        onto = charged.get(key)
+        if onto is None:
+            onto, seen = [], set()
+            for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
+                if id(h) not in seen:
+                    seen.add(id(h))
+                    onto.append(h)
+            charged[key] = onto
+        for h in onto:
+            h.gpu_inclusive_us += us_

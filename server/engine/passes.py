@@ -511,108 +511,105 @@ def _ancestor_sums_c(parent: array, own: dict[int, int]) -> dict[int, int]:
     return dict(zip(column("i", evs), column("q", tots)))
 
 
-def _hot_sums_ref(ctx, line, launch_cats) -> list:
-    """Each event's time onto its line (``line(i)``, a HotLine or None): (line, [calls, launches,
-    cpu self, cpu total (outermost call of the line), cpu backward, gpu, gpu forward, gpu backward,
-    kernel classes, kernel stats]) per line, in order of first event; the native pass sums in the
-    same order (the same floats)."""
-    m, a = ctx.model, ctx.a
-    order: dict[int, list] = {}  # id(hot line) -> [line, sums]
-    for i, e in enumerate(m.cpu):
-        if e.cat == "python_function" or e.cat == "user_annotation":
-            continue  # frames are counted through their ops; a label (a step marker, a
-            # ``with record_function(...)`` block) is not work: what runs inside it is
-        h = line(i)
+def _hot_sums_ref(
+    cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched, gpu_class, launch_cats
+):
+    """Each event's time onto its hot line (``lines``: its number, -1 for none and for every label;
+    ``keys``: the number of its line key, for the outermost call of a line): the hot lines in order
+    of first event (their numbers, and that event), and per hot line in that order calls, launches
+    (int64), cpu self, cpu total (outermost call of the line), cpu backward, gpu, gpu forward, gpu
+    backward (float64), kernel classes and kernel stats; the native pass sums in the same order
+    (the same floats)."""
+    order, first = array("i"), array("i")
+    at: dict[int, int] = {}
+    s: list[list] = []
+    for i, e in enumerate(cpu):
+        line = lines[i]
+        if line < 0 or e.cat == "python_function":
+            continue  # frames are counted through their ops; a label is not work: what runs inside it is
+        h = at.get(line)
         if h is None:
-            continue
-        got = order.get(id(h))
-        if got is None:
-            got = order[id(h)] = [h, [0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {}]]
-        s = got[1]
-        p = m.parent[i]
-        backward = m.is_backward(i)
-        top = (
-            p < 0
-            or m.cpu[p].cat in ("python_function", "user_annotation")
-            or ctx.line_key(p) != ctx.line_key(i)
-        )
-        self_us = e.dur - m.child_dur[i]
+            h = at[line] = len(order)
+            order.append(line)
+            first.append(i)
+            s.append([0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {}])
+        sums = s[h]
+        p = parent[i]
+        backward = frame_of[i] < 0 and fwd_of[i] >= 0
+        top = p < 0 or cpu[p].cat == "python_function" or keys[p] != keys[i]
+        self_us = e.dur - child_dur[i]
         if backward:
             if top:
-                s[4] += e.dur
+                sums[4] += e.dur
         else:
-            s[2] += max(0.0, self_us)
+            sums[2] += max(0.0, self_us)
             if top:
-                s[3] += e.dur
-                s[0] += 1
+                sums[3] += e.dur
+                sums[0] += 1
         if e.cat in launch_cats:
-            gs = m.gpu_of_launch(i)
+            gs = launched[launched_off[i] : launched_off[i + 1]]
             if gs:
-                s[1] += 1
-            classes, stats = s[8], s[9]
+                sums[1] += 1
+            classes, stats = sums[8], sums[9]
             for g in gs:
-                ge = m.gpu[g]
-                cls = a.gpu_class[g]
-                s[5] += ge.dur
+                ge = gpu[g]
+                cls = gpu_class[g]
+                sums[5] += ge.dur
                 if backward:
-                    s[7] += ge.dur
+                    sums[7] += ge.dur
                 else:
-                    s[6] += ge.dur
+                    sums[6] += ge.dur
                 classes[cls] = classes.get(cls, 0.0) + ge.dur
                 st = stats.setdefault(ge.name, [cls, 0, 0.0])
                 st[1] += 1
                 st[2] += ge.dur
-    return [tuple(v) for v in order.values()]
+    cols = [array(t, [v[k] for v in s]) for k, t in enumerate("qqdddddd")]
+    return (order, first, *cols, [v[8] for v in s], [v[9] for v in s])
 
 
-def _hot_sums_c(ctx, line, launch_cats) -> list:
-    m, a = ctx.model, ctx.a
-    if m.has_call_from:  # CallFrom places an op on its caller's line, which line_tokens does not hold
-        return _hot_sums_ref(ctx, line, launch_cats)
-    order: list = []
-    index: dict[tuple, int] = {}
-    kids: dict[tuple, int] = {}
-
-    def key_id(i: int) -> int:
-        k = ctx.line_key(i)
-        return (
-            -1 if k is None else kids.setdefault((k.trace_path, k.line, k.function, k.precision), len(kids))
-        )
-
-    def line_of(i: int) -> tuple[int, int]:
-        h = line(i)
-        if h is None:
-            return -1, -1
-        k = (h.trace_path, h.line)
-        if k not in index:
-            index[k] = len(order)
-            order.append(h)
-        return index[k], key_id(i)
-
-    off, gs = m._launched
-    toks = ctx.line_tokens()
-    labels = m.labels
-    if labels:  # labels are no line's work: no key, as the scanner skips keyless events
-        toks = array("i", toks)
-        for i in labels:
-            toks[i] = NO_LINE
-    *sums, kcs, kss = _BUILT.hot_lines(
-        m.cpu,
-        m.gpu,
-        m.parent,
-        m.child_dur,
-        m.frame_of,
-        m.fwd_of,
-        toks,
-        off,
-        gs,
-        a.gpu_class,
-        line_of,
-        key_id,
+def _hot_sums_c(
+    cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched, gpu_class, launch_cats
+):
+    order, first, *sums, kcs, kss = _BUILT.hot_lines(
+        cpu,
+        gpu,
+        parent,
+        child_dur,
+        frame_of,
+        fwd_of,
+        lines,
+        keys,
+        launched_off,
+        launched,
+        gpu_class,
         launch_cats,
     )
-    cols = [column(t, b) for t, b in zip("qqdddddd", sums)]
-    return [(h, [*(c[k] for c in cols), kcs[k], kss[k]]) for k, h in enumerate(order)]
+    return (
+        column("i", order),
+        column("i", first),
+        *(column(t, b) for t, b in zip("qqdddddd", sums)),
+        kcs,
+        kss,
+    )
+
+
+def _line_key_ids_ref(line_tokens: array, frame_of: array, place: array, tokpos: array, base: array) -> array:
+    """Per event the number of its line key (Context.line_key_ids) from its frame's place
+    (``place``, frame_shapes') in ``base``: for a statement token's events base + 1 + the token's
+    position among its frame's tokens (``tokpos``), for a frame's own line base; -1 without a
+    line, the frame's negative base (-2) where the key is asked event by event."""
+    out = array("i", [-1]) * len(line_tokens)
+    for i, c in enumerate(line_tokens):
+        if c == NO_LINE:
+            continue
+        f = frame_of[c] if c >= 0 else ~c
+        b = base[place[f]] if place[f] >= 0 else -2
+        out[i] = b if b < 0 or c < 0 else b + 1 + tokpos[c] if tokpos[c] >= 0 else -2
+    return out
+
+
+def _line_key_ids_c(line_tokens: array, frame_of: array, place: array, tokpos: array, base: array) -> array:
+    return column("i", _BUILT.line_key_ids(line_tokens, frame_of, place, tokpos, base))
 
 
 def _frame_shapes_ref(cpu, off: array, kids: array, frame_of: array, fids: array):
@@ -1332,6 +1329,12 @@ PASSES: dict[str, Pass] = {
             "statements: the user frames, their tokens and their shapes (frames resolved once per shape)",
             _frame_shapes_ref,
             _frame_shapes_c,
+        ),
+        Pass(
+            "line_key_ids",
+            "the number of each event's line key, frames of one shape sharing theirs (Context.line_key_ids)",
+            _line_key_ids_ref,
+            _line_key_ids_c,
         ),
     )
 }

@@ -492,16 +492,28 @@ class StatementResolver:
         """Per position among the frame's tokens, the site aligned with that token: once per shape
         of frame (frame_shapes; a function called each step, each layer, has the same subtree each
         call) and whether it runs compiled, the one thing outside the subtree the alignment reads."""
-        m = self.model
-        sh = frame_shapes(m)
-        k = sh.place[frame]
-        p = m.parent[frame]
-        key = (sh.shape[k], p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region"))
+        key = self.shape_key(frame)
         got = self._shaped.get(key)
         if got is None:
+            sh = frame_shapes(self.model)
             lines = self._align(frame)
-            got = self._shaped[key] = [lines.get(t) for t in sh.tokens(k)]
+            got = self._shaped[key] = [lines.get(t) for t in sh.tokens(sh.place[frame])]
         return got
+
+    def shape_key(self, frame: int) -> tuple:
+        """What the lines of a frame's tokens are a function of: its shape, and whether it runs
+        compiled (outside the subtree: its parent). ``resumed`` frames aside."""
+        m = self.model
+        sh = frame_shapes(m)
+        p = m.parent[frame]
+        return sh.shape[sh.place[frame]], p >= 0 and m.cpu[p].name.startswith("Torch-Compiled Region")
+
+    def resumed(self, frame: int) -> bool:
+        """Whether Dynamo resumes the frame after a graph break (_break_line): its events' lines
+        then depend on the event, not only on its token."""
+        if self._resumes is None:
+            self._resumes = resume_frames(self.model)
+        return bool(self._resumes.get(frame))
 
     def _align(self, frame: int) -> dict[int, Site]:
         m = self.model
