@@ -1881,6 +1881,66 @@ done:
     return res;
 }
 
+/* survivors(rows int32, ts float64, nbytes int64, addr int64, step_starts, step_ends float64) ->
+ * (rows, steps) int32 bytes: memory-growth's allocations that are never freed later (no free of
+ * their block, by address, at or after them: passes._survivors_ref), inside a step but the last,
+ * with the step each falls in. */
+static PyObject *survivors(PyObject *mod, PyObject *args) {
+    Py_buffer rv, tv, bv, av, sv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &rv, &tv, &bv, &av, &sv, &ev)) return NULL;
+    Py_ssize_t nr = rv.len / 4, n = tv.len / 8, ns = sv.len / 8, cap = 16, k2 = 0;
+    PyObject *res = NULL;
+    int64_t *keys = NULL;
+    double *last = NULL;
+    int32_t *out_r = NULL, *out_s = NULL;
+    unsigned char *used = NULL;
+    if (bv.len / 8 != n || av.len / 8 != n || ev.len / 8 != ns) {
+        PyErr_SetString(PyExc_ValueError, "survivors: sizes differ");
+        goto done;
+    }
+    const int32_t *rows = rv.buf;
+    const double *ts = tv.buf, *ss = sv.buf, *se = ev.buf;
+    const int64_t *nbytes = bv.buf, *addr = av.buf;
+    for (Py_ssize_t k = 0; k < nr; k++)
+        if (rows[k] < 0 || rows[k] >= n) { PyErr_SetString(PyExc_IndexError, "survivors: row out of range"); goto done; }
+    while (cap < 2 * nr) cap <<= 1;
+    keys = malloc(cap * sizeof(int64_t));
+    last = malloc(cap * sizeof(double));
+    used = calloc(cap, 1);
+    out_r = malloc((nr ? nr : 1) * sizeof(int32_t));
+    out_s = malloc((nr ? nr : 1) * sizeof(int32_t));
+    if (!keys || !last || !used || !out_r || !out_s) { PyErr_NoMemory(); goto done; }
+    /* each block's last free: rows are in time order, the last one written wins */
+    for (Py_ssize_t k = 0; k < nr; k++) {
+        int32_t r = rows[k];
+        if (nbytes[r] >= 0 || !addr[r]) continue;
+        size_t h = ((uint64_t)addr[r] * 0x9E3779B97F4A7C15ull) >> 32 & (cap - 1);
+        while (used[h] && keys[h] != addr[r]) h = (h + 1) & (cap - 1);
+        used[h] = 1;
+        keys[h] = addr[r];
+        last[h] = ts[r];
+    }
+    for (Py_ssize_t k = 0; k < nr; k++) {
+        int32_t r = rows[k];
+        double t = ts[r];
+        if (nbytes[r] <= 0 || !addr[r]) continue;
+        size_t h = ((uint64_t)addr[r] * 0x9E3779B97F4A7C15ull) >> 32 & (cap - 1);
+        while (used[h] && keys[h] != addr[r]) h = (h + 1) & (cap - 1);
+        double freed = used[h] ? last[h] : -1.0;
+        if (freed > t) continue;
+        Py_ssize_t s = bisect_right_d(ss, ns, t) - 1;
+        if (s < 0 || t > se[s] || s == ns - 1) continue;
+        out_r[k2] = r;
+        out_s[k2++] = (int32_t)s;
+    }
+    res = Py_BuildValue("(y#y#)", (const char *)out_r, k2 * 4, (const char *)out_s, k2 * 4);
+done:
+    free(keys); free(last); free(used); free(out_r); free(out_s);
+    PyBuffer_Release(&rv); PyBuffer_Release(&tv); PyBuffer_Release(&bv); PyBuffer_Release(&av);
+    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    return res;
+}
+
 /* ---- statements: frames of the same shape (statements.py's memo per shape) ------------------ */
 
 /* An event's input dims as the statements read them (``bytes(args.input_dims)``, b"" without
@@ -2132,6 +2192,7 @@ PyMethodDef PASS_METHODS[] = {
     {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
     {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
     {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},
+    {"survivors", survivors, METH_VARARGS, "survivors(rows, ts, nbytes, addr, step_starts, step_ends) -> (rows, steps)"},
     {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},
 };

@@ -1126,6 +1126,32 @@ def _module_gpu_c(gpu, classes: list, nodes: array, backward: bytes, launcher: a
     return column("d", fb), column("d", bb), column("i", lb), by_class, by_name
 
 
+def _survivors_ref(rows: array, ts: array, nbytes: array, addr: array, step_starts: array, step_ends: array):
+    """memory-growth's allocations (among ``rows`` of the allocator samples' columns, in time
+    order) that are never freed later: no free of their block (by address) after them; inside a
+    step but the last; with the step each falls in (int32, int32)."""
+    last_free: dict[int, float] = {}
+    for k in rows:
+        if nbytes[k] < 0 and addr[k]:
+            last_free[addr[k]] = ts[k]  # rows are in time order: the last free of the block
+    out, steps = array("i"), array("i")
+    for k in rows:
+        b, t = nbytes[k], ts[k]
+        if b <= 0 or not addr[k] or last_free.get(addr[k], -1.0) > t:
+            continue
+        s = bisect.bisect_right(step_starts, t) - 1
+        if s < 0 or t > step_ends[s] or s == len(step_starts) - 1:
+            continue
+        out.append(k)
+        steps.append(s)
+    return out, steps
+
+
+def _survivors_c(rows: array, ts: array, nbytes: array, addr: array, step_starts: array, step_ends: array):
+    rb, sb = _BUILT.survivors(rows, ts, nbytes, addr, step_starts, step_ends)
+    return column("i", rb), column("i", sb)
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1317,6 +1343,12 @@ PASSES: dict[str, Pass] = {
             "the module node each of many events ran in (ModuleIndex.node_at)",
             _module_nodes_ref,
             _module_nodes_c,
+        ),
+        Pass(
+            "survivors",
+            "memory-growth's allocations never freed later, and their steps",
+            _survivors_ref,
+            _survivors_c,
         ),
         Pass(
             "module_gpu",

@@ -296,20 +296,11 @@ def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
         return
     mem = m.memory
     ts, nbytes, addr, owner = mem.ts, mem.nbytes, mem.addr, mem.owner
-    last_free: dict[int, float] = {}
-    for k in rows:
-        if nbytes[k] < 0 and addr[k]:
-            last_free[addr[k]] = ts[k]  # rows are in time order: the last free of the block
-    starts = [s.ts for s in steps]
+    starts, ends = array("d", [s.ts for s in steps]), array("d", [s.end for s in steps])
     survive = [0] * len(steps)
     by_line: dict = {}
-    for k in rows:
-        b, t = nbytes[k], ts[k]
-        if b <= 0 or not addr[k] or last_free.get(addr[k], -1.0) > t:
-            continue
-        s = bisect.bisect_right(starts, t) - 1
-        if s < 0 or t > steps[s].end or s == len(steps) - 1:
-            continue
+    for k, s in zip(*m.passes.survivors(rows, ts, nbytes, addr, starts, ends)):
+        b = nbytes[k]
         survive[s] += b
         o = owner[k]
         key = ctx.line_id(o) if o >= 0 else None
