@@ -120,7 +120,7 @@ def test_values_the_scanner_cannot_hold_run_every_reference_pass(tmp_path):
 
 def test_the_span_unions_match_their_reference_on_odd_spans():
     """Synthetic: spans ending before they start, ties, -0.0, infinities, unsorted input; ints and
-    NaNs (the native merges hand those to the reference)."""
+    NaNs (the native merges hand those to the reference); the holes they leave in ranges."""
     import random
     from array import array
 
@@ -134,6 +134,15 @@ def test_the_span_unions_match_their_reference_on_odd_spans():
             p = passes.PASSES[name]
             arg = passes.PASSES["merge"].reference(spans) if name == "span_index" else spans
             assert passes.differs(p.reference(list(arg)), p.native(list(arg))) is None, (name, spans)
+        merged = passes.PASSES["merge"].reference(spans)
+        starts, ends = array("d", [0.0, 2.0, 6.0]), array("d", [1.5, 5.0, 20.0])
+        for lo, hi in ((0.0, 10.0), (-5.0, 3.0), (2.0, 2.0), (1.0, float("inf")), (float("nan"), 4.0)):
+            p = passes.PASSES["gaps"]
+            assert passes.differs(p.reference(merged, lo, hi), p.native(merged, lo, hi)) is None
+            p = passes.PASSES["long_gaps"]
+            for share in (0.0, 0.25):
+                want = p.reference(merged, lo, hi, starts, ends, share)
+                assert passes.differs(want, p.native(merged, lo, hi, starts, ends, share)) is None
         groups = array("i", [rng.randrange(-1, 3) for _ in spans])
         mask = bytes(rng.randrange(2) for _ in spans)
         p = passes.PASSES["merge_groups"]

@@ -1941,6 +1941,121 @@ done:
     return res;
 }
 
+/* group_by(items, keys) -> list of lists: the items (a list) grouped by keys[item] (a list; equal
+ * by value, as a dict's keys), the groups in order of first appearance (kernel-jitter's problems
+ * by the launching op's input shapes). */
+static PyObject *group_by(PyObject *mod, PyObject *args) {
+    PyObject *items, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &items, &PyList_Type, &keys)) return NULL;
+    PyObject *index = PyDict_New(), *out = PyList_New(0), *last_key = NULL, *last_group = NULL;
+    if (!index || !out) goto fail;
+    Py_ssize_t n = PyList_GET_SIZE(items), nk = PyList_GET_SIZE(keys);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        Py_ssize_t i = PyLong_AsSsize_t(item);
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        if (i < 0) i += nk; /* as keys[i] reads a negative index */
+        if (i < 0 || i >= nk) { PyErr_SetString(PyExc_IndexError, "group_by: item out of range"); goto fail; }
+        PyObject *key = PyList_GET_ITEM(keys, i), *group;
+        if (key == last_key) {
+            group = last_group; /* one object: the same key (runs of one problem are common) */
+        } else if (!(group = PyDict_GetItemWithError(index, key))) {
+            if (PyErr_Occurred() || !(group = PyList_New(0))) goto fail;
+            if (PyDict_SetItem(index, key, group) < 0 || PyList_Append(out, group) < 0) { Py_DECREF(group); goto fail; }
+            Py_DECREF(group); /* the dict and the list hold it */
+        }
+        if (PyList_Append(group, item) < 0) goto fail;
+        last_key = key;
+        last_group = group;
+    }
+    Py_DECREF(index);
+    return out;
+fail:
+    Py_XDECREF(index);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* The holes in [lo, hi] that merged spans s[0:n] leave, as analyses.gaps finds them, onto out
+ * (2 doubles each): their number. */
+static Py_ssize_t holes(const Span *s, Py_ssize_t n, double lo, double hi, double *out) {
+    Py_ssize_t m = 0;
+    double cur = lo;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double a = s[j].a, b = s[j].b;
+        if (b <= cur) continue;
+        if (a >= hi) break;
+        if (a > cur) { out[2 * m] = cur; out[2 * m + 1] = a; m++; }
+        if (b > cur) cur = b; /* max(cur, b): cur where they compare equal or b is NaN */
+    }
+    if (cur < hi) { out[2 * m] = cur; out[2 * m + 1] = hi; m++; }
+    return m;
+}
+
+/* The merged spans of a list read into a new array (*n of them), NULL with no error set when one
+ * is not a float pair or holds a NaN (the caller runs the reference). */
+static Span *read_spans(PyObject *list, Py_ssize_t *n) {
+    *n = PyList_GET_SIZE(list);
+    Span *s = malloc(sizeof(Span) * (*n ? *n : 1));
+    if (!s) { PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t j = 0; j < *n; j++)
+        if (!read_span(PyList_GET_ITEM(list, j), &s[j], j)) { free(s); return NULL; }
+    return s;
+}
+
+/* gaps(merged, lo, hi) -> the holes in [lo, hi] as a list of (start, end), or None (see above). */
+static PyObject *gaps(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    double lo, hi;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!dd", &PyList_Type, &list, &lo, &hi)) return NULL;
+    Span *s = read_spans(list, &n);
+    if (!s) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+    double *h = malloc(sizeof(double) * 2 * (n + 1));
+    if (!h) { free(s); return PyErr_NoMemory(); }
+    Py_ssize_t m = holes(s, n, lo, hi, h);
+    PyObject *out = PyList_New(m);
+    for (Py_ssize_t j = 0; out && j < m; j++) {
+        PyObject *t = Py_BuildValue("(dd)", h[2 * j], h[2 * j + 1]);
+        if (!t) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, j, t);
+    }
+    free(s); free(h);
+    return out;
+}
+
+/* long_gaps(merged, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None (see
+ * above): the holes (``gaps``) that start inside a step (model.step_at) and last ``share`` of it
+ * or more (host_stages' candidates). */
+static PyObject *long_gaps(PyObject *mod, PyObject *args) {
+    PyObject *list, *out = NULL;
+    double lo, hi, share;
+    Py_buffer sv, ev;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!ddy*y*d", &PyList_Type, &list, &lo, &hi, &sv, &ev, &share)) return NULL;
+    Py_ssize_t ns = sv.len / 8;
+    Span *s = NULL;
+    double *h = NULL;
+    if (ev.len / 8 != ns) { PyErr_SetString(PyExc_ValueError, "long_gaps: sizes differ"); goto done; }
+    if (!(s = read_spans(list, &n))) { if (!PyErr_Occurred()) { out = Py_None; Py_INCREF(out); } goto done; }
+    if (!(h = malloc(sizeof(double) * 2 * (n + 1)))) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t m = holes(s, n, lo, hi, h);
+    const double *ss = sv.buf, *se = ev.buf;
+    if (!(out = PyList_New(0))) goto done;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        double x = h[2 * j], y = h[2 * j + 1];
+        Py_ssize_t k = bisect_right_d(ss, ns, x) - 1;
+        if (k < 0 || !(x <= se[k]) || !(y - x >= share * (se[k] - ss[k]))) continue;
+        PyObject *t = Py_BuildValue("(ddn)", x, y, k);
+        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_CLEAR(out); goto done; }
+        Py_DECREF(t);
+    }
+done:
+    free(s); free(h);
+    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    return out;
+}
+
 /* ---- statements: frames of the same shape (statements.py's memo per shape) ------------------ */
 
 /* An event's input dims as the statements read them (``bytes(args.input_dims)``, b"" without
@@ -2193,6 +2308,9 @@ PyMethodDef PASS_METHODS[] = {
     {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
     {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},
     {"survivors", survivors, METH_VARARGS, "survivors(rows, ts, nbytes, addr, step_starts, step_ends) -> (rows, steps)"},
+    {"group_by", group_by, METH_VARARGS, "group_by(items, keys) -> the items grouped by keys[item], in order"},
+    {"gaps", gaps, METH_VARARGS, "gaps(merged, lo, hi) -> the holes, or None"},
+    {"long_gaps", long_gaps, METH_VARARGS, "long_gaps(merged, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None"},
     {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},
 };

@@ -64,19 +64,9 @@ def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
 
 
 def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
-    """The holes in [lo, hi] that the merged intervals leave."""
-    out, cur = [], lo
-    for a, b in merged:
-        if b <= cur:
-            continue
-        if a >= hi:
-            break
-        if a > cur:
-            out.append((cur, a))
-        cur = max(cur, b)
-    if cur < hi:
-        out.append((cur, hi))
-    return out
+    """The holes in [lo, hi] that the merged intervals leave (the ``gaps`` pass of the passes
+    that made them)."""
+    return getattr(merged, "run", passes.REFERENCE).gaps(merged, lo, hi)
 
 
 @dataclass
@@ -445,12 +435,13 @@ def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     if m.steps:
         lo, hi = a.window
-        long = []  # only a hole this long can hold such a stretch
-        for x, y in gaps(a.occupied(), lo, min(hi, m.steps[-1].end)):
-            step = m.step_at(x)
-            if step is not None and y - x >= HOST_STEP_SHARE * (step.end - step.ts):
-                long.append((x, y, step))
-        for x, y, step in long:
+        occupied = a.occupied()
+        run = getattr(occupied, "run", passes.REFERENCE)
+        starts, ends = array("d", [s.ts for s in m.steps]), array("d", [s.end for s in m.steps])
+        # only a hole this long can hold such a stretch
+        long = run.long_gaps(occupied, lo, min(hi, m.steps[-1].end), starts, ends, HOST_STEP_SHARE)
+        for x, y, k in long:
+            step = m.steps[k]
             nxt = _next_op_start(m, x)
             y = min(y, nxt) if nxt is not None else y
             if y - x < HOST_STEP_SHARE * (step.end - step.ts):

@@ -1152,6 +1152,62 @@ def _survivors_c(rows: array, ts: array, nbytes: array, addr: array, step_starts
     return column("i", rb), column("i", sb)
 
 
+def _group_by_ref(items: list, keys: list) -> list:
+    """The items grouped by ``keys[item]`` (equal by value, as a dict's keys), the groups in order
+    of first appearance (kernel-jitter's problems by the launching op's input shapes)."""
+    by: dict = {}
+    for i in items:
+        by.setdefault(keys[i], []).append(i)
+    return list(by.values())
+
+
+def _group_by_c(items: list, keys: list) -> list:
+    return _BUILT.group_by(items, keys)
+
+
+def _gaps_ref(merged: list, lo: float, hi: float) -> list:
+    """The holes in [lo, hi] that a merged span list leaves (analyses.gaps)."""
+    out, cur = [], lo
+    for a, b in merged:
+        if b <= cur:
+            continue
+        if a >= hi:
+            break
+        if a > cur:
+            out.append((cur, a))
+        cur = max(cur, b)
+    if cur < hi:
+        out.append((cur, hi))
+    return out
+
+
+def _floats(merged, *values) -> bool:
+    """Whether the native span passes can take these: a list, and floats (an int bound would come
+    back a float)."""
+    return isinstance(merged, list) and all(type(v) is float for v in values)
+
+
+def _gaps_c(merged: list, lo: float, hi: float) -> list:
+    got = _BUILT.gaps(merged, lo, hi) if _floats(merged, lo, hi) else None
+    return _gaps_ref(merged, lo, hi) if got is None else got
+
+
+def _long_gaps_ref(merged: list, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
+    """The holes (``gaps``) that start inside a step (``model.step_at``) and last ``share`` of it or
+    more, with their step's place: (start, end, step) (host_stages' candidates)."""
+    out = []
+    for x, y in _gaps_ref(merged, lo, hi):
+        k = bisect.bisect_right(step_starts, x) - 1
+        if k >= 0 and x <= step_ends[k] and y - x >= share * (step_ends[k] - step_starts[k]):
+            out.append((x, y, k))
+    return out
+
+
+def _long_gaps_c(merged: list, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
+    got = _BUILT.long_gaps(merged, lo, hi, step_starts, step_ends, share) if _floats(merged, lo, hi) else None
+    return _long_gaps_ref(merged, lo, hi, step_starts, step_ends, share) if got is None else got
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1349,6 +1405,16 @@ PASSES: dict[str, Pass] = {
             "memory-growth's allocations never freed later, and their steps",
             _survivors_ref,
             _survivors_c,
+        ),
+        Pass(
+            "group_by", "items grouped by a key each (kernel-jitter's problems)", _group_by_ref, _group_by_c
+        ),
+        Pass("gaps", "the holes a merged span list leaves in a range (GPU idle gaps)", _gaps_ref, _gaps_c),
+        Pass(
+            "long_gaps",
+            "the holes that are a share of their step or more (host_stages' candidates)",
+            _long_gaps_ref,
+            _long_gaps_c,
         ),
         Pass(
             "module_gpu",

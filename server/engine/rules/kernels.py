@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from itertools import repeat
 from array import array
 import math
 from typing import Iterable
@@ -88,13 +89,15 @@ def _module_of(ctx, i: int) -> int:
     return -1
 
 
-def _problems(ctx, gs: list[int], dims: list) -> dict:
+def _problems(ctx, gs: list[int], dims: list) -> list[list[int]]:
     """One kernel configuration's runs split by the problem each one solved: the launching op's
     input shapes when the trace has them (``record_shapes``; ``dims``, per GPU event, from the
     kernel_configs pass); else the module instance that ran it (``with_stack``);
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
+    if None not in map(dims.__getitem__, gs):  # record_shapes: by shapes alone
+        return m.passes.group_by(gs, dims)
     cpu, launcher, steps = m.cpu, m.launcher, ctx.launch_steps()
     by: dict = {}
     seen: dict = {}
@@ -114,7 +117,7 @@ def _problems(ctx, gs: list[int], dims: list) -> dict:
             else:
                 key = ("all",)
         by.setdefault(key, []).append(g)
-    return by
+    return list(by.values())
 
 
 @rule("kernel-jitter", "One kernel configuration with widely spread durations", "warning")
@@ -167,12 +170,13 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
             continue
         runs = []  # (duration, its problem's median, gpu index)
         problems = 0
-        for pgs in _problems(ctx, gs, dims).values():
+        for pgs in _problems(ctx, gs, dims):
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
                 continue
-            med = median([durs[g] for g in pgs])
+            ds = list(map(durs.__getitem__, pgs))
+            med = median(ds)
             problems += 1
-            runs.extend([(durs[g], med, g) for g in pgs])
+            runs.extend(zip(ds, repeat(med), pgs))
         if len(runs) < JITTER_MIN_SAMPLES:
             continue
         ratios = [d / med for d, med, _ in runs if med > 0]
