@@ -2056,6 +2056,102 @@ done:
     return out;
 }
 
+/* An int64 key's slot in an open-addressing table of cap (a power of two) slots. */
+static size_t key_slot(const int64_t *keys, const unsigned char *used, size_t cap, int64_t key) {
+    size_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 32 & (cap - 1);
+    while (used[h] && keys[h] != key) h = (h + 1) & (cap - 1);
+    return h;
+}
+
+/* loop_calls(launched, frames_above, frame_of, ops, runs, least) -> list of lists: launch-storm's
+ * calls of one kernel's launches from one line in one step (x: (duration, launch duration,
+ * launch call)): per call of the innermost Python frame (``ops``: the iteration of each launch
+ * call) and, when the line calls into library code, per call of the user's frame (``runs``),
+ * those with ``least`` launches or more from ``least`` iterations or more, in order of first
+ * launch (passes._loop_calls_ref). */
+static PyObject *loop_calls(PyObject *mod, PyObject *args) {
+    PyObject *launched, *out = NULL;
+    Py_buffer av, fv, ov, rv;
+    Py_ssize_t least;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*y*n", &PyList_Type, &launched, &av, &fv, &ov, &rv, &least)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(launched), nc = av.len / 4, nb = 0;
+    size_t cap = 16;
+    while (cap < 4 * (size_t)n) cap <<= 1;
+    int64_t *keys = malloc(cap * sizeof(int64_t)), *seen_k = malloc(cap * sizeof(int64_t));
+    int32_t *slot_b = malloc(cap * sizeof(int32_t));
+    unsigned char *used = calloc(cap, 1), *seen_u = calloc(cap, 1);
+    int32_t *li = malloc((n ? n : 1) * sizeof(int32_t)), *item_b = malloc((2 * n + 1) * sizeof(int32_t));
+    Py_ssize_t *off = calloc(2 * n + 2, sizeof(Py_ssize_t)), *fill = NULL;
+    int32_t *members = malloc((2 * n + 1) * sizeof(int32_t)), *touched = malloc((n ? n : 1) * sizeof(int32_t));
+    if (fv.len / 4 != nc || ov.len / 4 != nc || rv.len / 4 != nc) {
+        PyErr_SetString(PyExc_ValueError, "loop_calls: sizes differ");
+        goto done;
+    }
+    if (!keys || !seen_k || !slot_b || !used || !seen_u || !li || !item_b || !off || !members || !touched) { PyErr_NoMemory(); goto done; }
+    const int32_t *above = av.buf, *frame_of = fv.buf, *its[2] = {ov.buf, rv.buf};
+    Py_ssize_t ni = 0; /* (item, bucket) pairs, in order: item k's ops bucket, then its runs one */
+    int32_t *pair_item = malloc((2 * n + 1) * sizeof(int32_t));
+    if (!pair_item) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PyList_GET_ITEM(launched, k);
+        if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) < 3) { PyErr_SetString(PyExc_TypeError, "loop_calls: not a run"); break; }
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(x, 2));
+        if (v == -1 && PyErr_Occurred()) break;
+        if (v < 0 || v >= nc) { PyErr_SetString(PyExc_IndexError, "loop_calls: launch call out of range"); break; }
+        li[k] = (int32_t)v;
+        int32_t inner = above[v], f = frame_of[v];
+        int64_t ks[2] = {(int64_t)(uint32_t)inner, ((int64_t)1 << 32) | (uint32_t)f};
+        for (int w = 0; w < (f != inner ? 2 : 1); w++) {
+            size_t h = key_slot(keys, used, cap, ks[w]);
+            if (!used[h]) { used[h] = 1; keys[h] = ks[w]; slot_b[h] = (int32_t)nb++; }
+            pair_item[ni] = (int32_t)k;
+            item_b[ni++] = slot_b[h] * 2 + w; /* the bucket, and which column counts its iterations */
+        }
+    }
+    if (PyErr_Occurred()) { free(pair_item); goto done; }
+    for (Py_ssize_t j = 0; j < ni; j++) off[item_b[j] / 2 + 1]++;
+    for (Py_ssize_t b = 0; b < nb; b++) off[b + 1] += off[b];
+    if (!(fill = malloc((nb + 1) * sizeof(Py_ssize_t)))) { free(pair_item); PyErr_NoMemory(); goto done; }
+    memcpy(fill, off, (nb + 1) * sizeof(Py_ssize_t));
+    unsigned char *how = calloc(nb + 1, 1);
+    if (!how) { free(pair_item); PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t j = 0; j < ni; j++) {
+        int32_t b = item_b[j] / 2;
+        how[b] = (unsigned char)(item_b[j] % 2);
+        members[fill[b]++] = pair_item[j];
+    }
+    free(pair_item);
+    if (!(out = PyList_New(0))) { free(how); goto done; }
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        Py_ssize_t lo = off[b], hi = off[b + 1];
+        if (hi - lo < least) continue;
+        const int32_t *col = its[how[b]];
+        Py_ssize_t distinct = 0; /* the iterations among its launches, until there are enough */
+        for (Py_ssize_t j = lo; j < hi && distinct < least; j++) {
+            int64_t it = col[li[members[j]]];
+            size_t h = key_slot(seen_k, seen_u, cap, it);
+            if (!seen_u[h]) { seen_u[h] = 1; seen_k[h] = it; touched[distinct++] = (int32_t)h; }
+        }
+        for (Py_ssize_t j = 0; j < distinct; j++) seen_u[touched[j]] = 0; /* empty for the next bucket */
+        if (distinct < least) continue;
+        PyObject *xs = PyList_New(hi - lo);
+        if (!xs) { Py_CLEAR(out); break; }
+        for (Py_ssize_t j = lo; j < hi; j++) {
+            PyObject *x = PyList_GET_ITEM(launched, members[j]);
+            Py_INCREF(x);
+            PyList_SET_ITEM(xs, j - lo, x);
+        }
+        if (PyList_Append(out, xs) < 0) { Py_DECREF(xs); Py_CLEAR(out); break; }
+        Py_DECREF(xs);
+    }
+    free(how);
+done:
+    free(keys); free(seen_k); free(slot_b); free(used); free(seen_u); free(li); free(item_b); free(off); free(fill);
+    free(members); free(touched);
+    PyBuffer_Release(&av); PyBuffer_Release(&fv); PyBuffer_Release(&ov); PyBuffer_Release(&rv);
+    return out;
+}
+
 /* ---- statements: frames of the same shape (statements.py's memo per shape) ------------------ */
 
 /* An event's input dims as the statements read them (``bytes(args.input_dims)``, b"" without
@@ -2311,6 +2407,7 @@ PyMethodDef PASS_METHODS[] = {
     {"group_by", group_by, METH_VARARGS, "group_by(items, keys) -> the items grouped by keys[item], in order"},
     {"gaps", gaps, METH_VARARGS, "gaps(merged, lo, hi) -> the holes, or None"},
     {"long_gaps", long_gaps, METH_VARARGS, "long_gaps(merged, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None"},
+    {"loop_calls", loop_calls, METH_VARARGS, "loop_calls(launched, frames_above, frame_of, ops, runs, least) -> list of runs"},
     {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},
 };

@@ -1208,6 +1208,34 @@ def _long_gaps_c(merged: list, lo: float, hi: float, step_starts: array, step_en
     return _long_gaps_ref(merged, lo, hi, step_starts, step_ends, share) if got is None else got
 
 
+def _loop_calls_ref(
+    launched: list, frames_above: array, frame_of: array, ops: array, runs: array, least: int
+):
+    """launch-storm's calls of one kernel's launches from one line in one step (``x``: (duration,
+    launch duration, launch call)): per call of the innermost Python frame (``ops``, the loop
+    iteration of each launch call) and, when the line calls into library code, per call of the
+    user's frame (``runs``), those with ``least`` launches or more from ``least`` iterations or
+    more, in order of first launch."""
+    calls: dict = {}
+    for x in launched:
+        li = x[2]
+        inner = frames_above[li]
+        calls.setdefault((0, inner), []).append(x)
+        f = frame_of[li]
+        if f != inner:
+            calls.setdefault((1, f), []).append(x)
+    its = (ops, runs)
+    return [
+        xs
+        for (how, _), xs in calls.items()
+        if len(xs) >= least and len({its[how][x[2]] for x in xs}) >= least
+    ]
+
+
+def _loop_calls_c(launched: list, frames_above: array, frame_of: array, ops: array, runs: array, least: int):
+    return _BUILT.loop_calls(launched, frames_above, frame_of, ops, runs, least)
+
+
 # ---- the table --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Pass:
@@ -1415,6 +1443,12 @@ PASSES: dict[str, Pass] = {
             "the holes that are a share of their step or more (host_stages' candidates)",
             _long_gaps_ref,
             _long_gaps_c,
+        ),
+        Pass(
+            "loop_calls",
+            "launch-storm's loop calls of one kernel from one line and step",
+            _loop_calls_ref,
+            _loop_calls_c,
         ),
         Pass(
             "module_gpu",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from itertools import repeat
+from operator import itemgetter
 from array import array
 import math
 from typing import Iterable
@@ -501,6 +502,10 @@ def _aligned(sm: StepModel, d: Diagnostic) -> Change:
     return ch
 
 
+# launch-storm's runs: (kernel duration, launch call duration, launch call)
+_gpu_us, _call_us, _call = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
 def _launch_iterations(m) -> dict[str, array]:
     """The loop iteration of every launch call, counted per innermost Python call (``ops``) and
     per run of the user's statement (``runs``): the iterations pass's two columns."""
@@ -508,14 +513,6 @@ def _launch_iterations(m) -> dict[str, array]:
         m.parent, m.token, m.frame_of, m.cat_mask("cpu_op"), m.cat_mask("python_function"), m.launcher
     )
     return {"ops": ops, "runs": runs}
-
-
-def _iterations(its: array, runs: list, least: int) -> bool:
-    """Whether these launches come from at least ``least`` loop iterations: ``its``, the
-    iterations pass's column for the way they were grouped, gives each launch call's (its
-    outermost op under the Python frame for ``ops``, the run of the user's statement in its frame
-    that leads to it for ``runs``)."""
-    return len({its[x[2]] for x in runs}) >= least
 
 
 @rule(
@@ -581,29 +578,20 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             if its is None:
                 its = _launch_iterations(m)
             # per call of the innermost Python frame (ops it dispatches), and per call of the user's
-            # frame when the line calls into library code (runs of the user's statement)
-            calls: dict = {}
-            for x in launched:
-                li = x[2]
-                inner = frames_above[li]
-                calls.setdefault(("ops", inner), []).append(x)
-                f = frame_of[li]
-                if f != inner:
-                    calls.setdefault(("runs", f), []).append(x)
-            for (how, f), runs in calls.items():
-                # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
-                if len(runs) >= least and _iterations(its[how], runs, least):
-                    storm.setdefault(name, {}).update((x[2], x) for x in runs)
+            # frame when the line calls into library code (runs of the user's statement), counting
+            # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
+            for runs in m.passes.loop_calls(launched, frames_above, frame_of, its["ops"], its["runs"], least):
+                storm.setdefault(name, {}).update(zip(map(_call, runs), runs))
         storm = {n: list(r.values()) for n, r in storm.items()}
-        storm = {n: r for n, r in storm.items() if median(x[0] for x in r) < median(x[1] for x in r)}
+        storm = {n: r for n, r in storm.items() if median(map(_gpu_us, r)) < median(map(_call_us, r))}
         if not storm:
             continue
         runs_all = [x for r in storm.values() for x in r]
         launches = len(runs_all) / ctx.n_steps
         if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
             continue
-        gpu = sum(x[0] for x in runs_all) / ctx.n_steps
-        cpu = sum(x[1] for x in runs_all) / ctx.n_steps
+        gpu = sum(map(_gpu_us, runs_all)) / ctx.n_steps
+        cpu = sum(map(_call_us, runs_all)) / ctx.n_steps
         name, runs = max(storm.items(), key=lambda kv: len(kv[1]))
         yield ctx.diag(
             "launch-storm",
@@ -616,8 +604,8 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
                 "kernels": len(storm),
                 "gpu_us_per_step": r3(gpu),
                 "launch_cpu_us_per_step": r3(cpu),
-                "median_kernel_us": r3(median(x[0] for x in runs)),
-                "median_launch_us": r3(median(x[1] for x in runs)),
+                "median_kernel_us": r3(median(map(_gpu_us, runs))),
+                "median_launch_us": r3(median(map(_call_us, runs))),
             },
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
             "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
