@@ -607,7 +607,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "hot_lines: sizes differ");
         goto done;
     }
-    if (check_events(cpu) < 0 || check_events(gpu) < 0) goto done;
+    if (check_events(gpu) < 0) goto done; /* the cpu events as they are read */
     const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *lines = lnv.buf, *keys = kyv.buf;
     const int32_t *off = ov.buf, *gl = lv.buf;
     const double *cdur = cv.buf;
@@ -622,6 +622,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         int32_t line = lines[i];
         if (line < 0) continue;
         Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+        if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
         if (same(e->cat, S_python_function)) continue; /* frames are counted through their ops */
         if (hid_of[line] < 0) {
             int32_t h = (int32_t)nh;
@@ -658,7 +659,9 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         int backward = fof[i] < 0 && fwd[i] >= 0;
         int top = p < 0;
         if (!top) {
+            if (p >= n) { PyErr_SetString(PyExc_ValueError, "hot_lines: bad parent"); goto done; }
             Ev *pe = (Ev *)PyList_GET_ITEM(cpu, p);
+            if (!PyObject_TypeCheck(pe, &EvType)) { PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
             top = same(pe->cat, S_python_function) || keys[p] != keys[i];
         }
         double self_us = e->dur - cdur[i];
@@ -2169,59 +2172,57 @@ static inline uint64_t mix64(uint64_t h, uint64_t v) {
     return h ^ (h >> 33);
 }
 
-/* what the shape compares of one event: cat, name, parsed frame, input dims, number of children */
-static int same_atom(Ev *a, Ev *b, int32_t fa, int32_t fb, Py_ssize_t na, Py_ssize_t nb) {
-    if (fa != fb || na != nb || !same(a->cat, b->cat) || !same(a->name, b->name)) return 0;
-    PyObject *x = dims_of(a), *y = dims_of(b);
-    if (x == y) return 1;
-    if (!x || !y) return 0;
-    int r = PyObject_RichCompareBool(x, y, Py_EQ);
-    if (r < 0) { PyErr_Clear(); return 0; }
-    return r;
-}
-
 /* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos),
  * int32 bytes (passes._frame_shapes_ref): the user frames in event order, each one's place among
  * them, its shape (frames with equal subtrees: every event's cat, name, parsed frame, input dims and
  * children, in order; numbered by first appearance), its statement tokens (statements.frame_tokens)
- * as one flat index, and per event its position among its frame's tokens. Subtrees are hashed
- * bottom-up, and a hash match is checked event by event before two frames share a shape. */
+ * as one flat index, and per event its position among its frame's tokens. The subtrees are
+ * hash-consed bottom-up: an event's structure is its own fields and its children's structures, so
+ * two events share one when those compare equal (one event and its children at a time, exact). */
 static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     PyObject *cpu, *result = NULL;
     Py_buffer ov, kv, fv, iv;
     if (!PyArg_ParseTuple(args, "O!y*y*y*y*", &PyList_Type, &cpu, &ov, &kv, &fv, &iv)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(cpu), nk = kv.len / 4, nf = 0, nt = 0, nshape = 0;
+    Py_ssize_t n = PyList_GET_SIZE(cpu), nk = kv.len / 4, nf = 0, nt = 0, ns = 0, cap = 16;
     int32_t *frames = NULL, *place = NULL, *shape = NULL, *toff = NULL, *toks = NULL, *tpos = NULL;
-    int32_t *stack = NULL, *pos = NULL, *size = NULL, *chain = NULL, *rep = NULL, *head = NULL;
-    uint64_t *hash = NULL;
-    Py_ssize_t cap = 16;
+    int32_t *stack = NULL, *pos = NULL, *sid = NULL, *rep = NULL, *chain = NULL, *head = NULL, *code = NULL;
+    uint64_t *shash = NULL;
+    PyObject **scat = NULL, **sname = NULL, **sdims = NULL; /* each structure's own fields */
     if (ov.len / 4 != n + 1 || fv.len / 4 != n || iv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "frame_shapes: sizes differ");
         goto done;
     }
-    if (check_events(cpu) < 0) goto done;
+    /* each event read is checked to be this module's (check_events would read every event once more) */
     const int32_t *off = ov.buf, *kids = kv.buf, *fof = fv.buf, *fid = iv.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++)
         if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > nk) {
             PyErr_SetString(PyExc_ValueError, "frame_shapes: bad offsets");
             goto done;
         }
-    }
     for (Py_ssize_t j = 0; j < nk; j++)
         if (kids[j] < 0 || kids[j] >= n) { PyErr_SetString(PyExc_ValueError, "frame_shapes: bad child"); goto done; }
-    Py_ssize_t m = n ? n : 1;
+    Py_ssize_t m = n ? n : 1, inside = 0;
     frames = malloc(4 * m); place = malloc(4 * m); tpos = malloc(4 * m); toks = malloc(4 * m);
-    stack = malloc(4 * (m + nk)); pos = malloc(4 * m); size = malloc(4 * m); hash = malloc(8 * m);
-    if (!frames || !place || !tpos || !toks || !stack || !pos || !size || !hash) { PyErr_NoMemory(); goto done; }
+    stack = malloc(4 * (m + nk)); pos = malloc(4 * m); sid = malloc(4 * m);
+    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < n; i++) {
         place[i] = tpos[i] = -1;
-        pos[i] = -1; /* -1: not reached yet; else the next child to hash */
-        size[i] = 0; /* 0: not hashed yet */
+        pos[i] = -1; /* -1: not reached yet; else the next child to visit */
+        sid[i] = -1; /* -1: no structure yet */
+        if (fof[i] >= 0) inside++;
         if (fof[i] == i) { place[i] = (int32_t)nf; frames[nf++] = (int32_t)i; }
     }
-    /* each event's subtree hash and size, children first (an explicit post-order walk) */
+    cap = 1024; /* grows with the distinct structures (few where steps repeat): a small table stays in cache */
+    rep = malloc(4 * (inside ? inside : 1)); chain = malloc(4 * (inside ? inside : 1));
+    shash = malloc(8 * (inside ? inside : 1)); head = malloc(4 * cap);
+    scat = malloc(sizeof(PyObject *) * (inside ? inside : 1));
+    sname = malloc(sizeof(PyObject *) * (inside ? inside : 1));
+    sdims = malloc(sizeof(PyObject *) * (inside ? inside : 1));
+    if (!rep || !chain || !shash || !head || !scat || !sname || !sdims) { PyErr_NoMemory(); goto done; }
+    memset(head, 0xff, 4 * cap);
+    /* the structure of each event inside a user frame (all its descendants are), children first */
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (pos[r] >= 0) continue;
+        if (pos[r] >= 0 || fof[r] < 0) continue;
         Py_ssize_t sp = 0;
         stack[sp++] = (int32_t)r;
         pos[r] = 0;
@@ -2235,35 +2236,79 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
                     if (sp >= n) { PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
                     pos[c] = 0;
                     stack[sp++] = c;
-                } else if (!size[c]) { /* on the walk's stack: a cycle */
+                } else if (sid[c] < 0) { /* on the walk's stack: a cycle */
                     PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree");
                     goto done;
                 }
                 continue;
             }
+            sp--;
             Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+            if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
             Py_hash_t hc = PyObject_Hash(e->cat), hn = PyObject_Hash(e->name);
             if (hc == -1 || hn == -1) goto done;
             PyObject *d = dims_of(e);
             Py_hash_t hd = 0;
             if (d && (hd = PyObject_Hash(d)) == -1) goto done;
+            Py_ssize_t nc = off[i + 1] - off[i];
             uint64_t h = mix64(mix64(mix64((uint64_t)hc, (uint64_t)hn), (uint64_t)(int64_t)fid[i]), (uint64_t)hd);
-            h = mix64(h, (uint64_t)(off[i + 1] - off[i]));
-            int32_t sz = 1;
-            for (int32_t q = off[i]; q < off[i + 1]; q++) {
-                h = mix64(h, hash[kids[q]]);
-                sz += size[kids[q]];
+            h = mix64(h, (uint64_t)nc);
+            for (int32_t q = off[i]; q < off[i + 1]; q++) h = mix64(h, (uint64_t)(uint32_t)sid[kids[q]]);
+            size_t b = (size_t)(h & (cap - 1));
+            int32_t got = -1;
+            for (int32_t s = head[b]; s >= 0 && got < 0; s = chain[s]) {
+                int32_t g = rep[s];
+                if (shash[s] != h || off[g + 1] - off[g] != nc || fid[g] != fid[i]) continue;
+                if (!same(scat[s], e->cat) || !same(sname[s], e->name)) continue;
+                if (sdims[s] != d) {
+                    if (!sdims[s] || !d) continue;
+                    int eq = PyObject_RichCompareBool(sdims[s], d, Py_EQ);
+                    if (eq < 0) goto done;
+                    if (!eq) continue;
+                }
+                Py_ssize_t q = 0;
+                while (q < nc && sid[kids[off[g] + q]] == sid[kids[off[i] + q]]) q++;
+                if (q == nc) got = s;
             }
-            hash[i] = h;
-            size[i] = sz;
-            sp--;
+            if (got < 0) {
+                if (ns >= inside) { PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
+                if (2 * (ns + 1) > cap) { /* rehash into twice the buckets */
+                    int32_t *nh = malloc(4 * 2 * cap);
+                    if (!nh) { PyErr_NoMemory(); goto done; }
+                    free(head);
+                    head = nh;
+                    cap *= 2;
+                    memset(head, 0xff, 4 * cap);
+                    for (Py_ssize_t q = 0; q < ns; q++) {
+                        size_t qb = (size_t)(shash[q] & (cap - 1));
+                        chain[q] = head[qb];
+                        head[qb] = (int32_t)q;
+                    }
+                    b = (size_t)(h & (cap - 1));
+                }
+                got = (int32_t)ns++;
+                rep[got] = i;
+                shash[got] = h;
+                scat[got] = e->cat;
+                sname[got] = e->name;
+                sdims[got] = d;
+                chain[got] = head[b];
+                head[b] = got;
+            }
+            sid[i] = got;
         }
     }
     /* the statement tokens of each frame, in frame_tokens' order */
     toff = malloc(4 * (nf + 1));
-    if (!toff) { PyErr_NoMemory(); goto done; }
+    shape = malloc(4 * (nf ? nf : 1));
+    code = malloc(4 * (ns ? ns : 1));
+    if (!toff || !shape || !code) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t s = 0; s < ns; s++) code[s] = -1;
+    Py_ssize_t nshape = 0;
     for (Py_ssize_t k = 0; k < nf; k++) {
         int32_t f = frames[k];
+        if (code[sid[f]] < 0) code[sid[f]] = (int32_t)nshape++; /* shapes by first frame */
+        shape[k] = code[sid[f]];
         toff[k] = (int32_t)nt;
         Py_ssize_t sp = 0;
         for (int32_t q = off[f + 1] - 1; q >= off[f]; q--) stack[sp++] = kids[q];
@@ -2274,56 +2319,19 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
             tpos[i] = at++;
             toks[nt++] = i;
             Ev *e = (Ev *)PyList_GET_ITEM(cpu, i);
+            if (!PyObject_TypeCheck(e, &EvType)) { PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
             if (same(e->cat, S_user_annotation))
                 for (int32_t q = off[i + 1] - 1; q >= off[i]; q--) stack[sp++] = kids[q];
         }
     }
     toff[nf] = (int32_t)nt;
-    /* shapes: a chained table of hashes, each match checked in full */
-    while (cap < 2 * nf) cap <<= 1;
-    shape = malloc(4 * (nf ? nf : 1)); chain = malloc(4 * (nf ? nf : 1)); rep = malloc(4 * (nf ? nf : 1));
-    head = malloc(4 * cap);
-    int32_t *pairs = malloc(8 * m);
-    if (!shape || !chain || !rep || !head || !pairs) { free(pairs); PyErr_NoMemory(); goto done; }
-    memset(head, 0xff, 4 * cap);
-    for (Py_ssize_t k = 0; k < nf; k++) {
-        int32_t f = frames[k];
-        size_t b = (size_t)(hash[f] & (cap - 1));
-        int32_t got = -1;
-        for (int32_t s = head[b]; s >= 0 && got < 0; s = chain[s]) {
-            int32_t g = rep[s];
-            if (hash[g] != hash[f] || size[g] != size[f]) continue;
-            Py_ssize_t sp = 0;
-            int ok = 1;
-            pairs[sp++] = g; pairs[sp++] = f;
-            while (sp && ok) {
-                int32_t y = pairs[--sp], x = pairs[--sp];
-                Py_ssize_t na = off[x + 1] - off[x], nb = off[y + 1] - off[y];
-                ok = same_atom((Ev *)PyList_GET_ITEM(cpu, x), (Ev *)PyList_GET_ITEM(cpu, y), fid[x], fid[y], na, nb);
-                if (PyErr_Occurred()) { free(pairs); goto done; }
-                for (Py_ssize_t q = 0; ok && q < na; q++) {
-                    if (sp + 2 > 2 * m) { ok = 0; break; }
-                    pairs[sp++] = kids[off[x] + q];
-                    pairs[sp++] = kids[off[y] + q];
-                }
-            }
-            if (ok) got = (int32_t)s;
-        }
-        if (got < 0) {
-            got = (int32_t)nshape++;
-            rep[got] = f;
-            chain[got] = head[b];
-            head[b] = got;
-        }
-        shape[k] = got;
-    }
-    free(pairs);
     result = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)frames, nf * 4, (const char *)place, n * 4,
                            (const char *)shape, nf * 4, (const char *)toff, (nf + 1) * 4, (const char *)toks,
                            nt * 4, (const char *)tpos, n * 4);
 done:
     free(frames); free(place); free(shape); free(toff); free(toks); free(tpos);
-    free(stack); free(pos); free(size); free(chain); free(rep); free(head); free(hash);
+    free(stack); free(pos); free(sid); free(rep); free(chain); free(head); free(code); free(shash);
+    free(scat); free(sname); free(sdims);
     PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);
     return result;
 }
