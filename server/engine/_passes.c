@@ -2337,16 +2337,17 @@ done:
 }
 
 /* line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes
- * (passes._line_key_ids_ref): per event the number of its line key, from its frame's place in
+ * (passes._line_key_ids_ref): per item of line_tokens (each event's, or some of them) the number of
+ * its line key (or call group: Context._token_groups), from its frame's place in
  * ``base``: a statement token's events base + 1 + the token's position among its frame's tokens,
  * a frame's own line base; -1 without a line (NOKEY), -2 (or the frame's negative base) where the
  * key is asked event by event. */
 static PyObject *line_key_ids(PyObject *mod, PyObject *args) {
     Py_buffer tv, fv, pv, qv, bv;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*", &tv, &fv, &pv, &qv, &bv)) return NULL;
-    Py_ssize_t n = tv.len / 4, nb = bv.len / 4;
+    Py_ssize_t n = tv.len / 4, ne = fv.len / 4, nb = bv.len / 4; /* items, events, frames */
     PyObject *out = NULL;
-    if (fv.len / 4 != n || pv.len / 4 != n || qv.len / 4 != n) {
+    if (pv.len / 4 != ne || qv.len / 4 != ne) {
         PyErr_SetString(PyExc_ValueError, "line_key_ids: sizes differ");
         goto done;
     }
@@ -2358,8 +2359,8 @@ static PyObject *line_key_ids(PyObject *mod, PyObject *args) {
         int32_t c = lt[i], id = -2;
         if (c == NOKEY) id = -1;
         else {
-            int32_t f = c >= 0 ? (c < n ? fof[c] : -1) : -(c + 1);
-            int32_t k = f >= 0 && f < n ? place[f] : -1;
+            int32_t f = c >= 0 ? (c < ne ? fof[c] : -1) : -(c + 1);
+            int32_t k = f >= 0 && f < ne ? place[f] : -1;
             int32_t b = k >= 0 && k < nb ? base[k] : -2;
             if (b < 0) id = b;
             else if (c < 0) id = b;

@@ -258,14 +258,47 @@ class Context:
             m = self.model
             launcher = m.launcher
             if m.has_call_from:  # line_id reads the event, not its token
-                key = launcher
+                first, code = m.passes.codes(launcher)
+                groups = [self.line_id(launcher[k]) for k in first]
             else:
                 key = m.passes.take(self.line_tokens(), launcher, NO_LINE)
-            first, code = m.passes.codes(key)
-            line_id = self.line_id
-            groups = [line_id(launcher[k]) for k in first]
+                first, code = m.passes.codes(key)
+                groups = self._token_groups(m.passes.take(key, first, NO_LINE), launcher, first)
             got = self._columns["launch_groups"] = (groups, code)
         return got
+
+    def _token_groups(self, tokens: array, events: array, first: array) -> list:
+        """``line_id`` of line tokens (``tokens``, each of ``events[first[k]]``), as line_id would
+        give them one after another: the frames grouped in that order (the call groups' members
+        keep it), the groups once per frame shape and steps (CallGroups._group), read position by
+        position through the line_key_ids pass."""
+        m = self.model
+        sh = frame_shapes(m)
+        calls = self.calls
+        frames = m.passes.take(m.frame_of, tokens, -1)  # a token's frame (-1: a frame's own line, none)
+        base = array("i", [-2]) * len(sh.frames)
+        table: list = []
+        at: dict[int, int] = {}  # id(a frame's groups by position) -> where its groups start in table
+        for p in m.passes.codes(frames)[0]:  # the frames in order of first token
+            f = frames[p]
+            if f < 0:
+                continue
+            groups = calls._of.get(f)
+            if groups is None:
+                groups = calls._group(f)
+            b = at.get(id(groups))
+            if b is None:
+                fr = m.frames[f]
+                b = at[id(groups)] = len(table)
+                table.append(None)  # the frame's own line: asked of line_id (below)
+                table.extend([(fr.path, fr.line, fr.function, g) for g in groups])
+            base[sh.place[f]] = b
+        ids = m.passes.line_key_ids(tokens, m.frame_of, sh.place, sh.tokpos, base)
+        line_id = self.line_id
+        return [
+            table[g] if g >= 0 and (c >= 0) else line_id(events[k]) if c != NO_LINE else None
+            for g, c, k in zip(ids, tokens, first)
+        ]
 
     def launch_line_ids(self) -> array:
         """Per GPU event a number for its ``launch_lines`` group (equal groups, equal numbers; -1
@@ -468,8 +501,14 @@ class Context:
             return []
         fr = self.model.frames[self.model.line_source(self._placed[id(loc)][2])[0]]
         lines: dict[int, Optional[Site]] = {}
+        st, sh, seen = self.statements, frame_shapes(self.model), set()
         for f, t in self.calls.members.get((fr, group[3]), ()):
-            line, precision, site = self.statements.line_for(f, t, direct=True)
+            if not st.resumed(f):  # twins of one shape place the same position on the same line
+                twin = (st.shape_key(f), sh.tokpos[t])
+                if twin in seen:
+                    continue
+                seen.add(twin)
+            line, precision, site = st.line_for(f, t, direct=True)
             if precision == "statement" and line != loc.line and line not in lines:
                 lines[line] = site
                 if len(lines) >= most:

@@ -594,7 +594,8 @@ def _hot_sums_c(
 
 
 def _line_key_ids_ref(line_tokens: array, frame_of: array, place: array, tokpos: array, base: array) -> array:
-    """Per event the number of its line key (Context.line_key_ids) from its frame's place
+    """Per item of ``line_tokens`` (each event's, or some: Context._token_groups numbers call
+    groups so) the number of its line key (Context.line_key_ids) from its frame's place
     (``place``, frame_shapes') in ``base``: for a statement token's events base + 1 + the token's
     position among its frame's tokens (``tokpos``), for a frame's own line base; -1 without a
     line, the frame's negative base (-2) where the key is asked event by event."""
@@ -603,7 +604,7 @@ def _line_key_ids_ref(line_tokens: array, frame_of: array, place: array, tokpos:
         if c == NO_LINE:
             continue
         f = frame_of[c] if c >= 0 else ~c
-        b = base[place[f]] if place[f] >= 0 else -2
+        b = base[place[f]] if f >= 0 and place[f] >= 0 else -2
         out[i] = b if b < 0 or c < 0 else b + 1 + tokpos[c] if tokpos[c] >= 0 else -2
     return out
 
