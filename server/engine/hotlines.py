@@ -12,6 +12,7 @@ from typing import Optional
 from ...protocol.types import HotLine, KernelStat
 from . import kernels
 from .model import LAUNCH_CATS
+from .passes import NO_LINE
 
 
 def hot_lines(ctx) -> dict[tuple, HotLine]:
@@ -82,23 +83,7 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         if kss[n]:
             kstats[(h.trace_path, h.line)] = kss[n]
     _inclusive(ctx, line, of_key)
-    # the allocations by the key their owner's line is cached under (the owner itself where the
-    # trace names each op's line), in order of first sample, so each line is looked up once
-    ck = None if m.has_call_from else ctx.line_tokens()
-    allocated: dict[int, list] = {}  # key -> [its first owner, bytes]
-    get = allocated.get
-    for owner, nbytes in zip(m.memory.owner, m.memory.nbytes):
-        if owner >= 0 and nbytes > 0:
-            c = owner if ck is None else ck[owner]
-            got = get(c)
-            if got is None:
-                allocated[c] = [owner, nbytes]
-            else:
-                got[1] += nbytes
-    for owner, nbytes in allocated.values():
-        h = line(owner)
-        if h is not None:
-            h.bytes_allocated += nbytes
+    _allocated(ctx, ids, line)
     for k, h in hot.items():
         ks = kstats.get(k, {})
         top = sorted(ks.items(), key=lambda kv: -kv[1][2])[:5]
@@ -119,6 +104,31 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         ):
             setattr(h, f, round(getattr(h, f), 3))
     return hot
+
+
+def _allocated(ctx, ids: array, line) -> None:
+    """The allocations' bytes onto their owners' lines: summed by the key the owner's line is
+    cached under (the owner itself where the trace names each op's line), in order of first
+    sample, so each line is looked up once, through any owner of its key (the same key, the same
+    line) but where line_key is asked event by event (``ids``: -2): through the first that
+    allocated."""
+    m = ctx.model
+    mem = m.memory
+    keys = mem.owner if m.has_call_from else m.passes.take(ctx.line_tokens(), mem.owner, NO_LINE)
+    first, code = m.passes.codes(keys)
+    number = array("i", range(len(first)))
+    values = m.passes.take(keys, first, NO_LINE)
+    none = -1 if m.has_call_from else NO_LINE  # no owner, or one without a line: no line's bytes
+    if none in values:
+        number[values.index(none)] = -1  # the values are distinct
+    sums = m.passes.owner_sums(array("i", range(len(code))), m.passes.take(number, code, -1), mem.nbytes)
+    for k, nbytes in sums.items():
+        owner = mem.owner[first[k]]
+        if ids[owner] == -2:
+            owner = next(o for o, c, b in zip(mem.owner, code, mem.nbytes) if c == k and b > 0)
+        h = line(owner)
+        if h is not None:
+            h.bytes_allocated += nbytes
 
 
 def _asked(ctx) -> tuple[array, list]:
@@ -181,16 +191,17 @@ def _inclusive(ctx, line, of_key) -> None:
     backward kernel), to that line and to each statement up the user frames that called it."""
     m = ctx.model
     tok, cpu = m.token, m.cpu
+    spans = bytearray(m.passes.fixed_points(tok))  # the statement tokens, labels aside
+    for i in m.labels:
+        spans[i] = 0
     fids = m.frames._ids  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
     plumbing = {k for k, fr in enumerate(m.frames._table) if fr.function in CONTEXT_PLUMBING}
-    for i in compress(range(len(tok)), m.passes.fixed_points(tok)):  # the statement tokens
-        e = cpu[i]
-        cat = e.cat
-        if cat == "user_annotation" or (cat == "python_function" and fids[i] in plumbing):
+    for i in compress(range(len(tok)), spans):
+        if fids[i] in plumbing:
             continue
         h = line(i)
         if h is not None:
-            h.cpu_inclusive_us += e.dur
+            h.cpu_inclusive_us += cpu[i].dur
     for f in compress(range(len(cpu)), ctx.user_frames()):
         if ctx.calls_directly(f):
             h = of_key(ctx.caller_key(f))
@@ -200,6 +211,7 @@ def _inclusive(ctx, line, of_key) -> None:
         return
     _, sums, reps = m.passes.line_gpu_sums(m.launcher, ctx.line_tokens(), m.gpu)
     chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
+    same_chain: dict[tuple, list] = {}
 
     def above(f: int) -> list:
         got = chains.get(f)
@@ -216,14 +228,15 @@ def _inclusive(ctx, line, of_key) -> None:
         for k in range(len(fs) - 1, -1, -1):  # innermost last: build the chains outward in
             h = path[k]
             tail = ([h] if h is not None else []) + tail
-            chains[fs[k]] = tail
+            # one list per distinct chain: frames of one shape, one step after another, share theirs
+            tail = chains[fs[k]] = same_chain.setdefault(tuple(map(id, tail)), tail)
         return chains[fs[0]] if fs else tail
 
-    charged: dict[tuple, list] = {}  # (line, user frame) -> the distinct lines its GPU time goes to
+    charged: dict[tuple, list] = {}  # (line, chain above) -> the distinct lines its GPU time goes to
     for us_, li in zip(sums, reps):
         h0 = line(li)
         f, _ = m.line_source(li)
-        key = (id(h0), f)
+        key = (id(h0), id(above(f)) if f >= 0 else 0)
         onto = charged.get(key)
         if onto is None:
             onto, seen = [], set()
