@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import kernels, passes
-from .model import TraceModel
+from .model import COMPLEMENT, TraceModel
 from .windows import setup_intervals
 
 _dur = operator.attrgetter("dur")
@@ -152,7 +152,7 @@ def analyze(m: TraceModel) -> Analysis:
     spans, run = m.gpu_spans(), m.passes
     kinds = comm_of, kernel, copy = _kinds(m, gpu_class)
     launchers = set(m.launcher)
-    busy = merge(list(compress(spans, comm_of.translate(_FLIP))), run)
+    busy = merge(list(compress(spans, comm_of.translate(COMPLEMENT))), run)
     comm = merge(list(compress(spans, comm_of)), run)
     compute = merge(list(compress(spans, kernel)), run)
     lo, hi = active_window(m, busy or comm)
@@ -321,7 +321,6 @@ def _classes(m: TraceModel) -> list[str]:
     return list(map(classes.__getitem__, codes))
 
 
-_FLIP = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by bytes.translate
 _COPY_CATS = frozenset(COPY_CATS)
 
 
@@ -330,7 +329,7 @@ def _kinds(m: TraceModel, gpu_class: list[str]) -> tuple[bytes, bytes, bytes]:
     two without collectives), made at C speed."""
     cats = list(map(_cat, m.gpu))
     comm = bytes(map(kernels.COMMUNICATION.__eq__, gpu_class))
-    other = comm.translate(_FLIP)
+    other = comm.translate(COMPLEMENT)
     kernel = bytes(map(operator.and_, map("kernel".__eq__, cats), other))
     copy = bytes(map(operator.and_, map(_COPY_CATS.__contains__, cats), other))
     return comm, kernel, copy

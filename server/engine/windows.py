@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
-from array import array
 from collections import Counter
 from itertools import compress
 
 from .loader import LAUNCH_CATS
+from .model import negative
 
 # ---- steps without markers --------------------------------------------------------------------
 _NOT_STEPS = ("cuda_runtime", "cuda_driver", "Runtime", "overhead", "Trace")
@@ -189,7 +188,7 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
         e = cpu[i]
         out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
     # a name's calls that count: the launch calls and the top-level ops
-    counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), _negative(m.ops_above())))
+    counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), negative(m.ops_above())))
     for name, idx in m.named_groups():  # every non-python event, by name, in index order
         if _COMPILE.search(name):
             out.extend((cpu[i].ts, cpu[i].ts + cpu[i].dur, "torch.compile compiling") for i in idx)
@@ -208,15 +207,6 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
             _first_calls(m, name, group, out)
     out.sort()
     return out
-
-
-_SIGN = bytes(int(b >= 0x80) for b in range(256))
-
-
-def _negative(col: array) -> bytes:
-    """1 where an int32 column is negative: its values' sign bytes, translated."""
-    top = 3 if sys.byteorder == "little" else 0  # where each value's sign bit is
-    return col.tobytes()[top::4].translate(_SIGN)
 
 
 def _and(a: bytes, b: bytes) -> bytes:
