@@ -105,9 +105,13 @@ def test_torch_missing_in_the_programs_interpreter(tmp_path):
 @needs_torch
 def test_training_script(tmp_path):
     p = record(tmp_path, *FAST, "--format", "json", "--", sys.executable, "train_small.py")
-    assert p.returncode == 1, p.stderr  # a warning
     doc = doc_of(p)
     assert ("zero-grad-not-none", "train_small.py", 8) in findings(doc)
+    # analyze's exit codes: 1 for a warning or an error. The finding's severity follows the share
+    # of the step its fix gives back (1% is the warning bar), which a loaded machine's stalls in
+    # the profiled steps can push under it, so the status is checked against the severities.
+    warned = any(d["severity"] in ("warning", "error") for r in doc["reports"] for d in r["diagnostics"])
+    assert p.returncode == (1 if warned else 0), p.stderr
     (rep,) = doc["reports"]
     assert len(rep["summary"]["steps"]) == 3
     assert [s["name"] for s in rep["summary"]["steps"]] == [
