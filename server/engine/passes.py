@@ -1382,7 +1382,7 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "points_into",
-            "the events whose column points into a set (unfused-attention's backward ops)",
+            "the events whose column points into a set (unfused-attention's backward ops, set-up's counted calls)",
             _points_into_ref,
             _points_into_c,
         ),

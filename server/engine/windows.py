@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 import statistics
+from array import array
 from collections import Counter
-from itertools import compress
 
 from .loader import LAUNCH_CATS
 from .model import negative
@@ -189,12 +189,13 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
         out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
     # a name's calls that count: the launch calls and the top-level ops
     counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), negative(m.ops_above())))
+    run = m.passes
     for name, idx in m.named_groups():  # every non-python event, by name, in index order
         if _COMPILE.search(name):
             out.extend((cpu[i].ts, cpu[i].ts + cpu[i].dur, "torch.compile compiling") for i in idx)
             continue
         if name in SETUP_CALLS:
-            rest = []
+            rest = array("i")  # an index column, as the passes read it
             for i in idx:
                 e = cpu[i]
                 if e.dur >= SETUP_CALL_US:
@@ -202,7 +203,7 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
                 else:
                     rest.append(i)
             idx = rest
-        group = list(compress(idx, map(counted.__getitem__, idx)))
+        group = run.take(idx, run.points_into(idx, counted), -1).tolist()  # those counted, at C speed
         if len(group) >= 2:
             _first_calls(m, name, group, out)
     out.sort()
