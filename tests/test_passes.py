@@ -19,7 +19,9 @@ from profd.server.engine import loader, model, passes
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from snapshot import cases, report_bytes  # noqa: E402
 
-pytestmark = pytest.mark.skipif(passes.native() is None, reason="the _scan extension is not built")
+pytestmark = pytest.mark.skipif(
+    passes.native() is None, reason=passes.STALE or "the _scan extension is not built"
+)
 
 CASES = cases()
 RAN: set[str] = set()  # the passes some case ran both ways (test_every_pass_ran)

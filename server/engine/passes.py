@@ -35,6 +35,39 @@ try:
 except ImportError:  # no compiler where it was installed: the reference alone, slower and larger
     _BUILT = None
 
+NATIVE_SOURCES = ("_scan.c", "_passes.c", "_scan.h")
+
+
+def stale_build(built: str, sources: tuple = NATIVE_SOURCES) -> Optional[str]:
+    """Why the extension at ``built`` may not match the Python that calls it, or None: a source
+    beside it (a checkout, an editable install) changed after it was built. A ``git pull`` that
+    brings new passes without a rebuild left an extension that lacks them, and every analysis
+    failed on a missing attribute. A wheel ships no sources beside its build: never stale."""
+    here = os.path.dirname(built)
+    try:
+        at = os.stat(built).st_mtime
+        newer = [
+            f
+            for f in sources
+            if os.path.exists(os.path.join(here, f)) and os.stat(os.path.join(here, f)).st_mtime > at
+        ]
+    except OSError:
+        return None
+    if not newer:
+        return None
+    return (
+        f"profd's native layer ({os.path.basename(built)}) is older than {', '.join(newer)}: running the "
+        "Python passes instead (slower); rebuild it with `pip install -e .`"
+    )
+
+
+STALE = stale_build(_BUILT.__file__) if _BUILT is not None and getattr(_BUILT, "__file__", None) else None
+if STALE:
+    import warnings
+
+    warnings.warn(STALE, RuntimeWarning, stacklevel=2)
+    _BUILT = None
+
 enabled = os.environ.get("PROFD_NATIVE", "").strip() != "0"
 
 
