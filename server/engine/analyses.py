@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import kernels, passes
-from .model import COMPLEMENT, TraceModel
+from .model import TraceModel
+from .passes import COMPLEMENT
 from .windows import setup_intervals
 
 _dur = operator.attrgetter("dur")

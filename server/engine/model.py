@@ -25,6 +25,7 @@ from typing import Optional
 
 from . import passes
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
+from .passes import COMPLEMENT, negative
 from .passes import int64 as _int64
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
@@ -65,16 +66,6 @@ LABELS_AMONG_OPS = frozenset({"Operator"})
 _ts = attrgetter("ts")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_SIGN = bytes(int(b >= 0x80) for b in range(256))  # a sign byte -> 1 for a negative value
-COMPLEMENT = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by bytes.translate
-
-
-def negative(col: array) -> bytes:
-    """1 where an int32 column is negative: its values' sign bytes, translated (one C loop, not
-    one call an event)."""
-    size = col.itemsize
-    top = size - 1 if sys.byteorder == "little" else 0  # where each value's sign bit is
-    return col.tobytes()[top::size].translate(_SIGN)
 
 
 # Top-level packages whose frames are never "user code" even when the trace strips site-packages.

@@ -17,7 +17,7 @@ from array import array
 from collections import Counter
 
 from .loader import LAUNCH_CATS
-from .model import negative
+from .passes import negative
 
 # ---- steps without markers --------------------------------------------------------------------
 _NOT_STEPS = ("cuda_runtime", "cuda_driver", "Runtime", "overhead", "Trace")
