@@ -262,8 +262,7 @@ def step_gpu(m: TraceModel, gpu_class: list[str], kinds: Optional[tuple] = None)
             wait[k] += min(e.dur, m.steps[k].end - e.ts)
     main = m.tindex.starts.get(m.main_thread, ()) if m.main_thread is not None else ()
     out = []
-    for s, iv, cp, w in zip(m.steps, per, per_copy, wait):
-        merged, copies = iv, cp  # merged already
+    for s, merged, copies, w in zip(m.steps, per, per_copy, wait):  # merge_groups merged them
         both = run.merge(merged + copies)
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
         out.append(
