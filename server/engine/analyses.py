@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import bisect
 import operator
+import sys
 from array import array
+from functools import reduce
 from itertools import compress
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable
 
 from . import kernels, passes
 from .model import TraceModel
@@ -18,7 +20,6 @@ from .passes import COMPLEMENT
 from .windows import setup_intervals
 
 _dur = operator.attrgetter("dur")
-_cat = operator.attrgetter("cat")
 
 
 class Intervals(list):
@@ -71,6 +72,26 @@ def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[
 
 
 @dataclass
+class GpuKeys:
+    """The GPU events by the key they are classified by (the gpu_keys pass): the distinct keys
+    (name, category, the op above the launch call), each event's number into them and each key's
+    kernel class. A question about the events is asked once per key, not once per event."""
+
+    keys: list[tuple]
+    codes: array  # per GPU event, its key's place in keys
+    classes: list[str]  # per key, its class
+
+    def mask(self, flag: Callable[[tuple, str], bool]) -> bytes:
+        """1 for the GPU events whose key (and its class) ``flag`` holds for."""
+        table = bytes(bool(flag(k, c)) for k, c in zip(self.keys, self.classes))
+        codes = self.codes
+        if len(table) <= 256:  # each code fits its low byte: one translation, at C speed
+            low = 0 if sys.byteorder == "little" else codes.itemsize - 1
+            return codes.tobytes()[low :: codes.itemsize].translate(table.ljust(256, b"\0"))
+        return bytes(map(table.__getitem__, codes))
+
+
+@dataclass
 class Analysis:
     window: tuple[float, float]
     busy: list[tuple[float, float]]  # merged GPU busy intervals (all streams; kernels, copies, memsets)
@@ -100,6 +121,9 @@ class Analysis:
     copy_us: float = 0.0
     work_us: float = 0.0
     step_copy: list[float] = field(default_factory=list)  # per step, copy-engine time inside its range
+    keys: GpuKeys = field(default_factory=lambda: GpuKeys([], array("i"), []))  # (the GPU events')
+    # GPU time per kernel class, the classes in order of first event (each summed in event order)
+    class_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def copy_pct(self) -> float | None:
@@ -143,7 +167,8 @@ class Analysis:
 
 
 def analyze(m: TraceModel) -> Analysis:
-    gpu_class = _classes(m)
+    keys = _classes(m)
+    gpu_class = list(map(keys.classes.__getitem__, keys.codes))
     # Collectives spin while they wait for a peer: their time is not the GPU computing, so the
     # busy share that decides the verdict leaves them out (they are reported on their own). So do
     # DMA copies and memsets, which run on the copy engines while the SMs wait (HTA's compute share
@@ -151,20 +176,23 @@ def analyze(m: TraceModel) -> Analysis:
     # ``busy``/``work_us`` hold both, for the rules that ask whether the GPU had work queued at a
     # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
     spans, run = m.gpu_spans(), m.passes
-    kinds = comm_of, kernel, copy = _kinds(m, gpu_class)
+    kinds = comm_of, kernel, copy = _kinds(keys)
     launchers = set(m.launcher)
     busy = merge(list(compress(spans, comm_of.translate(COMPLEMENT))), run)
     comm = merge(list(compress(spans, comm_of)), run)
     compute = merge(list(compress(spans, kernel)), run)
     lo, hi = active_window(m, busy or comm)
+    durs = list(map(_dur, m.gpu))
     a = Analysis(
         window=(lo, hi),
         busy=busy,
         busy_us=covered(compute, lo, hi),
         cpu_total_us=_cpu_total(m),
-        cuda_total_us=sum(map(_dur, m.gpu)),
+        cuda_total_us=sum(durs),
         gpu_class=gpu_class,
         launches=len(launchers) - (-1 in launchers),  # a launcher is a cpu index, or -1
+        keys=keys,
+        class_us=_class_us(keys, durs),
     )
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
@@ -177,7 +205,7 @@ def analyze(m: TraceModel) -> Analysis:
     a.copy_us = covered(a.copies, lo, hi)
     a.work_us = covered(busy, lo, hi)
     a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
-    a.step_gpu = step_gpu(m, gpu_class, kinds)
+    a.step_gpu = step_gpu(m, kinds)
     setup = merge([(x, y) for x, y, _ in setup_intervals(m)], run)
     setup_us = covered(setup, lo, hi)
     if setup_us >= SETUP_MIN_US and setup_us >= SETUP_MIN_SHARE * (hi - lo):
@@ -234,7 +262,7 @@ class StepGpu:
         return max(scaled, self.wait_us, self.cpu_us - self.events * MAX_US_PER_EVENT)
 
 
-def step_gpu(m: TraceModel, gpu_class: list[str], kinds: Optional[tuple] = None) -> list[StepGpu]:
+def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
     """Per step, the GPU work launched from inside its CPU range (by the launch call's start):
     its kernels less collectives, as the busy share counts them (a collective spins while it
     waits for a peer), and apart from them its copies and memsets (the copy engines). The span
@@ -242,7 +270,7 @@ def step_gpu(m: TraceModel, gpu_class: list[str], kinds: Optional[tuple] = None)
 
     When the CPU runs far ahead (a long closing sync), ProfilerStep ranges measure how fast the
     CPU queues work, not how long the GPU needs for it: a step is as long as the longer of the two.
-    ``kinds``: the GPU events' masks (``_kinds``) when the caller made them already.
+    ``kinds``: the GPU events' masks (``_kinds``).
     """
     if not m.steps:
         return []
@@ -251,7 +279,7 @@ def step_gpu(m: TraceModel, gpu_class: list[str], kinds: Optional[tuple] = None)
     cpu, run = m.cpu, m.passes
     # each launched event's step, by its launch call's start (-1: none), and which of them count
     step = run.step_of(m.launcher, m.cpu_starts(), array("d", starts), array("d", ends))
-    _, kernel, copy = kinds or _kinds(m, gpu_class)
+    _, kernel, copy = kinds
     per = run.merge_groups(m.gpu_spans(), step, kernel, len(m.steps))
     per_copy = run.merge_groups(m.gpu_spans(), step, copy, len(m.steps))
     wait = [0.0] * len(m.steps)
@@ -314,24 +342,32 @@ def _cpu_total(m: TraceModel) -> float:
     return m.passes.cpu_total(m.cpu, m.parent)
 
 
-def _classes(m: TraceModel) -> list[str]:
-    """Each GPU event's kernel class, classified once per distinct (name, category, launching op)."""
+def _classes(m: TraceModel) -> GpuKeys:
+    """The GPU events' keys and their kernel classes, classified once per distinct (name,
+    category, launching op)."""
     keys, codes = m.passes.gpu_keys(m.gpu, m.launcher, m.ops_above(), m.cpu)
-    classes = [kernels.classify(*key) for key in keys]
-    return list(map(classes.__getitem__, codes))
+    return GpuKeys(keys, codes, [kernels.classify(*key) for key in keys])
+
+
+def _class_us(keys: GpuKeys, durs: list[float]) -> dict[str, float]:
+    """GPU time per kernel class, the classes in order of first event, each class's durations
+    added one after another in event order (as a loop over the events adds them; ``sum`` of
+    floats compensates from Python 3.12 on, which would change the last bits)."""
+    out: dict[str, float] = {}
+    for cls in dict.fromkeys(keys.classes):
+        out[cls] = reduce(operator.add, compress(durs, keys.mask(lambda k, c: c == cls)), 0.0)
+    return out
 
 
 _COPY_CATS = frozenset(COPY_CATS)
 
 
-def _kinds(m: TraceModel, gpu_class: list[str]) -> tuple[bytes, bytes, bytes]:
+def _kinds(keys: GpuKeys) -> tuple[bytes, bytes, bytes]:
     """Masks over the GPU events: the collectives, the kernels and the copies or memsets (these
-    two without collectives), made at C speed."""
-    cats = list(map(_cat, m.gpu))
-    comm = bytes(map(kernels.COMMUNICATION.__eq__, gpu_class))
-    other = comm.translate(COMPLEMENT)
-    kernel = bytes(map(operator.and_, map("kernel".__eq__, cats), other))
-    copy = bytes(map(operator.and_, map(_COPY_CATS.__contains__, cats), other))
+    two without collectives), asked once per key."""
+    comm = keys.mask(lambda k, c: c == kernels.COMMUNICATION)
+    kernel = keys.mask(lambda k, c: k[1] == "kernel" and c != kernels.COMMUNICATION)
+    copy = keys.mask(lambda k, c: k[1] in _COPY_CATS and c != kernels.COMMUNICATION)
     return comm, kernel, copy
 
 

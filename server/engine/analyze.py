@@ -255,9 +255,7 @@ def _int_or_none(v) -> Optional[int]:
 
 def _summary(ctx: Context) -> Summary:
     m, a = ctx.model, ctx.a
-    classes: dict[str, float] = {}
-    for g, e in enumerate(m.gpu):
-        classes[a.gpu_class[g]] = classes.get(a.gpu_class[g], 0.0) + e.dur
+    classes = a.class_us
     steps = [
         Step(
             name=s.name,
@@ -281,7 +279,7 @@ def _summary(ctx: Context) -> Summary:
         steps=steps,
         kernel_classes={k: round(v, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
         launches=a.launches,
-        kernels=sum(1 for e in m.gpu if e.cat == "kernel"),
+        kernels=a.keys.mask(lambda k, c: k[1] == "kernel").count(1),
         notes=_window_notes(m, a) + _unread_notes(m) + ctx.unmapped_notes(),
         copy_busy_pct=round(a.copy_pct, 2) if a.copy_pct is not None and m.gpu else None,
         steps_from=m.steps_from,

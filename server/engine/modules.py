@@ -785,12 +785,21 @@ def describe(idx: ModuleIndex, weighted: Iterable[tuple[int, float]]) -> Optiona
     ``GPT2Attention.c_attn`` (12 instances, 40%); None when none ran in a module."""
     weight: dict[str, float] = {}
     nodes: dict[str, set[int]] = {}
+    names: dict[int, str] = {}  # node -> its generic name, made once per node
+    pairs = list(weighted)
+    if not idx.events:
+        return None
+    m = idx.m
+    at = m.passes.module_nodes(  # node_at of every event, in one pass
+        array("i", [i for i, _ in pairs]), m.frame_of, m.fwd_of, idx.above, idx.node_of_event, True
+    )[0]
     total = 0.0
-    for i, w in weighted:
+    for (_, w), k in zip(pairs, at):
         total += w
-        k = idx.node_at(i)
         if k >= 0:
-            name = generic_name(idx, k)
+            name = names.get(k)
+            if name is None:
+                name = names[k] = generic_name(idx, k)
             weight[name] = weight.get(name, 0.0) + w
             nodes.setdefault(name, set()).add(k)
     if not weight:

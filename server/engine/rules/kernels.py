@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ast
-from itertools import repeat
+from itertools import compress, repeat
 from operator import itemgetter
 from array import array
 import math
@@ -59,9 +59,7 @@ def kernel_class(ctx: Context) -> Iterable[Diagnostic]:
     m, a = ctx.model, ctx.a
     if not m.gpu:
         return
-    per: dict[str, float] = {}
-    for g, e in enumerate(m.gpu):
-        per[a.gpu_class[g]] = per.get(a.gpu_class[g], 0.0) + e.dur
+    per = a.class_us
     total = sum(per.values()) or 1.0
     parts = ", ".join(f"{c} {pct(100 * t / total)}" for c, t in sorted(per.items(), key=lambda kv: -kv[1]))
     yield ctx.diag(
@@ -261,15 +259,16 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     fp32 = 0.0
     names: dict[str, float] = {}
     launches: list[tuple[int, float]] = []
-    for g, e in enumerate(m.gpu):
-        if a.gpu_class[g] != K.GEMM or not K.is_fp32_simt_gemm(e.name):
-            continue
+    # the fp32 CUDA-core GEMMs, asked once per kernel key; their launch lines by number (equal
+    # line_id groups, equal numbers)
+    gpu, launcher, line_ids = m.gpu, m.launcher, ctx.launch_line_ids()
+    for g in compress(range(len(gpu)), a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
+        e = gpu[g]
         fp32 += e.dur
         names[e.name] = names.get(e.name, 0.0) + e.dur
-        li = m.launcher[g]
+        li = launcher[g]
         launches.append((li, e.dur))
-        k = ctx.line_id(li)
-        lines.setdefault(k, [0.0, li])[0] += e.dur
+        lines.setdefault(line_ids[g], [0.0, li])[0] += e.dur
     if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
         return
     top_line = max(lines.items(), key=lambda kv: kv[1][0])
