@@ -359,6 +359,23 @@ class Context:
             got = self._columns["gpu_counts_under"] = m.passes.ancestor_sums(m.parent, own)
         return got
 
+    def memory_rows(self) -> tuple[array, int]:
+        """The rows of ``model.memory`` the memory rules read: the GPU allocator's samples, else
+        (none has device type 1, CUDA) all of them, the CPU one's; and the first of those rows
+        with the peak Total Allocated (-1 without rows). Made once, for the three memory rules."""
+        got = self._columns.get("memory_rows")
+        if got is None:
+            mem = self.model.memory
+            rows = self.model.passes.points_into(mem.device_type, b"\0\1")  # device type 1
+            if not rows:
+                rows = array("i", range(len(mem.device_type)))
+            peak = -1
+            if rows:
+                level = list(map(mem.total_allocated.__getitem__, rows))
+                peak = rows[level.index(max(level))]
+            got = self._columns["memory_rows"] = (rows, peak)
+        return got
+
     @property
     def mean_step_us(self) -> float:
         """The mean step, each the longer of its CPU range and its GPU work (analyses.step_gpu)."""

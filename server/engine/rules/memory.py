@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from itertools import compress
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
@@ -19,13 +18,6 @@ CHILD_PEAK_SHARE = 0.05  # ... and at least this share of the peak,
 CHILD_SELF_SHARE = 0.10  # while allocating at most this share itself.
 CHILD_ONE_HELPER = 0.9  # one helper holding this share makes the scope a wrapper around it
 CHILD_MAX_FINDINGS = 3
-
-
-def _device_rows(m) -> array:
-    """Rows of ``m.memory`` (a column table) for the GPU allocator, else the CPU one."""
-    dt = m.memory.device_type
-    rows = array("i", compress(range(len(dt)), map(CUDA.__eq__, dt)))  # C-speed scans
-    return rows or array("i", compress(range(len(dt)), map(CUDA.__ne__, dt)))
 
 
 # record_function labels torch and its libraries put on their own work: not the user's scopes
@@ -98,11 +90,11 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
     Shown by: examples/recorded/memory_scope_helpers.json.gz
     """
     m = ctx.model
-    rows = _device_rows(m)
+    rows, top = ctx.memory_rows()  # the GPU allocator's rows (else the CPU one's), the peak's
     if not rows:
         return
     mem = m.memory
-    peak = max(map(mem.total_allocated.__getitem__, rows)) or 1
+    peak = mem.total_allocated[top] or 1
     by_owner = m.passes.owner_sums(rows, mem.owner, mem.nbytes)
     total_b = _ancestor_sums(m, by_owner)
     is_scope = _scopes(ctx)
@@ -222,10 +214,10 @@ def memory_peak(ctx: Context) -> Iterable[Diagnostic]:
     Shown by: examples/seed_n4096_bf16.json.gz
     """
     m = ctx.model
-    rows = _device_rows(m)
+    rows, top = ctx.memory_rows()
     if not rows:
         return
-    peak = m.memory[max(rows, key=m.memory.total_allocated.__getitem__)]
+    peak = m.memory[top]
     total_mem = m.device.totalGlobalMem if m.device is not None and peak.device_type == CUDA else None
     share = f" ({100 * peak.total_allocated / total_mem:.1f}% of the device)" if total_mem else ""
     summed = m.memory.totals_summed
@@ -291,7 +283,7 @@ def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     """
     m = ctx.model
     steps = m.steps
-    rows = _device_rows(m)
+    rows, top = ctx.memory_rows()
     if len(steps) < 3 or not rows:
         return
     mem = m.memory
@@ -323,7 +315,7 @@ def memory_growth(ctx: Context) -> Iterable[Diagnostic]:
     top_b, top_o, top_key = lines[0]
     cuda = mem.device_type[rows[0]] == CUDA
     total_mem = m.device.totalGlobalMem if cuda and m.device is not None else None
-    peak = max(map(mem.total_allocated.__getitem__, rows))
+    peak = mem.total_allocated[top]
     left = (
         f"; at this rate the device's {mib(total_mem)} fill in about {(total_mem - peak) / rise:,.0f} more steps"
         if total_mem and total_mem > peak
