@@ -210,3 +210,56 @@ def test_a_native_pass_reads_only_events_from_its_event_lists(monkeypatch):
                 continue
             assert passes.differs(want, got) is None, f"{name} read argument {k}'s floats"
     assert {"classify", "nest", "frames", "owners", "launchers", "hot_sums", "cpu_total"} <= checked
+
+
+def test_launchers_join_ids_repeated_across_processes_as_its_reference(tmp_path):
+    """Synthetic (no real trace repeats correlation ids across processes this often): launch calls
+    of four processes, pids written 1, 1.0 (equal to 1), "1" (not equal to it) and 2, sharing ids,
+    some called twice; kernels of each id. The native join (one table keyed by id)
+    gives each kernel the call the reference's dicts do: the (pid, id) first seen last, its last
+    call."""
+    import json
+    import random
+
+    rng = random.Random(7)
+    events = []
+    for k in range(400):
+        pid = rng.choice([1, 1.0, "1", 2])
+        corr = rng.randrange(0, 60)
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": pid,
+                "tid": 1,
+                "ts": float(k),
+                "dur": 0.5,
+                "args": {"correlation": corr},
+            }
+        )
+    for k in range(80):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{k % 5}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 500.0 + k,
+                "dur": 0.2,
+                "args": {"correlation": k},
+            }
+        )
+    path = _write(tmp_path, "ids.json", json.dumps({"traceEvents": events}).encode())
+    evs = list(loader.load(path)[0].traceEvents)
+    assert passes.for_events(evs) is passes.NATIVE
+    cpu = [e for e in evs if e.cat == "cuda_runtime"]
+    gpu = [e for e in evs if e.cat == "kernel"]
+    launches = __import__("array").array("i", range(len(cpu)))
+    p = passes.PASSES["launchers"]
+    ref, got = p.reference(cpu, launches, gpu), p.native(cpu, launches, gpu)
+    assert passes.differs(ref, got) is None
+    assert sum(1 for i in ref if i >= 0) > 40  # most kernels found their call
+    pids = {type(e.pid) for e in cpu}
+    assert {int, str} <= pids, pids

@@ -872,16 +872,32 @@ done:
 /* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
  * the runtime/driver calls) with its correlation id, -1 when none: passes._launchers_ref's join, with its
  * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
- * last call). */
+ * last call). One open-addressing table keyed by id holds a row per (pid, id): its first launch
+ * (the reference's dict order) and its last call; an id's winner is its row first seen last. No
+ * Python object per launch or per GPU event (the dicts of (pid, id) tuples and ints cost 4x). */
+typedef struct {
+    int64_t corr;
+    PyObject *pid; /* borrowed from the event; NULL: an empty slot */
+    Py_ssize_t first; /* the launch (k) that first had this (pid, id) */
+    int32_t last; /* its last call */
+} CorrRow;
+
+static inline size_t corr_slot(int64_t c, size_t mask) {
+    uint64_t h = (uint64_t)c * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h ^ (h >> 29)) & mask;
+}
+
 static PyObject *launchers(PyObject *mod, PyObject *args) {
     PyObject *cpu, *gpu;
     Py_buffer lv;
     if (!PyArg_ParseTuple(args, "O!y*O!", &PyList_Type, &cpu, &lv, &PyList_Type, &gpu)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), nl = lv.len / 4, ng = PyList_GET_SIZE(gpu);
-    PyObject *by_pair = NULL, *by_corr = NULL, *out = NULL;
-    by_pair = PyDict_New();
-    by_corr = PyDict_New();
-    if (!by_pair || !by_corr) goto done;
+    PyObject *out = NULL;
+    size_t cap = 16;
+    while (cap < (size_t)nl * 2) cap <<= 1;
+    size_t mask = cap - 1;
+    CorrRow *rows = calloc(cap, sizeof(CorrRow));
+    if (!rows) { PyErr_NoMemory(); goto done; }
     const int32_t *launch = lv.buf;
     for (Py_ssize_t k = 0; k < nl; k++) {
         int32_t i = launch[k];
@@ -889,16 +905,17 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         Ev *e = ev_at(cpu, i);
         if (!e) goto done;
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
-        PyObject *c = PyLong_FromLongLong(e->corr), *key = c ? PyTuple_Pack(2, e->pid, c) : NULL,
-                 *v = key ? PyLong_FromLong(i) : NULL;
-        int bad = !v || PyDict_SetItem(by_pair, key, v) < 0;
-        Py_XDECREF(c); Py_XDECREF(key); Py_XDECREF(v);
-        if (bad) goto done;
+        size_t j = corr_slot(e->corr, mask);
+        for (;; j = (j + 1) & mask) {
+            CorrRow *r = &rows[j];
+            if (!r->pid) { r->corr = e->corr; r->pid = e->pid; r->first = k; r->last = i; break; }
+            if (r->corr != e->corr) continue;
+            /* the same id: the same process (the key's equality, as the dict's) or another row */
+            int eq = r->pid == e->pid ? 1 : PyObject_RichCompareBool(r->pid, e->pid, Py_EQ);
+            if (eq < 0) goto done;
+            if (eq) { r->last = i; break; }
+        }
     }
-    Py_ssize_t pos = 0;
-    PyObject *key, *v;
-    while (PyDict_Next(by_pair, &pos, &key, &v))
-        if (PyDict_SetItem(by_corr, PyTuple_GET_ITEM(key, 1), v) < 0) goto done;
     out = PyBytes_FromStringAndSize(NULL, ng * 4);
     if (!out) goto done;
     int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
@@ -907,15 +924,12 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         if (!e) { Py_CLEAR(out); goto done; }
         o[g] = -1;
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
-        PyObject *c = PyLong_FromLongLong(e->corr);
-        if (!c) { Py_CLEAR(out); goto done; }
-        PyObject *hit = PyDict_GetItemWithError(by_corr, c);
-        Py_DECREF(c);
-        if (hit) o[g] = (int32_t)PyLong_AsLong(hit);
-        else if (PyErr_Occurred()) { Py_CLEAR(out); goto done; }
+        Py_ssize_t best = -1;
+        for (size_t j = corr_slot(e->corr, mask); rows[j].pid; j = (j + 1) & mask)
+            if (rows[j].corr == e->corr && rows[j].first > best) { best = rows[j].first; o[g] = rows[j].last; }
     }
 done:
-    Py_XDECREF(by_pair); Py_XDECREF(by_corr);
+    free(rows);
     PyBuffer_Release(&lv);
     return out;
 }
