@@ -238,6 +238,47 @@ static PyObject *gpu_role(Ev *e) {
     return S_kernel;
 }
 
+/* What classify asks of each X event's category, kept for the first MEMO_N categories met (a
+ * trace has a dozen): its role in ``roles`` (NULL: none), whether it is a label category (-1: not
+ * asked yet), and where an event of that role goes (0 nowhere, 1 gpu, 2 cpu by thread, 3 gpu
+ * annotations). Three hash lookups an event otherwise. Holds its categories. */
+#define MEMO_N 16
+typedef struct {
+    PyObject *cat[MEMO_N], *role[MEMO_N];
+    signed char label[MEMO_N];
+    int n;
+} CatMemo;
+
+static void memo_clear(CatMemo *m) {
+    for (int k = 0; k < m->n; k++) Py_DECREF(m->cat[k]);
+    m->n = 0;
+}
+
+/* The memo's slot for cat, made with its role on first sight; -1 when full (the caller looks it
+ * up), -2 on error. */
+static int memo_slot(CatMemo *m, PyObject *cat, PyObject *roles) {
+    for (int k = 0; k < m->n; k++)
+        if (m->cat[k] == cat) return k;
+    if (m->n == MEMO_N) return -1;
+    PyObject *role = PyDict_GetItemWithError(roles, cat); /* borrowed: roles lives through the pass */
+    if (!role && PyErr_Occurred()) return -2;
+    int k = m->n++;
+    Py_INCREF(cat);
+    m->cat[k] = cat;
+    m->role[k] = role;
+    m->label[k] = -1;
+    return k;
+}
+
+/* Where an event of ``role`` goes (the memo's third answer). */
+static int role_place(PyObject *role, PyObject *gpu_cats, PyObject *cpu_cats) {
+    int r = PySet_Contains(gpu_cats, role);
+    if (r) return r < 0 ? -1 : 1;
+    r = PySet_Contains(cpu_cats, role);
+    if (r) return r < 0 ? -1 : 2;
+    return same(role, S_gpu_ann) ? 3 : 0;
+}
+
 /* classify(events, roles, label_cats, cpu_cats, gpu_cats) -> (by_thread, gpu, gpu_annotations,
  * memory_samples, flows_s, flows_f, thread_names, unread): the model's first pass (passes._classify_ref,
  * the same in Python); events get the category of their role. */
@@ -249,6 +290,9 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
     PyObject *by_thread = PyDict_New(), *gpu = PyList_New(0), *ann = PyList_New(0), *mem = PyList_New(0),
              *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New(), *unread = PyDict_New();
     PyObject *last_pid = NULL, *last_tid = NULL, *last_list = NULL;
+    PyObject *place_role[MEMO_N]; /* the roles whose place is known, and their places */
+    int place_of[MEMO_N], nplace = 0;
+    CatMemo memo = {.n = 0};
     if (!by_thread || !gpu || !ann || !mem || !fs || !ff || !names || !unread) goto fail;
     Py_ssize_t n = PyList_GET_SIZE(events);
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -256,12 +300,16 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
         if (!e) goto fail;
         PyObject *ph = e->ph;
         if (same(ph, S_X)) {
-            PyObject *role = PyDict_GetItemWithError(roles, e->cat); /* borrowed */
+            int k = memo_slot(&memo, e->cat, roles);
+            if (k == -2) goto fail;
+            PyObject *role = k >= 0 ? memo.role[k] : PyDict_GetItemWithError(roles, e->cat); /* borrowed */
             if (!role && PyErr_Occurred()) goto fail;
             if (role && role != Py_None && same(role, S_cpu_op) && PyUnicode_FindChar(e->name, '#', 0,
                     PyUnicode_GET_LENGTH(e->name), 1) >= 0) {
-                int lc = PySet_Contains(label_cats, e->cat);
+                int lc = k >= 0 ? memo.label[k] : -1;
+                if (lc < 0) lc = PySet_Contains(label_cats, e->cat);
                 if (lc < 0) goto fail;
+                if (k >= 0) memo.label[k] = (signed char)lc;
                 if (lc) role = S_user_annotation;
             }
             if (!role) {
@@ -280,12 +328,18 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
                 Py_INCREF(role);
                 Py_SETREF(e->cat, role);
             }
-            int r = PySet_Contains(gpu_cats, e->cat);
-            if (r < 0) goto fail;
-            if (r) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
-            r = PySet_Contains(cpu_cats, e->cat);
-            if (r < 0) goto fail;
-            if (r) {
+            int place = -1;
+            for (int q = 0; q < nplace; q++)
+                if (place_role[q] == role) { place = place_of[q]; break; }
+            if (place < 0) {
+                if ((place = role_place(role, gpu_cats, cpu_cats)) < 0) goto fail;
+                if (nplace < MEMO_N) {
+                    place_role[nplace] = role; /* borrowed: a value of roles or the module's */
+                    place_of[nplace++] = place;
+                }
+            }
+            if (place == 1) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
+            if (place == 2) {
                 if (!(last_list && e->pid == last_pid && e->tid == last_tid)) {
                     PyObject *key = thread_key(e);
                     if (!key) goto fail;
@@ -300,7 +354,7 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
                     last_list = lst; last_pid = e->pid; last_tid = e->tid;
                 }
                 if (PyList_Append(last_list, (PyObject *)e) < 0) goto fail;
-            } else if (same(e->cat, S_gpu_ann)) {
+            } else if (place == 3) {
                 if (PyList_Append(ann, (PyObject *)e) < 0) goto fail;
             }
         } else if (same(ph, S_i) || same(ph, S_I)) {
@@ -320,8 +374,10 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
             Py_DECREF(key);
         }
     }
+    memo_clear(&memo);
     return Py_BuildValue("(NNNNNNNN)", by_thread, gpu, ann, mem, fs, ff, names, unread);
 fail:
+    memo_clear(&memo);
     Py_XDECREF(by_thread); Py_XDECREF(gpu); Py_XDECREF(ann); Py_XDECREF(mem);
     Py_XDECREF(fs); Py_XDECREF(ff); Py_XDECREF(names); Py_XDECREF(unread);
     return NULL;
