@@ -15,7 +15,9 @@ static inline int same(PyObject *a, PyObject *b) {
     return PyUnicode_Compare(a, b) == 0;
 }
 
-typedef struct { double ts, dur; Py_ssize_t idx; PyObject *ev; } SortItem;
+/* An event of nest's thread: its start and duration, its place before the sort (ties), its kind
+ * (the category's code, 0x100 for a python frame: read from the event once, before the sort). */
+typedef struct { double ts, dur; int32_t idx; uint16_t kind; PyObject *ev; } SortItem;
 
 static int cmp_items(const void *a, const void *b) {
     const SortItem *x = a, *y = b;
@@ -99,30 +101,41 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
             return NULL;
         }
     Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "nest: too many events"); return NULL; }
     SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
     double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
+    unsigned char *pyf = malloc(n ? n : 1); /* by sorted place: a python frame */
     PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *dbytes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *kbytes = PyBytes_FromStringAndSize(NULL, n);
-    if (!items || !stack || !eend || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
-        free(items); free(stack); free(eend); Py_XDECREF(pbytes); Py_XDECREF(cbytes); Py_XDECREF(sbytes);
-        Py_XDECREF(dbytes); Py_XDECREF(kbytes);
+    if (!items || !stack || !eend || !pyf || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
+        free(items); free(stack); free(eend); free(pyf); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
+        Py_XDECREF(sbytes); Py_XDECREF(dbytes); Py_XDECREF(kbytes);
         return PyErr_NoMemory();
     }
+    PyObject *last_cat = NULL; /* runs of one category are common: its kind again, no compare */
+    uint16_t last_kind = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         Ev *e = ev_at(list, j);
         if (!e) {
-            free(items); free(stack); free(eend); Py_DECREF(pbytes); Py_DECREF(cbytes); Py_DECREF(sbytes);
-            Py_DECREF(dbytes); Py_DECREF(kbytes);
+            free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes); Py_DECREF(cbytes);
+            Py_DECREF(sbytes); Py_DECREF(dbytes); Py_DECREF(kbytes);
             return NULL;
         }
         items[j].ts = e->ts;
         items[j].dur = e->dur;
-        items[j].idx = j;
+        items[j].idx = (int32_t)j;
         items[j].ev = (PyObject *)e;
+        if (e->cat != last_cat) {
+            last_cat = e->cat;
+            last_kind = same(last_cat, S_python_function) ? 0x100 : 0; /* 1 + its place in cats, 0: none */
+            for (Py_ssize_t c = 0; c < ncats; c++)
+                if (same(last_cat, PyTuple_GET_ITEM(cats, c))) { last_kind |= (uint16_t)(c + 1); break; }
+        }
+        items[j].kind = last_kind;
     }
     sort_items(items, n);
     for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
@@ -130,24 +143,19 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     double *cdur = (double *)PyBytes_AS_STRING(cbytes), *starts = (double *)PyBytes_AS_STRING(sbytes);
     double *durs = (double *)PyBytes_AS_STRING(dbytes);
     unsigned char *codes = (unsigned char *)PyBytes_AS_STRING(kbytes);
-    for (Py_ssize_t j = 0; j < n; j++) {
-        starts[j] = items[j].ts;
-        durs[j] = items[j].dur;
-        PyObject *cat = ((Ev *)items[j].ev)->cat;
-        codes[j] = 0; /* 1 + the category's place in cats, 0 for none */
-        for (Py_ssize_t c = 0; c < ncats; c++)
-            if (same(cat, PyTuple_GET_ITEM(cats, c))) { codes[j] = (unsigned char)(c + 1); break; }
-    }
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         double ts = items[j].ts, end = ts + items[j].dur, dur = items[j].dur;
-        PyObject *cat = ((Ev *)items[j].ev)->cat;
+        uint16_t k = items[j].kind;
+        starts[j] = ts;
+        durs[j] = dur;
+        codes[j] = (unsigned char)(k & 0xff);
+        pyf[j] = (k & 0x100) != 0;
         cdur[j] = 0.0;
         while (top) {
             double tend = eend[stack[top - 1]];
             if (ts < tend && end <= tend + slack) break;
-            if (ts < tend && same(cat, S_python_function)
-                && same(((Ev *)items[stack[top - 1]].ev)->cat, S_python_function)) {
+            if (ts < tend && pyf[j] && pyf[stack[top - 1]]) {
                 end = tend; /* a frame whose exit was lost */
                 dur = tend - ts;
                 break;
@@ -166,6 +174,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     free(items);
     free(stack);
     free(eend);
+    free(pyf);
     return Py_BuildValue("(NNNNN)", pbytes, cbytes, sbytes, dbytes, kbytes);
 }
 
