@@ -24,10 +24,11 @@ _ELEM_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8}
 def _top_ops(m):
     """Per user frame call, its outermost aten ops in time order (what its statements ran)."""
     per: dict[int, list[int]] = {}
+    cpu_op, above, frame_of = m.cat_mask("cpu_op"), m.ops_above(), m.frame_of
     for i in m.indices(MATMUL_OPS | SOFTMAX_OPS):
-        if m.cpu[i].cat != "cpu_op" or m.enclosing_op(i) >= 0 or m.frame_of[i] < 0:
+        if not cpu_op[i] or above[i] >= 0 or frame_of[i] < 0:
             continue  # inside another op (SDPA's math path is SDPA's): not the user's chain
-        per.setdefault(m.frame_of[i], []).append(i)
+        per.setdefault(frame_of[i], []).append(i)
     return per
 
 
@@ -85,30 +86,27 @@ def _chain_gpu(m, a, c, backward_of) -> tuple[float, float]:
 
 def _between(m, c):
     """The outermost ops the frame call ran from the score GEMM to the value GEMM."""
-    lo, hi = m.cpu[c["qk"]].ts, m.cpu[c["pv"]].ts
+    cpu, cpu_op, above, frame_of = m.cpu, m.cat_mask("cpu_op"), m.ops_above(), m.frame_of
+    lo, hi = cpu[c["qk"]].ts, cpu[c["pv"]].ts
     f = c["frame"]
+    # the columns first (an index each), the event's start last
     return [
-        j
-        for j in m.subtree(f)
-        if m.cpu[j].cat == "cpu_op"
-        and m.enclosing_op(j) < 0
-        and m.frame_of[j] == f
-        and lo <= m.cpu[j].ts <= hi
+        j for j in m.subtree(f) if cpu_op[j] and above[j] < 0 and frame_of[j] == f and lo <= cpu[j].ts <= hi
     ]
 
 
 def _backward_map(m, fwd: set) -> dict[int, list[int]]:
     """Forward op (of ``fwd``) -> the outermost backward ops autograd ran for it (``fwd_of``)."""
     out: dict[int, list[int]] = {}
-    mask = bytearray(len(m.fwd_of))
+    fwd_of, frame_of, parent = m.fwd_of, m.frame_of, m.parent
+    mask = bytearray(len(fwd_of))
     for j in fwd:
         mask[j] = 1
-    for i in m.passes.points_into(m.fwd_of, bytes(mask)):
-        f = m.fwd_of[i]
-        if m.frame_of[i] < 0:
-            p = m.parent[i]
-            if p < 0 or m.fwd_of[p] < 0:
-                out.setdefault(f, []).append(i)
+    for i in m.passes.points_into(fwd_of, bytes(mask)):
+        if frame_of[i] < 0:
+            p = parent[i]
+            if p < 0 or fwd_of[p] < 0:
+                out.setdefault(fwd_of[i], []).append(i)
     return out
 
 
