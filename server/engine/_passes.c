@@ -407,6 +407,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
              *code_of = NULL, *frame_of_name = NULL, *id_of = NULL, *lb = NULL, *ub = NULL;
     Py_ssize_t nl = 0, nu = 0;
     double t0 = 0.0;
+    unsigned char *label = NULL; /* per event: a user_annotation (its children read this, not it again) */
     if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
     const int32_t *parent = pv.buf;
     fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
@@ -420,16 +421,23 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
             *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb),
             *lidx = (int32_t *)PyBytes_AS_STRING(lb), *uidx = (int32_t *)PyBytes_AS_STRING(ub);
     int call_from = 0;
+    if (!(label = malloc(n ? n : 1))) { PyErr_NoMemory(); goto fail; }
+    PyObject *last_cat = NULL; /* runs of one category: its launch_cats answer again */
+    int last_lc = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Ev *e = ev_at(cpu, i);
         if (!e) goto fail;
         int32_t p = parent[i];
         fid[i] = -1; fof[i] = -1; tok[i] = -1; code[i] = -1;
         if (i == 0 || e->ts < t0) t0 = e->ts;
-        int lc = PySet_Contains(launch_cats, e->cat);
-        if (lc < 0) goto fail;
-        if (lc) lidx[nl++] = (int32_t)i;
-        if (same(e->cat, S_user_annotation)) uidx[nu++] = (int32_t)i;
+        if (e->cat != last_cat) {
+            last_lc = PySet_Contains(launch_cats, e->cat);
+            if (last_lc < 0) goto fail;
+            last_cat = e->cat;
+        }
+        if (last_lc) lidx[nl++] = (int32_t)i;
+        label[i] = same(e->cat, S_user_annotation);
+        if (label[i]) uidx[nu++] = (int32_t)i;
         if (same(e->cat, S_python_function)) {
             PyObject *k = PyDict_GetItemWithError(frame_of_name, e->name); /* borrowed int */
             if (!k) {
@@ -480,7 +488,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
             int32_t f = fof[p];
             fof[i] = f;
             if (f >= 0) {
-                if (p == f || (tok[p] == p && same(((Ev *)PyList_GET_ITEM(cpu, p))->cat, S_user_annotation))) /* p < i: checked */
+                if (p == f || (tok[p] == p && label[p]))
                     tok[i] = (int32_t)i;
                 else
                     tok[i] = tok[p];
@@ -488,6 +496,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
         }
     }
     PyBuffer_Release(&pv);
+    free(label);
     Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
     if (_PyBytes_Resize(&lb, nl * 4) < 0 || _PyBytes_Resize(&ub, nu * 4) < 0) {
         Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
@@ -498,6 +507,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNNNNNONNN)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False, lb, ub, t0obj);
 fail:
     PyBuffer_Release(&pv);
+    free(label);
     Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
     Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
     Py_XDECREF(lb); Py_XDECREF(ub);
