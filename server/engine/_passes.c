@@ -944,6 +944,25 @@ done:
     return res;
 }
 
+/* ancestors(parent, items int32) -> bytes: 1 for each item and every event it is nested in
+ * (passes._ancestors_ref): the events with GPU work launched at or under them. A walk up stops at
+ * an event already marked, whose ancestors are marked too. */
+static PyObject *ancestors(PyObject *mod, PyObject *args) {
+    Py_buffer pv, iv;
+    if (!PyArg_ParseTuple(args, "y*y*", &pv, &iv)) return NULL;
+    Py_ssize_t n = pv.len / 4, m = iv.len / 4;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out) {
+        char *o = PyBytes_AS_STRING(out);
+        memset(o, 0, n);
+        const int32_t *parent = pv.buf, *items = iv.buf;
+        for (Py_ssize_t k = 0; k < m; k++)
+            for (int32_t i = items[k]; i >= 0 && i < n && !o[i]; i = parent[i]) o[i] = 1;
+    }
+    PyBuffer_Release(&pv); PyBuffer_Release(&iv);
+    return out;
+}
+
 /* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
  * the runtime/driver calls) with its correlation id, -1 when none: passes._launchers_ref's join, with its
  * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
@@ -2501,6 +2520,7 @@ PyMethodDef PASS_METHODS[] = {
     {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
     {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
     {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
+    {"ancestors", ancestors, METH_VARARGS, "ancestors(parent, items) -> bytes: the items and every event above them"},
     {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
     {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
     {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see passes._hot_sums_ref)"},

@@ -348,15 +348,13 @@ class Context:
             )
         return got
 
-    def gpu_counts_under(self) -> dict[int, int]:
-        """Per cpu event with GPU work launched from it or from anything nested in it, how many
-        GPU events (``model.gpu_under``'s length; an event absent from it launched none)."""
-        got = self._columns.get("gpu_counts_under")
+    def launches_under(self) -> bytes:
+        """1 for the cpu events with GPU work launched from them or from anything nested in them
+        (a non-empty ``model.gpu_under``): the launch calls and every event above them."""
+        got = self._columns.get("launches_under")
         if got is None:
             m = self.model
-            n = len(m.launcher)  # each GPU event counts 1 onto its launch call
-            own = m.passes.owner_sums(array("i", range(n)), m.launcher, array("q", [1]) * n)
-            got = self._columns["gpu_counts_under"] = m.passes.ancestor_sums(m.parent, own)
+            got = self._columns["launches_under"] = m.passes.ancestors(m.parent, m.launcher)
         return got
 
     def memory_rows(self) -> tuple[array, int]:

@@ -557,6 +557,21 @@ def _ancestor_sums_c(parent: array, own: dict[int, int]) -> dict[int, int]:
     return dict(zip(column("i", evs), column("q", tots)))
 
 
+def _ancestors_ref(parent: array, items: array) -> bytes:
+    """1 for each item (>= 0) and every event it is nested in: the events with GPU work launched
+    at or under them (items: the launch calls). A walk up stops at an event already marked."""
+    out = bytearray(len(parent))
+    for i in items:
+        while 0 <= i < len(out) and not out[i]:
+            out[i] = 1
+            i = parent[i]
+    return bytes(out)
+
+
+def _ancestors_c(parent: array, items: array) -> bytes:
+    return _BUILT.ancestors(parent, items)
+
+
 def _hot_sums_ref(
     cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched, gpu_class, launch_cats
 ):
@@ -1360,6 +1375,12 @@ PASSES: dict[str, Pass] = {
             _ancestor_sums_c,
         ),
         Pass(
+            "ancestors",
+            "the events with a marked event at or under them (optimizer-foreach-off's launching ops)",
+            _ancestors_ref,
+            _ancestors_c,
+        ),
+        Pass(
             "replay",
             "impact: the replayed mean step with a fix's change (stepmodel.StepModel.run)",
             _replay_ref,
@@ -1434,7 +1455,7 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "owner_sums",
-            "values summed per owning event: allocated bytes (memory-child-pressure), GPU events per launch",
+            "values summed per owning event: allocated bytes (memory-child-pressure, the module tree, hot lines)",
             _owner_sums_ref,
             _owner_sums_c,
         ),

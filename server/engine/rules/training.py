@@ -331,11 +331,11 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     # what the step's ops are judged by, found once through the name and frame indexes instead of
     # a walk over every event inside every step (the single-tensor optimizer is a third of the
     # naive trace's events); each step keeps the events of its own subtree
-    cpu, launching, frames = m.cpu, ctx.gpu_counts_under(), m.frames
-    group_ops = {j for j in m.named("aten::_foreach_") + m.named("aten::_fused_") if cpu[j].cat == "cpu_op"}
+    cpu, launching, frames, cpu_op = m.cpu, ctx.launches_under(), m.frames, m.cat_mask("cpu_op")
+    group_ops = {j for j in m.named("aten::_foreach_") + m.named("aten::_fused_") if cpu_op[j]}
     if any("multi_tensor_apply" in n for n in set(map(_name, m.gpu))):  # apex's grouped kernels
         group_ops.update(m.launcher[g] for g, e in enumerate(m.gpu) if "multi_tensor_apply" in e.name)
-    updates = {j for j in m.indices(UPDATE_OPS) if cpu[j].cat == "cpu_op" and j in launching}
+    updates = {j for j in m.indices(UPDATE_OPS) if cpu_op[j] and launching[j]}
     singles = {j for j, fr in frames.matching(lambda fr: fr.function in SINGLE_TENSOR_FNS)}
     for i in steps:
         sub = m.subtree(i)
@@ -348,7 +348,7 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
             mine = [max(mine, key=pos.__getitem__)]
         if mine:
             single_frame = frames[mine[-1]]
-        launched = launched or i in launching
+        launched = launched or bool(launching[i])
         names.add(cpu[i].name.split("#", 1)[1].split(".")[0])
     per_step = update_ops / len(steps)
     if grouped or not launched or (single_frame is None and per_step < SINGLE_TENSOR_MIN_OPS):
