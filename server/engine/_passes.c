@@ -1311,6 +1311,24 @@ static PyObject *fixed_points(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* positions(mask) -> int32 bytes: the positions of the set bytes, in order (the events of a mask
+ * as indices: the statement tokens, the user frames). */
+static PyObject *positions(PyObject *mod, PyObject *args) {
+    Py_buffer mv;
+    if (!PyArg_ParseTuple(args, "y*", &mv)) return NULL;
+    const char *mask = mv.buf;
+    Py_ssize_t n = mv.len, m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) m += mask[i] != 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 4);
+    if (out) {
+        int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (mask[i]) *o++ = (int32_t)i;
+    }
+    PyBuffer_Release(&mv);
+    return out;
+}
+
 /* take(col int32, idx int32, default) -> int32 bytes: col[idx[k]] per k, ``default`` where idx[k]
  * is negative (or out of range): a column read through another (the launch calls' line tokens per
  * GPU event). */
@@ -1616,6 +1634,42 @@ done:
     free(slot); free(who); free(sum);
     PyBuffer_Release(&rv); PyBuffer_Release(&ov); PyBuffer_Release(&bv);
     return res;
+}
+
+/* scatter_sums(items int32, values float64, codes int32, off int32, targets int32, n) -> float64
+ * bytes: per target in [0, n) values[items[k]] added, item after item, for each item whose code
+ * is not negative onto each of that code's targets (targets[off[c]:off[c + 1]]), from 0.0: the
+ * additions Python makes one after another (passes._scatter_sums_ref), so the same floats. */
+static PyObject *scatter_sums(PyObject *mod, PyObject *args) {
+    Py_buffer iv, vv, cv, ov, tv;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*n", &iv, &vv, &cv, &ov, &tv, &n)) return NULL;
+    Py_ssize_t m = iv.len / 4, nv = vv.len / 8, nc = ov.len / 4 - 1, nt = tv.len / 4;
+    PyObject *out = NULL;
+    if (cv.len / 4 != m || n < 0 || nc < 0) { PyErr_SetString(PyExc_ValueError, "scatter_sums: sizes differ"); goto done; }
+    if (!(out = PyBytes_FromStringAndSize(NULL, n * 8))) goto done;
+    double *acc = (double *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t t = 0; t < n; t++) acc[t] = 0.0;
+    const int32_t *items = iv.buf, *code = cv.buf, *off = ov.buf, *targets = tv.buf;
+    const double *values = vv.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int32_t c = code[k], i = items[k];
+        if (c < 0) continue;
+        if (c >= nc || i < 0 || i >= nv || off[c] < 0 || off[c] > off[c + 1] || off[c + 1] > nt) goto bad;
+        double v = values[i];
+        for (int32_t j = off[c]; j < off[c + 1]; j++) {
+            int32_t t = targets[j];
+            if (t < 0 || t >= n) goto bad;
+            acc[t] += v;
+        }
+    }
+    goto done;
+bad:
+    PyErr_SetString(PyExc_IndexError, "scatter_sums: an index out of range");
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&iv); PyBuffer_Release(&vv); PyBuffer_Release(&cv); PyBuffer_Release(&ov); PyBuffer_Release(&tv);
+    return out;
 }
 
 /* ---- the summary analyses and the module tree ------------------------------------------------
@@ -2502,11 +2556,13 @@ done:
 PyMethodDef PASS_METHODS[] = {
     {"line_key_ids", line_key_ids, METH_VARARGS, "line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes"},
     {"frame_shapes", frame_shapes, METH_VARARGS, "frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos)"},
+    {"scatter_sums", scatter_sums, METH_VARARGS, "scatter_sums(items, values, codes, off, targets, n) -> float64 bytes"},
     {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
     {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
     {"iterations", iterations, METH_VARARGS, "iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops, runs)"},
     {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},
     {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes"},
+    {"positions", positions, METH_VARARGS, "positions(mask) -> int32 bytes: the positions of the set bytes"},
     {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},
     {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 bytes: distinct values by first appearance"},
     {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 bytes"},

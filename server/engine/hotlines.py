@@ -51,7 +51,7 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
             h = by_id[k] = of_key(keys[k])
         return h
 
-    lines, idents = _numbered(m, ids, keys)
+    lines, idents, where = _numbered(m, ids, keys)
     off, gs = m._launched
     _order, first, *sums, kcs, kss = m.passes.hot_sums(
         m.cpu,
@@ -82,7 +82,7 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         h.kernel_classes = kcs[n]
         if kss[n]:
             kstats[(h.trace_path, h.line)] = kss[n]
-    _inclusive(ctx, line, of_key)
+    _inclusive(ctx, hot, line, of_key, ids, lines, where)
     _allocated(ctx, ids, line)
     for k, h in hot.items():
         ks = kstats.get(k, {})
@@ -116,12 +116,12 @@ def _allocated(ctx, ids: array, line) -> None:
     mem = m.memory
     keys = mem.owner if m.has_call_from else m.passes.take(ctx.line_tokens(), mem.owner, NO_LINE)
     first, code = m.passes.codes(keys)
-    number = array("i", range(len(first)))
+    number = _range(m, len(first))
     values = m.passes.take(keys, first, NO_LINE)
     none = -1 if m.has_call_from else NO_LINE  # no owner, or one without a line: no line's bytes
     if none in values:
         number[values.index(none)] = -1  # the values are distinct
-    sums = m.passes.owner_sums(array("i", range(len(code))), m.passes.take(number, code, -1), mem.nbytes)
+    sums = m.passes.owner_sums(_range(m, len(code)), m.passes.take(number, code, -1), mem.nbytes)
     for k, nbytes in sums.items():
         owner = mem.owner[first[k]]
         if ids[owner] == -2:
@@ -156,10 +156,10 @@ def _asked(ctx) -> tuple[array, list]:
     return ids, keys
 
 
-def _numbered(m, ids: array, keys: list) -> tuple[array, array]:
+def _numbered(m, ids: array, keys: list) -> tuple[array, array, dict]:
     """Per event the number of its hot line (by trace path and line) and of its line key (by what
     the key compares: path, line, function, precision), -1 for none and for every label (no
-    line's work: what runs inside it is)."""
+    line's work: what runs inside it is); and the hot lines' numbers by (trace path, line)."""
     where: dict[tuple, int] = {}
     ident: dict[tuple, int] = {}
     line_no, key_no = array("i"), array("i")
@@ -174,13 +174,19 @@ def _numbered(m, ids: array, keys: list) -> tuple[array, array]:
         ids = array("i", ids)
         for i in m.labels:
             ids[i] = -1
-    return m.passes.take(line_no, ids, -1), m.passes.take(key_no, ids, -1)
+    return m.passes.take(line_no, ids, -1), m.passes.take(key_no, ids, -1), where
+
+
+def _range(m, n: int) -> array:
+    """``array("i", range(n))`` at C speed (an int per item costs ~90 ns): the positions of n set
+    bytes."""
+    return m.passes.positions(b"\x01" * n)
 
 
 CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
 
 
-def _inclusive(ctx, line, of_key) -> None:
+def _inclusive(ctx, hot: dict, line, of_key, ids: array, lines: array, where: dict) -> None:
     """A line's cost with what it calls (``cpu_inclusive_us``, ``gpu_inclusive_us``), beside its
     own (``cpu_self_us``/``cpu_total_us``, ``gpu_us``): ``loss = model(x, y)`` runs no op itself,
     yet the forward's kernels, and through the fwdbwd flows their backward, are its work.
@@ -188,27 +194,57 @@ def _inclusive(ctx, line, of_key) -> None:
     CPU: each statement token's span (an op, a library call, a module call, a user function it
     calls directly), record_function labels aside (what runs inside them is a token itself).
     GPU: every GPU event charged to the innermost line that launched it (the forward op's for a
-    backward kernel), to that line and to each statement up the user frames that called it."""
+    backward kernel), to that line and to each statement up the user frames that called it.
+
+    The sums are columns (``lines``: each event's hot line number, by ``where``; ``ids``: its line
+    key's, -2 where it is asked event by event) added by the scatter_sums pass, in the order the
+    additions were made one by one; a line is asked of ``line`` only where a new one may be made
+    (each number's first event, each event asked), in event order, so the hot lines are made in
+    the order they were."""
     m = ctx.model
-    tok, cpu = m.token, m.cpu
-    spans = bytearray(m.passes.fixed_points(tok))  # the statement tokens, labels aside
+    asked = ctx.line_key_ids()[2]
+
+    def number(h) -> int:
+        return -1 if h is None else where.setdefault((h.trace_path, h.line), len(where))
+
+    def asks(items: array) -> list[int]:  # the positions of the items whose key is asked one by one
+        if not asked:
+            return []
+        k = m.passes.take(ids, items, -1)
+        return list(compress(range(len(k)), map((-2).__eq__, k)))
+
+    spans = bytearray(m.passes.fixed_points(m.token))  # the statement tokens, labels aside
     for i in m.labels:
         spans[i] = 0
-    fids = m.frames._ids  # a with-statement's __enter__/__exit__ (record_function, the profiler's own)
-    plumbing = {k for k, fr in enumerate(m.frames._table) if fr.function in CONTEXT_PLUMBING}
-    for i in compress(range(len(tok)), spans):
-        if fids[i] in plumbing:
-            continue
-        h = line(i)
-        if h is not None:
-            h.cpu_inclusive_us += cpu[i].dur
-    for f in compress(range(len(cpu)), ctx.user_frames()):
+    # and a with-statement's __enter__/__exit__ (record_function, the profiler's own)
+    plumbing = bytes(fr.function in CONTEXT_PLUMBING for fr in m.frames._table)
+    for i in m.passes.points_into(m.frames._ids, plumbing):
+        spans[i] = 0
+    toks = m.passes.positions(spans)
+    nums = m.passes.take(lines, toks, -1)
+    for p in sorted({*m.passes.codes(nums)[0], *asks(toks)}):
+        nums[p] = number(line(toks[p]))
+    calls, called = array("i"), array("i")  # the user frames called directly, their callers' lines
+    for f in m.passes.positions(ctx.user_frames()):
         if ctx.calls_directly(f):
-            h = of_key(ctx.caller_key(f))
-            if h is not None:
-                h.cpu_inclusive_us += cpu[f].dur
+            k = number(of_key(ctx.caller_key(f)))
+            if k >= 0:
+                calls.append(f)
+                called.append(k)
+    n = len(where)
+    each = _range(m, n + 1)  # one target a code: its own line
+    cpu_us = m.passes.scatter_sums(toks + calls, m.durs, nums + called, each, each[:n], n)
+    _onto(hot, where, cpu_us, "cpu_inclusive_us")
     if not m.gpu:
         return
+    _gpu_inclusive(ctx, hot, line, of_key, number, asks, lines, where)
+
+
+def _gpu_inclusive(ctx, hot: dict, line, of_key, number, asks, lines: array, where: dict) -> None:
+    """``gpu_inclusive_us``: the GPU time of each launching line token (line_gpu_sums) onto its
+    line and the lines of the statements up the user frames above it (its chain), each distinct
+    (line, chain) pair's lines found once."""
+    m = ctx.model
     _, sums, reps = m.passes.line_gpu_sums(m.launcher, ctx.line_tokens(), m.gpu)
     chains: dict[int, list] = {}  # user frame event -> the lines of the statements above it
     same_chain: dict[tuple, list] = {}
@@ -232,18 +268,43 @@ def _inclusive(ctx, line, of_key) -> None:
             tail = chains[fs[k]] = same_chain.setdefault(tuple(map(id, tail)), tail)
         return chains[fs[0]] if fs else tail
 
-    charged: dict[tuple, list] = {}  # (line, chain above) -> the distinct lines its GPU time goes to
-    for us_, li in zip(sums, reps):
-        h0 = line(li)
-        f, _ = m.line_source(li)
-        key = (id(h0), id(above(f)) if f >= 0 else 0)
-        onto = charged.get(key)
-        if onto is None:
-            onto, seen = [], set()
-            for h in ([h0] if h0 is not None else []) + (above(f) if f >= 0 else []):
-                if id(h) not in seen:
-                    seen.add(id(h))
-                    onto.append(h)
-            charged[key] = onto
-        for h in onto:
-            h.gpu_inclusive_us += us_
+    nums = m.passes.take(lines, reps, -1)
+    own = m.passes.take(m.frame_of, reps, -1)  # line_source's frame: the token's, else its forward op's
+    fwd = m.passes.take(m.frame_of, m.passes.take(m.fwd_of, reps, -1), -1)
+    frames = array("i", [f if f >= 0 else g for f, g in zip(own, fwd)])
+    first_of_frame, frame_code = m.passes.codes(frames)
+    chain_no: dict[int, int] = {}  # id(a chain) -> its number
+    chain_lists: list[list] = []
+    of_frame = array("i", [-1]) * len(first_of_frame)  # per distinct frame the number of its chain
+    for p in sorted({*m.passes.codes(nums)[0], *asks(reps), *first_of_frame}):
+        nums[p] = number(line(reps[p]))
+        f = frames[p]
+        if f >= 0 and of_frame[frame_code[p]] < 0:  # the frame's first token: its chain, made now
+            c = above(f)
+            k = of_frame[frame_code[p]] = chain_no.setdefault(id(c), len(chain_lists))
+            if k == len(chain_lists):
+                chain_lists.append(c)
+    pairs: dict[tuple, int] = {}  # (line, chain) -> its number, in order of first token
+    code = array(
+        "i", [pairs.setdefault(pc, len(pairs)) for pc in zip(nums, m.passes.take(of_frame, frame_code, -1))]
+    )
+    off, onto = array("i", [0]), array("i")  # per pair the distinct lines its GPU time goes to
+    for a, c in pairs:
+        got = [a] if a >= 0 else []
+        for t in map(number, chain_lists[c] if c >= 0 else []):
+            if t not in got:
+                got.append(t)
+        onto.extend(got)
+        off.append(len(onto))
+    n = len(where)
+    gpu_us = m.passes.scatter_sums(_range(m, len(sums)), sums, code, off, onto, n)
+    _onto(hot, where, gpu_us, "gpu_inclusive_us")
+
+
+def _onto(hot: dict, where: dict, sums: array, field: str) -> None:
+    """Each hot line's sum (``sums``, by its number in ``where``) added to its ``field``: the first
+    time anything adds to it, so it is the sum itself, as the additions one by one made it."""
+    for key, h in hot.items():
+        at = where.get(key)
+        if at is not None:
+            setattr(h, field, getattr(h, field) + sums[at])

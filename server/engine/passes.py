@@ -863,6 +863,15 @@ def _fixed_points_c(col: array) -> bytes:
     return _BUILT.fixed_points(col)
 
 
+def _positions_ref(mask: bytes) -> array:
+    """The positions of the set bytes of a mask, in order (its events as indices)."""
+    return array("i", itertools.compress(range(len(mask)), mask))
+
+
+def _positions_c(mask: bytes) -> array:
+    return column("i", _BUILT.positions(mask))
+
+
 def _take_ref(col: array, idx: array, default: int) -> array:
     """``col[i]`` for each ``i`` of ``idx``, ``default`` where ``i`` is negative: a column read
     through another (the launch calls' line tokens per GPU event)."""
@@ -1035,6 +1044,24 @@ def _owner_sums_c(rows: array, owner: array, nbytes: array) -> dict[int, int]:
     if got is None:  # an int64 sum overflows (a corrupt trace): Python's ints
         return _owner_sums_ref(rows, owner, nbytes)
     return dict(zip(column("i", got[0]), column("q", got[1])))
+
+
+def _scatter_sums_ref(items: array, values: array, codes: array, off: array, targets: array, n: int) -> array:
+    """Per target in [0, n) the values of the items (``values[items[k]]``) added item after item
+    onto each target of the item's code (``targets[off[c]:off[c + 1]]``; a negative code: none),
+    from 0.0: Python's additions one after another, which the native pass makes in the same order
+    (the hot lines' inclusive times: each line's statements and calls, what its chain launched)."""
+    acc = [0.0] * n
+    for i, c in zip(items, codes):
+        if c >= 0:
+            v = values[i]
+            for t in targets[off[c] : off[c + 1]]:
+                acc[t] += v
+    return array("d", acc)
+
+
+def _scatter_sums_c(items: array, values: array, codes: array, off: array, targets: array, n: int) -> array:
+    return column("d", _BUILT.scatter_sums(items, values, codes, off, targets, n))
 
 
 # ---- the summary analyses and the module tree -------------------------------------------------
@@ -1410,6 +1437,12 @@ PASSES: dict[str, Pass] = {
             _fixed_points_ref,
             _fixed_points_c,
         ),
+        Pass(
+            "positions",
+            "the set bytes of a mask as positions (hot lines: the statement tokens, the user frames)",
+            _positions_ref,
+            _positions_c,
+        ),
         Pass("take", "a column read through an index (line tokens of the launch calls)", _take_ref, _take_c),
         Pass(
             "codes",
@@ -1458,6 +1491,12 @@ PASSES: dict[str, Pass] = {
             "values summed per owning event: allocated bytes (memory-child-pressure, the module tree, hot lines)",
             _owner_sums_ref,
             _owner_sums_c,
+        ),
+        Pass(
+            "scatter_sums",
+            "values summed onto targets in item order (hot lines: cpu_inclusive_us, gpu_inclusive_us)",
+            _scatter_sums_ref,
+            _scatter_sums_c,
         ),
         Pass(
             "hot_sums",
