@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
@@ -11,8 +13,9 @@ from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
 from ..stepmodel import NONBLOCKING, Change, StepModel
 from . import rule
-from .util import pct, plural, r3, shapes, size, us
+from .util import input_key, pct, plural, r3, shapes, size, us
 
+_dur = attrgetter("dur")
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 # A GEMM of fewer FLOPs than this finishes on a Hopper/Ampere GPU (hundreds of TFLOP/s) in about a
@@ -299,24 +302,39 @@ def kernel_families(m, a) -> list[tuple[str, dict]]:
 
 
 def _gemm_shapes(m):
-    """(flops, dims, op index) of GEMM ops that recorded their input dims."""
+    """(flops, dims, op index) of GEMM ops that recorded their input dims. A step runs the same
+    GEMMs on the same shapes: each is worked out once per op name and inputs (``input_key``)."""
     out = []
+    cpu, cpu_op = m.cpu, m.cat_mask("cpu_op")
+    seen: dict = {}  # (name, input_key) -> (flops, dims), or None without two matrices
     for i in m.indices(GEMM_OPS):
-        e = m.cpu[i]
-        if e.cat != "cpu_op":
+        if not cpu_op[i]:
             continue
-        mats, _ = shapes(e)
-        if len(mats) < 2:
-            continue
-        a_, b_ = mats[-2], mats[-1]
-        if e.name in ("aten::linear",):
-            a_, b_ = mats[0], mats[1][::-1]
-        batch = 1
-        for d in a_[:-2]:
-            batch *= d
-        mm, k, n = a_[-2], a_[-1], b_[-1]
-        out.append((2.0 * batch * mm * k * n, (batch, mm, k, n), i))
+        e = cpu[i]
+        key = input_key(e)
+        if key is None:
+            got = _gemm_shape(e)
+        else:
+            key = (e.name, key)
+            got = seen[key] = seen[key] if key in seen else _gemm_shape(e)
+        if got is not None:
+            out.append((*got, i))
     return out
+
+
+def _gemm_shape(e) -> tuple[float, tuple] | None:
+    """(flops, (batch, M, K, N)) of one GEMM op from its input shapes, None without two matrices."""
+    mats, _ = shapes(e)
+    if len(mats) < 2:
+        return None
+    a_, b_ = mats[-2], mats[-1]
+    if e.name in ("aten::linear",):
+        a_, b_ = mats[0], mats[1][::-1]
+    batch = 1
+    for d in a_[:-2]:
+        batch *= d
+    mm, k, n = a_[-2], a_[-1], b_[-1]
+    return 2.0 * batch * mm * k * n, (batch, mm, k, n)
 
 
 @rule("small-problem", "Overhead-bound with small GEMM shapes", "information")
@@ -350,7 +368,7 @@ def small_problem(ctx: Context) -> Iterable[Diagnostic]:
     if verdict(m, a) != "overhead-bound":
         return
     shapes = _gemm_shapes(m)
-    gemm_durs = [e.dur for g, e in enumerate(m.gpu) if a.gpu_class[g] == GEMM]
+    gemm_durs = list(compress(map(_dur, m.gpu), a.keys.mask(lambda k, c: c == GEMM)))
     if shapes:
         biggest = max(shapes, key=lambda s: s[0])
         if biggest[0] >= SMALL_GEMM_FLOPS:

@@ -19,7 +19,7 @@ from ..modules import PREFIX
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
-from .util import inputs, median, pct, plural, quantile, r3, us
+from .util import input_key, inputs, median, pct, plural, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
@@ -426,21 +426,23 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     if total <= 0:
         return
     found: dict = {}
+    cpu, cpu_op, above = m.cpu, m.cat_mask("cpu_op"), m.ops_above()
+    seen: dict = {}  # (name, input_key) -> _misaligned's answer: a step repeats its GEMMs' shapes
     for i in m.indices(_GEMM_OPS):
-        e = m.cpu[i]
-        if e.cat != "cpu_op" or e.args is None or not e.args.input_dims:
+        e = cpu[i]
+        if not cpu_op[i] or e.args is None or not e.args.input_dims:
             continue
-        if m.enclosing_op(i) >= 0 and m.cpu[m.enclosing_op(i)].name in _GEMM_OPS:
+        if above[i] >= 0 and cpu[above[i]].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
-        dims, types = inputs(e)
-        if not any(h in t for t in types for h in _HALF_TYPES):
+        key = input_key(e)
+        if key is None:
+            got = _misaligned(e)
+        else:
+            key = (e.name, key)
+            got = seen[key] = seen[key] if key in seen else _misaligned(e)
+        if got is None:
             continue
-        mkn = gemm_mkn(e.name, dims)
-        if mkn is None:
-            continue
-        bad = sorted({x for x in mkn if x > 1 and x % 8})
-        if not bad:
-            continue
+        mkn, bad = got
         gemms = [g for g in m.gpu_under(i) if a.gpu_class[g] == K.GEMM]
         fell = next(((g, r) for g, r in ((g, K.gemm_fallback(m.gpu[g].name, 2)) for g in gemms) if r), None)
         if fell is None:
@@ -477,6 +479,19 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
             fix="pad the dimension to a multiple of 8 (vocab sizes, hidden sizes, batch*seq), e.g. "
             "round the vocabulary up to a multiple of 64",
         )
+
+
+def _misaligned(e) -> tuple[tuple[int, int, int], list[int]] | None:
+    """A 16-bit GEMM op's (M, K, N) and those of them (above 1) not multiples of 8, from its input
+    shapes; None for another precision, unknown shapes or aligned dimensions."""
+    dims, types = inputs(e)
+    if not any(h in t for t in types for h in _HALF_TYPES):
+        return None
+    mkn = gemm_mkn(e.name, dims)
+    if mkn is None:
+        return None
+    bad = sorted({x for x in mkn if x > 1 and x % 8})
+    return (mkn, bad) if bad else None
 
 
 @misaligned_dims.replay

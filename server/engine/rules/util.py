@@ -88,9 +88,8 @@ def inputs(e) -> tuple[list, list[str]]:
     a = e.args
     if a is None:
         return [], []
-    try:  # the texts as bytes: a key that holds no reference into the document's buffer
-        key = (bytes(a.input_dims or b""), bytes(a.input_types or b""))
-    except TypeError:  # not bytes-like: decoded every time
+    key = input_key(e)
+    if key is None:  # not bytes-like: decoded every time
         return _decode_inputs(a.input_dims, a.input_types)
     got = _INPUTS.get(key)
     if got is None:
@@ -99,6 +98,19 @@ def inputs(e) -> tuple[list, list[str]]:
         got = _INPUTS[key] = _decode_inputs(*key)
     dims, names = got
     return [d[:] if d is not None else None for d in dims], names[:]
+
+
+def input_key(e) -> tuple[bytes, bytes] | None:
+    """What ``inputs`` decodes an op's inputs from: its dims' and types' texts as bytes (a key that
+    holds no reference into the document's buffer); None without args or when they are not
+    bytes-like. A rule that derives something of the inputs alone derives it once per key."""
+    a = e.args
+    if a is None:
+        return None
+    try:
+        return (bytes(a.input_dims or b""), bytes(a.input_types or b""))
+    except TypeError:
+        return None
 
 
 _INPUTS: dict[tuple, tuple[list, list[str]]] = {}
