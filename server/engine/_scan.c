@@ -107,7 +107,7 @@ static int table_grow(Table *t) {
 /* Borrowed reference to the interned object for (kind, token); made by make() on a miss. */
 typedef PyObject *(*MakeFn)(const char *s, Py_ssize_t n);
 
-static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, MakeFn make) {
+static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, MakeFn make, const char **key) {
     if (n > INTERN_MAX) {
         if (!t->big && !(t->big = PyList_New(0))) return NULL;
         PyObject *v = make(s, n);
@@ -122,8 +122,10 @@ static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, Mak
     for (;;) {
         Slot *sl = &t->slots[j];
         if (!sl->hash) break;
-        if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && memcmp(sl->key + 1, s, n) == 0)
+        if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && memcmp(sl->key + 1, s, n) == 0) {
+            if (key) *key = sl->key;
             return sl->val;
+        }
         j = (j + 1) & (t->cap - 1);
     }
     PyObject *v = make(s, n);
@@ -142,6 +144,29 @@ static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, Mak
     sl->klen = n + 1;
     sl->val = v;
     t->used++;
+    if (key) *key = k;
+    return v;
+}
+
+/* The last token one field read and its object: the same value again (the phase, category, pid
+ * and tid of the next event, often its name) is its object at the cost of one compare, not a hash
+ * and a probe. ``key`` is the table's copy (kind byte + bytes), which lives as long as the table. */
+typedef struct {
+    const char *key;
+    Py_ssize_t klen;
+    PyObject *val; /* borrowed from the table */
+} Last;
+
+static inline PyObject *table_get_last(Table *t, Last *last, char kind, const char *s, Py_ssize_t n, MakeFn make) {
+    if (last->val && last->klen == n + 1 && last->key[0] == kind && memcmp(last->key + 1, s, n) == 0)
+        return last->val;
+    const char *key = NULL;
+    PyObject *v = table_get(t, kind, s, n, make, &key);
+    if (v && key) { /* not a long token (no key: not interned, owned by the event's list) */
+        last->key = key;
+        last->klen = n + 1;
+        last->val = v;
+    }
     return v;
 }
 
@@ -329,6 +354,7 @@ typedef struct {
     PyObject *x_cats, *flow_cats, *instant_names, *meta_names; /* sets, or None: keep all */
     Py_ssize_t total;  /* array elements seen */
     int state;         /* 0: at '[' content start, 1: after ',', 2: after an element, 3: done */
+    Last last_ph, last_cat, last_name, last_pid, last_tid, last_other;
 } Scanner;
 
 typedef struct {
@@ -751,11 +777,12 @@ static PyObject *make_int(const char *s, Py_ssize_t n) {
     return PyLong_FromString(tmp, NULL, 10);
 }
 
-/* A string value, interned. -1 with c->err for a non-string (the typed decode would reject it). */
-static int read_str(Scanner *sc, Cur *c, PyObject **out) {
+/* A string value, interned (``last``: the field's last token). -1 with c->err for a non-string
+ * (the typed decode would reject it). */
+static int read_str(Scanner *sc, Cur *c, PyObject **out, Last *last) {
     const char *s; Py_ssize_t n; int esc;
     if (scan_string(c, &s, &n, &esc) < 0) return -1;
-    PyObject *v = table_get(&sc->table, esc ? 'e' : 's', s, n, esc ? make_escaped : make_str);
+    PyObject *v = table_get_last(&sc->table, last, esc ? 'e' : 's', s, n, esc ? make_escaped : make_str);
     if (!v) FAIL(c, "string");
     *out = v;
     return 0;
@@ -816,9 +843,9 @@ static int read_i64(Cur *c, int64_t *out, int numeric_str) {
 }
 
 /* int | str | null, as the typed decode's Id accepts: interned object (pid, tid). */
-static int read_id_obj(Scanner *sc, Cur *c, PyObject **out) {
+static int read_id_obj(Scanner *sc, Cur *c, PyObject **out, Last *last) {
     NEED(c, 1);
-    if (*c->p == '"') return read_str(sc, c, out);
+    if (*c->p == '"') return read_str(sc, c, out, last);
     if (*c->p == 'n') {
         if (skip_literal(c, "null", 4) < 0) return -1;
         *out = Py_None;
@@ -828,7 +855,7 @@ static int read_id_obj(Scanner *sc, Cur *c, PyObject **out) {
     if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: id type");
     if (scan_number(c, &s, &n, &is_int) < 0) return -1;
     if (!is_int) FAIL(c, "unsupported: float id");
-    PyObject *v = table_get(&sc->table, 'i', s, n, make_int);
+    PyObject *v = table_get_last(&sc->table, last, 'i', s, n, make_int);
     if (!v) FAIL(c, "int");
     *out = v;
     return 0;
@@ -849,7 +876,7 @@ static int check_id(Cur *c) {
 static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
     const char *start = c->p;
     if (skip_value(c, EVENT_DEPTH + 2) < 0) return -1;
-    PyObject *v = table_get(&sc->table, 'r', start, c->p - start, make_bytes);
+    PyObject *v = table_get(&sc->table, 'r', start, c->p - start, make_bytes, NULL);
     if (!v) FAIL(c, "raw");
     *out = v;
     return 0;
@@ -926,7 +953,7 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
     if (KEY("name") || KEY("CallFrom")) {
         PyObject **slot = KEY("name") ? &e->aname : &e->call_from;
         NEED(c, 1);
-        if (*c->p != 'n') return read_str(sc, c, slot);
+        if (*c->p != 'n') return read_str(sc, c, slot, &sc->last_other);
         *slot = NULL;
         return skip_literal(c, "null", 4);
     }
@@ -942,18 +969,18 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
 }
 
 static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-    if (KEY("ph")) return read_str(sc, c, &e->ph);
-    if (KEY("cat")) return read_str(sc, c, &e->cat);
-    if (KEY("name")) return read_str(sc, c, &e->name);
-    if (KEY("pid")) return read_id_obj(sc, c, &e->pid);
-    if (KEY("tid")) return read_id_obj(sc, c, &e->tid);
+    if (KEY("ph")) return read_str(sc, c, &e->ph, &sc->last_ph);
+    if (KEY("cat")) return read_str(sc, c, &e->cat, &sc->last_cat);
+    if (KEY("name")) return read_str(sc, c, &e->name, &sc->last_name);
+    if (KEY("pid")) return read_id_obj(sc, c, &e->pid, &sc->last_pid);
+    if (KEY("tid")) return read_id_obj(sc, c, &e->tid, &sc->last_tid);
     if (KEY("ts")) return read_double(c, &e->ts);
     if (KEY("dur")) return read_double(c, &e->dur);
     if (KEY("id")) return set_i64(c, e, F_ID, &e->id);
     if (KEY("bp")) {
         PyObject *ignored;
         NEED(c, 1);
-        return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored);
+        return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored, &sc->last_other);
     }
     if (KEY("args")) {
         NEED(c, 1);
