@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import itemgetter, truediv
 from array import array
 import math
 from typing import Iterable
@@ -168,6 +168,7 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
         runs = []  # (duration, its problem's median, gpu index)
+        ratios: list[float] = []  # each run over its problem's median (problems of median > 0)
         problems = 0
         for pgs in _problems(ctx, gs, dims):
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
@@ -176,14 +177,15 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
             med = median(ds)
             problems += 1
             runs.extend(zip(ds, repeat(med), pgs))
-        if len(runs) < JITTER_MIN_SAMPLES:
-            continue
-        ratios = [d / med for d, med, _ in runs if med > 0]
-        if len(ratios) < JITTER_MIN_SAMPLES:
+            if med > 0:  # a problem's runs at once, not a tuple unpacked a run
+                ratios.extend(map(truediv, ds, repeat(med)))
+        if len(runs) < JITTER_MIN_SAMPLES or len(ratios) < JITTER_MIN_SAMPLES:
             continue
         r50, r90 = quantile(ratios, 0.5), quantile(ratios, 0.9)
+        if r90 < JITTER_P90_RATIO * max(r50, 1e-9):
+            continue  # most configurations stop here, before the spread is sorted
         spread = quantile([d - med for d, med, _ in runs], 0.9)
-        if r90 < JITTER_P90_RATIO * max(r50, 1e-9) or spread < JITTER_MIN_SPREAD_US:
+        if spread < JITTER_MIN_SPREAD_US:
             continue
         lost = sum(d - med for d, med, _ in runs if d > med)
         if lost < JITTER_MIN_LOST_SHARE * ctx.a.busy_us:
