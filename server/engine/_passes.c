@@ -1413,6 +1413,146 @@ done:
     return out;
 }
 
+/* replay_rows(idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack,
+ * queue_wait) -> (rows, kinds, pre, step_rows, cpu_us, tail, op_off, ops, op_dur, lats) bytes: the
+ * replay's calls (stepmodel.StepModel, passes._replay_rows_ref): of the launch and sync calls
+ * ``idx`` those that start in a step, each step's in start order (ties in idx order), each with its
+ * kind (a sync; a call that waits for its own GPU work or a blocking copy; one that waited for queue
+ * room; else non-blocking), the profiled CPU time before it, its GPU events and their durations;
+ * per step its CPU time between calls and after the last; and the launch-to-start times, in idx
+ * order step by step. */
+typedef struct { double ts; int32_t pos; } RowKey;
+
+static int cmp_rowkeys(const void *x, const void *y) {
+    const RowKey *a = x, *b = y;
+    if (a->ts < b->ts) return -1;
+    if (a->ts > b->ts) return 1;
+    return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+static PyObject *replay_rows(PyObject *mod, PyObject *args) {
+    Py_buffer iv, tv, dv, sv, ev, yv, bv, ov, lv;
+    PyObject *gpu;
+    double slack, queue_wait;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*O!dd", &iv, &tv, &dv, &sv, &ev, &yv, &bv, &ov, &lv,
+                          &PyList_Type, &gpu, &slack, &queue_wait))
+        return NULL;
+    Py_ssize_t m = iv.len / 4, n = tv.len / 8, ns = sv.len / 8, noff = ov.len / 4, nl = lv.len / 4;
+    Py_ssize_t ng = PyList_GET_SIZE(gpu), nops = 0, nlat = 0, nrows = 0;
+    PyObject *res = NULL;
+    int32_t *step = NULL, *order = NULL, *count = NULL, *rows = NULL, *step_rows = NULL, *op_off = NULL, *ops = NULL;
+    unsigned char *kind = NULL, *kinds = NULL;
+    double *pre = NULL, *cpu_us = NULL, *tail = NULL, *op_dur = NULL, *lats = NULL;
+    RowKey *keys = NULL;
+    if (dv.len / 8 != n || ev.len / 8 != ns || yv.len != m || bv.len != m) {
+        PyErr_SetString(PyExc_ValueError, "replay_rows: sizes differ");
+        goto done;
+    }
+    const int32_t *idx = iv.buf, *off = ov.buf, *launched = lv.buf;
+    const double *ts = tv.buf, *dur = dv.buf, *ss = sv.buf, *se = ev.buf;
+    const unsigned char *sync = yv.buf, *blocking = bv.buf;
+    Py_ssize_t cap = m ? m : 1;
+    step = malloc(sizeof(int32_t) * cap); kind = malloc(cap); order = malloc(sizeof(int32_t) * cap);
+    count = calloc(ns + 1, sizeof(int32_t));
+    if (!step || !kind || !order || !count) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < m; k++) {  /* each call's step and kind */
+        int32_t i = idx[k];
+        step[k] = -1;
+        if (i < 0 || i >= n) continue;
+        double t = ts[i];
+        Py_ssize_t j = bisect_right_d(ss, ns, t) - 1;
+        if (j < 0 || !(t <= se[j])) continue;
+        step[k] = (int32_t)j;
+        count[j + 1]++;
+        nrows++;
+        if (sync[k]) { kind[k] = 2; continue; }
+        if (i + 1 >= noff || off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > nl) goto bad;
+        double end = t + dur[i], last = 0.0;
+        int any = 0;
+        for (int32_t o = off[i]; o < off[i + 1]; o++) {
+            int32_t g = launched[o];
+            if (g < 0 || g >= ng) goto bad;
+            Ev *ge = ev_at(gpu, g);
+            if (!ge) goto done;
+            double e = ge->ts + ge->dur;
+            if (!any || e > last) last = e;
+            any = 1;
+            nops++;
+            if (ge->ts >= t) nlat++;
+        }
+        kind[k] = blocking[k] || (any && end >= last - slack) ? 1 : dur[i] > queue_wait ? 3 : 0;
+    }
+    for (Py_ssize_t j = 0; j < ns; j++) count[j + 1] += count[j];  /* each step's first row */
+    {
+        int32_t *at = malloc(sizeof(int32_t) * (ns + 1));
+        if (!at) { PyErr_NoMemory(); goto done; }
+        memcpy(at, count, sizeof(int32_t) * (ns + 1));
+        for (Py_ssize_t k = 0; k < m; k++)  /* the calls step by step, in idx order */
+            if (step[k] >= 0) order[at[step[k]]++] = (int32_t)k;
+        free(at);
+    }
+    Py_ssize_t rc = nrows ? nrows : 1, oc = nops ? nops : 1;
+    rows = malloc(sizeof(int32_t) * rc); kinds = malloc(rc); pre = malloc(sizeof(double) * rc);
+    keys = malloc(sizeof(RowKey) * rc); op_off = malloc(sizeof(int32_t) * (nrows + 1));
+    ops = malloc(sizeof(int32_t) * oc); op_dur = malloc(sizeof(double) * oc);
+    lats = malloc(sizeof(double) * (nlat ? nlat : 1)); step_rows = malloc(sizeof(int32_t) * (ns + 1));
+    cpu_us = malloc(sizeof(double) * (ns ? ns : 1)); tail = malloc(sizeof(double) * (ns ? ns : 1));
+    if (!rows || !kinds || !pre || !keys || !op_off || !ops || !op_dur || !lats || !step_rows || !cpu_us || !tail) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t nl2 = 0, no = 0;
+    for (Py_ssize_t r = 0; r < nrows; r++) {  /* the launch-to-start times, before the sort */
+        int32_t k = order[r], i = idx[k];
+        if (kind[k] == 2) continue;
+        for (int32_t o = off[i]; o < off[i + 1]; o++) {
+            Ev *ge = (Ev *)PyList_GET_ITEM(gpu, launched[o]);
+            if (ge->ts >= ts[i]) lats[nl2++] = ge->ts - ts[i];
+        }
+    }
+    op_off[0] = 0;
+    for (Py_ssize_t j = 0; j < ns; j++) {
+        Py_ssize_t a = count[j], b = count[j + 1];
+        for (Py_ssize_t r = a; r < b; r++) { keys[r].ts = ts[idx[order[r]]]; keys[r].pos = order[r]; }
+        qsort(keys + a, b - a, sizeof(RowKey), cmp_rowkeys);
+        double total = 0.0, anchor = ss[j];
+        for (Py_ssize_t r = a; r < b; r++) {
+            int32_t k = keys[r].pos, i = idx[k];
+            double t = ts[i], p = t - anchor;
+            p = p > 0.0 ? p : 0.0; /* max(0.0, p): 0.0 for NaN and -0.0, as Python's */
+            total += p;
+            anchor = kind[k] != 0 ? t + dur[i] : t;
+            rows[r] = i; kinds[r] = kind[k]; pre[r] = p;
+            if (kind[k] != 2)
+                for (int32_t o = off[i]; o < off[i + 1]; o++) {
+                    ops[no] = launched[o];
+                    op_dur[no++] = ((Ev *)PyList_GET_ITEM(gpu, launched[o]))->dur;
+                }
+            op_off[r + 1] = (int32_t)no;
+        }
+        double t = se[j] - anchor;
+        t = t > 0.0 ? t : 0.0;
+        tail[j] = t;
+        cpu_us[j] = total + t;
+        step_rows[j] = (int32_t)a;
+    }
+    step_rows[ns] = (int32_t)nrows;
+    res = Py_BuildValue("(y#y#y#y#y#y#y#y#y#y#)", (char *)rows, nrows * 4, (char *)kinds, nrows, (char *)pre,
+                        nrows * 8, (char *)step_rows, (ns + 1) * 4, (char *)cpu_us, ns * 8, (char *)tail, ns * 8,
+                        (char *)op_off, (nrows + 1) * 4, (char *)ops, no * 4, (char *)op_dur, no * 8,
+                        (char *)lats, nl2 * 8);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_IndexError, "replay_rows: an index out of range");
+done:
+    free(step); free(kind); free(order); free(count); free(rows); free(kinds); free(pre); free(keys);
+    free(op_off); free(ops); free(op_dur); free(lats); free(step_rows); free(cpu_us); free(tail);
+    PyBuffer_Release(&iv); PyBuffer_Release(&tv); PyBuffer_Release(&dv); PyBuffer_Release(&sv);
+    PyBuffer_Release(&ev); PyBuffer_Release(&yv); PyBuffer_Release(&bv); PyBuffer_Release(&ov);
+    PyBuffer_Release(&lv);
+    return res;
+}
+
 /* launch_delays(gpu, launcher, cpu, min_delay) -> (delays float64 bytes, late int32 bytes):
  * gpu-contention's pass (passes._launch_delays_ref): per launched GPU event but each kernel name's
  * first, its start less its launch call's start; and the events whose delay is at least
@@ -2563,6 +2703,7 @@ PyMethodDef PASS_METHODS[] = {
     {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},
     {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes"},
     {"positions", positions, METH_VARARGS, "positions(mask) -> int32 bytes: the positions of the set bytes"},
+    {"replay_rows", replay_rows, METH_VARARGS, "replay_rows(idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack, queue_wait) -> the replay's rows"},
     {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},
     {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 bytes: distinct values by first appearance"},
     {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 bytes"},

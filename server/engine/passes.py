@@ -722,7 +722,79 @@ def _frame_shapes_c(cpu, off: array, kids: array, frame_of: array, fids: array):
 
 
 # The replay's kinds of call (stepmodel's NONBLOCKING, BLOCKING, SYNC, QUEUED)
-_NONBLOCKING, _SYNC, _QUEUED = 0, 2, 3
+_NONBLOCKING, _BLOCKING, _SYNC, _QUEUED = 0, 1, 2, 3
+
+
+def _replay_rows_ref(
+    idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack, queue_wait
+):
+    """The replay's calls (stepmodel.StepModel): of the launch and sync calls ``idx`` (cpu events,
+    ``starts`` and ``durs`` their columns; ``sync``, ``blocking``: per item, a sync call, a blocking
+    copy) those that start in a step (``step_of``), each step's in start order (ties in idx order),
+    as rows: the cpu index, the kind (a sync; a call that ended within ``slack`` of its GPU work's
+    end or a blocking copy; one longer than ``queue_wait`` that waited for queue room; else
+    non-blocking), the profiled CPU time before it (since the step's start or the previous call:
+    its end where that waited, else its start), its GPU events (``launched``, by ``off``; none for a
+    sync) and their durations; per step its first row, its CPU time between calls and after the last
+    (summed row by row) and the time after the last; and the launch-to-start time of each GPU event
+    that started after its call did, in idx order step by step (int32, bytes, float64, int32,
+    float64, float64, int32, int32, float64, float64)."""
+    step = _step_of_ref(idx, starts, step_starts, step_ends)
+    per: list[list] = [[] for _ in step_starts]  # per step its calls in idx order: (event, kind, GPU events)
+    for k, i in enumerate(idx):
+        if step[k] < 0:
+            continue
+        if sync[k]:
+            per[step[k]].append((i, _SYNC, []))
+            continue
+        gs = list(launched[off[i] : off[i + 1]])
+        last = max((gpu[g].ts + gpu[g].dur for g in gs), default=None)
+        if blocking[k] or (last is not None and starts[i] + durs[i] >= last - slack):
+            kind = _BLOCKING
+        else:
+            kind = _QUEUED if durs[i] > queue_wait else _NONBLOCKING
+        per[step[k]].append((i, kind, gs))
+    lats = array(
+        "d",
+        [gpu[g].ts - starts[i] for calls in per for i, _, gs in calls for g in gs if gpu[g].ts >= starts[i]],
+    )
+    rows, kinds, pre, step_rows, cpu_us, tail = (
+        array("i"),
+        bytearray(),
+        array("d"),
+        array("i"),
+        array("d"),
+        array("d"),
+    )
+    op_off, ops, op_dur = array("i", [0]), array("i"), array("d")
+    for s, calls in enumerate(per):
+        calls.sort(key=lambda c: starts[c[0]])
+        step_rows.append(len(rows))
+        total, anchor = 0.0, step_starts[s]
+        for i, kind, gs in calls:
+            p = max(0.0, starts[i] - anchor)
+            total += p
+            anchor = starts[i] + durs[i] if kind != _NONBLOCKING else starts[i]
+            rows.append(i)
+            kinds.append(kind)
+            pre.append(p)
+            ops.extend(gs)
+            op_dur.extend(gpu[g].dur for g in gs)
+            op_off.append(len(ops))
+        t = max(0.0, step_ends[s] - anchor)
+        tail.append(t)
+        cpu_us.append(total + t)
+    step_rows.append(len(rows))
+    return rows, bytes(kinds), pre, step_rows, cpu_us, tail, op_off, ops, op_dur, lats
+
+
+def _replay_rows_c(
+    idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack, queue_wait
+):
+    got = _BUILT.replay_rows(
+        idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack, queue_wait
+    )
+    return tuple(b if t == "b" else column(t, b) for t, b in zip("ibdiddiidd", got))
 
 
 def _replay_ref(
@@ -1406,6 +1478,12 @@ PASSES: dict[str, Pass] = {
             "the events with a marked event at or under them (optimizer-foreach-off's launching ops)",
             _ancestors_ref,
             _ancestors_c,
+        ),
+        Pass(
+            "replay_rows",
+            "impact: the replayed steps' calls, their kinds, CPU time between them and GPU ops (StepModel)",
+            _replay_rows_ref,
+            _replay_rows_c,
         ),
         Pass(
             "replay",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import weakref
 from array import array
-from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -47,13 +46,13 @@ MIN_SCALE = 0.1  # the profiler never made dispatch more than ten times slower  
 NONBLOCKING, BLOCKING, SYNC, QUEUED = 0, 1, 2, 3  # QUEUED: a launch that waited for queue room
 
 
-@dataclass
+@dataclass(slots=True)  # one per replayed call: thousands
 class Point:
     i: int  # cpu event index of the call
     ts: float
     end: float
     kind: int
-    ops: list  # (gpu index, stream key, duration)
+    ops: list  # (gpu index, stream number, duration)
     pre: float = 0.0  # profiled CPU time between the previous call (or the step's start) and this one
 
 
@@ -116,75 +115,69 @@ class StepModel:
             return
         cost = EVENT_COST_US[bool(m.with_stack)]
         msteps = m.steps[:MAX_STEPS]
-        starts = [s.ts for s in msteps]
-        per: list[list[Point]] = [[] for _ in msteps]
         if m.count(LAUNCH_APIS | SYNC_APIS) > MAX_POINTS:
             return
-        # the calls of the replayed steps (the loop below keeps those inside a step)
-        idx = m.indices_during(LAUNCH_APIS | SYNC_APIS, starts[0], max(s.end for s in msteps))
-        cpu, gpu, spans = m.cpu, m.gpu, m.gpu_spans()
-        ends = [s.end for s in msteps]
+        # the calls of the replayed steps (replay_rows keeps those inside a step), as rows
+        idx = array("i", m.indices_during(LAUNCH_APIS | SYNC_APIS, msteps[0].ts, max(s.end for s in msteps)))
+        sync, blocking = set(m.indices(SYNC_APIS)), set(m.indices(kernels.BLOCKING_COPIES))
+        starts, durs = m.cpu_starts(), m.durs
         off, launched = m._launched  # the GPU events of each call (gpu_of_launch)
-        for i in idx:
-            e = cpu[i]
-            ts = e.ts
-            k = bisect.bisect_right(starts, ts) - 1
-            if k < 0 or ts > ends[k]:
-                continue
-            end = ts + e.dur
-            if e.name in SYNC_APIS:
-                per[k].append(Point(i, ts, end, SYNC, []))
-                continue
-            ops, last = [], None  # last: when the call's last GPU event ends
-            for g in launched[off[i] : off[i + 1]]:
-                ge = gpu[g]
-                ops.append((g, (ge.pid, ge.tid), ge.dur))
-                if last is None or spans[g][1] > last:
-                    last = spans[g][1]
-            blocking = e.name in kernels.BLOCKING_COPIES or (
-                last is not None and end >= last - BLOCK_SLACK_US
-            )
-            kind = BLOCKING if blocking else QUEUED if e.dur > QUEUE_WAIT_US else NONBLOCKING
-            per[k].append(Point(i, ts, end, kind, ops))
-        lats = sorted(
-            spans[g][0] - p.ts for pts in per for p in pts for g, _, _ in p.ops if spans[g][0] >= p.ts
+        rows, kinds, pre, step_rows, cpu_us, tail, op_off, ops, op_dur, lats = m.passes.replay_rows(
+            idx,
+            starts,
+            durs,
+            array("d", [s.ts for s in msteps]),
+            array("d", [s.end for s in msteps]),
+            bytes(map(sync.__contains__, idx)),
+            bytes(map(blocking.__contains__, idx)),
+            off,
+            launched,
+            m.gpu,
+            BLOCK_SLACK_US,
+            QUEUE_WAIT_US,
         )
+        lats = sorted(lats)
         # launch to start on an idle stream: the low quartile of what the trace shows, at most LAUNCH_LATENCY_MAX_US
         self.latency = min(lats[len(lats) // 4], LAUNCH_LATENCY_MAX_US) if lats else 0.0
+        streams: dict = {}  # (pid, tid) -> its number, in order of first op
+        gpu = m.gpu
+        op_stream = array("i", [streams.setdefault((gpu[g].pid, gpu[g].tid), len(streams)) for g in ops])
+        each_op = list(zip(ops, op_stream, op_dur))  # (gpu index, stream number, duration)
+        points = [
+            Point(i, starts[i], starts[i] + durs[i], k, each_op[a:b], p)
+            for i, k, p, a, b in zip(rows, kinds, pre, op_off, op_off[1:])
+        ]
         threads = list(m.tindex.starts.values())
-        for s, pts in zip(msteps, per):
-            pts.sort(key=lambda p: p.ts)
-            cpu_us, anchor = 0.0, s.ts
-            for p in pts:
-                p.pre = max(0.0, p.ts - anchor)
-                cpu_us += p.pre
-                anchor = p.end if self._waits(p) else p.ts
-            tail = max(0.0, s.end - anchor)
-            cpu_us += tail
+        for j, s in enumerate(msteps):
+            a, b = step_rows[j], step_rows[j + 1]
             events = sum(bisect.bisect_right(t, s.end) - bisect.bisect_left(t, s.ts) for t in threads)
-            unprof = max(cpu_us * MIN_SCALE, cpu_us - events * cost)
+            unprof = max(cpu_us[j] * MIN_SCALE, cpu_us[j] - events * cost)
             self.steps.append(
                 SimStep(
                     s.ts,
                     s.end,
-                    unprof / cpu_us if cpu_us > 0 else 1.0,
-                    pts,
-                    cpu_us,
-                    sum(d for p in pts for _, _, d in p.ops),
-                    tail,
+                    unprof / cpu_us[j] if cpu_us[j] > 0 else 1.0,
+                    points[a:b],
+                    cpu_us[j],
+                    sum(op_dur[op_off[a] : op_off[b]]),  # Python's sum (compensated from 3.12), as before
+                    tail[j],
                 )
             )
-        self._columns()
+        # the rows as the replay pass reads them (run): the steps' rows one after another
+        self._pre, self._kind, self._step_rows, self._tail = pre, kinds, step_rows, tail
+        self._op_off, self._op_stream, self._op_dur = op_off, op_stream, op_dur
+        self._row_scale = array("d")
+        for st in self.steps:
+            self._row_scale.extend(array("d", [st.scale]) * len(st.points))
+        self._row_of = dict(zip(rows, range(len(rows))))  # cpu index of a call -> its row
+        self._op_of = dict(zip(ops, range(len(ops))))  # gpu index -> its op
+        self._ones = array("d", [1.0]) * len(rows)
+        self._none = bytes(len(rows))
         self.at = {p.i: (p, st) for st in self.steps for p in st.points}
         self.gpu_at = {g: p.i for st in self.steps for p in st.points for g, _, _ in p.ops}
         self.base = self.run(Change())
         n = sum(st.cpu_us for st in self.steps)
         self.mean_scale = sum(st.cpu_us * st.scale for st in self.steps) / n if n > 0 else 1.0
-
-    @staticmethod
-    def _waits(p: Point) -> bool:
-        """Whether the call's own duration is waiting rather than dispatch."""
-        return p.kind != NONBLOCKING
 
     @property
     def ctx(self):
@@ -200,25 +193,6 @@ class StepModel:
     @property
     def ok(self) -> bool:
         return bool(self.steps) and self.base > 0
-
-    def _columns(self) -> None:
-        """The steps' calls as the replay pass reads them: one row per call, the steps' rows one
-        after another, each call's GPU ops (stream id, duration) in one flat list."""
-        rows = [p for st in self.steps for p in st.points]
-        ops = [op for p in rows for op in p.ops]
-        streams: dict = {}
-        self._pre = array("d", [p.pre for p in rows])
-        self._kind = bytes([p.kind for p in rows])
-        self._row_scale = array("d", [st.scale for st in self.steps for _ in st.points])
-        self._op_off = array("i", accumulate((len(p.ops) for p in rows), initial=0))
-        self._op_stream = array("i", [streams.setdefault(s, len(streams)) for _, s, _ in ops])
-        self._op_dur = array("d", [d for _, _, d in ops])
-        self._step_rows = array("i", accumulate((len(st.points) for st in self.steps), initial=0))
-        self._row_of = {p.i: r for r, p in enumerate(rows)}  # cpu index of a call -> its row
-        self._op_of = {g: o for o, (g, _, _) in enumerate(ops)}  # gpu index -> its op
-        self._tail = array("d", [st.tail for st in self.steps])
-        self._ones = array("d", [1.0]) * len(rows)
-        self._none = bytes(len(rows))
 
     def run(self, ch: Change) -> float:
         """The mean step, µs, with ``ch`` applied (the replay pass, over the rows as columns)."""
