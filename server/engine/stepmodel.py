@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import kernels
+from .passes import NO_LINE
 
 LAUNCH_APIS = kernels.apis(kernels.LAUNCH) | kernels.apis(kernels.COPY_API) | kernels.apis(kernels.MEMSET_API)
 SYNC_APIS = kernels.apis(kernels.SYNC)
@@ -276,12 +277,19 @@ class StepModel:
     def by_group(self) -> dict:
         """Context.line_id's group -> the calls in it, in order."""
         if self._by_group is None:
+            ctx = self.ctx
+            m = ctx.model
+            pts = list(self.points())
+            if m.has_call_from:  # line_id reads the event, not its token
+                groups = [ctx.line_id(p.i) for p in pts]
+            else:  # one group per line token: asked of its first call, as the calls come
+                tokens = m.passes.take(ctx.line_tokens(), array("i", [p.i for p in pts]), NO_LINE)
+                first, code = m.passes.codes(tokens)
+                groups = list(map([ctx.line_id(pts[k].i) for k in first].__getitem__, code))
             out: dict = {}
-            for st in self.steps:
-                for p in st.points:
-                    group = self.ctx.line_id(p.i)
-                    if group is not None:
-                        out.setdefault(group, []).append(p)
+            for p, group in zip(pts, groups):
+                if group is not None:
+                    out.setdefault(group, []).append(p)
             self._by_group = out
         return self._by_group
 
