@@ -13,7 +13,7 @@ from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
 from ..stepmodel import NONBLOCKING, Change, StepModel
 from . import rule
-from .util import input_key, pct, plural, r3, shapes, size, us
+from .util import pct, per_inputs, plural, r3, shapes, size, us
 
 _dur = attrgetter("dur")
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
@@ -310,13 +310,7 @@ def _gemm_shapes(m):
     for i in m.indices(GEMM_OPS):
         if not cpu_op[i]:
             continue
-        e = cpu[i]
-        key = input_key(e)
-        if key is None:
-            got = _gemm_shape(e)
-        else:
-            key = (e.name, key)
-            got = seen[key] = seen[key] if key in seen else _gemm_shape(e)
+        got = per_inputs(cpu[i], seen, _gemm_shape)
         if got is not None:
             out.append((*got, i))
     return out

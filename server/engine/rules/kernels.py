@@ -19,7 +19,7 @@ from ..modules import PREFIX
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
-from .util import input_key, inputs, median, pct, plural, quantile, r3, us
+from .util import inputs, median, pct, per_inputs, plural, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
@@ -436,12 +436,7 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
             continue
         if above[i] >= 0 and cpu[above[i]].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
-        key = input_key(e)
-        if key is None:
-            got = _misaligned(e)
-        else:
-            key = (e.name, key)
-            got = seen[key] = seen[key] if key in seen else _misaligned(e)
+        got = per_inputs(e, seen, _misaligned)
         if got is None:
             continue
         mkn, bad = got

@@ -113,6 +113,18 @@ def input_key(e) -> tuple[bytes, bytes] | None:
         return None
 
 
+def per_inputs(e, seen: dict, derive):
+    """``derive(e)``, worked out once per op name and inputs (``input_key``) and kept in ``seen``: a
+    step runs the same ops on the same shapes. An op whose inputs give no key is derived alone."""
+    inputs_key = input_key(e)
+    if inputs_key is None:
+        return derive(e)
+    key = (e.name, inputs_key)
+    if key not in seen:
+        seen[key] = derive(e)
+    return seen[key]
+
+
 _INPUTS: dict[tuple, tuple[list, list[str]]] = {}
 _INPUTS_MAX = 8192
 
