@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ast
-from itertools import compress, repeat
+from itertools import repeat
 from operator import itemgetter, truediv
 from array import array
 import math
@@ -264,7 +264,7 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     # the fp32 CUDA-core GEMMs, asked once per kernel key; their launch lines by number (equal
     # line_id groups, equal numbers)
     gpu, launcher, line_ids = m.gpu, m.launcher, ctx.launch_line_ids()
-    for g in compress(range(len(gpu)), a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
+    for g in m.passes.positions(a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
         e = gpu[g]
         fp32 += e.dur
         names[e.name] = names.get(e.name, 0.0) + e.dur
