@@ -3,7 +3,6 @@ Report lists. Numbers in text are per profiled step unless labelled otherwise ("
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Iterable
 
@@ -361,6 +360,8 @@ def _fingerprint(d: T.Diagnostic, root: str, seen: dict) -> str:
         [d.code, rel, loc.function or "", (src or "").strip(), "" if src else str(loc.line or "")]
     )
     n = seen[key] = seen.get(key, 0) + 1
+    import hashlib  # here: only the CI formats fingerprint, and its import costs a small trace's analyze 4%
+
     return hashlib.sha256(f"{key}\0{n}".encode()).hexdigest()[:32]
 
 

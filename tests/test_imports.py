@@ -18,7 +18,10 @@ TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 # JSON of statistics, SARIF, rule pages and the annotated trace: a report's JSON is msgspec's.
 # The parser is built for the one subcommand asked for, so the other subcommands' modules (the
 # workload runner, record, diff/annotate) stay out; logging only logs a rule that failed, difflib
-# only suggests a key for a misspelt one, tomllib only reads a pyproject.toml (none here).
+# only suggests a key for a misspelt one, tomllib only reads a pyproject.toml (none here). A small
+# trace is hashed by the interpreter's own sha256, not OpenSSL's (hashlib, ~6 ms to load); json
+# unescapes a trace's escaped strings (the scanner imports it at the first) and the rule pages
+# (rules.docs) are read only to show one; statistics (with random and fractions) gave one median.
 NOT_IMPORTED = (
     "pygls",
     "lsprotocol",
@@ -42,6 +45,10 @@ NOT_IMPORTED = (
     "logging",
     "difflib",
     "tomllib",
+    "hashlib",
+    "json",
+    "statistics",
+    "profd.server.engine.rules.docs",
 )
 
 # Python 3.10 only, and not profd's doing: msgspec's C core imports uuid when it loads, 3.10's uuid

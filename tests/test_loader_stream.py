@@ -515,3 +515,49 @@ def test_depth_rule_same_in_c_and_python(data, cuts, limit):
     assert _depth_in_pieces(depth.native, data, cuts, limit) == _depth_in_pieces(
         depth.reference, data, cuts, limit
     )
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [],
+        [b"{}"],
+        [b"a" * 1000] * 3,
+        [b"x" * (loader.SMALL_HASH_BYTES - 1)],
+        [b"x" * (loader.SMALL_HASH_BYTES - 1), b"y"],  # passes the bar on its last byte
+        [b"z" * 300_000, b"w" * 300_000, b"v" * 10],  # passes it on a later part
+        [b"q" * (3 * loader.SMALL_HASH_BYTES)],
+    ],
+    ids=["empty", "tiny", "small", "under", "at", "across", "over"],
+)
+def test_the_trace_hash_is_sha256_whichever_implementation_hashes_it(parts):
+    """A small trace is hashed by the interpreter's own sha256 and a large one by OpenSSL's
+    (``loader.Sha256``): the digest is the same, the sha256 of the bytes, at either side of the
+    bar and where the parts pass it midway."""
+    import hashlib
+
+    h = loader.Sha256()
+    for p in parts:
+        h.update(p)
+    whole = b"".join(parts)
+    assert h.hexdigest() == hashlib.sha256(whole).hexdigest() == loader.sha256_of(whole)
+
+
+@SETTINGS
+@given(st.text(), st.booleans())
+def test_scanner_unescapes_strings_as_json_does(text, ascii_only):
+    """Synthetic (one event whose name is any text, written with escapes: \\uXXXX for every
+    non-ASCII character and surrogate pairs beyond the BMP, or only where JSON must): the scanner's
+    own unescaping gives the name that json.loads and msgspec read."""
+    import json
+
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate: msgspec refuses it, and so does the scanner
+    doc = json.dumps(
+        [{"ph": "X", "cat": "cpu_op", "name": text, "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}],
+        ensure_ascii=ascii_only,
+    ).encode()
+    evs, _end, done = passes.native().Scanner(*loader.KEEP).scan(doc, 1, True)
+    assert done and evs[0].name == text == msgspec.json.decode(doc)[0]["name"]

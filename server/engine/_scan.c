@@ -755,15 +755,62 @@ static PyObject *make_str(const char *s, Py_ssize_t n) {
     return r;
 }
 
-/* A string with escapes: let the json module unescape the quoted token. */
-static PyObject *JSON_LOADS;
+/* The four hex digits at h (validated by string_rest). */
+static int hex_value(const char *h) {
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        char ch = h[k];
+        v = v * 16 + (ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* A string with escapes, unescaped here: its escapes are valid and its surrogates paired
+ * (string_rest checked both as it found the string's end), so this only writes them out as UTF-8,
+ * and the str decode checks the bytes between them as make_str does (an invalid byte is a
+ * ValueError: the loader falls back to msgspec). Not json.loads of the token: importing json was
+ * 2% of a small trace's `profd-client analyze`, and an import from a deep call stack can fail. */
 static PyObject *make_escaped(const char *s, Py_ssize_t n) {
-    PyObject *b = PyBytes_FromStringAndSize(s - 1, n + 2);
-    if (!b) return NULL;
-    PyObject *r = PyObject_CallOneArg(JSON_LOADS, b);
-    Py_DECREF(b);
-    if (r && !PyUnicode_Check(r)) { Py_DECREF(r); PyErr_SetString(PyExc_ValueError, "not a string"); return NULL; }
-    if (r && n <= INTERN_MAX) PyUnicode_InternInPlace(&r);
+    char *buf = malloc(n ? n : 1); /* an escape's UTF-8 is never longer than the escape */
+    if (!buf) return PyErr_NoMemory();
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        char ch = s[i];
+        if (ch != '\\') {
+            buf[o++] = ch;
+            i++;
+            continue;
+        }
+        char x = s[i + 1];
+        if (x != 'u') {
+            buf[o++] = x == 'b' ? '\b' : x == 'f' ? '\f' : x == 'n' ? '\n' : x == 'r' ? '\r' : x == 't' ? '\t' : x;
+            i += 2;
+            continue;
+        }
+        uint32_t cp = (uint32_t)hex_value(s + i + 2);
+        i += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* its low half follows (checked) */
+            cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)hex_value(s + i + 2) - 0xDC00);
+            i += 6;
+        }
+        if (cp < 0x80) {
+            buf[o++] = (char)cp;
+        } else if (cp < 0x800) {
+            buf[o++] = (char)(0xC0 | (cp >> 6));
+            buf[o++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            buf[o++] = (char)(0xE0 | (cp >> 12));
+            buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            buf[o++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            buf[o++] = (char)(0xF0 | (cp >> 18));
+            buf[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+            buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            buf[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    PyObject *r = make_str(buf, o);
+    free(buf);
     return r;
 }
 
@@ -1291,11 +1338,6 @@ PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&EvType) < 0 || PyType_Ready(&EvFullType) < 0 || PyType_Ready(&EvOpType) < 0 ||
         PyType_Ready(&EvMemType) < 0 || PyType_Ready(&ArgsType) < 0 ||
         PyType_Ready(&ScannerType) < 0 || PyType_Ready(&SkipperType) < 0) return NULL;
-    PyObject *json = PyImport_ImportModule("json");
-    if (!json) return NULL;
-    JSON_LOADS = PyObject_GetAttrString(json, "loads");
-    Py_DECREF(json);
-    if (!JSON_LOADS) return NULL;
     EMPTY_BYTES = PyBytes_FromStringAndSize("", 0);
     EMPTY_STR = PyUnicode_FromString("");
     ZERO = PyLong_FromLong(0);

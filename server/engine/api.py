@@ -14,6 +14,8 @@ an engine submodule; tests/test_layout.py fails on an import that goes around it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from .analyze import analyze_file, analyze_or_error
 from .annotate import annotate_file
 from .context import Options
@@ -41,10 +43,29 @@ from .job import (
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
 from .rules import thresholds as rule_thresholds
-from .rules.docs import rule_doc, rule_page
 from .rules.util import plural, size, us
 from .sourcemap import SourceMap, line_starts, nameable, read_lines, source_line, split_lines
 from .suppress import ALL as ALL_CODES, Comments, apply as apply_suppressions
+
+if TYPE_CHECKING:
+    from .rules.docs import RuleDoc
+
+
+# The rule pages are imported when a page is asked for: few commands show one, and the module
+# (json, textwrap, its docstring parser) was 5% of a small trace's `profd-client analyze`.
+def rule_doc(code: str) -> "RuleDoc":
+    """A rule's page, parsed from its declaration and docstring (``rules.docs``)."""
+    from .rules.docs import rule_doc as doc
+
+    return doc(code)
+
+
+def rule_page(code: str) -> Optional[str]:
+    """The markdown page of one rule, or None for a code that no rule declares (``rules.docs``)."""
+    from .rules.docs import rule_page as page
+
+    return page(code)
+
 
 __all__ = [
     # the pipeline

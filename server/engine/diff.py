@@ -14,12 +14,11 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Optional
 
 from ...protocol.diff import FindingDelta, LineDelta, ReportDiff, RuleDelta, SummaryDelta
 from ...protocol.types import Diagnostic, Report
-from .rules.util import r3
+from .rules.util import median, r3
 
 _ORDER = {"gone": 0, "new": 1, "kept": 2}
 
@@ -182,4 +181,4 @@ def _summary(old: Report, new: Report) -> SummaryDelta:
 
 
 def _med(xs) -> Optional[float]:
-    return r3(statistics.median(xs)) if xs else None
+    return r3(median(xs)) if xs else None

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ast
 import re
-import statistics
 import weakref
 from array import array
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Iterable, Optional
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
 from .model import TraceModel
+from .rules.util import median
 
 PREFIX = "nn.Module: "
 _dur = attrgetter("dur")
@@ -652,7 +652,7 @@ def _groups(
                 parent=p,
                 class_name=cls,
                 members=members,
-                gpu_median_us=round(statistics.median(vals), 3),
+                gpu_median_us=round(median(vals), 3),
                 gpu_min_us=round(min(vals), 3),
                 gpu_max_us=round(max(vals), 3),
             )
@@ -730,7 +730,7 @@ def _compare(
         if len(group) < MIN_GROUP:
             continue
         vals = [nodes[c].gpu_us for c in group]
-        med = statistics.median(vals)
+        med = median(vals)
         for c, v in zip(group, vals):
             if med > 0 and abs(v - med) >= floor and (v >= OUTLIER_RATIO * med or v * OUTLIER_RATIO <= med):
                 nodes[c].outlier = (

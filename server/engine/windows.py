@@ -12,12 +12,12 @@ first-call cuDNN/cuBLAS set-up, torch.compile compiling and autotuning) wherever
 from __future__ import annotations
 
 import re
-import statistics
 from array import array
 from collections import Counter
 
 from .loader import LAUNCH_CATS
 from .passes import negative
+from .rules.util import median
 
 # ---- steps without markers --------------------------------------------------------------------
 _NOT_STEPS = ("cuda_runtime", "cuda_driver", "Runtime", "overhead", "Trace")
@@ -94,7 +94,7 @@ def _loop(m, level: list[int]):
             segs.append(tail)
             bags = [Counter(_label(m, i) for i in s) for s in segs]
             sims = [sum((x & y).values()) / max(1, sum((x | y).values())) for x, y in zip(bags, bags[1:])]
-            if not sims or statistics.median(sims) < MIN_SIMILARITY:
+            if not sims or median(sims) < MIN_SIMILARITY:
                 continue
             if sum(m.cpu[i].dur for s in segs for i in s) < MIN_COVER * total:
                 continue
@@ -232,7 +232,7 @@ def _first_calls(m, name: str, idx: list[int], out: list) -> None:
             return  # a long copy or sync call waits on the GPU: not set-up
         if max(durs) < LAUNCH_US:
             return
-        med = statistics.median(durs)
+        med = median(durs)
         if max(durs) < FIRST_FACTOR * med:
             return  # no call long enough: which kernel each launched does not matter
         seen = set()
@@ -247,7 +247,7 @@ def _first_calls(m, name: str, idx: list[int], out: list) -> None:
         return
     if durs[0] < FIRST_US and min(durs) >= 0.0:
         return
-    med = statistics.median(durs)
+    med = median(durs)
     i = idx[0]
     d = durs[0] - _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up
     if d - med >= FIRST_US and d >= FIRST_FACTOR * med:

@@ -7,14 +7,13 @@ single trace like the other rules, finds nothing.
 
 from __future__ import annotations
 
-import statistics
 from typing import Optional
 
 from ....protocol.job import JobReport
 from ....protocol.types import Diagnostic, Location
 from . import rule
+from .util import median, r3
 from .util import ms as _ms
-from .util import r3
 
 # rank-straggler thresholds (see ``rank_straggler`` for why these values)
 LAST_SHARE = 0.75
@@ -67,7 +66,7 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
     cand = max(rows, key=lambda r: (r.last_arrivals, r.cpu_own_us + r.compute_us))
     share = cand.last_arrivals / job.collectives_matched
     others = [r for r in rows if r is not cand]
-    med = statistics.median
+    med = median
     o_step = med(r.step_us for r in others)
     o_wait = med(r.wait_us for r in others)
     if share < LAST_SHARE or o_step <= 0 or o_wait < WAIT_SHARE * o_step:

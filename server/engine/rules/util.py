@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-
 
 def us(v: float) -> str:
     """A duration for a message: µs below 1 ms, ms above."""
@@ -57,8 +55,14 @@ def pct(v: float) -> str:
 
 
 def median(xs) -> float:
-    xs = list(xs)
-    return statistics.median(xs) if xs else 0.0
+    """The median, as ``statistics.median`` gives it (the mean of the middle two of an even count),
+    0.0 of none. Not the stdlib's: ``statistics`` (with random and fractions) was 3% of a small
+    trace's `profd-client analyze`, for these three lines."""
+    s = sorted(xs)
+    if not s:
+        return 0.0
+    k = len(s) // 2
+    return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
 def quantile(xs: list[float], q: float) -> float:
