@@ -13,8 +13,9 @@ such as ``https://example.org/profd/docs``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import lru_cache
+
+import msgspec
 
 from .rules_table import TABLE
 
@@ -34,8 +35,7 @@ def docs_url() -> str:
     return base.rstrip("/") + "/rules.md" if base else _installed_docs()
 
 
-@dataclass(frozen=True)
-class RuleInfo:
+class RuleInfo(msgspec.Struct, frozen=True):
     code: str
     title: str
     severity: str  # default: error | warning | information | hint

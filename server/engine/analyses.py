@@ -14,6 +14,8 @@ from itertools import compress
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
+
 from . import kernels, passes
 from .model import TraceModel
 from .passes import COMPLEMENT
@@ -71,8 +73,7 @@ def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[
     return getattr(merged, "run", passes.REFERENCE).gaps(merged, lo, hi)
 
 
-@dataclass
-class GpuKeys:
+class GpuKeys(msgspec.Struct):
     """The GPU events by the key they are classified by (the gpu_keys pass): the distinct keys
     (name, category, the op above the launch call), each event's number into them and each key's
     kernel class. A question about the events is asked once per key, not once per event."""
@@ -230,8 +231,7 @@ def _steady(m: TraceModel, a: Analysis, compute: list[tuple[float, float]]) -> N
 COPY_CATS = ("gpu_memcpy", "gpu_memset")  # the copy engines' work (DMA), not the SMs'
 
 
-@dataclass
-class StepGpu:
+class StepGpu(msgspec.Struct):
     """One step on the GPU timeline: the work its CPU range launched."""
 
     cpu_us: float  # the ProfilerStep range

@@ -10,8 +10,9 @@ import gc
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Optional
+
+import msgspec
 
 from ... import __version__
 from ...protocol.catalog import RULES as CATALOG
@@ -28,8 +29,7 @@ from .rules.util import us
 MAX_HOT_LINES = 200
 
 
-@dataclass
-class Analyzed:
+class Analyzed(msgspec.Struct):
     """One trace through the pipeline: its report, and what it was made from for the callers that
     take more than the report from the same read (a rank's summary, the annotated copy)."""
 

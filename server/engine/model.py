@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+import msgspec
+
 from . import passes
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
 from .passes import COMPLEMENT, negative
@@ -96,8 +98,7 @@ _LIBRARY_ROOTS = frozenset(sys.stdlib_module_names) | {
 }
 
 
-@dataclass(frozen=True)
-class Frame:
+class Frame(msgspec.Struct, frozen=True):
     path: str
     line: int
     function: str
@@ -149,8 +150,7 @@ def is_user_path(path: str) -> bool:
     return root not in _LIBRARY_ROOTS
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     name: str
     number: int
     ts: float
@@ -161,8 +161,7 @@ class Step:
         return self.end - self.ts
 
 
-@dataclass(slots=True)  # one per allocator sample: hundreds of thousands in a large trace
-class MemoryEvent:
+class MemoryEvent(msgspec.Struct):  # one per allocator sample: hundreds of thousands in a large trace
     ts: float
     nbytes: int
     total_allocated: int

@@ -28,9 +28,10 @@ import ast
 import re
 import weakref
 from array import array
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Iterable, Optional
+
+import msgspec
 
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
@@ -764,8 +765,7 @@ def generic_name(tree_or_index, node: int) -> str:
     return f"{idx.class_of(p)}.{label}"
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(msgspec.Struct, frozen=True):
     """The module where most of some work ran (``describe``)."""
 
     name: str  # GPT2Attention.c_attn

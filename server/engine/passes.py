@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Optional
 
+import msgspec
+
 try:
     from . import _scan as _BUILT  # type: ignore[attr-defined]  # the C extension: no stub for mypy
 except ImportError:  # no compiler where it was installed: the reference alone, slower and larger
@@ -1398,8 +1400,7 @@ def _loop_calls_c(launched: list, frames_above: array, frame_of: array, ops: arr
 
 
 # ---- the table --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Pass:
+class Pass(msgspec.Struct, frozen=True):
     name: str
     computes: str  # what it gives, in the words of the model field or analysis that keeps it
     reference: Callable

@@ -19,8 +19,9 @@ import bisect
 import re
 import threading
 from array import array
-from dataclasses import dataclass
 from typing import Optional
+
+import msgspec
 
 from .model import TraceModel
 from .sourcemap import SourceMap, source_lines
@@ -119,8 +120,7 @@ _BINOP = {
 _CMPOP = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(msgspec.Struct, frozen=True):
     name: str  # callee name (``item``, ``to``, ``model``), ``record_function:LABEL``, or ``<op>``
     line: int  # the line of the statement that holds it
     # The expression's span when it starts on that line: 1-based character columns, end exclusive
@@ -602,8 +602,7 @@ def frame_tokens(m: TraceModel, frame: int):
             yield i
 
 
-@dataclass
-class FrameShapes:
+class FrameShapes(msgspec.Struct):
     """The user frames of a trace, their statement tokens and their shapes (the frame_shapes pass):
     frames of one shape have equal subtrees, so their tokens align with the same sites and fall in
     the same call groups, position by position."""

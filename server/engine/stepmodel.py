@@ -22,8 +22,9 @@ from __future__ import annotations
 import bisect
 import weakref
 from array import array
-from dataclasses import dataclass, field
 from typing import Optional
+
+import msgspec
 
 from . import kernels
 from .passes import NO_LINE
@@ -47,8 +48,7 @@ MIN_SCALE = 0.1  # the profiler never made dispatch more than ten times slower  
 NONBLOCKING, BLOCKING, SYNC, QUEUED = 0, 1, 2, 3  # QUEUED: a launch that waited for queue room
 
 
-@dataclass(slots=True)  # one per replayed call: thousands
-class Point:
+class Point(msgspec.Struct):  # one per replayed call: thousands
     i: int  # cpu event index of the call
     ts: float
     end: float
@@ -57,8 +57,7 @@ class Point:
     pre: float = 0.0  # profiled CPU time between the previous call (or the step's start) and this one
 
 
-@dataclass
-class SimStep:
+class SimStep(msgspec.Struct):
     ts: float
     end: float
     scale: float  # unprofiled / profiled CPU time between calls
@@ -68,14 +67,13 @@ class SimStep:
     tail: float = 0.0  # profiled CPU time after the last call
 
 
-@dataclass
-class Change:
+class Change(msgspec.Struct):
     """What a fix changes in the replay (any field may be empty)."""
 
-    keep: dict = field(default_factory=dict)  # cpu index -> share of the CPU time before it kept
-    drop: set = field(default_factory=set)  # calls that no longer happen (their GPU work neither)
-    dur: dict = field(default_factory=dict)  # gpu index -> its new duration
-    nonblock: set = field(default_factory=set)  # calls that no longer wait for the GPU
+    keep: dict = msgspec.field(default_factory=dict)  # cpu index -> share of the CPU time before it kept
+    drop: set = msgspec.field(default_factory=set)  # calls that no longer happen (their GPU work neither)
+    dur: dict = msgspec.field(default_factory=dict)  # gpu index -> its new duration
+    nonblock: set = msgspec.field(default_factory=set)  # calls that no longer wait for the GPU
     cpu_cut_us: float = 0.0  # profiled CPU µs per step taken out, spread over the step
     gpu_cut_us: float = 0.0  # GPU µs per step taken out, spread over the step's work
 
