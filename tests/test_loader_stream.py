@@ -87,6 +87,11 @@ def test_same_events_as_msgspec(path, monkeypatch):
     monkeypatch.setattr(loader, "BLOCK_BYTES", 3001)
     small, _, _ = loader.load(path)
     assert [_norm(e) for e in small.traceEvents] == [_norm(e) for e in doc.traceEvents]
+    # an element that straddles is scanned from its bytes and the next block's head joined, or,
+    # longer than that head, read on by the Skipper: both, here (names run to a few KB)
+    monkeypatch.setattr(loader, "JOIN_BYTES", 400)
+    joined, _, _ = loader.load(path)
+    assert [_norm(e) for e in joined.traceEvents] == [_norm(e) for e in doc.traceEvents]
 
 
 @pytest.mark.parametrize(
