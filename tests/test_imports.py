@@ -19,9 +19,9 @@ TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 # The parser is built for the one subcommand asked for, so the other subcommands' modules (the
 # workload runner, record, diff/annotate) stay out; logging only logs a rule that failed, difflib
 # only suggests a key for a misspelt one, tomllib only reads a pyproject.toml (none here). A small
-# trace is hashed by the interpreter's own sha256, not OpenSSL's (hashlib, ~6 ms to load); json
-# unescapes a trace's escaped strings (the scanner imports it at the first) and the rule pages
-# (rules.docs) are read only to show one; statistics (with random and fractions) gave one median.
+# trace is hashed by the interpreter's own sha256, not OpenSSL's (hashlib, ~6 ms to load); the
+# scanner unescapes strings itself (it imported json for that); the rule pages (rules.docs) are
+# read only to show one; statistics (with random and fractions) gave one median.
 NOT_IMPORTED = (
     "pygls",
     "lsprotocol",

@@ -588,7 +588,7 @@ def _events(s: _Stream, scanner, scan) -> list:
         if end == s.pos and whole:
             raise _Declined()  # the Skipper found the element's end, the scanner did not
         whole = False
-        tail = bytes(s.buf[end:])  # the element that does not end here (and blanks before it)
+        tail = s.buf[end:]  # the element that does not end here (and blanks before it)
         block = s.blocks.next_block() if len(tail) < JOIN_BYTES else None
         if block:
             joined = tail + block[:JOIN_BYTES]

@@ -66,9 +66,8 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
     cand = max(rows, key=lambda r: (r.last_arrivals, r.cpu_own_us + r.compute_us))
     share = cand.last_arrivals / job.collectives_matched
     others = [r for r in rows if r is not cand]
-    med = median
-    o_step = med(r.step_us for r in others)
-    o_wait = med(r.wait_us for r in others)
+    o_step = median(r.step_us for r in others)
+    o_wait = median(r.wait_us for r in others)
     if share < LAST_SHARE or o_step <= 0 or o_wait < WAIT_SHARE * o_step:
         return None
     axes = [
@@ -79,7 +78,7 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
     ]
     diffs = []
     for side, label, f in axes:
-        mine, theirs = getattr(cand, f), med(getattr(r, f) for r in others)
+        mine, theirs = getattr(cand, f), median(getattr(r, f) for r in others)
         if (
             mine > 0
             and mine > theirs
@@ -121,13 +120,13 @@ def rank_straggler(job: JobReport) -> Optional[Diagnostic]:
         "side": side,
         "differs": [d[1] for d in diffs],
         "compute_us": cand.compute_us,
-        "others_compute_us": r3(med(r.compute_us for r in others)),
+        "others_compute_us": r3(median(r.compute_us for r in others)),
         "cpu_own_us": cand.cpu_own_us,
-        "others_cpu_own_us": r3(med(r.cpu_own_us for r in others)),
+        "others_cpu_own_us": r3(median(r.cpu_own_us for r in others)),
         "data_us": cand.data_us,
-        "others_data_us": r3(med(r.data_us for r in others)),
+        "others_data_us": r3(median(r.data_us for r in others)),
         "launches": cand.launches,
-        "others_launches": r3(med(r.launches for r in others)),
+        "others_launches": r3(median(r.launches for r in others)),
         "step_us": cand.step_us,
         "others_step_us": r3(o_step),
         "others_wait_us": r3(o_wait),
