@@ -28,7 +28,8 @@ account of the daemon's own share of a hover's delay; the debug mode costs a lit
 
 Printed: hover count / p50 / p95 / p99 / max (ms) during the big analysis (target p99 <= 10 ms),
 beside the same hovers sent for ``--idle`` s before it with nothing analysed (this machine's floor:
-on a loaded machine the scheduler's delays are in both);
+on a loaded machine the scheduler's delays are in both), with the daemon's CPU per hover (what a
+stream of hovers takes from the core the analysis could use);
 publish latency (rename -> diagnostics at the client), the reference analysis time, and
 overhead = latency - analysis (target <= 0.2 s); the daemon's own timings from its log; peak RSS of
 the daemon and its pool workers (``VmHWM`` each, and the sampled sum of ``VmRSS`` over the tree).
@@ -209,6 +210,13 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
+def _cpu_of(pid: int) -> float:
+    """``pid``'s CPU time so far (user + system, all its threads), in s."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants (the daemon, its pool workers, their resource tracker)."""
     kids: dict[int, list[int]] = {}
@@ -386,6 +394,7 @@ async def run(ns) -> dict:
         sampler.sample(relist=True)  # the pool workers are up by now
         # the same hovers with nothing analysed: this machine's floor, which a loaded machine raises
         idle: list[float] = []
+        cpu0, own0 = _cpu_of(proc.pid), time.process_time()
         t_end = time.perf_counter() + ns.idle
         while time.perf_counter() < t_end:
             t = time.perf_counter()
@@ -393,6 +402,7 @@ async def run(ns) -> dict:
             idle.append(time.perf_counter() - t)
             await asyncio.sleep(max(0.0, ns.every / 1000 - (time.perf_counter() - t)))
         res["idle_hovers"] = idle
+        res["idle_cpu"] = (_cpu_of(proc.pid) - cpu0, time.process_time() - own0)
 
         # 2. the big trace, complete at the rename; hovers until its report is published
         n_diags_before = len(c.diags)
@@ -569,6 +579,11 @@ def main(argv=None) -> int:
         print("   worst: " + ", ".join(f"{x * 1e3:.1f} ms at +{t:.2f} s" for t, x in worst))
         idle = [x * 1e3 for x in res["idle_hovers"]]
         if idle:
+            dc, oc = res["idle_cpu"]
+            print(
+                f"   CPU per idle hover: daemon {dc / len(idle) * 1e3:.2f} ms (all its threads), "
+                f"this client {oc / len(idle) * 1e3:.2f} ms"
+            )
             print(
                 f"   the same hovers before, nothing analysed ({ns.idle:g} s): {len(idle)}  p50 "
                 f"{pct(idle, 50):.2f} ms  p99 {pct(idle, 99):.2f} ms  max {max(idle):.2f} ms; "

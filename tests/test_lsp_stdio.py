@@ -161,3 +161,18 @@ async def test_run_workload_writes_into_the_watched_folder_and_answers_with_find
         await lsp.protocol.send_request_async(
             "profd/runWorkload", {"workload": "matmul-bias", "params": {"n": "64; echo"}}
         )
+
+
+async def test_a_reply_with_non_ascii_text_is_framed_in_bytes(lsp, tmp_path):
+    """The daemon writes its replies with orjson, in UTF-8 rather than stdlib json's ASCII
+    escapes: the Content-Length must count the bytes, or the client misreads every message
+    after the first one that holds a non-ASCII character. A reply naming a file called
+    ``ünï✓.json`` is read whole, and the next request is still answered."""
+    odd = str(tmp_path / "ünï✓.json")
+    with pytest.raises(Exception) as got:
+        await lsp.workspace_execute_command_async(
+            L.ExecuteCommandParams(command="profd.analyze", arguments=[odd])
+        )
+    assert "ünï✓" in str(got.value), got.value
+    st = await status(lsp)
+    assert field(st, "pid") > 0

@@ -12,15 +12,17 @@ formatted in ``present``. The lifecycle follows the spec (``ProfdProtocol``): -3
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from typing import Any, Optional
 
+import orjson
 from lsprotocol import types as L
+from pygls.exceptions import JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
-from pygls.uris import from_fs_path
 
 from ... import __version__
 from ...protocol import methods as M
@@ -30,7 +32,7 @@ from . import encoding, handlers, positions, publish as policy, settings as S
 from .confine import shown
 from .core import Core
 from .handlers.code_actions import edits_task
-from .handlers.common import path_of
+from .handlers.common import path_of, uri_of
 from .placement import UNMAPPED
 from .present import to_lsp_diag
 from .publish import cap
@@ -95,6 +97,28 @@ class ProfdProtocol(LanguageServerProtocol):
             error = client_error(error)
         return super()._send_response(msg_id, result, error)
 
+    def _send_data(self, data):
+        """pygls's framing, with the body written by orjson (stdlib json walked every hover's
+        reply in Python): the same JSON, in UTF-8 rather than ASCII escapes; what orjson cannot
+        write (an int past 64 bits) goes pygls's way."""
+        if not data or self.writer is None:
+            return super()._send_data(data)
+        try:
+            body = orjson.dumps(data, default=self._serialize_message, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # orjson.JSONEncodeError
+            return super()._send_data(data)
+        head = f"Content-Length: {len(body)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n"
+        try:
+            res = self.writer.write(head.encode() + body if self._include_headers else body)
+            if inspect.isawaitable(res):
+                asyncio.ensure_future(res)
+        except BrokenPipeError:
+            log.exception("profd: sending to the client: broken pipe")
+            raise
+        except Exception as error:
+            log.exception("profd: sending to the client failed")
+            self._server._report_server_error(error, JsonRpcInternalError)
+
     @lsp_method(L.EXIT)
     def lsp_exit(self, *args):  # type: ignore[override]
         s = getattr(self, "session", None)
@@ -158,6 +182,7 @@ class LspSession:
         self.on_close = None
         self._refresh: Optional[asyncio.TimerHandle] = None
         self._fixes: dict[tuple, dict] = {}  # code actions' edits, by buffer text (edits_for)
+        self._split: dict[str, tuple[str, tuple[str, ...]]] = {}  # uri -> (buffer text, its lines)
         self._fixes_lock = asyncio.Lock()
         self.ls = build_server(self)
         self.ls.protocol.session = self
@@ -301,11 +326,20 @@ class LspSession:
         """The text of ``path`` as the client shows it: its open buffer (unsaved edits
         included), else the file as last read."""
         docs = self.ls.workspace.text_documents
-        doc = docs.get(from_fs_path(path))
+        doc = docs.get(uri_of(path))
         if doc is None and docs:
             real = SOURCES.real(path)
             doc = next((d for u, d in docs.items() if SOURCES.real(path_of(u)) == real), None)
-        return tuple(split_lines(doc.source)) if doc is not None else SOURCES.lines(path)
+        if doc is None:
+            return SOURCES.lines(path)
+        # a hover asks for these lines several times; the buffer's text is split once per edit
+        text = doc.source
+        seen = self._split.get(doc.uri)
+        if seen is None or seen[0] is not text:
+            seen = self._split[doc.uri] = (text, tuple(split_lines(text)))
+            if len(self._split) > 64:  # the open buffers, and a few closed ones
+                self._split.pop(next(iter(self._split)))
+        return seen[1]
 
     def positions(self, key: Optional[str]) -> positions.Positions:
         """Report ``key``'s positions moved from the text it was made against onto ours."""
@@ -327,7 +361,7 @@ class LspSession:
 
     def is_open(self, path: str) -> bool:
         docs = self.ls.workspace.text_documents
-        if from_fs_path(path) in docs:
+        if uri_of(path) in docs:
             return True
         real = SOURCES.real(path)
         return any(SOURCES.real(path_of(u)) == real for u in docs)
@@ -409,7 +443,7 @@ class LspSession:
         if self.pulls:
             return
         _, items = self.lsp_diagnostics(source)
-        uri = from_fs_path(source)
+        uri = uri_of(source)
         if self.shown.changed(uri, items):  # only what changed: no repeats
             self.ls.text_document_publish_diagnostics(L.PublishDiagnosticsParams(uri=uri, diagnostics=items))
 
@@ -421,7 +455,7 @@ class LspSession:
         for uri in self.shown.uris():
             self.publish(path_of(uri))
         for source in self.core.index.sources():
-            if from_fs_path(source) not in self.shown:
+            if uri_of(source) not in self.shown:
                 self.publish(source)
         self.schedule_refresh()
 

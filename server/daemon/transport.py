@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import os
 import re
@@ -222,18 +221,17 @@ async def serve_session(
     proto.set_writer(writer)
     session.on_close = done.set
     send_raw = io.send_raw
+    stop = asyncio.ensure_future(done.wait())  # one waiter for the whole session, not one a message
     try:
         while not done.is_set():
             if first is not None:
                 (raw, body), first = first, None
             else:
                 rd = asyncio.ensure_future(io.next_json(peer))
-                stop = asyncio.ensure_future(done.wait())
                 await asyncio.wait({rd, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not rd.done():
                     rd.cancel()
                     break
-                stop.cancel()
                 kind, msg = rd.result()
                 if kind == "end":
                     break
@@ -244,7 +242,8 @@ async def serve_session(
                 send_raw(_error(raw.get("id"), -32601, f"Method not found: {shown(method)}"))
                 continue
             try:
-                message = json.loads(body, object_hook=proto.structure_message)
+                # raw is the body as orjson read it: structured here, not parsed a second time
+                message = proto.structure_message(raw)
             except JsonRpcException as e:
                 if is_request:
                     send_raw(_error(raw.get("id"), e.code, e.message or "Invalid params"))
@@ -265,6 +264,7 @@ async def serve_session(
                 except ConnectionError:
                     break
     finally:
+        stop.cancel()
         session.close()
     return session.exit_code
 

@@ -3,12 +3,13 @@ lookup, and the before/after of a source file against the previous trace of its 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional, Protocol
 
 import msgspec
 from lsprotocol import types as L
 from pygls.exceptions import JsonRpcException
-from pygls.uris import to_fs_path
+from pygls.uris import from_fs_path, to_fs_path
 
 from ....protocol import types as T
 from ....protocol.diff import LineDelta, ReportDiff
@@ -89,8 +90,16 @@ def command_args(args: tuple) -> tuple:
     return args
 
 
+@lru_cache(maxsize=4096)
 def path_of(uri: str) -> str:
     return to_fs_path(uri) or uri
+
+
+@lru_cache(maxsize=4096)
+def uri_of(path: str) -> Optional[str]:
+    """``path``'s file URI, as ``from_fs_path`` (a hover asks for it several times, and pygls
+    quotes it anew each time)."""
+    return from_fs_path(path)
 
 
 async def lookup(core: Core, uri: str, outline: bool = False) -> str:
