@@ -455,7 +455,8 @@ class LspSession:
         for uri in self.shown.uris():
             self.publish(path_of(uri))
         for source in self.core.index.sources():
-            if uri_of(source) not in self.shown:
+            u = uri_of(source)
+            if u is None or u not in self.shown:
                 self.publish(source)
         self.schedule_refresh()
 
