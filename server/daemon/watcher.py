@@ -119,14 +119,24 @@ def _record_unwatched() -> bool:
 
     def _add_callback(self, path) -> None:
         add(self, path)
-        if path not in getattr(self, "_active_callbacks_by_path", (path,)) and os.path.isdir(
-            path
-        ):  # (not a folder that went away meanwhile)
+        if not _has_watch(self, path) and os.path.isdir(path):  # (not a folder gone meanwhile)
             _note_unwatched(os.fsencode(self.path), path)
 
     _add_callback.profd = True
     InotifyWatchGroup._add_callback = _add_callback
     return True
+
+
+def _has_watch(group, path) -> bool:
+    """Whether watchdog 7's ``group`` holds a watch on ``path``. From 7.1 it keeps a tree of
+    folders, and its ``_active_callbacks_by_path`` is a property that rebuilds every path of the
+    tree on each read: asked once per folder added, 1,200 nested folders took minutes (the daemon
+    never came up). ``_find_node_by_path`` walks the path's own parts alone."""
+    find = getattr(group, "_find_node_by_path", None)
+    if find is None:  # 7.0: a dict of the watched paths
+        return path in getattr(group, "_active_callbacks_by_path", (path,))
+    node = find(path)
+    return node is not None and getattr(node, "wd", -1) != -1  # -1: watchdog's _INVALID_WD
 
 
 def _record_unwatched_6() -> bool:
