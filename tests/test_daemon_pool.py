@@ -5,6 +5,7 @@ and the tasks after it run as before. (The tasks are ``exec`` of allocations: a 
 analysis' leftovers, whose sizes no test trace controls.)"""
 
 import asyncio
+import os
 
 from profd.server.daemon.pool import WorkerPool, _rss_bytes
 
@@ -51,3 +52,34 @@ async def test_a_busy_worker_is_not_retired_mid_task():
         assert pool.retired == 0 or pool.all[0].proc.pid != pid  # never killed under the task
     finally:
         pool.close()
+
+
+async def test_the_model_is_freed_after_the_result_is_sent_not_before():
+    """An analysis's model and analysis (millions of objects for a big trace: ~0.1 s to free
+    at 1 GB) are let go of after the worker has sent the report, off the diagnostics' path: a
+    real analysis in a real worker holds its model while the result goes out, and the worker
+    holds nothing of it once the task is done (the next task finds the slot empty)."""
+    from profd.server.daemon.pool import analyze_task
+    from profd.server.engine import Options
+
+    from conftest import EXAMPLES
+
+    trace = os.path.join(EXAMPLES, "seed_n4096_bf16.json.gz")
+    pool = WorkerPool(1, True, 60.0, 2 << 30, retire_rss=1 << 40, retire_after_s=60)
+    try:
+        res = await pool.run(analyze_task, trace, Options())
+        assert res.data and res.wall > 0
+        held = await pool.run(eval, "__import__('profd.server.daemon.pool', fromlist=['_HELD'])._HELD")
+        assert held == []
+    finally:
+        pool.close()
+
+
+def test_analyze_for_jobs_hands_its_model_to_the_caller_to_free():
+    from profd.server.engine import analyze_for_jobs
+
+    from conftest import EXAMPLES
+
+    hold: list = []
+    report, _ = analyze_for_jobs(os.path.join(EXAMPLES, "seed_n4096_bf16.json.gz"), hold=hold)
+    assert len(hold) == 1 and hold[0].report is report and len(hold[0].model.cpu) > 0
