@@ -7,7 +7,8 @@
 Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so peak RSS (the
 child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
 parent) belongs to that case alone; the tiling also runs in a subprocess so the bench stays small. ``work s`` is the
-time inside the child from before reading the file to the end of the case (page cache warm);
+time inside the child from before reading the file to the end of the case (the file is read
+through just before each child, so the page cache is warm);
 ``cpu s`` the CPU time of that part (``process_time``: both cores' where the loader reads on
 one and decodes on the other; the steadier number on a loaded machine), ``proc s`` the whole
 process (interpreter start and imports included). Ratios are against the
@@ -207,6 +208,17 @@ def run_child(mode: str, path: str) -> dict:
 
 
 # ---- the run ----------------------------------------------------------------------------------
+def warm(path: str) -> None:
+    """Read ``path`` through once, so that each case starts with it in the page cache: on the
+    2-core VM the 1 GB tile was found partly evicted after a run (827 of 961 MiB resident; the
+    orjson cases take 8.7 GB), and profd's load there took more wall time than CPU time, where
+    at 250 MB it takes less (its reader and decoder overlap)."""
+    buf = bytearray(8 << 20)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
 def ensure_trace(source: str, mb: int = 0, copies: int = 0) -> str:
     """``source`` tiled to ``mb`` MB, or to ``copies`` copies, in bench/out (made once)."""
     os.makedirs(OUT, exist_ok=True)
@@ -352,7 +364,10 @@ def measure(label: str, path: str, modes: list[str], reps: int) -> dict:
     """Each mode's medians over ``reps`` fresh children on ``path``."""
     results = {}
     for mode in modes:
-        runs = [run_child(mode, path) for _ in range(reps)]
+        runs = []
+        for _ in range(reps):
+            warm(path)
+            runs.append(run_child(mode, path))
         ok = [r for r in runs if "error" not in r]
         if not ok:
             results[mode] = {"error": runs[0]["error"], "n": reps}
