@@ -334,6 +334,8 @@ class Served:
         """LSP shutdown and exit (which end a stdio daemon), then (TCP) SIGTERM the daemon; any
         process left is killed."""
         if self.lsp is None:
+            if self.tcp:  # a daemon whose start timed out is stopped too (it ran on past the test)
+                self.tcp.stop()
             return
         pid, lsp, self.lsp = self.pid, self.lsp, None
         try:
