@@ -410,10 +410,28 @@ def main(argv: Optional[list[str]] = None) -> int:
 def entry() -> int:
     """The ``profd-client`` process: :func:`main`, then every object it made frozen out of the
     cyclic GC. The interpreter's exit would otherwise collect them all (modules, the report): a
-    fifth of a small trace's whole run, for memory the process is about to give back anyway."""
+    fifth of a small trace's whole run, for memory the process is about to give back anyway. After
+    an in-process analysis the process ends at once once its output is flushed (as mypy's does):
+    freeing the last trace's model and the modules took ~0.2 s after a 1 GB trace's report."""
+    common.KEEP_LAST = []
     rc = main()
     gc.freeze()
+    if common.KEEP_LAST and "distributed" not in sys.modules:  # (a cluster client closes itself)
+        _exit_now(rc)
     return rc
+
+
+def _exit_now(rc: int) -> None:
+    """``os._exit(rc)`` once stdout, stderr and the logs are flushed; a flush that fails (a
+    closed pipe) returns, and the interpreter's own exit says so as it always has."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,27 @@ def test_text_output_makes_no_part_it_does_not_print():
         full = analyze_file(path, Options(workspace=[SRC], disabled=disabled))
         assert full.hot_lines and full.modules is not None
         assert p.stdout == fmt.text([full], modules=modules) + fmt.closing_line([full]) + "\n", code
+
+
+def test_the_output_is_whole_when_the_process_ends_without_freeing():
+    """After an in-process analysis the console script ends with ``os._exit`` once its output is
+    flushed (freeing a big trace's model took ~0.2 s): every byte of a report larger than a
+    pipe's buffer still reaches the reader, and the exit code is the findings' one."""
+    traces = [trace("tinygpt_naive"), trace("tinygpt_tuned"), trace("seed_n64_bf16")]
+    p = run("--workspace", SRC, "--format", "json", "--fail-on", "warning", *traces)
+    assert len(p.stdout) > 1 << 16  # past a pipe's buffer: the flush before the exit matters
+    assert [r["trace"]["path"] for r in json.loads(p.stdout)["reports"]] == traces
+    assert p.returncode == 1, p.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    p = subprocess.Popen(
+        [CLIENT, "analyze", "--no-daemon", "--format", "json", "--fail-on", "never", trace("tinygpt_naive")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout.read(100)
+    p.stdout.close()  # the reader goes away (`| head -c 100`)
+    err = p.stderr.read().decode()
+    assert p.wait(60) in (0, 120), err
+    assert "Traceback" not in err, err

@@ -93,12 +93,17 @@ def error_report(path: str, error: str) -> Report:
     )
 
 
-def analyze_or_error(path: str, options: Optional[Options] = None) -> Report:
-    """Like ``analyze_file`` but a bad trace becomes a Report carrying ``error``."""
+def analyze_or_error(path: str, options: Optional[Options] = None, hold: Optional[list] = None) -> Report:
+    """Like ``analyze_file`` but a bad trace becomes a Report carrying ``error``. ``hold``: the
+    pipeline's model and analysis are appended to it, for the caller to let go of (or never
+    free: a process about to exit)."""
     try:
-        return analyze_file(path, options)
+        done = analyze_trace(path, options)
     except loader.TraceError as e:
         return error_report(path, str(e))
+    if hold is not None:
+        hold.append(done)
+    return done.report
 
 
 def analyze_context(ctx: Context, info: TraceInfo) -> Report:
