@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/python .ci/typecheck.py
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/bench.py --sizes 50,250,1000 $(BENCH_ARGS)
 	$(BIN)/python bench/startup.py
 
 bench-daemon: $(STAMP)
