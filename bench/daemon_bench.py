@@ -210,10 +210,15 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
+def _stat(pid) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command's name (which may hold spaces): state, ppid, ..."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def _cpu_of(pid: int) -> float:
     """``pid``'s CPU time so far (user + system, all its threads), in s."""
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
+    parts = _stat(pid)
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -224,8 +229,7 @@ def tree(pid: int) -> list[int]:
         if not d.isdigit():
             continue
         try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            ppid = int(_stat(d)[1])
         except (OSError, IndexError, ValueError):
             continue
         kids.setdefault(ppid, []).append(int(d))

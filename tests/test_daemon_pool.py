@@ -54,11 +54,11 @@ async def test_a_busy_worker_is_not_retired_mid_task():
         pool.close()
 
 
-async def test_the_model_is_freed_after_the_result_is_sent_not_before():
+async def test_a_worker_holds_no_model_once_its_task_is_done():
     """An analysis's model and analysis (millions of objects for a big trace: ~0.1 s to free
-    at 1 GB) are let go of after the worker has sent the report, off the diagnostics' path: a
-    real analysis in a real worker holds its model while the result goes out, and the worker
-    holds nothing of it once the task is done (the next task finds the slot empty)."""
+    at 1 GB) are let go of after the worker has sent the report (pool._worker_main), off the
+    diagnostics' path; what this checks is the end of that: after a real analysis in a real
+    worker, the next task finds the worker's slot empty."""
     from profd.server.daemon.pool import analyze_task
     from profd.server.engine import Options
 
