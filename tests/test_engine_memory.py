@@ -6,7 +6,7 @@ import gc
 import os
 
 from profd.server.engine import Options, analyze_file
-from profd.server.engine.analyses import Intervals
+from profd.server.engine.passes import Spans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
@@ -22,4 +22,4 @@ def test_a_finished_analysis_is_freed_without_the_cyclic_gc():
     report = analyze_file(TRACE, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
     assert report.diagnostics  # a real analysis ran
     assert gc.collect() == 0
-    assert not [o for o in gc.get_objects() if isinstance(o, Intervals)]
+    assert not [o for o in gc.get_objects() if isinstance(o, Spans)]

@@ -121,8 +121,9 @@ def test_values_the_scanner_cannot_hold_run_every_reference_pass(tmp_path):
 
 
 def test_the_span_unions_match_their_reference_on_odd_spans():
-    """Synthetic: spans ending before they start, ties, -0.0, infinities, unsorted input; ints and
-    NaNs (the native merges hand those to the reference); the holes they leave in ranges."""
+    """Synthetic: spans ending before they start, ties, -0.0, infinities, unsorted input and NaNs
+    (the native merges hand those to the reference), each merged whole and through a mask; the
+    holes they leave in ranges; a column that is not (start, end) pairs is refused both ways."""
     import random
     from array import array
 
@@ -132,11 +133,14 @@ def test_the_span_unions_match_their_reference_on_odd_spans():
     cases = [odd, [], [(1, 2), (0, 5)], [(float("nan"), 1.0), (0.0, 2.0)]]
     cases += [rng.sample(odd, len(odd)) for _ in range(20)]
     for spans in cases:
-        for name in ("merge", "span_index"):
-            p = passes.PASSES[name]
-            arg = passes.PASSES["merge"].reference(spans) if name == "span_index" else spans
-            assert passes.differs(p.reference(list(arg)), p.native(list(arg))) is None, (name, spans)
-        merged = passes.PASSES["merge"].reference(spans)
+        flat = passes.Spans.of(spans).flat
+        mask = bytes(rng.randrange(2) for _ in spans)
+        p = passes.PASSES["merge"]
+        for m in (None, mask):
+            assert passes.differs(p.reference(flat, m), p.native(flat, m)) is None, (spans, m)
+        merged = p.reference(flat, None)
+        p = passes.PASSES["span_index"]
+        assert passes.differs(p.reference(merged), p.native(merged)) is None, spans
         starts, ends = array("d", [0.0, 2.0, 6.0]), array("d", [1.5, 5.0, 20.0])
         for lo, hi in ((0.0, 10.0), (-5.0, 3.0), (2.0, 2.0), (1.0, float("inf")), (float("nan"), 4.0)):
             p = passes.PASSES["gaps"]
@@ -146,9 +150,27 @@ def test_the_span_unions_match_their_reference_on_odd_spans():
                 want = p.reference(merged, lo, hi, starts, ends, share)
                 assert passes.differs(want, p.native(merged, lo, hi, starts, ends, share)) is None
         groups = array("i", [rng.randrange(-1, 3) for _ in spans])
-        mask = bytes(rng.randrange(2) for _ in spans)
         p = passes.PASSES["merge_groups"]
-        assert passes.differs(p.reference(spans, groups, mask, 3), p.native(spans, groups, mask, 3)) is None
+        assert passes.differs(p.reference(flat, groups, mask, 3), p.native(flat, groups, mask, 3)) is None
+    for name, args in (
+        ("merge", (array("d", [1.0]), None)),
+        ("merge", (array("d", [1.0, 2.0]), b"\x01\x01")),
+    ):
+        for impl in (passes.PASSES[name].reference, passes.PASSES[name].native):
+            with pytest.raises(ValueError):
+                impl(*args)
+
+
+def test_spans_read_as_their_pairs():
+    """A Spans column reads as the (start, end) tuples it holds: indexing, iteration, adding two,
+    equality with the list of tuples it was made from."""
+    s = passes.Spans.of([(0.0, 1.0), (2.0, 3.5)])
+    assert len(s) == 2 and bool(s) and not passes.Spans()
+    assert list(s) == [(0.0, 1.0), (2.0, 3.5)] and s == [(0.0, 1.0), (2.0, 3.5)]
+    assert s[0] == (0.0, 1.0) and s[-1] == (2.0, 3.5)
+    with pytest.raises(IndexError):
+        s[2]
+    assert list(s + passes.Spans.of([(-1.0, 0.0)])) == [(0.0, 1.0), (2.0, 3.5), (-1.0, 0.0)]
 
 
 def test_nest_sorts_runs_and_shuffles_as_its_reference(tmp_path):

@@ -1814,9 +1814,9 @@ done:
 
 /* ---- the summary analyses and the module tree ------------------------------------------------
  * analyses.merge's unions, covered's index, step_gpu's per-step unions, the GPU events' class keys
- * and the module markers. A merge takes a list of (start, end) tuples of floats, as the analyses
- * hold them; any other item (an int from a reference reader, a NaN, whose order Python's sort
- * leaves to chance) returns None and the caller runs the reference. */
+ * and the module markers. Spans come as one float64 column, start and end alternating
+ * (passes.Spans.flat); a NaN in them (whose order Python's sort leaves to chance) returns None and
+ * the caller runs the reference. */
 typedef struct { double a, b; Py_ssize_t idx; } Span;
 
 static int cmp_spans(const void *x, const void *y) {
@@ -1828,15 +1828,31 @@ static int cmp_spans(const void *x, const void *y) {
     return p->idx < q->idx ? -1 : p->idx > q->idx;
 }
 
-/* The span tuple ``t`` read into s: 0 when it is not two floats, or holds a NaN. */
-static int read_span(PyObject *t, Span *s, Py_ssize_t idx) {
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) return 0;
-    PyObject *a = PyTuple_GET_ITEM(t, 0), *b = PyTuple_GET_ITEM(t, 1);
-    if (!PyFloat_CheckExact(a) || !PyFloat_CheckExact(b)) return 0;
-    s->a = PyFloat_AS_DOUBLE(a);
-    s->b = PyFloat_AS_DOUBLE(b);
-    s->idx = idx;
-    return s->a == s->a && s->b == s->b;
+/* The spans of a flat float64 buffer, those whose mask byte is set (all without a mask), read
+ * into a new array (*n of them). NULL with an error set for a bad size or no memory; NULL with
+ * none when a span holds a NaN (the caller runs the reference). */
+static Span *read_flat(const Py_buffer *fv, const Py_buffer *mv, Py_ssize_t *n) {
+    Py_ssize_t m = fv->len / 16;
+    if (fv->len % 16 || (mv && mv->len != m)) {
+        PyErr_SetString(PyExc_ValueError, "spans: a flat column of (start, end) pairs, and a mask byte a span");
+        return NULL;
+    }
+    Span *s = malloc(sizeof(Span) * (m ? m : 1));
+    if (!s) { PyErr_NoMemory(); return NULL; }
+    const double *f = fv->buf;
+    const unsigned char *mask = mv ? mv->buf : NULL;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (mask && !mask[j]) continue;
+        double a = f[2 * j], b = f[2 * j + 1];
+        if (a != a || b != b) { free(s); return NULL; }
+        s[k].a = a;
+        s[k].b = b;
+        s[k].idx = k;
+        k++;
+    }
+    *n = k;
+    return s;
 }
 
 /* Sorts s[0:n] and merges it in place as analyses._merge_ref does (touching spans join; a span
@@ -1858,47 +1874,68 @@ static Py_ssize_t merge_spans(Span *s, Py_ssize_t n) {
     return m;
 }
 
-static PyObject *span_list(const Span *s, Py_ssize_t m) {
-    PyObject *out = PyList_New(m);
-    for (Py_ssize_t j = 0; out && j < m; j++) {
-        PyObject *t = PyTuple_New(2), *a = PyFloat_FromDouble(s[j].a), *b = PyFloat_FromDouble(s[j].b);
-        if (!t || !a || !b) { Py_XDECREF(t); Py_XDECREF(a); Py_XDECREF(b); Py_CLEAR(out); break; }
-        PyTuple_SET_ITEM(t, 0, a);
-        PyTuple_SET_ITEM(t, 1, b);
-        PyList_SET_ITEM(out, j, t);
+static PyObject *flat_bytes(const Span *s, Py_ssize_t m) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 16);
+    if (!out) return NULL;
+    double *f = (double *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t j = 0; j < m; j++) {
+        f[2 * j] = s[j].a;
+        f[2 * j + 1] = s[j].b;
     }
     return out;
 }
 
-/* merge(spans) -> the union as a list of (start, end) tuples, sorted; None (see above). */
-static PyObject *merge(PyObject *mod, PyObject *args) {
+/* spans(events) -> float64 bytes: each event's (start, end), start and end alternating (the
+ * model's GPU spans). */
+static PyObject *spans(PyObject *mod, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list);
-    Span *s = malloc(sizeof(Span) * (n ? n : 1));
-    if (!s) return PyErr_NoMemory();
-    for (Py_ssize_t j = 0; j < n; j++)
-        if (!read_span(PyList_GET_ITEM(list, j), &s[j], j)) { free(s); Py_RETURN_NONE; }
-    PyObject *out = span_list(s, merge_spans(s, n));
-    free(s);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 16);
+    if (!out) return NULL;
+    double *f = (double *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = ev_at(list, j);
+        if (!e) { Py_DECREF(out); return NULL; }
+        f[2 * j] = e->ts;
+        f[2 * j + 1] = e->ts + e->dur;
+    }
     return out;
 }
 
-/* merge_groups(spans, groups int32, mask bytes, n) -> n lists: per group g in [0, n) the union of
- * the spans j with mask[j] set and groups[j] == g (step_gpu's per-step kernels and copies); None
- * (see above). */
+/* merge(flat, mask or None) -> the union of the spans (those with their mask byte set) as flat
+ * float64 bytes, sorted; None (see above). */
+static PyObject *merge(PyObject *mod, PyObject *args) {
+    Py_buffer fv, mv = {0};
+    PyObject *mobj;
+    if (!PyArg_ParseTuple(args, "y*O", &fv, &mobj)) return NULL;
+    if (mobj != Py_None && PyObject_GetBuffer(mobj, &mv, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&fv); return NULL; }
+    Py_ssize_t n;
+    Span *s = read_flat(&fv, mobj != Py_None ? &mv : NULL, &n);
+    PyObject *out = s ? flat_bytes(s, merge_spans(s, n)) : NULL;
+    if (!s && !PyErr_Occurred()) { out = Py_None; Py_INCREF(out); }
+    free(s);
+    PyBuffer_Release(&fv);
+    if (mobj != Py_None) PyBuffer_Release(&mv);
+    return out;
+}
+
+/* merge_groups(flat, groups int32, mask bytes, n) -> n flat float64 bytes: per group g in [0, n)
+ * the union of the spans j with mask[j] set and groups[j] == g (step_gpu's per-step kernels and
+ * copies); None (see above). */
 static PyObject *merge_groups(PyObject *mod, PyObject *args) {
-    PyObject *list, *res = NULL;
-    Py_buffer gv, mv;
+    PyObject *res = NULL;
+    Py_buffer fv, gv, mv;
     Py_ssize_t ng;
-    if (!PyArg_ParseTuple(args, "O!y*y*n", &PyList_Type, &list, &gv, &mv, &ng)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (!PyArg_ParseTuple(args, "y*y*y*n", &fv, &gv, &mv, &ng)) return NULL;
+    Py_ssize_t n = fv.len / 16;
     Py_ssize_t *off = NULL;
     Span *s = NULL;
-    if (gv.len / 4 != n || mv.len != n || ng < 0) {
+    if (fv.len % 16 || gv.len / 4 != n || mv.len != n || ng < 0) {
         PyErr_SetString(PyExc_ValueError, "merge_groups: sizes differ");
         goto done;
     }
+    const double *f = fv.buf;
     const int32_t *group = gv.buf;
     const unsigned char *mask = mv.buf;
     off = calloc(ng + 2, sizeof(Py_ssize_t));
@@ -1910,44 +1947,45 @@ static PyObject *merge_groups(PyObject *mod, PyObject *args) {
     for (Py_ssize_t j = 0; j < n; j++) { /* each group's spans in order: off[g + 1] fills group g */
         if (!mask[j] || group[j] < 0 || group[j] >= ng) continue;
         Py_ssize_t at = off[group[j] + 1]++;
-        if (!read_span(PyList_GET_ITEM(list, j), &s[at], j)) { res = Py_None; Py_INCREF(res); goto done; }
+        double a = f[2 * j], b = f[2 * j + 1];
+        if (a != a || b != b) { res = Py_None; Py_INCREF(res); goto done; }
+        s[at].a = a;
+        s[at].b = b;
+        s[at].idx = j;
     }
     if (!(res = PyList_New(ng))) goto done;
     for (Py_ssize_t g = 0; g < ng; g++) {
         Py_ssize_t lo = off[g], hi = off[g + 1];
-        PyObject *one = span_list(s + lo, merge_spans(s + lo, hi - lo));
+        PyObject *one = flat_bytes(s + lo, merge_spans(s + lo, hi - lo));
         if (!one) { Py_CLEAR(res); goto done; }
         PyList_SET_ITEM(res, g, one);
     }
 done:
     free(off); free(s);
-    PyBuffer_Release(&gv); PyBuffer_Release(&mv);
+    PyBuffer_Release(&fv); PyBuffer_Release(&gv); PyBuffer_Release(&mv);
     return res;
 }
 
-/* span_index(merged) -> (starts, ends, prefix) float64 bytes: covered's index of a merged list,
- * the prefix its running sum of lengths from 0.0; None (see above). */
+/* span_index(flat) -> (starts, ends, prefix) float64 bytes: covered's index of merged spans, the
+ * prefix their running sum of lengths from 0.0. */
 static PyObject *span_index(PyObject *mod, PyObject *args) {
-    PyObject *list;
-    if (!PyArg_ParseTuple(args, "O", &list)) return NULL;
-    if (!PyList_Check(list)) { PyErr_SetString(PyExc_TypeError, "span_index: a list"); return NULL; }
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    Py_buffer fv;
+    if (!PyArg_ParseTuple(args, "y*", &fv)) return NULL;
+    Py_ssize_t n = fv.len / 16;
+    if (fv.len % 16) { PyBuffer_Release(&fv); PyErr_SetString(PyExc_ValueError, "span_index: (start, end) pairs"); return NULL; }
     PyObject *sb = PyBytes_FromStringAndSize(NULL, n * 8), *eb = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *pb = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
-    if (!sb || !eb || !pb) { Py_XDECREF(sb); Py_XDECREF(eb); Py_XDECREF(pb); return NULL; }
+    if (!sb || !eb || !pb) { Py_XDECREF(sb); Py_XDECREF(eb); Py_XDECREF(pb); PyBuffer_Release(&fv); return NULL; }
+    const double *f = fv.buf;
     double *st = (double *)PyBytes_AS_STRING(sb), *en = (double *)PyBytes_AS_STRING(eb);
     double *pre = (double *)PyBytes_AS_STRING(pb);
     pre[0] = 0.0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        Span sp;
-        if (!read_span(PyList_GET_ITEM(list, j), &sp, j)) {
-            Py_DECREF(sb); Py_DECREF(eb); Py_DECREF(pb);
-            Py_RETURN_NONE;
-        }
-        st[j] = sp.a;
-        en[j] = sp.b;
-        pre[j + 1] = pre[j] + (sp.b - sp.a);
+        st[j] = f[2 * j];
+        en[j] = f[2 * j + 1];
+        pre[j + 1] = pre[j] + (en[j] - st[j]);
     }
+    PyBuffer_Release(&fv);
     return Py_BuildValue("(NNN)", sb, eb, pb);
 }
 
@@ -2314,24 +2352,15 @@ static Py_ssize_t holes(const Span *s, Py_ssize_t n, double lo, double hi, doubl
     return m;
 }
 
-/* The merged spans of a list read into a new array (*n of them), NULL with no error set when one
- * is not a float pair or holds a NaN (the caller runs the reference). */
-static Span *read_spans(PyObject *list, Py_ssize_t *n) {
-    *n = PyList_GET_SIZE(list);
-    Span *s = malloc(sizeof(Span) * (*n ? *n : 1));
-    if (!s) { PyErr_NoMemory(); return NULL; }
-    for (Py_ssize_t j = 0; j < *n; j++)
-        if (!read_span(PyList_GET_ITEM(list, j), &s[j], j)) { free(s); return NULL; }
-    return s;
-}
-
-/* gaps(merged, lo, hi) -> the holes in [lo, hi] as a list of (start, end), or None (see above). */
+/* gaps(flat, lo, hi) -> the holes in [lo, hi] that merged spans leave, as a list of (start,
+ * end), or None (see above). */
 static PyObject *gaps(PyObject *mod, PyObject *args) {
-    PyObject *list;
+    Py_buffer fv;
     double lo, hi;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O!dd", &PyList_Type, &list, &lo, &hi)) return NULL;
-    Span *s = read_spans(list, &n);
+    if (!PyArg_ParseTuple(args, "y*dd", &fv, &lo, &hi)) return NULL;
+    Span *s = read_flat(&fv, NULL, &n);
+    PyBuffer_Release(&fv);
     if (!s) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
     double *h = malloc(sizeof(double) * 2 * (n + 1));
     if (!h) { free(s); return PyErr_NoMemory(); }
@@ -2350,16 +2379,16 @@ static PyObject *gaps(PyObject *mod, PyObject *args) {
  * above): the holes (``gaps``) that start inside a step (model.step_at) and last ``share`` of it
  * or more (host_stages' candidates). */
 static PyObject *long_gaps(PyObject *mod, PyObject *args) {
-    PyObject *list, *out = NULL;
+    PyObject *out = NULL;
     double lo, hi, share;
-    Py_buffer sv, ev;
+    Py_buffer fv, sv, ev;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O!ddy*y*d", &PyList_Type, &list, &lo, &hi, &sv, &ev, &share)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*ddy*y*d", &fv, &lo, &hi, &sv, &ev, &share)) return NULL;
     Py_ssize_t ns = sv.len / 8;
     Span *s = NULL;
     double *h = NULL;
     if (ev.len / 8 != ns) { PyErr_SetString(PyExc_ValueError, "long_gaps: sizes differ"); goto done; }
-    if (!(s = read_spans(list, &n))) { if (!PyErr_Occurred()) { out = Py_None; Py_INCREF(out); } goto done; }
+    if (!(s = read_flat(&fv, NULL, &n))) { if (!PyErr_Occurred()) { out = Py_None; Py_INCREF(out); } goto done; }
     if (!(h = malloc(sizeof(double) * 2 * (n + 1)))) { PyErr_NoMemory(); goto done; }
     Py_ssize_t m = holes(s, n, lo, hi, h);
     const double *ss = sv.buf, *se = ev.buf;
@@ -2374,7 +2403,7 @@ static PyObject *long_gaps(PyObject *mod, PyObject *args) {
     }
 done:
     free(s); free(h);
-    PyBuffer_Release(&sv); PyBuffer_Release(&ev);
+    PyBuffer_Release(&fv); PyBuffer_Release(&sv); PyBuffer_Release(&ev);
     return out;
 }
 
@@ -2729,16 +2758,17 @@ PyMethodDef PASS_METHODS[] = {
     {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     /* the summary analyses and the module tree */
-    {"merge", merge, METH_VARARGS, "merge(spans) -> merged list of (start, end), or None"},
-    {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(spans, groups, mask, n) -> n merged lists, or None"},
-    {"span_index", span_index, METH_VARARGS, "span_index(merged) -> (starts, ends, prefix) float64 bytes, or None"},
+    {"spans", spans, METH_VARARGS, "spans(events) -> each event's (start, end), flat float64 bytes"},
+    {"merge", merge, METH_VARARGS, "merge(flat, mask) -> merged spans as flat float64 bytes, or None"},
+    {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(flat, groups, mask, n) -> n merged flat bytes, or None"},
+    {"span_index", span_index, METH_VARARGS, "span_index(flat) -> (starts, ends, prefix) float64 bytes"},
     {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
     {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
     {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},
     {"survivors", survivors, METH_VARARGS, "survivors(rows, ts, nbytes, addr, step_starts, step_ends) -> (rows, steps)"},
     {"group_by", group_by, METH_VARARGS, "group_by(items, keys) -> the items grouped by keys[item], in order"},
-    {"gaps", gaps, METH_VARARGS, "gaps(merged, lo, hi) -> the holes, or None"},
-    {"long_gaps", long_gaps, METH_VARARGS, "long_gaps(merged, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None"},
+    {"gaps", gaps, METH_VARARGS, "gaps(flat, lo, hi) -> the holes, or None"},
+    {"long_gaps", long_gaps, METH_VARARGS, "long_gaps(flat, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None"},
     {"loop_calls", loop_calls, METH_VARARGS, "loop_calls(launched, frames_above, frame_of, ops, runs, least) -> list of runs"},
     {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},

@@ -24,34 +24,27 @@ from .windows import setup_intervals
 _dur = operator.attrgetter("dur")
 
 
-class Intervals(list):
-    """A merged interval list (``merge``'s result) carrying its own index (``prefix``, built by
-    ``_index``), so the index lives and dies with the list: a module-level cache of the last lists
-    kept the intervals of finished analyses alive in a daemon (~7 MB each on a 51 MB trace); and
-    the passes that made it (``run``), which build the index too."""
-
-    __slots__ = ("prefix", "run")
+Spans = passes.Spans  # (start, end) pairs in one float64 column: the unions below
 
 
-def merge(intervals: list[tuple[float, float]], run: passes.Implementation = passes.REFERENCE) -> Intervals:
-    """Union of intervals, sorted (the ``merge`` pass; ``run``: the model's passes)."""
-    out = Intervals(run.merge(intervals))
-    out.run = run
-    return out
+def merge(intervals, run: passes.Implementation = passes.REFERENCE) -> Spans:
+    """Union of intervals (a Spans, or (start, end) pairs), sorted (the ``merge`` pass; ``run``:
+    the model's passes)."""
+    flat = intervals.flat if isinstance(intervals, Spans) else Spans.of(intervals).flat
+    return Spans(run.merge(flat, None), run)
 
 
-def _index(merged: list[tuple[float, float]]):
-    """starts, ends and prefix sums of a merged interval list, built once per ``Intervals``."""
-    hit = getattr(merged, "prefix", None)
-    if hit is not None:
-        return hit
-    got = getattr(merged, "run", passes.REFERENCE).span_index(merged)
-    if isinstance(merged, Intervals):
-        merged.prefix = got
-    return got
+def _index(merged):
+    """starts, ends and prefix sums of merged spans, built once per ``Spans``."""
+    if not isinstance(merged, Spans):
+        merged = Spans.of(merged)
+    hit = merged.prefix
+    if hit is None:
+        hit = merged.prefix = (merged.run or passes.REFERENCE).span_index(merged.flat)
+    return hit
 
 
-def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
+def covered(merged, lo: float, hi: float) -> float:
     """How much of [lo, hi] the merged intervals cover: two bisections on a prefix sum, so the
     rules can ask it once per event without a quadratic scan."""
     if hi <= lo or not merged:
@@ -67,10 +60,12 @@ def covered(merged: list[tuple[float, float]], lo: float, hi: float) -> float:
     return total
 
 
-def gaps(merged: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+def gaps(merged, lo: float, hi: float) -> list[tuple[float, float]]:
     """The holes in [lo, hi] that the merged intervals leave (the ``gaps`` pass of the passes
     that made them)."""
-    return getattr(merged, "run", passes.REFERENCE).gaps(merged, lo, hi)
+    if not isinstance(merged, Spans):
+        merged = Spans.of(merged)
+    return (merged.run or passes.REFERENCE).gaps(merged.flat, lo, hi)
 
 
 class GpuKeys(msgspec.Struct):
@@ -95,19 +90,19 @@ class GpuKeys(msgspec.Struct):
 @dataclass
 class Analysis:
     window: tuple[float, float]
-    busy: list[tuple[float, float]]  # merged GPU busy intervals (all streams; kernels, copies, memsets)
+    busy: Spans  # merged GPU busy intervals (all streams; kernels, copies, memsets)
     busy_us: float  # of the window, the time the GPU ran kernels other than collectives
     cpu_total_us: float
     cuda_total_us: float
     gpu_class: list[str]
     launches: int
     step_busy: list[float] = field(default_factory=list)
-    comm: list[tuple[float, float]] = field(default_factory=list)
+    comm: Spans = field(default_factory=Spans)
     comm_us: float = 0.0
     cpu_comm: list[int] = field(default_factory=list)  # CPU-side collectives (gloo ...), cpu indices
     cpu_comm_us: float = 0.0  # their union inside the window
     step_gpu: list["StepGpu"] = field(default_factory=list)
-    setup: list[tuple[float, float]] = field(default_factory=list)  # one-time set-up, merged
+    setup: Spans = field(default_factory=Spans)  # one-time set-up, merged
     setup_us: float = 0.0  # of it, inside the active window
     # the steady state: the window less the set-up, and of it the time kernels (no collectives),
     # any GPU work and the copy engines ran; the steps that hold no set-up (``steady_steps``)
@@ -118,7 +113,7 @@ class Analysis:
     steady_steps: list[int] = field(default_factory=list)
     # DMA copies and memsets (the copy engines), merged; of the window, the time one ran, and the
     # time the GPU ran anything but collectives (kernels or copies)
-    copies: list[tuple[float, float]] = field(default_factory=list)
+    copies: Spans = field(default_factory=Spans)
     copy_us: float = 0.0
     work_us: float = 0.0
     step_copy: list[float] = field(default_factory=list)  # per step, copy-engine time inside its range
@@ -152,14 +147,14 @@ class Analysis:
             return None
         return 100.0 * self.busy_us / self.window_us
 
-    def occupied(self) -> list[tuple[float, float]]:
+    def occupied(self) -> Spans:
         """The GPU's busy, collective and set-up stretches, merged (made once: a merged list
         alone is its own merge, the usual case without collectives or set-up)."""
         got = self.__dict__.get("_occupied")
         if got is None:
             parts = [x for x in (self.busy, self.comm, self.setup) if x]
-            run = getattr(parts[0], "run", passes.REFERENCE) if parts else passes.REFERENCE
-            got = self._occupied = parts[0] if len(parts) == 1 else merge([v for x in parts for v in x], run)
+            run = (parts[0].run if parts else None) or passes.REFERENCE
+            got = self._occupied = parts[0] if len(parts) == 1 else merge(sum(parts, Spans()), run)
         return got
 
     def steady_pct(self, us: float) -> float:
@@ -179,9 +174,9 @@ def analyze(m: TraceModel) -> Analysis:
     spans, run = m.gpu_spans(), m.passes
     kinds = comm_of, kernel, copy = _kinds(keys)
     launchers = set(m.launcher)
-    busy = merge(list(compress(spans, comm_of.translate(COMPLEMENT))), run)
-    comm = merge(list(compress(spans, comm_of)), run)
-    compute = merge(list(compress(spans, kernel)), run)
+    busy = Spans(run.merge(spans.flat, comm_of.translate(COMPLEMENT)), run)
+    comm = Spans(run.merge(spans.flat, comm_of), run)
+    compute = Spans(run.merge(spans.flat, kernel), run)
     lo, hi = active_window(m, busy or comm)
     durs = list(map(_dur, m.gpu))
     a = Analysis(
@@ -202,7 +197,7 @@ def analyze(m: TraceModel) -> Analysis:
         merge([(m.cpu[i].ts, m.cpu[i].ts + m.cpu[i].dur) for i in a.cpu_comm], run), lo, hi
     )
     a.step_busy = [covered(compute, s.ts, s.end) for s in m.steps]
-    a.copies = merge(list(compress(spans, copy)), run)
+    a.copies = Spans(run.merge(spans.flat, copy), run)
     a.copy_us = covered(a.copies, lo, hi)
     a.work_us = covered(busy, lo, hi)
     a.step_copy = [covered(a.copies, s.ts, s.end) for s in m.steps]
@@ -215,7 +210,7 @@ def analyze(m: TraceModel) -> Analysis:
     return a
 
 
-def _steady(m: TraceModel, a: Analysis, compute: list[tuple[float, float]]) -> None:
+def _steady(m: TraceModel, a: Analysis, compute: Spans) -> None:
     """The steady state's shares: what the GPU did outside the set-up stretches, measured there
     (the GPU may work during set-up: the autotuner benchmarks its candidates), and the steps that
     hold none of it."""
@@ -280,8 +275,8 @@ def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
     # each launched event's step, by its launch call's start (-1: none), and which of them count
     step = run.step_of(m.launcher, m.cpu_starts(), array("d", starts), array("d", ends))
     _, kernel, copy = kinds
-    per = run.merge_groups(m.gpu_spans(), step, kernel, len(m.steps))
-    per_copy = run.merge_groups(m.gpu_spans(), step, copy, len(m.steps))
+    per = run.merge_groups(m.gpu_spans().flat, step, kernel, len(m.steps))
+    per_copy = run.merge_groups(m.gpu_spans().flat, step, copy, len(m.steps))
     wait = [0.0] * len(m.steps)
     for i in m.indices(SYNC_CALLS):
         e = cpu[i]
@@ -291,16 +286,16 @@ def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
     main = m.tindex.starts.get(m.main_thread, ()) if m.main_thread is not None else ()
     out = []
     for s, merged, copies, w in zip(m.steps, per, per_copy, wait):  # merge_groups merged them
-        both = run.merge(merged + copies)
+        both = run.merge(merged + copies, None)  # flat columns: concatenated, then merged
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
         out.append(
             StepGpu(
                 cpu_us=s.dur,
-                work_us=sum(b - a for a, b in merged),
-                span_us=both[-1][1] - both[0][0] if both else 0.0,
+                work_us=sum(b - a for a, b in Spans(merged)),
+                span_us=both[-1] - both[0] if both else 0.0,
                 wait_us=w,
                 events=n,
-                copy_us=sum(b - a for a, b in copies),
+                copy_us=sum(b - a for a, b in Spans(copies)),
             )
         )
     return out
@@ -320,7 +315,7 @@ def cpu_collectives(m: TraceModel) -> list[int]:
     return sorted(out, key=lambda i: m.cpu[i].ts)
 
 
-def active_window(m: TraceModel, busy: list[tuple[float, float]]) -> tuple[float, float]:
+def active_window(m: TraceModel, busy: Spans) -> tuple[float, float]:
     """The steps' span, starting at the GPU's first event and ending after the work they issued.
 
     The lead-in before the first GPU event is the profiler's CPU->GPU lane offset plus the first
@@ -471,10 +466,10 @@ def host_stages(m: TraceModel, a: Analysis) -> list[tuple[float, float]]:
     if m.steps:
         lo, hi = a.window
         occupied = a.occupied()
-        run = getattr(occupied, "run", passes.REFERENCE)
+        run = getattr(occupied, "run", None) or passes.REFERENCE
         starts, ends = array("d", [s.ts for s in m.steps]), array("d", [s.end for s in m.steps])
         # only a hole this long can hold such a stretch
-        long = run.long_gaps(occupied, lo, min(hi, m.steps[-1].end), starts, ends, HOST_STEP_SHARE)
+        long = run.long_gaps(occupied.flat, lo, min(hi, m.steps[-1].end), starts, ends, HOST_STEP_SHARE)
         for x, y, k in long:
             step = m.steps[k]
             nxt = _next_op_start(m, x)

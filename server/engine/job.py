@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 from ...protocol.job import Collective, JobReport, LineCost, RankRow, RankStep, RankSummary
 from ...protocol.types import Report
 from . import kernels, loader
-from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, covered, merge
+from .analyses import CPU_COLLECTIVE_PREFIXES, SYNC_CALLS, Analysis, Spans, covered, merge
 from .model import TraceModel
 from .rules.ranks import rank_straggler
 from .rules.util import ms as _ms
@@ -209,7 +209,7 @@ def step_stats(m: TraceModel, a: Analysis) -> list[RankStep]:
     return out
 
 
-def _main_ops(m: TraceModel) -> list[tuple[float, float]]:
+def _main_ops(m: TraceModel) -> Spans:
     """Merged spans of the main thread's ops that compute (not a collective or a wait on one)."""
     spans = []
     for i, e in enumerate(m.cpu):

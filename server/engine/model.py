@@ -27,7 +27,7 @@ import msgspec
 
 from . import passes
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
-from .passes import COMPLEMENT, negative
+from .passes import COMPLEMENT, Spans, negative
 from .passes import int64 as _int64
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
@@ -276,11 +276,11 @@ class TraceModel:
                 got.extend(starts)
         return got
 
-    def gpu_spans(self) -> list[tuple[float, float]]:
+    def gpu_spans(self) -> Spans:
         """(start, end) of each GPU event, made once (the analyses' unions and steps read them)."""
         got = self.__dict__.get("_gpu_spans")
         if got is None:
-            got = self._gpu_spans = [(e.ts, e.ts + e.dur) for e in self.gpu]
+            got = self._gpu_spans = Spans(self.passes.spans(self.gpu), self.passes)
         return got
 
     def cat_mask(self, *cats: str) -> bytes:

@@ -1139,56 +1139,132 @@ def _scatter_sums_c(items: array, values: array, codes: array, off: array, targe
 
 
 # ---- the summary analyses and the module tree -------------------------------------------------
-def _merge_ref(spans: list) -> list:
-    """Union of (start, end) spans, sorted (as tuples compare), touching spans joined: a list of
-    (start, end) tuples (analyses.merge)."""
+class Spans:
+    """(start, end) pairs held as one float64 column, start and end alternating (``flat``): the
+    GPU events' spans and the unions the analyses keep, 16 bytes a span where a list of float
+    tuples took ~100 (a 255 MB trace's spans and unions were 25 MB of tuples). Reads as a sequence
+    of (start, end) tuples. ``prefix``: covered's index, built once (analyses._index); ``run``: the
+    passes that made it, which build the index too."""
+
+    __slots__ = ("flat", "prefix", "run")
+
+    def __init__(self, flat: Optional[array] = None, run: Optional["Implementation"] = None):
+        self.flat = array("d") if flat is None else flat
+        self.prefix: Optional[tuple] = None
+        self.run = run
+
+    @classmethod
+    def of(cls, pairs, run: Optional["Implementation"] = None) -> "Spans":
+        """The spans of an iterable of (start, end) pairs."""
+        return cls(array("d", itertools.chain.from_iterable(pairs)), run)
+
+    def __len__(self) -> int:
+        return len(self.flat) // 2
+
+    def __iter__(self):
+        it = iter(self.flat)
+        return zip(it, it)
+
+    def __getitem__(self, k: int) -> tuple[float, float]:
+        n = len(self)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("span index out of range")
+        return (self.flat[2 * k], self.flat[2 * k + 1])
+
+    def __add__(self, other: "Spans") -> "Spans":
+        """The spans of both, in order (not merged)."""
+        return Spans(self.flat + other.flat, self.run)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Spans):
+            return self.flat == other.flat
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Spans({list(self)!r})"
+
+
+def _pairs(flat: array):
+    it = iter(flat)
+    return zip(it, it)
+
+
+def _spans_ref(events) -> array:
+    """Each event's (start, end), start and end alternating (Spans.flat)."""
+    out = array("d")
+    for e in events:
+        out.append(e.ts)
+        out.append(e.ts + e.dur)
+    return out
+
+
+def _spans_c(events) -> array:
+    return column("d", _BUILT.spans(events))
+
+
+def _selected(flat: array, mask: Optional[bytes]):
+    if len(flat) % 2 or (mask is not None and len(mask) != len(flat) // 2):
+        raise ValueError("spans: a flat column of (start, end) pairs, and a mask byte a span")
+    return _pairs(flat) if mask is None else itertools.compress(_pairs(flat), mask)
+
+
+def _merge_pairs(pairs) -> array:
     out: list[list] = []
-    for a, b in sorted(spans):
+    for a, b in sorted(pairs):
         if out and a <= out[-1][1]:
             if b > out[-1][1]:
                 out[-1][1] = b
         else:
             out.append([a, b])
-    return [(a, b) for a, b in out]
+    return array("d", itertools.chain.from_iterable(out))
 
 
-def _merge_c(spans: list) -> list:
-    got = _BUILT.merge(spans)
-    return _merge_ref(spans) if got is None else got  # None: not all float pairs, or a NaN
+def _merge_ref(flat: array, mask: Optional[bytes]) -> array:
+    """Union of the spans of a flat column (those whose mask byte is set; all for None), sorted
+    (as tuples compare), touching spans joined, as a flat column (analyses.merge)."""
+    return _merge_pairs(_selected(flat, mask))
 
 
-def _merge_groups_ref(spans: list, groups: array, mask: bytes, n: int) -> list:
+def _merge_c(flat: array, mask: Optional[bytes]) -> array:
+    got = _BUILT.merge(flat, mask)
+    return _merge_ref(flat, mask) if got is None else column("d", got)  # None: a NaN
+
+
+def _merge_groups_ref(flat: array, groups: array, mask: bytes, n: int) -> list:
     """Per group in [0, n), the union (``merge``) of the spans whose mask byte is set and whose
-    group is that one (step_gpu: each step's kernels, and its copies)."""
+    group is that one (step_gpu: each step's kernels, and its copies), flat columns."""
+    if len(flat) != 2 * len(groups) or len(mask) != len(groups) or n < 0:
+        raise ValueError("merge_groups: sizes differ")
     per: list[list] = [[] for _ in range(n)]
-    for v, g, k in zip(spans, groups, mask):
+    for v, g, k in zip(_pairs(flat), groups, mask):
         if k and 0 <= g < n:
             per[g].append(v)
-    return [_merge_ref(p) for p in per]
+    return [_merge_pairs(p) for p in per]
 
 
-def _merge_groups_c(spans: list, groups: array, mask: bytes, n: int) -> list:
-    got = _BUILT.merge_groups(spans, groups, mask, n)
-    return _merge_groups_ref(spans, groups, mask, n) if got is None else got
+def _merge_groups_c(flat: array, groups: array, mask: bytes, n: int) -> list:
+    got = _BUILT.merge_groups(flat, groups, mask, n)
+    return _merge_groups_ref(flat, groups, mask, n) if got is None else [column("d", b) for b in got]
 
 
-def _span_index_ref(merged: list) -> tuple[list, list, list]:
-    """covered's index of a merged list: its starts, its ends and the running sum of its lengths
-    from 0.0."""
-    starts = [x for x, _ in merged]
-    ends = [y for _, y in merged]
-    pre = [0.0]
-    for x, y in merged:
+def _span_index_ref(flat: array) -> tuple[array, array, array]:
+    """covered's index of merged spans: their starts, their ends and the running sum of their
+    lengths from 0.0."""
+    if len(flat) % 2:
+        raise ValueError("span_index: (start, end) pairs")
+    pre = array("d", [0.0])
+    for x, y in _pairs(flat):
         pre.append(pre[-1] + (y - x))
-    return starts, ends, pre
+    return flat[0::2], flat[1::2], pre
 
 
-def _span_index_c(merged: list) -> tuple[list, list, list]:
-    got = _BUILT.span_index(merged) if isinstance(merged, list) else None
-    if got is None:
-        return _span_index_ref(merged)
-    sb, eb, pb = got
-    return column("d", sb).tolist(), column("d", eb).tolist(), column("d", pb).tolist()
+def _span_index_c(flat: array) -> tuple[array, array, array]:
+    sb, eb, pb = _BUILT.span_index(flat)
+    return column("d", sb), column("d", eb), column("d", pb)
 
 
 def _gpu_keys_ref(gpu, launcher: array, above: array, cpu) -> tuple[list, array]:
@@ -1328,10 +1404,12 @@ def _group_by_c(items: list, keys: list) -> list:
     return _BUILT.group_by(items, keys)
 
 
-def _gaps_ref(merged: list, lo: float, hi: float) -> list:
-    """The holes in [lo, hi] that a merged span list leaves (analyses.gaps)."""
+def _gaps_ref(flat: array, lo: float, hi: float) -> list:
+    """The holes in [lo, hi] that merged spans leave (analyses.gaps)."""
+    if len(flat) % 2:
+        raise ValueError("spans: a flat column of (start, end) pairs")
     out, cur = [], lo
-    for a, b in merged:
+    for a, b in _pairs(flat):
         if b <= cur:
             continue
         if a >= hi:
@@ -1344,31 +1422,31 @@ def _gaps_ref(merged: list, lo: float, hi: float) -> list:
     return out
 
 
-def _floats(merged, *values) -> bool:
-    """Whether the native span passes can take these: a list, and floats (an int bound would come
-    back a float)."""
-    return isinstance(merged, list) and all(type(v) is float for v in values)
+def _floats(*values) -> bool:
+    """Whether the native span passes can take these bounds: floats (an int bound would come back
+    a float)."""
+    return all(type(v) is float for v in values)
 
 
-def _gaps_c(merged: list, lo: float, hi: float) -> list:
-    got = _BUILT.gaps(merged, lo, hi) if _floats(merged, lo, hi) else None
-    return _gaps_ref(merged, lo, hi) if got is None else got
+def _gaps_c(flat: array, lo: float, hi: float) -> list:
+    got = _BUILT.gaps(flat, lo, hi) if _floats(lo, hi) else None
+    return _gaps_ref(flat, lo, hi) if got is None else got
 
 
-def _long_gaps_ref(merged: list, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
+def _long_gaps_ref(flat: array, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
     """The holes (``gaps``) that start inside a step (``model.step_at``) and last ``share`` of it or
     more, with their step's place: (start, end, step) (host_stages' candidates)."""
     out = []
-    for x, y in _gaps_ref(merged, lo, hi):
+    for x, y in _gaps_ref(flat, lo, hi):
         k = bisect.bisect_right(step_starts, x) - 1
         if k >= 0 and x <= step_ends[k] and y - x >= share * (step_ends[k] - step_starts[k]):
             out.append((x, y, k))
     return out
 
 
-def _long_gaps_c(merged: list, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
-    got = _BUILT.long_gaps(merged, lo, hi, step_starts, step_ends, share) if _floats(merged, lo, hi) else None
-    return _long_gaps_ref(merged, lo, hi, step_starts, step_ends, share) if got is None else got
+def _long_gaps_c(flat: array, lo: float, hi: float, step_starts: array, step_ends: array, share: float):
+    got = _BUILT.long_gaps(flat, lo, hi, step_starts, step_ends, share) if _floats(lo, hi) else None
+    return _long_gaps_ref(flat, lo, hi, step_starts, step_ends, share) if got is None else got
 
 
 def _loop_calls_ref(
@@ -1588,6 +1666,12 @@ PASSES: dict[str, Pass] = {
             "merge", "a union of spans (analyses.merge: GPU busy, collectives, copies)", _merge_ref, _merge_c
         ),
         Pass(
+            "spans",
+            "each GPU event's (start, end) as one flat column (model.gpu_spans)",
+            _spans_ref,
+            _spans_c,
+        ),
+        Pass(
             "merge_groups",
             "unions of spans per group (step_gpu: each step's kernels and copies)",
             _merge_groups_ref,
@@ -1737,6 +1821,8 @@ def differs(a, b, where: str = "") -> Optional[str]:
         return f"{where}: {type(a).__name__} vs {type(b).__name__}"
     if isinstance(a, float):
         return None if struct.pack("d", a) == struct.pack("d", b) else f"{where}: {a!r} vs {b!r}"
+    if isinstance(a, Spans):
+        return differs(a.flat, b.flat, where)
     if isinstance(a, array):
         if a.typecode != b.typecode or a.tobytes() != b.tobytes():
             k = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
