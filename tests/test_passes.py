@@ -285,3 +285,24 @@ def test_launchers_join_ids_repeated_across_processes_as_its_reference(tmp_path)
     assert sum(1 for i in ref if i >= 0) > 40  # most kernels found their call
     pids = {type(e.pid) for e in cpu}
     assert {int, str} <= pids, pids
+
+
+@pytest.mark.skipif(passes.native() is None, reason="the native layer is not built")
+def test_the_readme_states_the_scanners_event_sizes():
+    """The README's sizes of the scanner's events are those of a real trace's events: a python
+    frame, an allocator sample, an op (each event's one pair of ids and one-byte phase keep them
+    small; a field added to a layout shows here)."""
+    import re
+
+    doc, _, _ = loader.load(os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"))
+    size = {}
+    for e in doc.traceEvents:
+        kind = "frame" if e.cat == "python_function" else "sample" if e.name == "[memory]" else None
+        kind = kind or ("op" if e.cat == "cpu_op" else None)
+        if kind:
+            size.setdefault(kind, sys.getsizeof(e))
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    m = re.search(r"(\d+) bytes for a python frame, (\d+) for an allocator sample, (\d+) for an op", text)
+    assert m, "the README no longer states the event sizes"
+    assert (int(m[1]), int(m[2]), int(m[3])) == (size["frame"], size["sample"], size["op"])

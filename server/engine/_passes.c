@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static PyObject *S_X, *S_i, *S_I, *S_s, *S_f, *S_M, *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
+static PyObject *S_fwdbwd, *S_gpu_ann, *S_memory, *S_thread_name,
     *S_python_function, *S_user_annotation, *S_cpu_op, *S_user, *S_Memcpy, *S_Memset;
 
 static inline int same(PyObject *a, PyObject *b) {
@@ -228,7 +228,7 @@ static PyObject *id_value(PyObject *v) {
 
 /* (pid, tid), as passes.thread_key. */
 static PyObject *thread_key(Ev *e) {
-    PyObject *p = id_value(e->pid), *t = p ? id_value(e->tid) : NULL;
+    PyObject *p = id_value(EV_PID(e)), *t = p ? id_value(EV_TID(e)) : NULL;
     PyObject *key = t ? PyTuple_Pack(2, p, t) : NULL;
     Py_XDECREF(p);
     Py_XDECREF(t);
@@ -298,7 +298,7 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
         return NULL;
     PyObject *by_thread = PyDict_New(), *gpu = PyList_New(0), *ann = PyList_New(0), *mem = PyList_New(0),
              *fs = PyDict_New(), *ff = PyDict_New(), *names = PyDict_New(), *unread = PyDict_New();
-    PyObject *last_pid = NULL, *last_tid = NULL, *last_list = NULL;
+    PyObject *last_thread = NULL, *last_list = NULL;
     PyObject *place_role[MEMO_N]; /* the roles whose place is known, and their places */
     int place_of[MEMO_N], nplace = 0;
     CatMemo memo = {.n = 0};
@@ -307,8 +307,8 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
     for (Py_ssize_t j = 0; j < n; j++) {
         Ev *e = ev_at(events, j);
         if (!e) goto fail;
-        PyObject *ph = e->ph;
-        if (same(ph, S_X)) {
+        unsigned char ph = e->ph;
+        if (ph == 'X') {
             int k = memo_slot(&memo, e->cat, roles);
             if (k == -2) goto fail;
             PyObject *role = k >= 0 ? memo.role[k] : PyDict_GetItemWithError(roles, e->cat); /* borrowed */
@@ -349,7 +349,7 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
             }
             if (place == 1) { if (PyList_Append(gpu, (PyObject *)e) < 0) goto fail; continue; }
             if (place == 2) {
-                if (!(last_list && e->pid == last_pid && e->tid == last_tid)) {
+                if (!(last_list && e->thread == last_thread)) {
                     PyObject *key = thread_key(e);
                     if (!key) goto fail;
                     PyObject *lst = PyDict_GetItemWithError(by_thread, key);
@@ -360,23 +360,23 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
                         Py_DECREF(lst); /* the dict holds it */
                     }
                     Py_DECREF(key);
-                    last_list = lst; last_pid = e->pid; last_tid = e->tid;
+                    last_list = lst; last_thread = e->thread;
                 }
                 if (PyList_Append(last_list, (PyObject *)e) < 0) goto fail;
             } else if (place == 3) {
                 if (PyList_Append(ann, (PyObject *)e) < 0) goto fail;
             }
-        } else if (same(ph, S_i) || same(ph, S_I)) {
+        } else if (ph == 'i' || ph == 'I') {
             if (same(e->name, S_memory) && (e->flags & F_ARGS) && PyList_Append(mem, (PyObject *)e) < 0) goto fail;
-        } else if (same(ph, S_s) || same(ph, S_f)) {
+        } else if (ph == 's' || ph == 'f') {
             if (same(e->cat, S_fwdbwd)) {
                 PyObject *id = int_or_none(e, F_ID, HAS_OP(e) ? e->id : 0);
                 if (!id) goto fail;
-                int r = PyDict_SetItem(same(ph, S_s) ? fs : ff, id, (PyObject *)e);
+                int r = PyDict_SetItem(ph == 's' ? fs : ff, id, (PyObject *)e);
                 Py_DECREF(id);
                 if (r < 0) goto fail;
             }
-        } else if (same(ph, S_M) && same(e->name, S_thread_name) && (e->flags & F_ARGS) && HAS_OP(e) &&
+        } else if (ph == 'M' && same(e->name, S_thread_name) && (e->flags & F_ARGS) && HAS_OP(e) &&
                    e->aname && PyUnicode_GET_LENGTH(e->aname) > 0) {
             PyObject *key = thread_key(e);
             if (!key || PyDict_SetItem(names, key, e->aname) < 0) { Py_XDECREF(key); goto fail; }
@@ -560,7 +560,7 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
     PyObject *ob = NULL, *tb = NULL, *threads = NULL, *ids = NULL, *res = NULL;
     Py_buffer sv = {0};
     int have_sv = 0;
-    PyObject *last_pid = NULL, *last_tid = NULL;
+    PyObject *last_thread = NULL;
     Py_ssize_t base = 0, tid_index = -1;
     if (pv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "sizes");
@@ -576,7 +576,7 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
     for (Py_ssize_t k = 0; k < m; k++) {
         Ev *q = ev_at(events, k);
         if (!q) goto done;
-        if (!(last_pid && q->pid == last_pid && q->tid == last_tid)) {
+        if (!(last_thread && q->thread == last_thread)) {
             if (have_sv) { PyBuffer_Release(&sv); have_sv = 0; }
             PyObject *key = thread_key(q);
             if (!key) goto done;
@@ -599,8 +599,7 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
                 base = PyLong_AsSsize_t(bs);
                 if (base < 0 || base + sv.len / 8 > n) { PyErr_SetString(PyExc_ValueError, "base"); goto done; }
             }
-            last_pid = q->pid;
-            last_tid = q->tid;
+            last_thread = q->thread;
         }
         t[k] = (int32_t)tid_index;
         o[k] = -1;
@@ -1002,10 +1001,10 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         size_t j = corr_slot(e->corr, mask);
         for (;; j = (j + 1) & mask) {
             CorrRow *r = &rows[j];
-            if (!r->pid) { r->corr = e->corr; r->pid = e->pid; r->first = k; r->last = i; break; }
+            if (!r->pid) { r->corr = e->corr; r->pid = EV_PID(e); r->first = k; r->last = i; break; }
             if (r->corr != e->corr) continue;
             /* the same id: the same process (the key's equality, as the dict's) or another row */
-            int eq = r->pid == e->pid ? 1 : PyObject_RichCompareBool(r->pid, e->pid, Py_EQ);
+            int eq = r->pid == EV_PID(e) ? 1 : PyObject_RichCompareBool(r->pid, EV_PID(e), Py_EQ);
             if (eq < 0) goto done;
             if (eq) { r->last = i; break; }
         }
@@ -2774,12 +2773,12 @@ PyMethodDef PASS_METHODS[] = {
     {NULL},
 };
 
-/* The names the passes compare categories and phases with, interned once. */
+/* The names the passes compare categories with, interned once (a phase is a byte: _scan.h). */
 int passes_init(void) {
-    PyObject **consts[] = {&S_X, &S_i, &S_I, &S_s, &S_f, &S_M, &S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
+    PyObject **consts[] = {&S_fwdbwd, &S_gpu_ann, &S_memory, &S_thread_name,
                            &S_python_function, &S_user_annotation, &S_cpu_op, &S_user, &S_Memcpy, &S_Memset,
                            &S_gpu_memcpy, &S_gpu_memset, &S_kernel, &S_ProfilerStep};
-    const char *texts[] = {"X", "i", "I", "s", "f", "M", "fwdbwd", "gpu_user_annotation", "[memory]", "thread_name",
+    const char *texts[] = {"fwdbwd", "gpu_user_annotation", "[memory]", "thread_name",
                            "python_function", "user_annotation", "cpu_op", "user", "Memcpy", "Memset",
                            "gpu_memcpy", "gpu_memset", "kernel", "ProfilerStep#"};
     for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)

@@ -174,7 +174,7 @@ static inline PyObject *table_get_last(Table *t, Last *last, char kind, const ch
 static PyTypeObject ArgsType;
 
 static void ev_dealloc(Ev *e) {
-    Py_XDECREF(e->ph); Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->pid); Py_XDECREF(e->tid);
+    Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->thread);
     if (HAS_OP(e)) {
         Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
         Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
@@ -191,11 +191,13 @@ static PyObject *obj_or(PyObject *o, PyObject *dflt) {
 static PyObject *EMPTY_BYTES, *EMPTY_STR;
 
 #define EV(self) ((Ev *)(self))
-static PyObject *ev_ph(PyObject *s, void *c) { return obj_or(EV(s)->ph, EMPTY_STR); }
+static PyObject *ev_ph(PyObject *s, void *c) {
+    return EV(s)->ph ? PyUnicode_FromOrdinal(EV(s)->ph) : obj_or(NULL, EMPTY_STR); /* a cached str */
+}
 static PyObject *ev_name(PyObject *s, void *c) { return obj_or(EV(s)->name, EMPTY_STR); }
 static PyObject *ev_cat(PyObject *s, void *c) { return obj_or(EV(s)->cat, EMPTY_STR); }
-static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->pid, Py_None); }
-static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->tid, Py_None); }
+static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->thread ? EV_PID(s) : NULL, Py_None); }
+static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->thread ? EV_TID(s) : NULL, Py_None); }
 static PyObject *ev_ts(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->ts); }
 static PyObject *ev_dur(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->dur); }
 static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, HAS_OP(s) ? EV(s)->id : 0); }
@@ -237,9 +239,10 @@ static PyGetSetDef ev_getset[] = {
 
 static PyObject *ev_repr(PyObject *s) {
     Ev *e = EV(s);
-    PyObject *ts = PyFloat_FromDouble(e->ts), *dur = PyFloat_FromDouble(e->dur);
-    PyObject *r = ts && dur ? PyUnicode_FromFormat("Event(ph=%R, cat=%R, name=%R, ts=%R, dur=%R)",
-                                                   e->ph, e->cat, e->name, ts, dur) : NULL;
+    PyObject *ts = PyFloat_FromDouble(e->ts), *dur = PyFloat_FromDouble(e->dur), *ph = ev_ph(s, NULL);
+    PyObject *r = ts && dur && ph ? PyUnicode_FromFormat("Event(ph=%R, cat=%R, name=%R, ts=%R, dur=%R)",
+                                                         ph, e->cat, e->name, ts, dur) : NULL;
+    Py_XDECREF(ph);
     Py_XDECREF(ts);
     Py_XDECREF(dur);
     return r;
@@ -355,6 +358,12 @@ typedef struct {
     Py_ssize_t total;  /* array elements seen */
     int state;         /* 0: at '[' content start, 1: after ',', 2: after an element, 3: done */
     Last last_ph, last_cat, last_name, last_pid, last_tid, last_other;
+    /* the event being read: its phase, pid and tid (borrowed from the table), which the event
+     * keeps as one byte and one shared (pid, tid) pair */
+    PyObject *ph, *pid, *tid;
+    PyObject *threads; /* dict: (pid, tid) -> that same pair, one per distinct pair */
+    PyObject *last_thread; /* borrowed from threads: the previous event's, and its pid and tid */
+    PyObject *last_thread_pid, *last_thread_tid;
 } Scanner;
 
 typedef struct {
@@ -1016,11 +1025,11 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
 }
 
 static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-    if (KEY("ph")) return read_str(sc, c, &e->ph, &sc->last_ph);
+    if (KEY("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
     if (KEY("cat")) return read_str(sc, c, &e->cat, &sc->last_cat);
     if (KEY("name")) return read_str(sc, c, &e->name, &sc->last_name);
-    if (KEY("pid")) return read_id_obj(sc, c, &e->pid, &sc->last_pid);
-    if (KEY("tid")) return read_id_obj(sc, c, &e->tid, &sc->last_tid);
+    if (KEY("pid")) return read_id_obj(sc, c, &sc->pid, &sc->last_pid);
+    if (KEY("tid")) return read_id_obj(sc, c, &sc->tid, &sc->last_tid);
     if (KEY("ts")) return read_double(c, &e->ts);
     if (KEY("dur")) return read_double(c, &e->dur);
     if (KEY("id")) return set_i64(c, e, F_ID, &e->id);
@@ -1056,7 +1065,7 @@ static int contains(PyObject *set, PyObject *v) {
 
 /* Each set None keeps every event of its phases; other phases are never kept. */
 static int keep(Scanner *sc, Ev *e) {
-    PyObject *ph = e->ph;
+    PyObject *ph = sc->ph;
     if (!ph || PyUnicode_GET_LENGTH(ph) != 1) return 0;
     switch (PyUnicode_READ_CHAR(ph, 0)) {
     case 'X': return contains(sc->x_cats, e->cat ? e->cat : EMPTY_STR);
@@ -1067,7 +1076,24 @@ static int keep(Scanner *sc, Ev *e) {
     }
 }
 
-static PyObject *new_event(const Ev *tmp) {
+/* The (pid, tid) pair of the event just read, one object per distinct pair (borrowed). */
+static PyObject *thread_of(Scanner *sc) {
+    if (sc->last_thread && sc->pid == sc->last_thread_pid && sc->tid == sc->last_thread_tid) return sc->last_thread;
+    if (!sc->threads && !(sc->threads = PyDict_New())) return NULL;
+    PyObject *key = PyTuple_Pack(2, sc->pid, sc->tid);
+    if (!key) return NULL;
+    PyObject *got = PyDict_SetDefault(sc->threads, key, key); /* borrowed */
+    Py_DECREF(key);
+    if (!got) return NULL;
+    sc->last_thread = got;
+    sc->last_thread_pid = sc->pid;
+    sc->last_thread_tid = sc->tid;
+    return got;
+}
+
+static PyObject *new_event(Scanner *sc, const Ev *tmp) {
+    PyObject *thread = thread_of(sc);
+    if (!thread) return NULL;
     const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES | F_ADDR;
     int op = (tmp->flags & ~(uint32_t)(F_ARGS | MEM)) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
              tmp->aname || tmp->call_from;
@@ -1078,11 +1104,11 @@ static PyObject *new_event(const Ev *tmp) {
     size_t size = op ? (size_t)type->tp_basicsize : sizeof(EvBase);
     memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), size - sizeof(PyObject));
     if (mem && !op) memcpy(&((EvMem *)e)->devtype, &tmp->devtype, 5 * sizeof(int64_t));
-    if (!e->ph) e->ph = EMPTY_STR;
+    e->ph = (unsigned char)PyUnicode_READ_CHAR(sc->ph, 0); /* keep() took only one-letter phases */
+    e->thread = thread;
     if (!e->name) e->name = EMPTY_STR;
     if (!e->cat) e->cat = EMPTY_STR;
-    Py_INCREF(e->ph); Py_INCREF(e->name); Py_INCREF(e->cat);
-    Py_XINCREF(e->pid); Py_XINCREF(e->tid);
+    Py_INCREF(e->name); Py_INCREF(e->cat); Py_INCREF(e->thread);
     if (op) {
         Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
         Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
@@ -1122,7 +1148,8 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
         if (sc->state == 0 && *c.p == ']') { c.p++; sc->state = 3; break; }
         Ev tmp;
         memset(&tmp, 0, sizeof(tmp));
-        tmp.pid = tmp.tid = ZERO;
+        sc->ph = NULL;
+        sc->pid = sc->tid = ZERO;
         const char *start = c.p;
         if (parse_event(sc, &c, &tmp) < 0) {
             table_event_done(&sc->table);
@@ -1133,7 +1160,7 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
         sc->total++;
         sc->state = 2;
         if (keep(sc, &tmp)) {
-            PyObject *ev = new_event(&tmp);
+            PyObject *ev = new_event(sc, &tmp);
             if (!ev || PyList_Append(out, ev) < 0) { Py_XDECREF(ev); table_event_done(&sc->table); goto fail_py; }
             Py_DECREF(ev);
         }
@@ -1169,12 +1196,15 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
     Py_XSETREF(sc->meta_names, meta);
     sc->state = 0;
     sc->total = 0;
+    Py_CLEAR(sc->threads); /* the pairs' last one is borrowed from it */
+    sc->last_thread = sc->last_thread_pid = sc->last_thread_tid = NULL;
     return 0;
 }
 
 static void scanner_dealloc(Scanner *sc) {
     table_free(&sc->table);
     Py_XDECREF(sc->x_cats); Py_XDECREF(sc->flow_cats); Py_XDECREF(sc->instant_names); Py_XDECREF(sc->meta_names);
+    Py_XDECREF(sc->threads);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 
