@@ -351,6 +351,13 @@ static PyTypeObject ArgsType = {
 };
 
 /* ------------------------------------------------------------------ the scanner */
+/* One (pid, tid) pair, found by the identity of its two objects: the table interns both, so the
+ * same token is the same object, and the pair holds them, so their addresses are not reused. */
+typedef struct {
+    PyObject *pid, *tid; /* borrowed from pair */
+    PyObject *pair;      /* owned; NULL: an empty slot */
+} ThreadSlot;
+
 typedef struct {
     PyObject_HEAD
     Table table;
@@ -361,9 +368,8 @@ typedef struct {
     /* the event being read: its phase, pid and tid (borrowed from the table), which the event
      * keeps as one byte and one shared (pid, tid) pair */
     PyObject *ph, *pid, *tid;
-    PyObject *threads; /* dict: (pid, tid) -> that same pair, one per distinct pair */
-    PyObject *last_thread; /* borrowed from threads: the previous event's, and its pid and tid */
-    PyObject *last_thread_pid, *last_thread_tid;
+    ThreadSlot *threads; /* open addressing on the (pid, tid) objects: one pair per distinct two */
+    size_t threads_cap, threads_used;
 } Scanner;
 
 typedef struct {
@@ -1076,19 +1082,41 @@ static int keep(Scanner *sc, Ev *e) {
     }
 }
 
-/* The (pid, tid) pair of the event just read, one object per distinct pair (borrowed). */
+static size_t thread_slot(const ThreadSlot *t, size_t cap, PyObject *pid, PyObject *tid) {
+    size_t h = (((uintptr_t)pid >> 4) * 0x9E3779B97F4A7C15ull ^ ((uintptr_t)tid >> 4)) * 0xff51afd7ed558ccdull;
+    h = (h >> 32) & (cap - 1);
+    while (t[h].pair && (t[h].pid != pid || t[h].tid != tid)) h = (h + 1) & (cap - 1);
+    return h;
+}
+
+static void threads_free(Scanner *sc) {
+    for (size_t k = 0; k < sc->threads_cap; k++) Py_XDECREF(sc->threads[k].pair);
+    free(sc->threads);
+    sc->threads = NULL;
+    sc->threads_cap = sc->threads_used = 0;
+}
+
+/* The (pid, tid) pair of the event just read, one object per distinct two (borrowed). A trace has
+ * a few threads and streams, whose events interleave: a probe, no allocation, an event. */
 static PyObject *thread_of(Scanner *sc) {
-    if (sc->last_thread && sc->pid == sc->last_thread_pid && sc->tid == sc->last_thread_tid) return sc->last_thread;
-    if (!sc->threads && !(sc->threads = PyDict_New())) return NULL;
-    PyObject *key = PyTuple_Pack(2, sc->pid, sc->tid);
-    if (!key) return NULL;
-    PyObject *got = PyDict_SetDefault(sc->threads, key, key); /* borrowed */
-    Py_DECREF(key);
-    if (!got) return NULL;
-    sc->last_thread = got;
-    sc->last_thread_pid = sc->pid;
-    sc->last_thread_tid = sc->tid;
-    return got;
+    if (2 * (sc->threads_used + 1) > sc->threads_cap) {
+        size_t cap = sc->threads_cap ? 2 * sc->threads_cap : 16;
+        ThreadSlot *t = calloc(cap, sizeof(ThreadSlot));
+        if (!t) { PyErr_NoMemory(); return NULL; }
+        for (size_t k = 0; k < sc->threads_cap; k++)
+            if (sc->threads[k].pair) t[thread_slot(t, cap, sc->threads[k].pid, sc->threads[k].tid)] = sc->threads[k];
+        free(sc->threads);
+        sc->threads = t;
+        sc->threads_cap = cap;
+    }
+    ThreadSlot *slot = &sc->threads[thread_slot(sc->threads, sc->threads_cap, sc->pid, sc->tid)];
+    if (!slot->pair) {
+        if (!(slot->pair = PyTuple_Pack(2, sc->pid, sc->tid))) return NULL;
+        slot->pid = sc->pid;
+        slot->tid = sc->tid;
+        sc->threads_used++;
+    }
+    return slot->pair;
 }
 
 static PyObject *new_event(Scanner *sc, const Ev *tmp) {
@@ -1196,15 +1224,14 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
     Py_XSETREF(sc->meta_names, meta);
     sc->state = 0;
     sc->total = 0;
-    Py_CLEAR(sc->threads); /* the pairs' last one is borrowed from it */
-    sc->last_thread = sc->last_thread_pid = sc->last_thread_tid = NULL;
+    threads_free(sc);
     return 0;
 }
 
 static void scanner_dealloc(Scanner *sc) {
     table_free(&sc->table);
     Py_XDECREF(sc->x_cats); Py_XDECREF(sc->flow_cats); Py_XDECREF(sc->instant_names); Py_XDECREF(sc->meta_names);
-    Py_XDECREF(sc->threads);
+    threads_free(sc);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 
