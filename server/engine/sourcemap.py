@@ -88,6 +88,9 @@ class SourceMap:
         self.path_map = sorted(((r, l) for r, l in path_map), key=lambda p: -len(p[0]))
         self._by_name: Optional[dict[str, list[tuple[str, int]]]] = None
         self._cache: dict[str, Optional[str]] = {}
+        # a found file's line count, read once: one version of each file for the whole analysis
+        # (a map serves one analysis), and no stat a statement (16,600 of them in a 2,000-step trace)
+        self._lines: dict[str, int] = {}
 
     def resolve(self, trace_path: str, line: int = 0) -> Optional[str]:
         """A local file for ``trace_path`` that has ``line``, or None."""
@@ -95,8 +98,12 @@ class SourceMap:
             found = self._cache[trace_path]
         else:
             found = self._cache[trace_path] = self._resolve(trace_path)
-        if found is not None and line > len(source_lines(found)):
-            return None
+        if found is not None:
+            n = self._lines.get(found)
+            if n is None:
+                n = self._lines[found] = len(source_lines(found))
+            if line > n:
+                return None
         return found
 
     def _resolve(self, p: str) -> Optional[str]:

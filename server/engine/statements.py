@@ -370,6 +370,7 @@ class StatementResolver:
         self._resumes: Optional[dict[int, list[tuple[float, int]]]] = None
         self._aligned: dict[tuple, list[tuple[int, int]]] = {}  # see _align
         self._named: dict[tuple, object] = {}  # see _names
+        self._no_site: dict[int, tuple[int, str, None]] = {}  # see line_for
 
     def line_for(self, frame: int, event: int, direct: bool = False) -> tuple[int, str, Optional[Site]]:
         """(line, precision, the call site when known) for cpu ``event`` issued inside user ``frame``;
@@ -392,11 +393,17 @@ class StatementResolver:
             k = sh.tokpos[tok]
             if k >= 0 and sh.toks[sh.tok_off[sh.place[frame]] + k] == tok:  # one of this frame's
                 site = lines[k]
-        if site is None:
-            only = self._one_statement(frame)
-            if only is not None:
-                return only, "statement", None
-            return self.function_line(frame), "function", None
+        if site is None:  # the frame's line, whichever of its events asks: once per frame
+            got = self._no_site.get(frame)
+            if got is None:
+                only = self._one_statement(frame)
+                got = (
+                    (only, "statement", None)
+                    if only is not None
+                    else (self.function_line(frame), "function", None)
+                )
+                self._no_site[frame] = got
+            return got
         return site.line, "statement", site
 
     def _one_statement(self, frame: int) -> Optional[int]:
@@ -641,7 +648,7 @@ class CallGroups:
         self._of: dict[int, list] = {}  # frame -> per position among its tokens, that token's group
         # (shape, the tokens' steps) -> (the groups by position, each group's positions)
         self._shaped: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
-        self._steps: Optional[tuple] = None  # see _step_pattern
+        self._steps: Optional[tuple] = None  # see _step_places
         self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
     def of(self, tok: int) -> tuple:
@@ -660,10 +667,11 @@ class CallGroups:
         sh = frame_shapes(m)
         k = sh.place[frame]
         toks = sh.tokens(k)
-        key = (sh.shape[k], self._step_pattern(toks))
+        places = self._step_places(toks)
+        key = (sh.shape[k], self._step_pattern(places))
         got = self._shaped.get(key)
         if got is None:
-            got = self._shaped[key] = self._groups(toks)
+            got = self._shaped[key] = self._groups(toks, places)
         groups, positions = got
         fr = m.frames[frame]
         for g, at in positions.items():
@@ -671,9 +679,8 @@ class CallGroups:
         self._of[frame] = groups
         return groups
 
-    def _step_pattern(self, toks: array) -> bytes:
-        """Which of the tokens start in the same step (by step number; none counts as one),
-        numbered by first appearance."""
+    def _step_places(self, toks: array) -> array:
+        """Each token's step (its place in the steps, -1 for none: ``model.step_at`` of its start)."""
         m = self.m
         if self._steps is None:
             numbers: dict = {}
@@ -681,25 +688,32 @@ class CallGroups:
                 array("i", [numbers.setdefault(s.number, k) for k, s in enumerate(m.steps)]),
                 array("d", [s.ts for s in m.steps]),
                 array("d", [s.end for s in m.steps]),
+                [s.number for s in m.steps],
             )
-        canon, starts, ends = self._steps
-        places = m.passes.step_of(toks, m.cpu_starts(), starts, ends)
+        _, starts, ends, _ = self._steps
+        return m.passes.step_of(toks, m.cpu_starts(), starts, ends)
+
+    def _step_pattern(self, places: array) -> bytes:
+        """Which of the tokens start in the same step (by step number; none counts as one),
+        numbered by first appearance (``places``: _step_places)."""
+        m = self.m
+        canon = self._steps[0] if self._steps is not None else array("i")
         return m.passes.codes(m.passes.take(canon, places, -1))[1].tobytes()
 
-    def _groups(self, toks: array) -> tuple[list, dict[tuple, list[int]]]:
+    def _groups(self, toks: array, places: array) -> tuple[list, dict[tuple, list[int]]]:
         """The group of each token of one frame (by position) and the positions of each group, in
-        order of first token."""
+        order of first token (``places``: each token's step, _step_places)."""
         m = self.m
         keys = [call_of(m, t) for t in toks]
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
-        ts = m.cpu_starts()
-        for pos, (t, k) in enumerate(zip(toks, keys)):
+        numbers = self._steps[3] if self._steps is not None else []
+        for pos, (p, k) in enumerate(zip(places, keys)):
             first.setdefault(k, pos)
-            step = m.step_at(ts[t])
-            run = runs.setdefault(step.number if step is not None else None, {}).get(k)
+            number = numbers[p] if p >= 0 else None
+            run = runs.setdefault(number, {}).get(k)
             if run is None:
-                runs[step.number if step is not None else None][k] = [pos, pos, 1]
+                runs[number][k] = [pos, pos, 1]
             else:
                 run[1], run[2] = pos, run[2] + 1
         root: dict[tuple, tuple] = {}
