@@ -267,14 +267,9 @@ class TraceModel:
         return above
 
     def cpu_starts(self) -> array:
-        """Each cpu event's start, as one column (the threads' start columns, which sit in cpu's
-        order)."""
-        got = self.__dict__.get("_cpu_starts")
-        if got is None:
-            got = self._cpu_starts = array("d")
-            for starts in self.tindex.starts.values():
-                got.extend(starts)
-        return got
+        """Each cpu event's start, as one column (made by build; each thread's start column in
+        ``tindex.starts`` is a view of its slice)."""
+        return self._cpu_starts
 
     def gpu_spans(self) -> Spans:
         """(start, end) of each GPU event, made once (the analyses' unions and steps read them)."""
@@ -420,16 +415,20 @@ def build(doc: TraceDoc) -> TraceModel:
     child_dur = array("d")
     durs = array("d")
     codes = bytearray()
-    starts: dict[tuple, array] = {}
+    cpu_starts = array("d")  # each cpu event's start; each thread's starts are a slice of it
+    placed: list[tuple[tuple, int, int]] = []
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
         pb, cb, sb, db, kb = run.nest(evs, len(cpu), NEST_SLACK_US, CPU_CAT_CODES)
         parent.frombytes(pb)
         child_dur.frombytes(cb)
-        starts[key] = passes.column("d", sb)
+        placed.append((key, len(cpu), len(evs)))
+        cpu_starts.frombytes(sb)
         durs.frombytes(db)
         codes += kb
         cpu += evs
+    whole = memoryview(cpu_starts)  # (the column is complete: no resize while the slices live)
+    starts = {key: whole[base : base + n] for key, base, n in placed}
     tindex = ThreadIndex(cpu, parent, starts)
     thread = ThreadColumn(tindex.base, len(cpu))
 
@@ -466,6 +465,7 @@ def build(doc: TraceDoc) -> TraceModel:
         passes=run,
     )
     m._kids = run.children(parent, len(parent))
+    m._cpu_starts = cpu_starts
     m._by_name = by_name
     m.child_dur = child_dur
     m.durs = durs  # each cpu event's duration, as one column
@@ -578,7 +578,7 @@ class FrameIndex:
 class ThreadIndex:
     """Per-thread start times, for "which event encloses this instant" queries."""
 
-    def __init__(self, cpu, parent, starts: dict[tuple, list[float]]):
+    def __init__(self, cpu, parent, starts: dict[tuple, memoryview]):
         """``starts``: each thread's start times, in the order its events sit, contiguously, in cpu."""
         self.cpu, self.parent = cpu, parent
         self.starts = starts
