@@ -42,13 +42,21 @@ class Analyzed(msgspec.Struct):
 @contextmanager
 def _cyclic_gc_paused():
     """Loading and building the model create millions of small objects and no cycles: the cyclic
-    GC would only rescan them again and again (it tripled the time on the 36 MB trace)."""
+    GC would only rescan them again and again (it tripled the time on the 36 MB trace).
+
+    After the pause, what the pipeline made and keeps goes straight to the oldest generation,
+    which only a full collection scans: the first young collection after it scanned all of it and
+    found nothing (0.11 s after a 1 GB trace's report, 0.024 s after 255 MB). ``freeze`` then
+    ``unfreeze`` move every tracked object there (a process's own frozen objects too: none here;
+    ``profd-client`` freezes only as it exits)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
