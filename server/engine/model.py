@@ -181,9 +181,7 @@ class TraceModel:
     frame_of: array
     gpu: list[Event]
     launcher: array
-    fwd_of: array
     steps: list[Step]
-    memory: "MemoryTable"
     gpu_annotations: list[Event]
     thread_names: dict[tuple, str] = field(default_factory=dict)
     main_thread: Optional[tuple] = None
@@ -192,6 +190,29 @@ class TraceModel:
     steps_from: str = "ProfilerStep markers"  # how the window was cut into steps (windows.infer_steps)
     # the implementation of every pass this model's events run, all native or all the reference
     passes: passes.Implementation = field(default=passes.REFERENCE, repr=False, compare=False)
+
+    # ---- made on first read: a ``--select`` whose rules read neither skips them -----------
+    @property
+    def fwd_of(self) -> array:
+        """Per cpu event the forward op it is the backward of (-1 for none): fwdbwd flows, else
+        sequence numbers (``_link_backward``)."""
+        got = self.__dict__.get("_fwd_of")
+        if got is None:
+            run, flows_s, flows_f = self._backward_from
+            got = self._fwd_of = _link_backward(
+                run, self.cpu, self.parent, self.tindex, self.frame_of, flows_s, flows_f
+            )
+            del self._backward_from  # the flows are not needed again
+        return got
+
+    @property
+    def memory(self) -> "MemoryTable":
+        """The allocator's samples, each with the innermost CPU event around it (``_memory``)."""
+        got = self.__dict__.get("_memory")
+        if got is None:
+            got = self._memory = _memory(self.passes, self._memory_from, self.tindex)
+            del self._memory_from
+        return got
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -214,7 +235,8 @@ class TraceModel:
 
     @property
     def profile_memory(self) -> bool:
-        return flag(self.doc.profile_memory) or bool(self.memory)
+        got = self.__dict__.get("_memory")
+        return flag(self.doc.profile_memory) or bool(got if got is not None else self._memory_from)
 
     @property
     def device(self):
@@ -440,10 +462,8 @@ def build(doc: TraceDoc) -> TraceModel:
     gpu.sort(key=_ts)
     launcher = run.launchers(cpu, launches, gpu)
 
-    fwd_of = _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f)
     steps = _steps(cpu, annotations)
     main = _main_thread(cpu, thread, steps, annotations, starts)
-    memory = _memory(run, mem_raw, tindex)
     t0 = first_ts if first_ts is not None else (gpu[0].ts if gpu else 0.0)
     m = TraceModel(
         doc=doc,
@@ -454,9 +474,7 @@ def build(doc: TraceDoc) -> TraceModel:
         frame_of=frame_of,
         gpu=gpu,
         launcher=launcher,
-        fwd_of=fwd_of,
         steps=steps,
-        memory=memory,
         gpu_annotations=gpu_ann,
         thread_names=thread_names,
         main_thread=main,
@@ -464,6 +482,8 @@ def build(doc: TraceDoc) -> TraceModel:
         unread=unread,
         passes=run,
     )
+    m._backward_from = (run, flows_s, flows_f)  # fwd_of, made on first read
+    m._memory_from = mem_raw  # memory, made on first read
     m._kids = run.children(parent, len(parent))
     m._cpu_starts = cpu_starts
     m._by_name = by_name
