@@ -112,8 +112,8 @@ class _Framing:
         return await self.reader.readexactly(length)
 
     async def next_json(self, peer: str) -> tuple[str, Any]:
-        """The next message as ("msg", (raw dict, body)), or ("end", None) when the connection is
-        over; bodies that are not JSON or not JSON-RPC are answered here and skipped."""
+        """The next message as ("msg", its dict as orjson read it), or ("end", None) when the
+        connection is over; bodies that are not JSON or not JSON-RPC are answered here and skipped."""
         while True:
             try:
                 body = await self.read_message()
@@ -145,25 +145,24 @@ class _Framing:
                     )
                 )
                 continue
-            return "msg", (raw, body)
+            return "msg", raw
 
 
-async def _authenticate(io: _Framing, token: str, peer: str) -> Optional[tuple[dict, bytes]]:
+async def _authenticate(io: _Framing, token: str, peer: str) -> Optional[dict]:
     """A TCP client before it is anyone: nothing but frames read and its ``initialize`` checked
     against the token (no LSP server is built for a stranger). The initialize, or None when the
     client went, sent ``exit`` or a wrong token (refused, logged)."""
     while True:
-        kind, msg = await io.next_json(peer)
+        kind, raw = await io.next_json(peer)
         if kind == "end":
             return None
-        raw, body = msg
         method = raw.get("method")
         if method == "initialize":
             params = raw.get("params")
             opts = params.get("initializationOptions") if isinstance(params, dict) else None
             given = opts.get("token") if isinstance(opts, dict) else None
             if token_ok(given, token):
-                return raw, body
+                return raw
             log.warning("profd: refused %s: initialize without the daemon token", peer)
             io.send_raw(
                 _error(
@@ -225,24 +224,23 @@ async def serve_session(
     try:
         while not done.is_set():
             if first is not None:
-                (raw, body), first = first, None
+                raw, first = first, None
             else:
                 rd = asyncio.ensure_future(io.next_json(peer))
                 await asyncio.wait({rd, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not rd.done():
                     rd.cancel()
                     break
-                kind, msg = rd.result()
+                kind, raw = rd.result()
                 if kind == "end":
                     break
-                raw, body = msg
             method = raw.get("method")
             is_request = "id" in raw and method is not None
             if is_request and method not in proto.fm.builtin_features and method not in proto.fm.features:
                 send_raw(_error(raw.get("id"), -32601, f"Method not found: {shown(method)}"))
                 continue
             try:
-                # raw is the body as orjson read it: structured here, not parsed a second time
+                # structured from the dict orjson read, not parsed a second time
                 message = proto.structure_message(raw)
             except JsonRpcException as e:
                 if is_request:

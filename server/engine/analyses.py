@@ -27,17 +27,20 @@ _dur = operator.attrgetter("dur")
 Spans = passes.Spans  # (start, end) pairs in one float64 column: the unions below
 
 
+def _as_spans(intervals) -> Spans:
+    """A Spans as it is; (start, end) pairs (the job's per-rank lists) as one."""
+    return intervals if isinstance(intervals, Spans) else Spans.of(intervals)
+
+
 def merge(intervals, run: passes.Implementation = passes.REFERENCE) -> Spans:
     """Union of intervals (a Spans, or (start, end) pairs), sorted (the ``merge`` pass; ``run``:
     the model's passes)."""
-    flat = intervals.flat if isinstance(intervals, Spans) else Spans.of(intervals).flat
-    return Spans(run.merge(flat, None), run)
+    return Spans(run.merge(_as_spans(intervals).flat, None), run)
 
 
 def _index(merged):
     """starts, ends and prefix sums of merged spans, built once per ``Spans``."""
-    if not isinstance(merged, Spans):
-        merged = Spans.of(merged)
+    merged = _as_spans(merged)
     hit = merged.prefix
     if hit is None:
         hit = merged.prefix = (merged.run or passes.REFERENCE).span_index(merged.flat)
@@ -63,8 +66,7 @@ def covered(merged, lo: float, hi: float) -> float:
 def gaps(merged, lo: float, hi: float) -> list[tuple[float, float]]:
     """The holes in [lo, hi] that the merged intervals leave (the ``gaps`` pass of the passes
     that made them)."""
-    if not isinstance(merged, Spans):
-        merged = Spans.of(merged)
+    merged = _as_spans(merged)
     return (merged.run or passes.REFERENCE).gaps(merged.flat, lo, hi)
 
 

@@ -1139,6 +1139,12 @@ def _scatter_sums_c(items: array, values: array, codes: array, off: array, targe
 
 
 # ---- the summary analyses and the module tree -------------------------------------------------
+def _pairs(flat: array):
+    """A flat column's (start, end) pairs, in order."""
+    it = iter(flat)
+    return zip(it, it)
+
+
 class Spans:
     """(start, end) pairs held as one float64 column, start and end alternating (``flat``): the
     GPU events' spans and the unions the analyses keep, 16 bytes a span where a list of float
@@ -1162,8 +1168,7 @@ class Spans:
         return len(self.flat) // 2
 
     def __iter__(self):
-        it = iter(self.flat)
-        return zip(it, it)
+        return _pairs(self.flat)
 
     def __getitem__(self, k: int) -> tuple[float, float]:
         n = len(self)
@@ -1186,11 +1191,6 @@ class Spans:
 
     def __repr__(self) -> str:
         return f"Spans({list(self)!r})"
-
-
-def _pairs(flat: array):
-    it = iter(flat)
-    return zip(it, it)
 
 
 def _spans_ref(events) -> array:

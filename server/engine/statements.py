@@ -648,7 +648,7 @@ class CallGroups:
         self._of: dict[int, list] = {}  # frame -> per position among its tokens, that token's group
         # (shape, the tokens' steps) -> (the groups by position, each group's positions)
         self._shaped: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
-        self._steps: Optional[tuple] = None  # see _step_places
+        self._steps: Optional[tuple] = None  # see _step_table
         self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
     def of(self, tok: int) -> tuple:
@@ -679,10 +679,11 @@ class CallGroups:
         self._of[frame] = groups
         return groups
 
-    def _step_places(self, toks: array) -> array:
-        """Each token's step (its place in the steps, -1 for none: ``model.step_at`` of its start)."""
-        m = self.m
+    def _step_table(self) -> tuple[array, array, array, list]:
+        """The steps as the call groups read them, made once: per step the first step of its
+        number (``canon``), its start and end columns, its number."""
         if self._steps is None:
+            m = self.m
             numbers: dict = {}
             self._steps = (
                 array("i", [numbers.setdefault(s.number, k) for k, s in enumerate(m.steps)]),
@@ -690,15 +691,18 @@ class CallGroups:
                 array("d", [s.end for s in m.steps]),
                 [s.number for s in m.steps],
             )
-        _, starts, ends, _ = self._steps
-        return m.passes.step_of(toks, m.cpu_starts(), starts, ends)
+        return self._steps
+
+    def _step_places(self, toks: array) -> array:
+        """Each token's step (its place in the steps, -1 for none: ``model.step_at`` of its start)."""
+        _, starts, ends, _ = self._step_table()
+        return self.m.passes.step_of(toks, self.m.cpu_starts(), starts, ends)
 
     def _step_pattern(self, places: array) -> bytes:
         """Which of the tokens start in the same step (by step number; none counts as one),
         numbered by first appearance (``places``: _step_places)."""
-        m = self.m
-        canon = self._steps[0] if self._steps is not None else array("i")
-        return m.passes.codes(m.passes.take(canon, places, -1))[1].tobytes()
+        run = self.m.passes
+        return run.codes(run.take(self._step_table()[0], places, -1))[1].tobytes()
 
     def _groups(self, toks: array, places: array) -> tuple[list, dict[tuple, list[int]]]:
         """The group of each token of one frame (by position) and the positions of each group, in
@@ -707,7 +711,7 @@ class CallGroups:
         keys = [call_of(m, t) for t in toks]
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
-        numbers = self._steps[3] if self._steps is not None else []
+        numbers = self._step_table()[3]
         for pos, (p, k) in enumerate(zip(places, keys)):
             first.setdefault(k, pos)
             number = numbers[p] if p >= 0 else None
