@@ -8,6 +8,8 @@ marked as such.
 """
 
 import glob
+import math
+import struct
 import gzip
 import os
 
@@ -566,3 +568,36 @@ def test_scanner_unescapes_strings_as_json_does(text, ascii_only):
     ).encode()
     evs, _end, done = passes.native().Scanner(*loader.KEEP).scan(doc, 1, True)
     assert done and evs[0].name == text == msgspec.json.decode(doc)[0]["name"]
+
+
+# ts and dur are read in one pass where they are plain (digits, an optional fraction, no exponent,
+# exact in the fast path): any spelling must give msgspec's double, bit for bit, or the same refusal
+_DIGITS = st.text("0123456789", min_size=0, max_size=24)
+_NUMBER = st.builds(
+    lambda sign, lead, rest, frac, exp: sign + lead + rest + frac + exp,
+    st.sampled_from(["", "", "-"]),
+    st.sampled_from(["0", "1", "5", "9", "00", "01"]),
+    _DIGITS,
+    st.one_of(st.just(""), st.just("."), _DIGITS.map(lambda d: "." + d)),
+    st.sampled_from(["", "", "", "e5", "E-3", "e+300", "e"]),
+)
+
+
+@SETTINGS
+@given(_NUMBER, _NUMBER)
+def test_ts_and_dur_read_as_msgspec_reads_them(ts, dur):
+    """Synthetic (number spellings no profiler writes but JSON allows or refuses): the scanner's
+    ts and dur against msgspec's reading of the same text."""
+    data = f'[{{"ph":"X","cat":"cpu_op","name":"a","ts":{ts},"dur":{dur}}}]'.encode()
+    try:
+        want = [float(v) for v in msgspec.json.decode(b"[%s,%s]" % (ts.encode(), dur.encode()))]
+    except (msgspec.DecodeError, OverflowError):
+        want = None
+    try:
+        events, _end, done = _scan.Scanner(*loader.KEEP).scan(data, 1, True)
+    except ValueError:
+        assert want is None or not all(map(math.isfinite, want))  # refused, or out of range: declined
+        return
+    assert want is not None and done
+    got = [events[0].ts, events[0].dur]
+    assert [struct.pack("<d", v) for v in got] == [struct.pack("<d", v) for v in want]

@@ -51,16 +51,24 @@ typedef struct {
 /* Eight bytes a step (names are long: python frames carry their file paths). */
 static uint64_t hash_bytes(char kind, const char *s, Py_ssize_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint8_t)kind ^ ((uint64_t)n << 8);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-        s += 8;
-        n -= 8;
-    }
+    const char *end = s + n;
     uint64_t w = 0;
-    memcpy(&w, s, (size_t)n);
+    if (n >= 8) {
+        for (; end - s > 8; s += 8) {
+            memcpy(&w, s, 8);
+            h = (h ^ w) * 0xff51afd7ed558ccdULL;
+            h ^= h >> 32;
+        }
+        /* the last eight bytes, overlapping the words before: one load, not a byte loop */
+        memcpy(&w, end - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, end - 4, 4);
+        w = (uint64_t)a | (uint64_t)b << 32;
+    } else if (n) {
+        w = (uint64_t)(uint8_t)s[0] | (uint64_t)(uint8_t)s[n / 2] << 8 | (uint64_t)(uint8_t)end[-1] << 16;
+    }
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
     h ^= h >> 29;
     return h ? h : 1;
@@ -575,6 +583,7 @@ static double parse_double(const char *s, Py_ssize_t n) {
         }
     }
     if (m <= (1ULL << 53) && frac <= 22) {
+        if (!m && !seen_dot) return 0.0; /* "-0" is msgspec's int 0, which reads as +0.0 */
         double v = (double)m / POW10[frac];
         return neg ? -v : v;
     }
@@ -945,8 +954,35 @@ static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
 }
 
 /* A time (ts, dur): a number, or a number written as a string; finite (loader.Time). */
+/* The common ts/dur (unsigned, digits with an optional fraction, no exponent, 19 digits at most,
+ * exact in Clinger's fast path) read in the one pass that finds its end: 1 and c->p past it, with
+ * parse_double's value for the same digits; 0 for anything else (the general path decides). */
+static inline int plain_double(Cur *c, double *out) {
+    const char *p = c->p, *e = c->end;
+    uint64_t m = 0;
+    if (p < e && *p == '0') p++;
+    else if (p < e && (unsigned)(*p - '1') < 9u) {
+        while (p < e && (unsigned)(*p - '0') < 10u) m = m * 10 + (uint64_t)(*p++ - '0');
+    } else return 0;
+    Py_ssize_t whole = p - c->p, frac = 0;
+    if (p < e && *p == '.') {
+        const char *d = ++p;
+        while (p < e && (unsigned)(*p - '0') < 10u) m = m * 10 + (uint64_t)(*p++ - '0');
+        frac = p - d;
+        if (!frac) return 0;
+    }
+    /* the end must be in the buffer (a number may go on in the next block), and not an exponent
+     * or a second leading digit ("01": invalid, the general path says so) */
+    if (p >= e || *p == 'e' || *p == 'E' || (whole == 1 && c->p[0] == '0' && (unsigned)(*p - '0') < 10u)) return 0;
+    if (whole + frac > 19 || m > (1ULL << 53) || frac > 22) return 0;
+    *out = (double)m / POW10[frac];
+    c->p = p;
+    return 1;
+}
+
 static int read_double(Cur *c, double *out) {
     NEED(c, 1);
+    if (plain_double(c, out)) return 0;
     const char *s; Py_ssize_t n; int is_int;
     if (*c->p == '"') {
         if (scan_numeric_string(c, &s, &n, &is_int) < 0) return -1;
