@@ -601,3 +601,41 @@ def test_ts_and_dur_read_as_msgspec_reads_them(ts, dur):
     assert want is not None and done
     got = [events[0].ts, events[0].dur]
     assert [struct.pack("<d", v) for v in got] == [struct.pack("<d", v) for v in want]
+
+
+# The members the scanner skips are mostly arrays of numbers and strings (shapes, strides, concrete
+# inputs), skipped by a quick descent that hands anything unusual to the state machine
+_LEAF = st.one_of(
+    st.integers(-(10**20), 10**20).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.text(max_size=4).map(lambda t: orjson.dumps(t).decode()),
+    st.sampled_from(["null", "true", "{}", '{"a":1}', "01", "1.", "-", '"\\x"', "[1,]", "]", ""]),
+)
+_ARRAY = st.recursive(
+    _LEAF, lambda inner: st.lists(inner, max_size=4).map(lambda xs: "[" + ", ".join(xs) + "]"), max_leaves=12
+)
+
+
+@SETTINGS
+@given(_ARRAY.filter(lambda v: v.startswith("[")))
+def test_skipped_arrays_decide_as_msgspec(value):
+    """Synthetic (arrays no profiler writes, valid and not): an unread member's array is accepted
+    by the scanner exactly when msgspec accepts it, and every prefix of a valid one waits for more
+    bytes instead of failing."""
+    data = f'[{{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"args":{{"Input Strides":{value},"External id":7}}}}]'
+    data = data.encode()
+    try:
+        msgspec.json.decode(data)
+        valid = True
+    except msgspec.DecodeError:
+        valid = False
+    try:
+        events, _end, done = _scan.Scanner(*loader.KEEP).scan(data, 1, True)
+    except ValueError:
+        assert not valid
+        return
+    assert valid and done and [e.args.external_id for e in events] == [7]
+    start = data.index(b'"Input Strides"')
+    for cut in range(start, start + len(value) + 18):
+        events, end, done = _scan.Scanner(*loader.KEEP).scan(data[:cut], 1, False)
+        assert (events, end, done) == ([], 1, False)

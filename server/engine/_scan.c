@@ -757,6 +757,35 @@ static int sk_run(SkState *sk, Cur *c) {
  * A string or a number (most members an event's reader skips) is the token function sk_run would
  * call, without setting up the state machine: that cost the scanner ~8% when it replaced the
  * recursive skip (c4b2d9f). */
+/* An array of strings, numbers and such arrays (the shapes, strides and concrete inputs of an op:
+ * most of what the state machine skipped) skipped by recursive descent within the buffer: 1 done,
+ * c->p past it; 0 anything else or any doubt (an object, a literal, the buffer's end, an error),
+ * and the caller restores c and lets sk_run decide, with its words. */
+static int quick_array(Cur *c, int depth) {
+    if (depth > MAX_DEPTH) return 0;
+    c->p++; /* '[' */
+    skip_ws(c);
+    if (c->p >= c->end) return 0;
+    if (*c->p == ']') { c->p++; return 1; }
+    for (;;) {
+        const char *s;
+        Py_ssize_t n;
+        int flag;
+        char ch = *c->p;
+        if (ch == '"') { if (scan_string(c, &s, &n, &flag) < 0) return 0; }
+        else if (ch == '-' || (ch >= '0' && ch <= '9')) { if (scan_number(c, &s, &n, &flag) < 0) return 0; }
+        else if (ch == '[') { if (!quick_array(c, depth + 1)) return 0; }
+        else return 0;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ']') { c->p++; return 1; }
+        if (*c->p != ',') return 0;
+        c->p++;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+    }
+}
+
 static int skip_value(Cur *c, int depth) {
     if (c->p < c->end) {
         const char *s;
@@ -764,6 +793,11 @@ static int skip_value(Cur *c, int depth) {
         int flag;
         if (*c->p == '"') return scan_string(c, &s, &n, &flag);
         if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return scan_number(c, &s, &n, &flag);
+        if (*c->p == '[') {
+            Cur saved = *c;
+            if (quick_array(c, depth)) return 0;
+            *c = saved;
+        }
     }
     SkState sk;
     sk_value(&sk, depth);
