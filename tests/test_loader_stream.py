@@ -8,10 +8,10 @@ marked as such.
 """
 
 import glob
-import math
-import struct
 import gzip
+import math
 import os
+import struct
 
 import msgspec
 import orjson
@@ -635,8 +635,9 @@ def test_skipped_arrays_decide_as_msgspec(value):
         assert not valid
         return
     assert valid and done and [e.args.external_id for e in events] == [7]
-    start = data.index(b'"Input Strides"')
-    for cut in range(start, start + len(value) + 18):
+    start = data.index(b'"Input Strides":')
+    after = start + len(b'"Input Strides":') + len(value)  # the ',' after the array's ']'
+    for cut in range(start, after + 2):  # cut in the member's name, its array, and past the ','
         events, end, done = _scan.Scanner(*loader.KEEP).scan(data[:cut], 1, False)
         assert (events, end, done) == ([], 1, False)
 

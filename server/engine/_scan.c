@@ -753,10 +753,6 @@ static int sk_run(SkState *sk, Cur *c) {
     }
 }
 
-/* One value at c->p, at nesting ``depth``, within the buffer: 0, or -1 (incomplete, or c->err).
- * A string or a number (most members an event's reader skips) is the token function sk_run would
- * call, without setting up the state machine: that cost the scanner ~8% when it replaced the
- * recursive skip (c4b2d9f). */
 /* An array of strings, numbers and such arrays (the shapes, strides and concrete inputs of an op:
  * most of what the state machine skipped) skipped by recursive descent within the buffer: 1 done,
  * c->p past it; 0 anything else or any doubt (an object, a literal, the buffer's end, an error),
@@ -786,6 +782,10 @@ static int quick_array(Cur *c, int depth) {
     }
 }
 
+/* One value at c->p, at nesting ``depth``, within the buffer: 0, or -1 (incomplete, or c->err).
+ * A string or a number (most members an event's reader skips) is the token function sk_run would
+ * call, without setting up the state machine: that cost the scanner ~8% when it replaced the
+ * recursive skip (c4b2d9f); an array tries quick_array first. */
 static int skip_value(Cur *c, int depth) {
     if (c->p < c->end) {
         const char *s;
@@ -987,7 +987,6 @@ static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
     return 0;
 }
 
-/* A time (ts, dur): a number, or a number written as a string; finite (loader.Time). */
 /* The common ts/dur (unsigned, digits with an optional fraction, no exponent, 19 digits at most,
  * exact in Clinger's fast path) read in the one pass that finds its end: 1 and c->p past it, with
  * parse_double's value for the same digits; 0 for anything else (the general path decides). */
@@ -1014,6 +1013,7 @@ static inline int plain_double(Cur *c, double *out) {
     return 1;
 }
 
+/* A time (ts, dur): a number, or a number written as a string; finite (loader.Time). */
 static int read_double(Cur *c, double *out) {
     NEED(c, 1);
     if (plain_double(c, out)) return 0;

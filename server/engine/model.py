@@ -187,6 +187,7 @@ class TraceModel:
     main_thread: Optional[tuple] = None
     t0: float = 0.0
     unread: dict[str, int] = field(default_factory=dict)  # complete events of categories not read: count
+    memory_samples: int = 0  # the allocator's samples (``memory``'s length, known before it is made)
     steps_from: str = "ProfilerStep markers"  # how the window was cut into steps (windows.infer_steps)
     # the implementation of every pass this model's events run, all native or all the reference
     passes: passes.Implementation = field(default=passes.REFERENCE, repr=False, compare=False)
@@ -235,8 +236,7 @@ class TraceModel:
 
     @property
     def profile_memory(self) -> bool:
-        got = self.__dict__.get("_memory")
-        return flag(self.doc.profile_memory) or bool(got if got is not None else self._memory_from)
+        return flag(self.doc.profile_memory) or self.memory_samples > 0
 
     @property
     def device(self):
@@ -480,6 +480,7 @@ def build(doc: TraceDoc) -> TraceModel:
         main_thread=main,
         t0=t0,
         unread=unread,
+        memory_samples=len(mem_raw),
         passes=run,
     )
     m._backward_from = (run, flows_s, flows_f)  # fwd_of, made on first read
