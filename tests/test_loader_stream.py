@@ -664,3 +664,61 @@ def test_ids_read_as_msgspec_reads_them(value):
         return
     assert isinstance(want, int) and done
     assert events[0].args.external_id == want
+
+
+# The scanner's events live in 2 MiB slabs that a helper thread faults in ahead of it (_scan.c,
+# "where the events live"): what could go wrong is memory kept after the events die (a slab never
+# unmapped, or holes of dead events pinning it) and a forked child inheriting the helper's state.
+_SLABS = r"""
+import gc, os, sys
+from profd.server.engine import loader, _scan
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) << 10
+out = []
+for _ in range(3):
+    doc, _, _ = loader.load(sys.argv[1])
+    assert isinstance(doc.traceEvents[0], _scan.Event)
+    held = sum(map(sys.getsizeof, doc.traceEvents))
+    loaded = rss()
+    del doc
+    gc.collect()
+    out.append((held, loaded, rss()))
+print(out)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the slabs are the Linux native path's")
+def test_event_memory_goes_back_when_the_events_die():
+    path = os.path.join(EXAMPLES, "nccl", "fsdp_rank0.1796064976619326162.pt.trace.json.gz")
+    res = subprocess.run([sys.executable, "-c", _SLABS, path], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    runs = eval(res.stdout)
+    held = runs[0][0]
+    assert held > 8 << 20  # enough events for the RSS to show them
+    for _, loaded, freed in runs:
+        assert loaded - freed > held // 2  # most of the events' memory is returned when they die
+    # one trace after another: no growth (a slab pinned per trace would add up)
+    assert runs[2][2] - runs[0][2] < 4 << 20
+
+
+_FORKED = r"""
+import os, sys
+from profd.server.engine import loader
+doc, _, _ = loader.load(sys.argv[1])  # the helper thread runs in the parent now
+pid = os.fork()
+if pid == 0:
+    import signal
+    signal.alarm(60)  # a hung child ends itself (the test's timeout ends only the parent)
+    child, _, _ = loader.load(sys.argv[1])  # no helper thread here: the child starts its own
+    os._exit(0 if len(child.traceEvents) == len(doc.traceEvents) else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_scans_after_its_parent():
+    path = os.path.join(EXAMPLES, "tinygpt_naive.json.gz")
+    res = subprocess.run([sys.executable, "-c", _FORKED, path], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0"]
