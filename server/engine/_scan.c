@@ -309,7 +309,15 @@ static void *ev_malloc(size_t size, int stream) {
 
 static void ev_free(void *p) {
     Slab *s = slab_of(p);
-    if (--s->live == 0 && s != slab_cur[0] && s != slab_cur[1]) munmap(s, SLAB_BYTES);
+    if (--s->live) return;
+    for (int k = 0; k < 2; k++)
+        if (s == slab_cur[k]) { /* empty and still filled: start it over, its pages back while no scan runs */
+            char *used = (char *)(((uintptr_t)slab_bump[k] + 4095) & ~(uintptr_t)4095);
+            if (!pool_users && used > (char *)s + 4096) madvise((char *)s + 4096, (size_t)(used - (char *)s - 4096), MADV_DONTNEED);
+            slab_bump[k] = (char *)s + SLAB_HEAD;
+            return;
+        }
+    munmap(s, SLAB_BYTES);
 }
 
 static void pool_init(void) { pthread_atfork(pool_prepare, pool_parent, pool_child); }
