@@ -95,8 +95,11 @@ def _problems(ctx, gs: list[int], dims: list) -> list[list[int]]:
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
-    if None not in map(dims.__getitem__, gs):  # record_shapes: by shapes alone
-        return m.passes.group_by(gs, dims)
+    if dims[gs[0]] is not None:  # record_shapes: by shapes alone, unless a run has none
+        by_dims = m.passes.group_by(gs, dims)
+        # a group's runs share its dims: a run without is in a group whose first run has none
+        if all(dims[p[0]] is not None for p in by_dims):
+            return by_dims
     cpu, launcher, steps = m.cpu, m.launcher, ctx.launch_steps()
     by: dict = {}
     seen: dict = {}
@@ -167,23 +170,26 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
-        runs = []  # (duration, its problem's median, gpu index)
+        kept = []  # (its median, gpu indices) of each problem counted
         ratios: list[float] = []  # each run over its problem's median (problems of median > 0)
-        problems = 0
         for pgs in _problems(ctx, gs, dims):
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
                 continue
-            ds = list(map(durs.__getitem__, pgs))
+            # sorted once: the median, and the ratios as one sorted run each (a quick sort below)
+            ds = sorted(map(durs.__getitem__, pgs))
             med = median(ds)
-            problems += 1
-            runs.extend(zip(ds, repeat(med), pgs))
+            kept.append((med, pgs))
             if med > 0:  # a problem's runs at once, not a tuple unpacked a run
                 ratios.extend(map(truediv, ds, repeat(med)))
-        if len(runs) < JITTER_MIN_SAMPLES or len(ratios) < JITTER_MIN_SAMPLES:
+        if sum(len(k[1]) for k in kept) < JITTER_MIN_SAMPLES or len(ratios) < JITTER_MIN_SAMPLES:
             continue
+        ratios.sort()  # once for both quantiles (each sorts its copy: a sorted list is one pass)
         r50, r90 = quantile(ratios, 0.5), quantile(ratios, 0.9)
         if r90 < JITTER_P90_RATIO * max(r50, 1e-9):
-            continue  # most configurations stop here, before the spread is sorted
+            continue  # most configurations stop here, before the runs are listed and the spread sorted
+        problems = len(kept)
+        # (duration, its problem's median, gpu index), in the order of the runs
+        runs = [(durs[g], med, g) for med, pgs in kept for g in pgs]
         spread = quantile([d - med for d, med, _ in runs], 0.9)
         if spread < JITTER_MIN_SPREAD_US:
             continue
