@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ast
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter, truediv
 from array import array
 import math
@@ -520,7 +520,7 @@ def _aligned(sm: StepModel, d: Diagnostic) -> Change:
 
 
 # launch-storm's runs: (kernel duration, launch call duration, launch call)
-_gpu_us, _call_us, _call = itemgetter(0), itemgetter(1), itemgetter(2)
+_call = itemgetter(2)
 
 
 def _launch_iterations(m) -> dict[str, array]:
@@ -588,7 +588,7 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     its = None  # the loop iteration of each launch call, both ways (made when a group is big enough)
     frames_above = m.frames_above()
     for k, groups in per.items():
-        storm: dict = {}
+        storm: dict = {}  # kernel name -> its runs, a list per (kernel, step) group
         for (name, _), launched in groups.items():
             if len(launched) < least:
                 continue
@@ -597,32 +597,48 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             # per call of the innermost Python frame (ops it dispatches), and per call of the user's
             # frame when the line calls into library code (runs of the user's statement), counting
             # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
-            for runs in m.passes.loop_calls(launched, frames_above, frame_of, its["ops"], its["runs"], least):
-                storm.setdefault(name, {}).update(zip(map(_call, runs), runs))
-        storm = {n: list(r.values()) for n, r in storm.items()}
-        storm = {n: r for n, r in storm.items() if median(map(_gpu_us, r)) < median(map(_call_us, r))}
-        if not storm:
+            got = m.passes.loop_calls(launched, frames_above, frame_of, its["ops"], its["runs"], least)
+            # each launch call's run once (its last, in its first place); a call is of one line and
+            # step, so of this group alone: made once here, not through a dict in the usual case of
+            # one list with each call once
+            if len(got) == 1 and len(set(map(_call, got[0]))) == len(got[0]):
+                storm.setdefault(name, []).append(got[0])
+            elif got:  # a launch both per Python call and per statement run, or a call of two runs
+                once: dict = {}
+                for runs in got:
+                    once.update(zip(map(_call, runs), runs))
+                storm.setdefault(name, []).append(list(once.values()))
+        # per kernel its runs, their kernel and call durations as columns and the two medians,
+        # made once: the sums and the message read them again
+        kept = {}
+        for n, parts in storm.items():
+            runs = parts[0] if len(parts) == 1 else list(chain.from_iterable(parts))
+            gs, cs, _ = zip(*runs)
+            mg, mc = median(gs), median(cs)
+            if mg < mc:
+                kept[n] = (runs, gs, cs, mg, mc)
+        if not kept:
             continue
-        runs_all = [x for r in storm.values() for x in r]
-        launches = len(runs_all) / ctx.n_steps
+        launches = sum(len(v[0]) for v in kept.values()) / ctx.n_steps
         if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
             continue
-        gpu = sum(map(_gpu_us, runs_all)) / ctx.n_steps
-        cpu = sum(map(_call_us, runs_all)) / ctx.n_steps
-        name, runs = max(storm.items(), key=lambda kv: len(kv[1]))
+        # the runs one kernel after another, as they were summed from one list of them
+        gpu = sum(chain.from_iterable(v[1] for v in kept.values())) / ctx.n_steps
+        cpu = sum(chain.from_iterable(v[2] for v in kept.values())) / ctx.n_steps
+        name, (runs, _, _, mg, mc) = max(kept.items(), key=lambda kv: len(kv[1][0]))
         yield ctx.diag(
             "launch-storm",
-            f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(storm), 'kernel')} "
+            f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(kept), 'kernel')} "
             f"repeated in a loop, e.g. {K.short_name(name, 50)} x{len(runs) / ctx.n_steps:.0f}): "
             f"{us(gpu)} of GPU work per step costs {us(cpu)} of launch calls",
             ctx.location(runs[0][2]),
             evidence={
                 "launches_per_step": r3(launches),
-                "kernels": len(storm),
+                "kernels": len(kept),
                 "gpu_us_per_step": r3(gpu),
                 "launch_cpu_us_per_step": r3(cpu),
-                "median_kernel_us": r3(median(map(_gpu_us, runs))),
-                "median_launch_us": r3(median(map(_call_us, runs))),
+                "median_kernel_us": r3(mg),
+                "median_launch_us": r3(mc),
             },
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
             "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
