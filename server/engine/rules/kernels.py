@@ -269,14 +269,17 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     launches: list[tuple[int, float]] = []
     # the fp32 CUDA-core GEMMs, asked once per kernel key; their launch lines by number (equal
     # line_id groups, equal numbers)
-    gpu, launcher, line_ids = m.gpu, m.launcher, ctx.launch_line_ids()
+    # columns, not the events: durations (gpu_durs), names by key (a kernel's key holds its name)
+    launcher, line_ids, durs = m.launcher, ctx.launch_line_ids(), ctx.gpu_durs()
+    name_of, codes = [k[0] for k in a.keys.keys], a.keys.codes
     for g in m.passes.positions(a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
-        e = gpu[g]
-        fp32 += e.dur
-        names[e.name] = names.get(e.name, 0.0) + e.dur
+        d = durs[g]
+        fp32 += d
+        name = name_of[codes[g]]
+        names[name] = names.get(name, 0.0) + d
         li = launcher[g]
-        launches.append((li, e.dur))
-        lines.setdefault(line_ids[g], [0.0, li])[0] += e.dur
+        launches.append((li, d))
+        lines.setdefault(line_ids[g], [0.0, li])[0] += d
     if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
         return
     top_line = max(lines.items(), key=lambda kv: kv[1][0])
