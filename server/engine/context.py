@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Iterable, Optional
 
 from ...protocol.options import AnalysisOptions
@@ -322,7 +323,7 @@ class Context:
         """Each GPU event's duration, as a list (indexing it costs less than the event's field)."""
         got = self._columns.get("gpu_durs")
         if got is None:
-            got = self._columns["gpu_durs"] = [e.dur for e in self.model.gpu]
+            got = self._columns["gpu_durs"] = list(map(attrgetter("dur"), self.model.gpu))
         return got
 
     def launch_steps(self) -> list:
@@ -355,6 +356,26 @@ class Context:
         if got is None:
             m = self.model
             got = self._columns["launches_under"] = m.passes.ancestors(m.parent, m.launcher)
+        return got
+
+    def op_input_keys(self, names: frozenset[str]) -> tuple[list[int], list]:
+        """The cpu_op events with one of these names, in order, and each one's (name,
+        ``input_key``), None where input_key is: what the rules that read GEMM ops' shapes
+        (small-problem, misaligned-dims) derive their answers of, made once per set of names."""
+        key = "op_input_keys " + ",".join(sorted(names))
+        got = self._columns.get(key)
+        if got is None:
+            from .rules.util import input_key  # the rules' helper (rules import this module)
+
+            m = self.model
+            cpu, cpu_op = m.cpu, m.cat_mask("cpu_op")
+            ops = [i for i in m.indices(names) if cpu_op[i]]
+            keys = []
+            for i in ops:
+                e = cpu[i]
+                k = input_key(e)
+                keys.append(None if k is None else (e.name, k))
+            got = self._columns[key] = (ops, keys)
         return got
 
     def memory_rows(self) -> tuple[array, int]:

@@ -13,11 +13,13 @@ from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
 from ..stepmodel import NONBLOCKING, Change, StepModel
 from . import rule
-from .util import pct, per_inputs, plural, r3, shapes, size, us
+from .util import pct, plural, r3, shapes, size, us
 
 _dur = attrgetter("dur")
 # Ops whose Input Dims give a GEMM's (M, K) x (K, N).
-GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+GEMM_OPS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
 # A GEMM of fewer FLOPs than this finishes on a Hopper/Ampere GPU (hundreds of TFLOP/s) in about a
 # microsecond: less than its own launch costs. Below it the problem cannot keep the GPU busy.
 SMALL_GEMM_FLOPS = 1e9
@@ -301,19 +303,24 @@ def kernel_families(m, a) -> list[tuple[str, dict]]:
     return sorted(per.items(), key=lambda kv: -kv[1]["total_us"])
 
 
-def _gemm_shapes(m):
-    """(flops, dims, op index) of GEMM ops that recorded their input dims. A step runs the same
-    GEMMs on the same shapes: each is worked out once per op name and inputs (``input_key``)."""
-    out = []
-    cpu, cpu_op = m.cpu, m.cat_mask("cpu_op")
-    seen: dict = {}  # (name, input_key) -> (flops, dims), or None without two matrices
-    for i in m.indices(GEMM_OPS):
-        if not cpu_op[i]:
-            continue
-        got = per_inputs(cpu[i], seen, _gemm_shape)
-        if got is not None:
-            out.append((*got, i))
-    return out
+def _biggest_gemm(ctx: Context):
+    """(flops, dims, op index) of the GEMM op with the most FLOPs among those that recorded their
+    input dims (the first of equals), None without any. A step runs the same GEMMs on the same
+    shapes: each is worked out once per op name and inputs (``input_key``, the ops' column of them
+    shared with misaligned-dims); an op of inputs seen before has an earlier op of its FLOPs."""
+    best = None
+    cpu = ctx.model.cpu
+    seen: set = set()  # (name, input_key) of the ops worked out
+    ops, keys = ctx.op_input_keys(GEMM_OPS)
+    for i, key in zip(ops, keys):
+        if key is not None:  # else worked out alone
+            if key in seen:
+                continue
+            seen.add(key)
+        got = _gemm_shape(cpu[i])
+        if got is not None and (best is None or got[0] > best[0]):  # as max(): the first of equals
+            best = (*got, i)
+    return best
 
 
 def _gemm_shape(e) -> tuple[float, tuple] | None:
@@ -361,10 +368,8 @@ def small_problem(ctx: Context) -> Iterable[Diagnostic]:
     m, a = ctx.model, ctx.a
     if verdict(m, a) != "overhead-bound":
         return
-    shapes = _gemm_shapes(m)
-    gemm_durs = list(compress(map(_dur, m.gpu), a.keys.mask(lambda k, c: c == GEMM)))
-    if shapes:
-        biggest = max(shapes, key=lambda s: s[0])
+    biggest = _biggest_gemm(ctx)
+    if biggest is not None:
         if biggest[0] >= SMALL_GEMM_FLOPS:
             return
         b, mm, k, n = biggest[1]
@@ -375,7 +380,7 @@ def small_problem(ctx: Context) -> Iterable[Diagnostic]:
         )
         loc = ctx.location(biggest[2])
         ev = {"largest_gemm_flops": biggest[0], "largest_gemm_mkn": [mm, k, n], "batch": b}
-    elif gemm_durs:
+    elif gemm_durs := list(compress(map(_dur, m.gpu), a.keys.mask(lambda k, c: c == GEMM))):
         gemm_durs.sort()
         med = gemm_durs[len(gemm_durs) // 2]
         if med >= SMALL_GEMM_KERNEL_US:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import ast
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter, truediv
 from array import array
 import math
@@ -19,7 +19,7 @@ from ..modules import PREFIX
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
-from .util import inputs, median, pct, per_inputs, plural, quantile, r3, us
+from .util import inputs, median, pct, plural, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
@@ -33,7 +33,9 @@ TF32_GIVES_BACK = 0.75  # fp32 GEMMs on CUDA cores: bf16 was 7-14x faster at 409
 ALIGNED_GIVES_BACK = 0.5  # misaligned fallback GEMMs: the aligned twin ran 5.6x faster; claim 2x
 STORM_PER_STEP = 10  # launches of one kernel from one line per step
 _HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
-_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+_GEMM_OPS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
 
 
 @rule("kernel-class", "GPU time by kernel class", "hint")
@@ -95,8 +97,11 @@ def _problems(ctx, gs: list[int], dims: list) -> list[list[int]]:
     else its position among this kernel's launches in its step (a training step repeats the same
     calls in the same order); else all runs together."""
     m = ctx.model
-    if None not in map(dims.__getitem__, gs):  # record_shapes: by shapes alone
-        return m.passes.group_by(gs, dims)
+    if dims[gs[0]] is not None:  # record_shapes: by shapes alone, unless a run has none
+        by_dims = m.passes.group_by(gs, dims)
+        # a group's runs share its dims: a run without is in a group whose first run has none
+        if all(dims[p[0]] is not None for p in by_dims):
+            return by_dims
     cpu, launcher, steps = m.cpu, m.launcher, ctx.launch_steps()
     by: dict = {}
     seen: dict = {}
@@ -167,23 +172,26 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
-        runs = []  # (duration, its problem's median, gpu index)
+        kept = []  # (its median, gpu indices) of each problem counted
         ratios: list[float] = []  # each run over its problem's median (problems of median > 0)
-        problems = 0
         for pgs in _problems(ctx, gs, dims):
             if len(pgs) < JITTER_MIN_PER_PROBLEM:
                 continue
-            ds = list(map(durs.__getitem__, pgs))
+            # sorted once: the median, and the ratios as one sorted run each (a quick sort below)
+            ds = sorted(map(durs.__getitem__, pgs))
             med = median(ds)
-            problems += 1
-            runs.extend(zip(ds, repeat(med), pgs))
+            kept.append((med, pgs))
             if med > 0:  # a problem's runs at once, not a tuple unpacked a run
                 ratios.extend(map(truediv, ds, repeat(med)))
-        if len(runs) < JITTER_MIN_SAMPLES or len(ratios) < JITTER_MIN_SAMPLES:
+        if sum(len(k[1]) for k in kept) < JITTER_MIN_SAMPLES or len(ratios) < JITTER_MIN_SAMPLES:
             continue
+        ratios.sort()  # once for both quantiles (each sorts its copy: a sorted list is one pass)
         r50, r90 = quantile(ratios, 0.5), quantile(ratios, 0.9)
         if r90 < JITTER_P90_RATIO * max(r50, 1e-9):
-            continue  # most configurations stop here, before the spread is sorted
+            continue  # most configurations stop here, before the runs are listed and the spread sorted
+        problems = len(kept)
+        # (duration, its problem's median, gpu index), in the order of the runs
+        runs = [(durs[g], med, g) for med, pgs in kept for g in pgs]
         spread = quantile([d - med for d, med, _ in runs], 0.9)
         if spread < JITTER_MIN_SPREAD_US:
             continue
@@ -263,14 +271,17 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     launches: list[tuple[int, float]] = []
     # the fp32 CUDA-core GEMMs, asked once per kernel key; their launch lines by number (equal
     # line_id groups, equal numbers)
-    gpu, launcher, line_ids = m.gpu, m.launcher, ctx.launch_line_ids()
+    # columns, not the events: durations (gpu_durs), names by key (a kernel's key holds its name)
+    launcher, line_ids, durs = m.launcher, ctx.launch_line_ids(), ctx.gpu_durs()
+    name_of, codes = [k[0] for k in a.keys.keys], a.keys.codes
     for g in m.passes.positions(a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
-        e = gpu[g]
-        fp32 += e.dur
-        names[e.name] = names.get(e.name, 0.0) + e.dur
+        d = durs[g]
+        fp32 += d
+        name = name_of[codes[g]]
+        names[name] = names.get(name, 0.0) + d
         li = launcher[g]
-        launches.append((li, e.dur))
-        lines.setdefault(line_ids[g], [0.0, li])[0] += e.dur
+        launches.append((li, d))
+        lines.setdefault(line_ids[g], [0.0, li])[0] += d
     if total <= 0 or fp32 < FP32_GEMM_SHARE * total:
         return
     top_line = max(lines.items(), key=lambda kv: kv[1][0])
@@ -428,17 +439,25 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     if total <= 0:
         return
     found: dict = {}
-    cpu, cpu_op, above = m.cpu, m.cat_mask("cpu_op"), m.ops_above()
+    cpu, above = m.cpu, m.ops_above()
     seen: dict = {}  # (name, input_key) -> _misaligned's answer: a step repeats its GEMMs' shapes
-    for i in m.indices(_GEMM_OPS):
-        e = cpu[i]
-        if not cpu_op[i] or e.args is None or not e.args.input_dims:
+    ops, keys = ctx.op_input_keys(_GEMM_OPS)  # the GEMM ops and their inputs' keys, a column
+    for i, key in zip(ops, keys):
+        if key is None:  # no args, or inputs that give no key: read from the event, worked out alone
+            e = cpu[i]
+            if e.args is None or not e.args.input_dims:
+                continue
+            got = _misaligned(e)
+        elif not key[1][0]:
+            continue  # no input dims
+        else:
+            got = seen.get(key, seen)
+            if got is seen:
+                got = seen[key] = _misaligned(cpu[i])
+        if got is None:  # most ops: aligned or not 16-bit, known by their key alone
             continue
         if above[i] >= 0 and cpu[above[i]].name in _GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
-        got = per_inputs(e, seen, _misaligned)
-        if got is None:
-            continue
         mkn, bad = got
         gemms = [g for g in m.gpu_under(i) if a.gpu_class[g] == K.GEMM]
         fell = next(((g, r) for g, r in ((g, K.gemm_fallback(m.gpu[g].name, 2)) for g in gemms) if r), None)
@@ -514,7 +533,7 @@ def _aligned(sm: StepModel, d: Diagnostic) -> Change:
 
 
 # launch-storm's runs: (kernel duration, launch call duration, launch call)
-_gpu_us, _call_us, _call = itemgetter(0), itemgetter(1), itemgetter(2)
+_call = itemgetter(2)
 
 
 def _launch_iterations(m) -> dict[str, array]:
@@ -582,7 +601,7 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     its = None  # the loop iteration of each launch call, both ways (made when a group is big enough)
     frames_above = m.frames_above()
     for k, groups in per.items():
-        storm: dict = {}
+        storm: dict = {}  # kernel name -> its runs, a list per (kernel, step) group
         for (name, _), launched in groups.items():
             if len(launched) < least:
                 continue
@@ -591,32 +610,48 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
             # per call of the innermost Python frame (ops it dispatches), and per call of the user's
             # frame when the line calls into library code (runs of the user's statement), counting
             # iterations, not kernels: one op launching many (cuDNN's RNN, a CUDA graph replay) is one
-            for runs in m.passes.loop_calls(launched, frames_above, frame_of, its["ops"], its["runs"], least):
-                storm.setdefault(name, {}).update(zip(map(_call, runs), runs))
-        storm = {n: list(r.values()) for n, r in storm.items()}
-        storm = {n: r for n, r in storm.items() if median(map(_gpu_us, r)) < median(map(_call_us, r))}
-        if not storm:
+            got = m.passes.loop_calls(launched, frames_above, frame_of, its["ops"], its["runs"], least)
+            # each launch call's run once (its last, in its first place); a call is of one line and
+            # step, so of this group alone: made once here, not through a dict in the usual case of
+            # one list with each call once
+            if len(got) == 1 and len(set(map(_call, got[0]))) == len(got[0]):
+                storm.setdefault(name, []).append(got[0])
+            elif got:  # a launch both per Python call and per statement run, or a call of two runs
+                once: dict = {}
+                for runs in got:
+                    once.update(zip(map(_call, runs), runs))
+                storm.setdefault(name, []).append(list(once.values()))
+        # per kernel its runs, their kernel and call durations as columns and the two medians,
+        # made once: the sums and the message read them again
+        kept = {}
+        for n, parts in storm.items():
+            runs = parts[0] if len(parts) == 1 else list(chain.from_iterable(parts))
+            gs, cs, _ = zip(*runs)
+            mg, mc = median(gs), median(cs)
+            if mg < mc:
+                kept[n] = (runs, gs, cs, mg, mc)
+        if not kept:
             continue
-        runs_all = [x for r in storm.values() for x in r]
-        launches = len(runs_all) / ctx.n_steps
+        launches = sum(len(v[0]) for v in kept.values()) / ctx.n_steps
         if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
             continue
-        gpu = sum(map(_gpu_us, runs_all)) / ctx.n_steps
-        cpu = sum(map(_call_us, runs_all)) / ctx.n_steps
-        name, runs = max(storm.items(), key=lambda kv: len(kv[1]))
+        # the runs one kernel after another, as they were summed from one list of them
+        gpu = sum(chain.from_iterable(v[1] for v in kept.values())) / ctx.n_steps
+        cpu = sum(chain.from_iterable(v[2] for v in kept.values())) / ctx.n_steps
+        name, (runs, _, _, mg, mc) = max(kept.items(), key=lambda kv: len(kv[1][0]))
         yield ctx.diag(
             "launch-storm",
-            f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(storm), 'kernel')} "
+            f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(kept), 'kernel')} "
             f"repeated in a loop, e.g. {K.short_name(name, 50)} x{len(runs) / ctx.n_steps:.0f}): "
             f"{us(gpu)} of GPU work per step costs {us(cpu)} of launch calls",
             ctx.location(runs[0][2]),
             evidence={
                 "launches_per_step": r3(launches),
-                "kernels": len(storm),
+                "kernels": len(kept),
                 "gpu_us_per_step": r3(gpu),
                 "launch_cpu_us_per_step": r3(cpu),
-                "median_kernel_us": r3(median(map(_gpu_us, runs))),
-                "median_launch_us": r3(median(map(_call_us, runs))),
+                "median_kernel_us": r3(mg),
+                "median_launch_us": r3(mc),
             },
             fix="vectorise the loop into one tensor op over the batch (e.g. (idx > 100).sum(dim=1)), "
             "use foreach/fused optimizers, or capture the region with torch.compile / CUDA graphs",
