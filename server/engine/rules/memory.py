@@ -115,7 +115,7 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
             if up >= 0:
                 inner[up] = inner.get(up, 0) + t
     # scopes inside one step: the loop and main() around the steps hold everything by construction
-    scopes = [i for i in listed if i in total_b and _in_one_step(m, i)]
+    scopes = [i for i, inside in zip(listed, _in_one_step(m, listed)) if inside and i in total_b]
     kids: dict[int, list[int]] = {}
     for i in scopes:
         up = above[i]  # the nearest scope around it
@@ -157,12 +157,15 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         )
 
 
-def _in_one_step(m, i: int) -> bool:
+def _in_one_step(m, idx: array) -> list[bool]:
+    """Per event of ``idx``, whether it starts and ends in one step (``model.step_at`` of each
+    start, the step_of pass)."""
     if not m.steps:
-        return True
-    ts = m.cpu_starts()[i]
-    st = m.step_at(ts)
-    return st is not None and ts + m.durs[i] <= st.end + 1.0
+        return [True] * len(idx)
+    starts, durs = m.cpu_starts(), m.durs
+    ends = array("d", [s.end for s in m.steps])
+    at = m.passes.step_of(idx, starts, array("d", [s.ts for s in m.steps]), ends)
+    return [k >= 0 and starts[i] + durs[i] <= ends[k] + 1.0 for i, k in zip(idx, at)]
 
 
 def _helpers(m, kids, total_b: dict) -> list[tuple[str, int, int]]:
