@@ -133,9 +133,11 @@ def _usual_lead_in(ctx) -> float:
 
 def _buffer_requests(ctx):
     m = ctx.model
-    evs = [m.cpu[i] for i in m.indices(("Activity Buffer Request",))] + [
-        e for e in m.gpu_annotations + m.gpu if e.name == "Activity Buffer Request"
-    ]
+    evs = [m.cpu[i] for i in m.indices(("Activity Buffer Request",))]
+    evs += [e for e in m.gpu_annotations if e.name == "Activity Buffer Request"]
+    # the GPU lane's, found by their key (once per distinct name), not by reading every event
+    on_gpu = ctx.a.keys.mask(lambda k, c: k[0] == "Activity Buffer Request")
+    evs += map(m.gpu.__getitem__, m.passes.positions(on_gpu))
     if evs:
         total = sum(e.dur for e in evs)
         yield ctx.diag(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left, bisect_right
+from itertools import chain, compress
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
@@ -10,8 +12,10 @@ from ..context import Context
 from ..fixes import Edit, Fix, Source, call_name
 from ..impact import ev, gpu_cut, zero
 from ..kernels import GEMM
+from ..passes import negative
+from ..windows import _and
 from . import rule
-from .util import mib, pct, r3, shapes, us
+from .util import mib, pct, per_inputs, r3, shapes, us
 
 MATMUL_OPS = {"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"}
 SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
@@ -32,8 +36,8 @@ def _top_ops(m):
     return per
 
 
-def _dims(m, i):
-    mats, types = shapes(m.cpu[i])
+def _dims(e):
+    mats, types = shapes(e)
     return mats, (types[0] if types else None)
 
 
@@ -41,7 +45,8 @@ def chains(m) -> list[dict]:
     """Score GEMM -> softmax -> value GEMM on one frame call: attention written out. With
     ``record_shapes``, the shapes must agree ([.., Tq, D] x [.., D, Tk] -> softmax over
     [.., Tq, Tk] -> [.., Tq, Tk] x [.., Tk, Dv]) and give the scores' size."""
-    out = []
+    out: list[dict] = []
+    seen: dict = {}
     for frame, ops in _top_ops(m).items():
         ops.sort()
         for k, i in enumerate(ops):
@@ -54,7 +59,8 @@ def chains(m) -> list[dict]:
             v = next((j for j in rest[:CHAIN_WINDOW] if m.cpu[j].name in MATMUL_OPS), None)
             if v is None:
                 continue
-            (qk, t), (s, _), (pv, _) = _dims(m, i), _dims(m, sm), _dims(m, v)
+            # every step runs the same shapes: each op name and inputs decoded once (read only)
+            (qk, t), (s, _), (pv, _) = (per_inputs(m.cpu[j], seen, _dims) for j in (i, sm, v))
             scores = None
             if qk and s and pv:
                 a_, b_ = qk[0], qk[1] if len(qk) > 1 else None
@@ -73,40 +79,55 @@ def chains(m) -> list[dict]:
     return out
 
 
-def _chain_gpu(m, a, c, backward_of) -> tuple[float, float]:
+def _chain_gpu(m, a, c, backward_of, subtrees, durs) -> tuple[float, float]:
     """(GEMM µs, other µs) of the GPU work of the chain's ops, forward and backward: every top op
     from the score GEMM to the value GEMM on that frame (scale, mask, dropout between), and the
-    backward ops autograd runs for them."""
-    fwd = [j for j in c["ops"] for j in m.subtree(j)]
+    backward ops autograd runs for them (``subtrees``: each op's ``m.subtree``; ``durs``: the
+    GPU events' durations)."""
+    fwd = chain.from_iterable(map(subtrees.__getitem__, c["ops"]))
+    back = list(chain.from_iterable(filter(None, map(backward_of.get, fwd))))  # in fwd's order
     gs = set(m.gpu_under_many(c["ops"]))  # the GPU events of fwd, in its order
-    gs.update(m.gpu_under_many([b for j in fwd for b in backward_of.get(j, ())]))
-    gemm = sum(m.gpu[g].dur for g in gs if a.gpu_class[g] == GEMM)
-    return gemm, sum(m.gpu[g].dur for g in gs) - gemm
+    gs.update(m.gpu_under_many(back))
+    cls = a.gpu_class
+    gemm = sum(compress(map(durs.__getitem__, gs), map(GEMM.__eq__, map(cls.__getitem__, gs))))
+    return gemm, sum(map(durs.__getitem__, gs)) - gemm
 
 
 def _between(m, c):
-    """The outermost ops the frame call ran from the score GEMM to the value GEMM."""
-    cpu, cpu_op, above, frame_of = m.cpu, m.cat_mask("cpu_op"), m.ops_above(), m.frame_of
-    lo, hi = cpu[c["qk"]].ts, cpu[c["pv"]].ts
+    """The outermost ops the frame call ran from the score GEMM to the value GEMM, in the order
+    ``m.subtree(frame)`` meets them: a thread's events sit in start order, and an event's subtree
+    is the run of events after it (nest's stack), so the events that start from the one GEMM to
+    the other are one run of the thread's, and the subtree's walk (the last child first) meets
+    ops that do not nest in each other last index first."""
+    cpu_op, above, frame_of, starts = m.cat_mask("cpu_op"), m.ops_above(), m.frame_of, m.cpu_starts()
     f = c["frame"]
-    # the columns first (an index each), the event's start last
-    return [
-        j for j in m.subtree(f) if cpu_op[j] and above[j] < 0 and frame_of[j] == f and lo <= cpu[j].ts <= hi
-    ]
+    lo, hi = starts[c["qk"]], starts[c["pv"]]
+    key = m.thread[f]
+    base = m.tindex.base[key]
+    end = base + len(m.tindex.starts[key])
+    first, last = bisect_left(starts, lo, base, end), bisect_right(starts, hi, base, end)
+    ops = compress(range(last - 1, first - 1, -1), cpu_op[first:last][::-1])  # last first
+    return [j for j in ops if frame_of[j] == f and above[j] < 0]
 
 
-def _backward_map(m, fwd: set) -> dict[int, list[int]]:
-    """Forward op (of ``fwd``) -> the outermost backward ops autograd ran for it (``fwd_of``)."""
+def _backward_map(m, fwd) -> dict[int, list[int]]:
+    """Forward op (of ``fwd``) -> the outermost backward ops autograd ran for it (``fwd_of``): the
+    events pointing into ``fwd`` outside every user frame whose parent points nowhere (or that
+    have none), told apart by columns taken at C speed, not tested one by one."""
     out: dict[int, list[int]] = {}
-    fwd_of, frame_of, parent = m.fwd_of, m.frame_of, m.parent
+    fwd_of, run = m.fwd_of, m.passes
     mask = bytearray(len(fwd_of))
     for j in fwd:
         mask[j] = 1
-    for i in m.passes.points_into(fwd_of, bytes(mask)):
-        if frame_of[i] < 0:
-            p = parent[i]
-            if p < 0 or fwd_of[p] < 0:
-                out.setdefault(fwd_of[i], []).append(i)
+    back = run.points_into(fwd_of, bytes(mask))
+    if not back:
+        return out
+    keep = _and(
+        negative(run.take(m.frame_of, back, 0)),
+        negative(run.take(fwd_of, run.take(m.parent, back, -1), -1)),  # the parent's, -1 for none
+    )
+    for i in compress(back, keep):
+        out.setdefault(fwd_of[i], []).append(i)
     return out
 
 
@@ -152,7 +173,9 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
     found = chains(m)
     if not found:
         return
-    backward_of = _backward_map(m, {j for c in found for op in c["ops"] for j in m.subtree(op)})
+    subtrees = {op: m.subtree(op) for c in found for op in c["ops"]}
+    backward_of = _backward_map(m, chain.from_iterable(subtrees.values()))
+    durs = ctx.gpu_durs()
     step_us = ctx.mean_step_us or a.window_us
     groups: dict = {}
     for c in found:
@@ -160,7 +183,7 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
     for key, cs in groups.items():
         gemm = other = 0.0
         for c in cs:
-            g, o = _chain_gpu(m, a, c, backward_of)
+            g, o = _chain_gpu(m, a, c, backward_of, subtrees, durs)
             gemm += g
             other += o
         n = ctx.n_steps

@@ -95,25 +95,30 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         return
     mem = m.memory
     peak = mem.total_allocated[top] or 1
-    by_owner = m.passes.owner_sums(rows, mem.owner, mem.nbytes)
-    total_b = _ancestor_sums(m, by_owner)
     is_scope = _scopes(ctx)
     above = m.passes.nearest(m.parent, is_scope)
-
-    def scope(i: int) -> int:  # the nearest scope, itself included
-        return i if is_scope[i] else above[i]
-
-    own: dict[int, int] = {}
-    for o, b in by_owner.items():
-        sc = scope(o)
-        if sc >= 0:
-            own[sc] = own.get(sc, 0) + b
+    listed = m.passes.positions(is_scope)
+    # each allocation's bytes onto its nearest scope, itself included (``own``), then each scope's
+    # total added up the scope tree, children first (they come after their parents): the few
+    # thousand scopes summed instead of every event that the allocations nest in
+    scope_of = array("i", above)
+    for i in listed:
+        scope_of[i] = i
+    own = m.passes.owner_sums(rows, m.passes.take(scope_of, mem.owner, -1), mem.nbytes)
+    total_b: dict[int, int] = {}  # the scopes' totals, as _ancestor_sums gives them (none of 0)
+    inner: dict[int, int] = {}
+    for i in reversed(listed):
+        t = own.get(i, 0) + inner.get(i, 0)
+        if t:
+            total_b[i] = t
+            up = above[i]
+            if up >= 0:
+                inner[up] = inner.get(up, 0) + t
     # scopes inside one step: the loop and main() around the steps hold everything by construction
-    scopes = [i for i in total_b if is_scope[i] and _in_one_step(m, i)]
+    scopes = [i for i, inside in zip(listed, _in_one_step(m, listed)) if inside and i in total_b]
     kids: dict[int, list[int]] = {}
     for i in scopes:
-        p = m.parent[i]
-        up = scope(p) if p >= 0 else -1
+        up = above[i]  # the nearest scope around it
         if up >= 0:
             kids.setdefault(up, []).append(i)
 
@@ -129,9 +134,11 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
     by_scope: dict = {}
     for tot, i, helpers in sorted(cands, key=lambda c: -c[0]):
         by_scope.setdefault((_scope_name(m, i), ctx.line_id(i)), []).append((tot, i, helpers))
+    if by_scope:  # every event's total, for the ops under the helpers (a finding's, not every scope's)
+        op_b = _ancestor_sums(m, m.passes.owner_sums(rows, mem.owner, mem.nbytes))
     for (name, _), items in list(by_scope.items())[:CHILD_MAX_FINDINGS]:
         tot, i, helpers = items[0]
-        parts = [f"{h} {mib(b)} ({_top_op(m, j, total_b)})" for h, b, j in helpers[:3]]
+        parts = [f"{h} {mib(b)} ({_top_op(m, j, op_b)})" for h, b, j in helpers[:3]]
         yield ctx.diag(
             "memory-child-pressure",
             f"{name} allocates {mib(tot)} per call ({plural(len(items), 'call')}) but {mib(own.get(i, 0))} in its "
@@ -150,11 +157,15 @@ def memory_child_pressure(ctx: Context) -> Iterable[Diagnostic]:
         )
 
 
-def _in_one_step(m, i: int) -> bool:
+def _in_one_step(m, idx: array) -> list[bool]:
+    """Per event of ``idx``, whether it starts and ends in one step (``model.step_at`` of each
+    start, the step_of pass)."""
     if not m.steps:
-        return True
-    st = m.step_at(m.cpu[i].ts)
-    return st is not None and m.cpu[i].ts + m.cpu[i].dur <= st.end + 1.0
+        return [True] * len(idx)
+    starts, durs = m.cpu_starts(), m.durs
+    ends = array("d", [s.end for s in m.steps])
+    at = m.passes.step_of(idx, starts, array("d", [s.ts for s in m.steps]), ends)
+    return [k >= 0 and starts[i] + durs[i] <= ends[k] + 1.0 for i, k in zip(idx, at)]
 
 
 def _helpers(m, kids, total_b: dict) -> list[tuple[str, int, int]]:

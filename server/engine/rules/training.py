@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import ast
-from operator import attrgetter
+from bisect import bisect_left
+from itertools import compress
 from typing import Iterable, Optional
 
 import msgspec
@@ -18,7 +19,6 @@ from ..stepmodel import Change, StepModel
 from . import rule
 from .util import mib, pct, plural, r3, us
 
-_name = attrgetter("name")
 OPT_STEP = "Optimizer.step#"
 OPT_ZERO = "Optimizer.zero_grad#"
 SINGLE_TENSOR_FNS = (
@@ -127,9 +127,10 @@ def pageable_memcpy(ctx: Context) -> Iterable[Diagnostic]:
     """
     m = ctx.model
     groups: dict = {}
-    for g, e in enumerate(m.gpu):
-        if e.cat != "gpu_memcpy" or "Pageable" not in e.name:
-            continue
+    # the pageable copies found by their key (name, category), once per distinct key
+    pageable = ctx.a.keys.mask(lambda k, c: k[1] == "gpu_memcpy" and "Pageable" in k[0])
+    for g in m.passes.positions(pageable):
+        e = m.gpu[g]
         li = m.launcher[g]
         if li >= 0 and m.steps and m.step_at(m.cpu[li].ts) is None:
             continue  # outside the steps (a trace without steps is one window)
@@ -284,6 +285,17 @@ def _made_once(src: Source, copy: ast.Call, name: ast.Name) -> Optional[ast.expr
     return st.value
 
 
+def _subtree_end(m, i: int) -> int:
+    """One past the last event of ``m.subtree(i)``, whose events are those from i up to there:
+    nest keeps a thread's open events on a stack, so an event's descendants come right after it
+    and end with its last child's."""
+    while True:
+        kids = m.children(i)
+        if not kids:
+            return i + 1
+        i = kids[-1]
+
+
 def _optimizer_steps(m):
     return [i for i in m.named(OPT_STEP) if m.cpu[i].cat == "user_annotation"]
 
@@ -330,21 +342,25 @@ def optimizer_foreach_off(ctx: Context) -> Iterable[Diagnostic]:
     single_frame = None
     # what the step's ops are judged by, found once through the name and frame indexes instead of
     # a walk over every event inside every step (the single-tensor optimizer is a third of the
-    # naive trace's events); each step keeps the events of its own subtree
+    # naive trace's events); each step keeps the events of its own subtree, the run of events
+    # from it to its end (_subtree_end), so each index is cut to it by bisection, in order
     cpu, launching, frames, cpu_op = m.cpu, ctx.launches_under(), m.frames, m.cat_mask("cpu_op")
-    group_ops = {j for j in m.named("aten::_foreach_") + m.named("aten::_fused_") if cpu_op[j]}
-    if any("multi_tensor_apply" in n for n in set(map(_name, m.gpu))):  # apex's grouped kernels
-        group_ops.update(m.launcher[g] for g, e in enumerate(m.gpu) if "multi_tensor_apply" in e.name)
-    updates = {j for j in m.indices(UPDATE_OPS) if cpu_op[j] and launching[j]}
-    singles = {j for j, fr in frames.matching(lambda fr: fr.function in SINGLE_TENSOR_FNS)}
+    group_ops = m.named("aten::_foreach_") + m.named("aten::_fused_")
+    group_ops = list(compress(group_ops, map(cpu_op.__getitem__, group_ops)))
+    if any("multi_tensor_apply" in k[0] for k in ctx.a.keys.keys):  # apex's grouped kernels
+        group_ops += compress(m.launcher, ctx.a.keys.mask(lambda k, c: "multi_tensor_apply" in k[0]))
+    group_ops.sort()
+    updates = m.indices(UPDATE_OPS)
+    updates = list(compress(updates, map(cpu_op.__getitem__, updates)))
+    updates = list(compress(updates, map(launching.__getitem__, updates)))
+    singles = [j for j, _ in frames.matching(lambda fr: fr.function in SINGLE_TENSOR_FNS)]  # in order
     for i in steps:
-        sub = m.subtree(i)
-        inside = set(sub)
-        grouped = grouped or not inside.isdisjoint(group_ops)  # a grouped op, or its kernels
-        update_ops += len(inside.intersection(updates))
-        mine = sorted(inside.intersection(singles))
+        end = _subtree_end(m, i)
+        grouped = grouped or bisect_left(group_ops, i) < bisect_left(group_ops, end)  # a grouped op,
+        update_ops += bisect_left(updates, end) - bisect_left(updates, i)  # or its kernels
+        mine = singles[bisect_left(singles, i) : bisect_left(singles, end)]
         if len({frames[j].function for j in mine}) > 1:  # the last one the walk over the step met
-            pos = {j: k for k, j in enumerate(sub)}
+            pos = {j: k for k, j in enumerate(m.subtree(i))}
             mine = [max(mine, key=pos.__getitem__)]
         if mine:
             single_frame = frames[mine[-1]]
@@ -456,13 +472,14 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
         for i, fr in m.frames.matching(lambda fr: fr.function == "zero_grad")
         if not any(m.cpu[a].name.startswith(OPT_ZERO) for a in m.ancestors(i))
     ]
+    # the fill ops as a mask, each scope's subtree read through it at C speed (in the walk's order)
+    fills = m.indices(("aten::zero_", "aten::fill_", "aten::_foreach_zero_"))
+    is_fill = bytearray(len(m.cpu))
+    for j in compress(fills, map(m.cat_mask("cpu_op").__getitem__, fills)):
+        is_fill[j] = 1
     for i in scopes:
-        ops = [
-            j
-            for j in m.subtree(i)
-            if m.cpu[j].cat == "cpu_op"
-            and m.cpu[j].name in ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")
-        ]
+        sub = m.subtree(i)
+        ops = list(compress(sub, map(is_fill.__getitem__, sub)))
         if ops:
             hits.append((i, ops))
     if not hits:
