@@ -646,7 +646,8 @@ def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name
         len(fws), "little"
     )
     keep = both.translate(COMPLEMENT)  # the flows with an op at both ends
-    fw_ok, bw_ok = array("i", compress(fws, keep)), array("i", compress(bws, keep))
+    ok = run.positions(keep)
+    fw_ok, bw_ok = run.take(fws, ok, -1), run.take(bws, ok, -1)
     tgt = array("i", [-1]) * n
     if bw_ok:
         # The engine's wrapper op around a backward node belongs to its forward op too (the first

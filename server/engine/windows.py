@@ -233,8 +233,8 @@ class _Durations:
     their pattern at least LAUNCH_US's), made on first use."""
 
     def __init__(self, durs: array):
-        self.raw = durs.tobytes()
-        self.top = self.raw[_HI::8]
+        self.bytes = memoryview(durs).cast("B")  # (read through, not copied)
+        self.top = self.bytes[_HI::8].tobytes()
         # a top byte of 0x7F or more: negative (sign bit), or an exponent of inf/NaN or near it
         self.plain = not self.top.translate(None, bytes(range(0x7F)))
         self._long: Optional[bytes] = None
@@ -244,7 +244,7 @@ class _Durations:
             t_hi, t_lo = struct.pack(">d", LAUNCH_US)[:2]
             gt = self.top.translate(bytes(int(b > t_hi) for b in range(256)))
             eq = self.top.translate(bytes(int(b == t_hi) for b in range(256)))
-            ge = self.raw[_LO::8].translate(bytes(int(b >= t_lo) for b in range(256)))
+            ge = self.bytes[_LO::8].tobytes().translate(bytes(int(b >= t_lo) for b in range(256)))
             self._long = _or(gt, _and(eq, ge))
         return self._long
 
