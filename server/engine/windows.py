@@ -12,11 +12,8 @@ first-call cuDNN/cuBLAS set-up, torch.compile compiling and autotuning) wherever
 from __future__ import annotations
 
 import re
-import struct
-import sys
 from array import array
 from collections import Counter
-from typing import Optional
 
 from .loader import LAUNCH_CATS
 from .passes import negative
@@ -193,7 +190,6 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
     # a name's calls that count: the launch calls and the top-level ops
     counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), negative(m.ops_above())))
     run = m.passes
-    bounds = _Durations(m.durs)
     for name, idx in m.named_groups():  # every non-python event, by name, in index order
         if _COMPILE.search(name):
             out.extend((cpu[i].ts, cpu[i].ts + cpu[i].dur, "torch.compile compiling") for i in idx)
@@ -209,7 +205,7 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
             idx = rest
         group = run.take(idx, run.points_into(idx, counted), -1)  # those counted, at C speed
         if len(group) >= 2:
-            _first_calls(m, name, group, out, bounds)
+            _first_calls(m, name, group, out)
     out.sort()
     return out
 
@@ -223,45 +219,25 @@ def _or(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
-_HI, _LO = (7, 6) if sys.byteorder == "little" else (0, 1)  # a float64's sign-exponent bytes
+_LONG_LAUNCH = (array("d", [LAUNCH_US]), array("d", [float("inf")]))
 
 
-class _Durations:
-    """What the model's duration column (float64) bounds, read from its bytes at C speed: whether
-    every duration is finite and not negative (then a name's least is >= 0 and a float's order is
-    its bit pattern's), and which events last LAUNCH_US or a little less (the leading 16 bits of
-    their pattern at least LAUNCH_US's), made on first use."""
-
-    def __init__(self, durs: array):
-        self.bytes = memoryview(durs).cast("B")  # (read through, not copied)
-        self.top = self.bytes[_HI::8].tobytes()
-        # a top byte of 0x7F or more: negative (sign bit), or an exponent of inf/NaN or near it
-        self.plain = not self.top.translate(None, bytes(range(0x7F)))
-        self._long: Optional[bytes] = None
-
-    def long(self) -> bytes:
-        if self._long is None:
-            t_hi, t_lo = struct.pack(">d", LAUNCH_US)[:2]
-            gt = self.top.translate(bytes(int(b > t_hi) for b in range(256)))
-            eq = self.top.translate(bytes(int(b == t_hi) for b in range(256)))
-            ge = self.bytes[_LO::8].tobytes().translate(bytes(int(b >= t_lo) for b in range(256)))
-            self._long = _or(gt, _and(eq, ge))
-        return self._long
-
-
-def _first_calls(m, name: str, idx: array, out: list, bounds: _Durations) -> None:
+def _first_calls(m, name: str, idx: array, out: list) -> None:
     """Of one name's calls, a first call far longer than the rest (lazy loading, first-call
     library set-up) onto ``out``."""
     cpu = m.cpu
     launch = cpu[idx[0]].cat in LAUNCH_CATS
     # The median (a sort) only for a name with a call long enough to be set-up: a launch of
     # LAUNCH_US or more; a first op of FIRST_US or more (over a median of 0 or more). The calls'
-    # durations are read one by one only past the column-wide bounds.
+    # durations are listed one by one only past those tests, made by passes over the duration
+    # column (durations are finite: an event's start and duration are).
+    run = m.passes
     if launch:
         if name not in KERNEL_LAUNCHES:
             return  # a long copy or sync call waits on the GPU: not set-up
-        if bounds.plain and not m.passes.points_into(idx, bounds.long()):
-            return  # none near LAUNCH_US: max(durs) < LAUNCH_US
+        # max(durs) < LAUNCH_US: no call's duration in [LAUNCH_US, inf) (step_of's interval lookup)
+        if b"\0" not in negative(run.step_of(idx, m.durs, _LONG_LAUNCH[0], _LONG_LAUNCH[1])):
+            return
         durs = list(map(m.durs.__getitem__, idx))
         if max(durs) < LAUNCH_US:
             return
@@ -278,8 +254,11 @@ def _first_calls(m, name: str, idx: array, out: list, bounds: _Durations) -> Non
             if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
                 out.append((cpu[i].ts, cpu[i].ts + d - med, f"first {name} (lazy loading)"))
         return
-    if bounds.plain and m.durs[idx[0]] < FIRST_US:
-        return  # no duration negative: min(durs) >= 0.0
+    if (
+        m.durs[idx[0]] < FIRST_US
+        and run.group_min(array("i", [0]) * len(idx), idx, m.durs, 0, len(m.durs), 1)[0][0] >= 0.0
+    ):
+        return  # min(durs) >= 0.0
     durs = list(map(m.durs.__getitem__, idx))
     if durs[0] < FIRST_US and min(durs) >= 0.0:
         return
