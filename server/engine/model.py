@@ -526,7 +526,7 @@ class FrameIndex:
         self._ids = array("i", [-1]) * n
         self._table: list[Frame] = []
         self._id_of: dict[Frame, int] = {}
-        self._count = 0
+        self._count: Optional[int] = 0
 
     def __setitem__(self, i: int, fr: Frame) -> None:
         k = self._id_of.get(fr)
@@ -534,7 +534,7 @@ class FrameIndex:
             k = self._id_of[fr] = len(self._table)
             self._table.append(fr)
         if self._ids[i] < 0:
-            self._count += 1
+            self._count = len(self) + 1
         self._ids[i] = k
 
     def mask(self) -> bytes:
@@ -567,7 +567,12 @@ class FrameIndex:
             return False
 
     def __len__(self) -> int:
+        if self._count is None:  # counted on first use: the model's readers ask only whether any
+            self._count = len(self._ids) - negative(self._ids).count(1)  # the ids are -1 or a table index
         return self._count
+
+    def __bool__(self) -> bool:
+        return bool(self._table)  # every frame in the table is some event's
 
     def items(self):
         table = self._table
@@ -605,7 +610,7 @@ class FrameIndex:
         fi._ids = ids
         fi._table = table
         fi._id_of = {fr: k for k, fr in enumerate(table)}
-        fi._count = len(fi._ids) - negative(fi._ids).count(1)  # the ids are -1 or a table index
+        fi._count = None
         return fi
 
 
@@ -633,13 +638,12 @@ def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name
     """fwd_of[i] for events on backward threads: the forward op whose backward they run.
     ``by_name`` and ``codes``: the model's non-python events by name and category code column."""
     n = len(cpu)
-    fwd_of = array("i", [-1]) * n
     if not flows_f and not any(e.args is not None and e.args.fwd_tid not in (None, 0) for e in cpu):
-        return fwd_of
+        return array("i", [-1]) * n
     # each flow with both ends, in flow order, as two lists (C-speed maps, not a tuple a flow)
-    found = list(map(flows_s.__contains__, flows_f))
     starts, ends = list(map(flows_s.get, flows_f)), list(flows_f.values())
-    if not all(found):
+    if not all(starts):  # a flow without its start (None; an event is always true)
+        found = [s is not None for s in starts]
         starts, ends = list(compress(starts, found)), list(compress(ends, found))
     fws, bws = _flow_ends(run, starts, ends, tindex)
     both = (int.from_bytes(negative(fws), "little") | int.from_bytes(negative(bws), "little")).to_bytes(
