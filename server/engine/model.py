@@ -440,9 +440,8 @@ def build(doc: TraceDoc) -> TraceModel:
         events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS
     )
 
-    cpu: list[
-        Event
-    ] = []  # the first thread's list itself (its events not referenced again), the others appended
+    # cpu: the first thread's list itself (no reference to its events taken again), the others appended
+    cpu: list[Event] = []
     parent = array("i")
     child_dur = array("d")
     durs = array("d")
@@ -654,10 +653,10 @@ def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name
     fw_ok, bw_ok = run.take(fws, ok, -1), run.take(bws, ok, -1)
     tgt = array("i", [-1]) * n
     if bw_ok:
-        # The engine's wrapper op around a backward node belongs to its forward op too (the first
-        # flow's), unless it is a backward end itself (the last flow's, as every backward end).
-        # The wrappers are marked by name; the python events are not among the names: marked
-        # all, and their own names read.
+        # The engine's wrapper op around a backward node belongs to its forward op too: the first
+        # flow's through it, unless the wrapper is a backward end itself (then the last flow's, as
+        # any backward end). The wrappers are marked by name; the python events, not among the
+        # names, are marked all and their own names read.
         py = CPU_CAT_CODES.index("python_function") + 1
         mark = bytearray(codes.translate(bytes(int(k == py) for k in range(256))))
         for name, idx in by_name.items():
