@@ -201,7 +201,15 @@ class TraceModel:
         if got is None:
             run, flows_s, flows_f = self._backward_from
             got = self._fwd_of = _link_backward(
-                run, self.cpu, self.parent, self.tindex, self.frame_of, flows_s, flows_f
+                run,
+                self.cpu,
+                self.parent,
+                self.tindex,
+                self.frame_of,
+                flows_s,
+                flows_f,
+                self._by_name,
+                self.cat_codes,
             )
             del self._backward_from  # the flows are not needed again
         return got
@@ -432,6 +440,7 @@ def build(doc: TraceDoc) -> TraceModel:
         events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS
     )
 
+    # cpu: the first thread's list itself (no reference to its events taken again), the others appended
     cpu: list[Event] = []
     parent = array("i")
     child_dur = array("d")
@@ -448,7 +457,10 @@ def build(doc: TraceDoc) -> TraceModel:
         cpu_starts.frombytes(sb)
         durs.frombytes(db)
         codes += kb
-        cpu += evs
+        if cpu:
+            cpu += evs
+        else:
+            cpu = evs
     whole = memoryview(cpu_starts)  # (the column is complete: no resize while the slices live)
     starts = {key: whole[base : base + n] for key, base, n in placed}
     tindex = ThreadIndex(cpu, parent, starts)
@@ -513,7 +525,7 @@ class FrameIndex:
         self._ids = array("i", [-1]) * n
         self._table: list[Frame] = []
         self._id_of: dict[Frame, int] = {}
-        self._count = 0
+        self._count: Optional[int] = 0
 
     def __setitem__(self, i: int, fr: Frame) -> None:
         k = self._id_of.get(fr)
@@ -521,7 +533,7 @@ class FrameIndex:
             k = self._id_of[fr] = len(self._table)
             self._table.append(fr)
         if self._ids[i] < 0:
-            self._count += 1
+            self._count = len(self) + 1
         self._ids[i] = k
 
     def mask(self) -> bytes:
@@ -554,7 +566,12 @@ class FrameIndex:
             return False
 
     def __len__(self) -> int:
+        if self._count is None:  # counted on first use: the model's readers ask only whether any
+            self._count = len(self._ids) - negative(self._ids).count(1)  # the ids are -1 or a table index
         return self._count
+
+    def __bool__(self) -> bool:
+        return bool(self._table)  # every frame in the table is some event's
 
     def items(self):
         table = self._table
@@ -592,7 +609,7 @@ class FrameIndex:
         fi._ids = ids
         fi._table = table
         fi._id_of = {fr: k for k, fr in enumerate(table)}
-        fi._count = len(fi._ids) - fi._ids.count(-1)
+        fi._count = None
         return fi
 
 
@@ -616,21 +633,45 @@ class ThreadIndex:
         )
 
 
-def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f) -> array:
-    """fwd_of[i] for events on backward threads: the forward op whose backward they run."""
+def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name, codes) -> array:
+    """fwd_of[i] for events on backward threads: the forward op whose backward they run.
+    ``by_name`` and ``codes``: the model's non-python events by name and category code column."""
     n = len(cpu)
-    fwd_of = array("i", [-1]) * n
     if not flows_f and not any(e.args is not None and e.args.fwd_tid not in (None, 0) for e in cpu):
-        return fwd_of
-    target: dict[int, int] = {}
-    pairs = [(s, f) for fid, f in flows_f.items() for s in [flows_s.get(fid)] if s is not None]
-    for fw, bw in _flow_ends(run, pairs, tindex):
-        if fw >= 0 and bw >= 0:
-            target[bw] = fw
-            p = parent[bw]  # the engine's wrapper op around the backward node belongs to it too
-            if p >= 0 and cpu[p].name.startswith("autograd::engine::evaluate_function"):
-                target.setdefault(p, fw)
-    if not target:  # older traces: match sequence numbers instead
+        return array("i", [-1]) * n
+    # each flow with both ends, in flow order, as two lists (C-speed maps, not a tuple a flow)
+    starts, ends = list(map(flows_s.get, flows_f)), list(flows_f.values())
+    if not all(starts):  # a flow without its start (None; an event is always true)
+        found = [s is not None for s in starts]
+        starts, ends = list(compress(starts, found)), list(compress(ends, found))
+    fws, bws = _flow_ends(run, starts, ends, tindex)
+    both = (int.from_bytes(negative(fws), "little") | int.from_bytes(negative(bws), "little")).to_bytes(
+        len(fws), "little"
+    )
+    keep = both.translate(COMPLEMENT)  # the flows with an op at both ends
+    ok = run.positions(keep)
+    fw_ok, bw_ok = run.take(fws, ok, -1), run.take(bws, ok, -1)
+    tgt = array("i", [-1]) * n
+    if bw_ok:
+        # The engine's wrapper op around a backward node belongs to its forward op too: the first
+        # flow's through it, unless the wrapper is a backward end itself (then the last flow's, as
+        # any backward end). The wrappers are marked by name; the python events, not among the
+        # names, are marked all and their own names read.
+        py = CPU_CAT_CODES.index("python_function") + 1
+        mark = bytearray(codes.translate(bytes(int(k == py) for k in range(256))))
+        for name, idx in by_name.items():
+            if name.startswith(_WRAPPER):
+                for i in idx:
+                    mark[i] = 1
+        above = run.take(parent, bw_ok, -1)
+        for k in reversed(run.points_into(above, bytes(mark))):  # the first flow's written last
+            p = above[k]
+            if codes[p] != py or cpu[p].name.startswith(_WRAPPER):
+                tgt[p] = fw_ok[k]
+        for bw, fw in zip(bw_ok, fw_ok):
+            tgt[bw] = fw
+    else:  # older traces: match sequence numbers instead
+        target: dict[int, int] = {}
         fwd_seq: dict = {}
         for i, e in enumerate(cpu):
             a = e.args
@@ -642,30 +683,20 @@ def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f) -> arra
                 fw = fwd_seq.get(a.seq, -1)
                 if fw >= 0:
                     target.setdefault(i, fw)
-    tgt = array("i", [-1]) * n
-    for k, v in target.items():
-        tgt[k] = v
+        for k, v in target.items():
+            tgt[k] = v
     return run.inherit(parent, frame_of, tgt)
 
 
-def _flow_ends(run, pairs: list, tindex: ThreadIndex):
-    """(forward op, backward op) at the two ends of each fwdbwd flow: the innermost cpu_op around
+_WRAPPER = "autograd::engine::evaluate_function"  # the engine's op around each backward node
+
+
+def _flow_ends(run, starts: list, ends: list, tindex: ThreadIndex) -> tuple[array, array]:
+    """(forward ops, backward ops) at the two ends of the fwdbwd flows: the innermost cpu_op around
     each end on its thread, -1 when none."""
-    if not pairs:
-        return ()
-    return zip(
-        *(
-            run.owners(
-                tindex.cpu,
-                tindex.parent,
-                [p[side] for p in pairs],
-                tindex.starts,
-                tindex.base,
-                1e-3,
-                "cpu_op",
-            )[0]
-            for side in (0, 1)
-        )
+    return tuple(
+        run.owners(tindex.cpu, tindex.parent, side, tindex.starts, tindex.base, 1e-3, "cpu_op")[0]
+        for side in (starts, ends)
     )
 
 

@@ -203,7 +203,7 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
                 else:
                     rest.append(i)
             idx = rest
-        group = run.take(idx, run.points_into(idx, counted), -1).tolist()  # those counted, at C speed
+        group = run.take(idx, run.points_into(idx, counted), -1)  # those counted, at C speed
         if len(group) >= 2:
             _first_calls(m, name, group, out)
     out.sort()
@@ -219,17 +219,26 @@ def _or(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
-def _first_calls(m, name: str, idx: list[int], out: list) -> None:
+_LONG_LAUNCH = (array("d", [LAUNCH_US]), array("d", [float("inf")]))
+
+
+def _first_calls(m, name: str, idx: array, out: list) -> None:
     """Of one name's calls, a first call far longer than the rest (lazy loading, first-call
     library set-up) onto ``out``."""
     cpu = m.cpu
-    durs = list(map(m.durs.__getitem__, idx))
     launch = cpu[idx[0]].cat in LAUNCH_CATS
     # The median (a sort) only for a name with a call long enough to be set-up: a launch of
-    # LAUNCH_US or more; a first op of FIRST_US or more (over a median of 0 or more).
+    # LAUNCH_US or more; a first op of FIRST_US or more (over a median of 0 or more). The calls'
+    # durations are listed one by one only past those tests, made by passes over the duration
+    # column (durations are finite: an event's start and duration are).
+    run = m.passes
     if launch:
         if name not in KERNEL_LAUNCHES:
             return  # a long copy or sync call waits on the GPU: not set-up
+        # max(durs) < LAUNCH_US: no call's duration in [LAUNCH_US, inf) (step_of's interval lookup)
+        if b"\0" not in negative(run.step_of(idx, m.durs, _LONG_LAUNCH[0], _LONG_LAUNCH[1])):
+            return
+        durs = list(map(m.durs.__getitem__, idx))
         if max(durs) < LAUNCH_US:
             return
         med = median(durs)
@@ -245,6 +254,12 @@ def _first_calls(m, name: str, idx: list[int], out: list) -> None:
             if d >= LAUNCH_US and d >= FIRST_FACTOR * med:
                 out.append((cpu[i].ts, cpu[i].ts + d - med, f"first {name} (lazy loading)"))
         return
+    if (
+        m.durs[idx[0]] < FIRST_US
+        and run.group_min(array("i", [0]) * len(idx), idx, m.durs, 0, len(m.durs), 1)[0][0] >= 0.0
+    ):
+        return  # min(durs) >= 0.0
+    durs = list(map(m.durs.__getitem__, idx))
     if durs[0] < FIRST_US and min(durs) >= 0.0:
         return
     med = median(durs)
