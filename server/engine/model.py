@@ -469,7 +469,7 @@ def build(doc: TraceDoc) -> TraceModel:
     frame_ids, frame_table, frame_of, token, by_name, call_from, launches, annotations, first_ts = run.frames(
         cpu, parent, parse_frame, LAUNCH_CATS
     )
-    frames = FrameIndex.from_ids(frame_ids, frame_table)
+    frames = FrameIndex.from_ids(frame_ids, frame_table, run)
 
     gpu.sort(key=_ts)
     launcher = run.launchers(cpu, launches, gpu)
@@ -526,6 +526,7 @@ class FrameIndex:
         self._table: list[Frame] = []
         self._id_of: dict[Frame, int] = {}
         self._count: Optional[int] = 0
+        self._run = passes.REFERENCE  # the file's passes (from_ids): matching's scan
 
     def __setitem__(self, i: int, fr: Frame) -> None:
         k = self._id_of.get(fr)
@@ -583,29 +584,20 @@ class FrameIndex:
     def matching(self, pred) -> list[tuple[int, "Frame"]]:
         """(event, frame) of the frames for which ``pred(frame)`` holds, in event order; the test
         runs once per distinct frame and the events are scanned only when one matches."""
-        want = {k for k, fr in enumerate(self._table) if pred(fr)}
-        if not want:
+        table = self._table
+        want = bytes(bool(pred(fr)) for fr in table)  # per frame id: wanted
+        if not any(want):
             return []
-        ids, table = self._ids, self._table
-        if len(want) > 8:
-            hits = list(compress(range(len(ids)), map(want.__contains__, ids)))  # one scan at C speed
-        else:  # a few frames (a function's name): each one's id found in the column's bytes
-            raw, hits = ids.tobytes(), []
-            for k in want:
-                pat = array("i", [k]).tobytes()
-                at = raw.find(pat)
-                while at >= 0:
-                    if at % 4 == 0:  # an id, not bytes straddling two
-                        hits.append(at // 4)
-                    at = raw.find(pat, at + (4 if at % 4 == 0 else 1))
-            hits.sort()
-        return [(i, table[ids[i]]) for i in hits]
+        ids = self._ids
+        # the events whose id is wanted, in order: one pass over the id column
+        return [(i, table[ids[i]]) for i in self._run.points_into(ids, want)]
 
     __iter__ = keys
 
     @classmethod
-    def from_ids(cls, ids: array, table: list) -> "FrameIndex":
+    def from_ids(cls, ids: array, table: list, run=passes.REFERENCE) -> "FrameIndex":
         fi = cls(0)
+        fi._run = run
         fi._ids = ids
         fi._table = table
         fi._id_of = {fr: k for k, fr in enumerate(table)}
