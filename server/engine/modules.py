@@ -28,7 +28,6 @@ import ast
 import re
 import weakref
 from array import array
-from operator import attrgetter
 from typing import Iterable, Optional
 
 import msgspec
@@ -39,7 +38,6 @@ from .model import TraceModel
 from .rules.util import median
 
 PREFIX = "nn.Module: "
-_dur = attrgetter("dur")
 _INSTANCE_RE = re.compile(r"^(.*)_(\d+)$")
 _CALL_IMPL = {"_call_impl", "_wrapped_call_impl", "__call__", "inner"}
 _CONTAINERS = {"Sequential"}  # modules whose forward calls their children in order, named by index
@@ -186,7 +184,7 @@ def build_tree(ctx) -> ModuleTree:
     m, a = ctx.model, ctx.a
     idx = ModuleIndex.of(m)
     steps = max(1, len(m.steps))
-    gpu_total = sum(map(_dur, m.gpu))
+    gpu_total = a.cuda_total_us  # the analyses' sum of every GPU event's duration, in event order
     if not idx.events:
         return ModuleTree(available=False, steps=steps, gpu_us=round(gpu_total, 3), note=_absent_note(m))
     n = len(idx)
