@@ -551,7 +551,8 @@ class StatementResolver:
         return {toks[j][0]: sites[k] for j, k in hit}
 
     def _tokens(self, frame: int):
-        return frame_tokens(self.model, frame)
+        sh = frame_shapes(self.model)  # frame_tokens, as the frame_shapes pass listed them
+        return sh.tokens(sh.place[frame])
 
     def _names(self, i: int, compiled: bool = False) -> Optional[tuple[set[str], bool]]:
         """(site names the child can stand for, whether any call site will do); None: skip it.
@@ -807,16 +808,21 @@ def _labelled_method(m: TraceModel, i: int) -> set[str]:
 
 
 def _find_labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
-    queue, seen = list(m.children(i)), 0
-    while queue and seen < budget:
-        c = queue.pop(0)
-        seen += 1
-        e = m.cpu[c]
-        if e.cat == "user_annotation":
-            r = _METHOD_LABEL.match(e.name)
+    # breadth first through the flat child index, the queue read in place (not popped from its
+    # front) and grown only while it holds fewer than ``budget`` events: no later one is read
+    off, kids = m._kids
+    labels = m.cat_mask("user_annotation")
+    queue = list(kids[off[i] : off[i + 1]])
+    k = 0
+    while k < len(queue) and k < budget:
+        c = queue[k]
+        k += 1
+        if labels[c]:
+            r = _METHOD_LABEL.match(m.cpu[c].name)
             if r:
                 return {r.group(1)}
-        queue.extend(m.children(c))
+        if len(queue) < budget:
+            queue.extend(kids[off[c] : off[c + 1]])
     return set()
 
 
