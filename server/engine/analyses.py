@@ -19,8 +19,6 @@ from .model import TraceModel
 from .passes import COMPLEMENT
 from .windows import setup_intervals
 
-_dur = operator.attrgetter("dur")
-
 
 Spans = passes.Spans  # (start, end) pairs in one float64 column: the unions below
 
@@ -179,7 +177,7 @@ def analyze(m: TraceModel) -> Analysis:
     comm = Spans(run.merge(spans.flat, comm_of), run)
     compute = Spans(run.merge(spans.flat, kernel), run)
     lo, hi = active_window(m, busy or comm)
-    durs = list(map(_dur, m.gpu))
+    durs = run.durations(m.gpu)  # one column: the events' dur read at C speed
     a = Analysis(
         window=(lo, hi),
         busy=busy,
@@ -351,7 +349,7 @@ def _classes(m: TraceModel) -> GpuKeys:
     return GpuKeys(keys, codes, [kernels.classify(*key) for key in keys])
 
 
-def _class_us(run: passes.Implementation, keys: GpuKeys, durs: list[float]) -> dict[str, float]:
+def _class_us(run: passes.Implementation, keys: GpuKeys, durs: array) -> dict[str, float]:
     """GPU time per kernel class, the classes in order of first event, each class's durations
     added one after another in event order (as a loop over the events adds them; ``sum`` of
     floats compensates from Python 3.12 on, which would change the last bits): the scatter_sums
@@ -361,7 +359,7 @@ def _class_us(run: passes.Implementation, keys: GpuKeys, durs: list[float]) -> d
     onto = array("i", [place[c] for c in keys.classes])  # per key its class: one target a code
     off = run.positions(b"\x01" * (len(keys.keys) + 1))  # 0, 1, ... len(keys)
     n = len(durs)
-    sums = run.scatter_sums(run.positions(b"\x01" * n), array("d", durs), keys.codes, off, onto, len(classes))
+    sums = run.scatter_sums(run.positions(b"\x01" * n), durs, keys.codes, off, onto, len(classes))
     return dict(zip(classes, sums))
 
 
