@@ -355,6 +355,7 @@ def _function_at(tree: ast.AST, line: int):
     return (best if best is not None else tree), False
 
 
+_NO_NAME: frozenset[str] = frozenset()  # StatementResolver._align's key for a name set no site bears
 _UNSEEN, _PER_EVENT = object(), object()  # StatementResolver._names' memo: not made yet; per event
 
 
@@ -543,8 +544,16 @@ class StatementResolver:
             pstep = ({PROFILER_STEP}, False)
             toks = [(t, pstep if PROFILER_STEP in n[0] else n) for t, n in toks]
         # A function called over and over (each step, each layer) has the same tokens each call:
-        # the alignment is a function of the site list and the tokens' names, made once.
-        key = (local, fr.line, tuple((frozenset(n), anyc) for _, (n, anyc) in toks))
+        # the alignment is a function of the site list and the tokens' names, made once. A name
+        # set no site bears matches nothing in _match whatever it holds (_find finds no site by it,
+        # so it neither places its token nor bounds another): such sets are one in the key, and
+        # calls that differ only there (each step's ``ProfilerStep#N`` label) share one alignment.
+        named = {st.name for st in sites}
+        key = (
+            local,
+            fr.line,
+            tuple((frozenset(n) if not named.isdisjoint(n) else _NO_NAME, anyc) for _, (n, anyc) in toks),
+        )
         hit = self._aligned.get(key)
         if hit is None:
             hit = self._aligned[key] = _match(sites, is_def, fr.line, [n for _, n in toks])
