@@ -12,7 +12,7 @@ from typing import Optional
 from ...protocol.types import HotLine, KernelStat
 from . import kernels
 from .model import LAUNCH_CATS
-from .passes import NO_LINE
+from .passes import NO_LINE, negative
 
 
 def hot_lines(ctx) -> dict[tuple, HotLine]:
@@ -297,7 +297,9 @@ def _gpu_inclusive(ctx, hot: dict, line, of_key, number, asks, lines: array, whe
     nums = m.passes.take(lines, reps, -1)
     own = m.passes.take(m.frame_of, reps, -1)  # line_source's frame: the token's, else its forward op's
     fwd = m.passes.take(m.frame_of, m.passes.take(m.fwd_of, reps, -1), -1)
-    frames = array("i", [f if f >= 0 else g for f, g in zip(own, fwd)])
+    frames = own  # (a new column: the backward tokens' own -1 replaced in place, not rebuilt)
+    for p in m.passes.positions(negative(own)):
+        frames[p] = fwd[p]
     first_of_frame, frame_code = m.passes.codes(frames)
     chain_no: dict[int, int] = {}  # id(a chain) -> its number
     chain_lists: list[list] = []
