@@ -658,6 +658,9 @@ class CallGroups:
         self._of: dict[int, list] = {}  # frame -> per position among its tokens, that token's group
         # (shape, the tokens' steps) -> (the groups by position, each group's positions)
         self._shaped: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
+        # (parsed frame, the tokens' calls, the pattern of steps) -> the same: shapes that differ
+        # only where no call differs (each step's ProfilerStep#N label, whose call drops the number) share it
+        self._called: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
         self._steps: Optional[tuple] = None  # see _step_table
         self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
@@ -678,10 +681,11 @@ class CallGroups:
         k = sh.place[frame]
         toks = sh.tokens(k)
         places = self._step_places(toks)
-        key = (sh.shape[k], self._step_pattern(places))
+        pattern = self._step_pattern(places)
+        key = (sh.shape[k], pattern)
         got = self._shaped.get(key)
         if got is None:
-            got = self._shaped[key] = self._groups(toks, places)
+            got = self._shaped[key] = self._groups(m.frames._ids[frame], toks, places, pattern)
         groups, positions = got
         fr = m.frames[frame]
         for g, at in positions.items():
@@ -714,11 +718,24 @@ class CallGroups:
         run = self.m.passes
         return run.codes(run.take(self._step_table()[0], places, -1))[1].tobytes()
 
-    def _groups(self, toks: array, places: array) -> tuple[list, dict[tuple, list[int]]]:
+    def _groups(
+        self, fid: int, toks: array, places: array, pattern: bytes
+    ) -> tuple[list, dict[tuple, list[int]]]:
         """The group of each token of one frame (by position) and the positions of each group, in
-        order of first token (``places``: each token's step, _step_places)."""
+        order of first token (``places``: each token's step, _step_places; ``pattern``: which of
+        them share a step, _step_pattern): a function of the tokens' calls and that pattern alone,
+        made once per pair and function (``fid``: the frame's parsed frame; the frames that share
+        a list of groups share their function, which Context._token_groups reads once per list)."""
         m = self.m
         keys = [call_of(m, t) for t in toks]
+        called = (fid, tuple(keys), pattern)
+        got = self._called.get(called)
+        if got is None:
+            got = self._called[called] = self._group_calls(keys, places)
+        return got
+
+    def _group_calls(self, keys: list, places: array) -> tuple[list, dict[tuple, list[int]]]:
+        """_groups of the tokens' calls (``keys``)."""
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
         numbers = self._step_table()[3]
