@@ -1902,6 +1902,23 @@ static PyObject *spans(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* durations(events) -> each event's duration, float64 bytes (analyses.analyze's GPU time: its
+ * total and the kernel classes' sums). */
+static PyObject *durations(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!out) return NULL;
+    double *f = (double *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = ev_at(list, j);
+        if (!e) { Py_DECREF(out); return NULL; }
+        f[j] = e->dur;
+    }
+    return out;
+}
+
 /* merge(flat, mask or None) -> the union of the spans (those with their mask byte set) as flat
  * float64 bytes, sorted; None (see above). */
 static PyObject *merge(PyObject *mod, PyObject *args) {
@@ -2758,6 +2775,7 @@ PyMethodDef PASS_METHODS[] = {
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     /* the summary analyses and the module tree */
     {"spans", spans, METH_VARARGS, "spans(events) -> each event's (start, end), flat float64 bytes"},
+    {"durations", durations, METH_VARARGS, "durations(events) -> each event's duration, float64 bytes"},
     {"merge", merge, METH_VARARGS, "merge(flat, mask) -> merged spans as flat float64 bytes, or None"},
     {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(flat, groups, mask, n) -> n merged flat bytes, or None"},
     {"span_index", span_index, METH_VARARGS, "span_index(flat) -> (starts, ends, prefix) float64 bytes"},

@@ -9,8 +9,6 @@ import bisect
 import operator
 import sys
 from array import array
-from functools import reduce
-from itertools import compress
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -20,8 +18,6 @@ from . import kernels, passes
 from .model import TraceModel
 from .passes import COMPLEMENT
 from .windows import setup_intervals
-
-_dur = operator.attrgetter("dur")
 
 
 Spans = passes.Spans  # (start, end) pairs in one float64 column: the unions below
@@ -175,12 +171,13 @@ def analyze(m: TraceModel) -> Analysis:
     # moment and for the verdict (an idle GPU is idle on every engine; transfer-bound).
     spans, run = m.gpu_spans(), m.passes
     kinds = comm_of, kernel, copy = _kinds(keys)
-    launchers = set(m.launcher)
+    # the distinct launch calls, counted by the codes pass (a set of the column cost ~85 ns an event)
+    launchers = run.codes(m.launcher)[0]
     busy = Spans(run.merge(spans.flat, comm_of.translate(COMPLEMENT)), run)
     comm = Spans(run.merge(spans.flat, comm_of), run)
     compute = Spans(run.merge(spans.flat, kernel), run)
     lo, hi = active_window(m, busy or comm)
-    durs = list(map(_dur, m.gpu))
+    durs = run.durations(m.gpu)  # one column: the events' dur read at C speed
     a = Analysis(
         window=(lo, hi),
         busy=busy,
@@ -188,9 +185,9 @@ def analyze(m: TraceModel) -> Analysis:
         cpu_total_us=_cpu_total(m),
         cuda_total_us=sum(durs),
         gpu_class=gpu_class,
-        launches=len(launchers) - (-1 in launchers),  # a launcher is a cpu index, or -1
+        launches=len(launchers) - (-1 in m.launcher),  # a launcher is a cpu index, or -1
         keys=keys,
-        class_us=_class_us(keys, durs),
+        class_us=_class_us(run, keys, durs),
     )
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
@@ -293,14 +290,20 @@ def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
         out.append(
             StepGpu(
                 cpu_us=s.dur,
-                work_us=sum(b - a for a, b in Spans(merged)),
+                work_us=_length(merged),
                 span_us=both[-1] - both[0] if both else 0.0,
                 wait_us=w,
                 events=n,
-                copy_us=sum(b - a for a, b in Spans(copies)),
+                copy_us=_length(copies),
             )
         )
     return out
+
+
+def _length(flat: array) -> float:
+    """The spans' lengths (a flat column, start and end alternating) added in order: each end less
+    its start at C speed (no tuple or generator step a span)."""
+    return sum(map(operator.sub, flat[1::2], flat[::2]))
 
 
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
@@ -346,14 +349,18 @@ def _classes(m: TraceModel) -> GpuKeys:
     return GpuKeys(keys, codes, [kernels.classify(*key) for key in keys])
 
 
-def _class_us(keys: GpuKeys, durs: list[float]) -> dict[str, float]:
+def _class_us(run: passes.Implementation, keys: GpuKeys, durs: array) -> dict[str, float]:
     """GPU time per kernel class, the classes in order of first event, each class's durations
     added one after another in event order (as a loop over the events adds them; ``sum`` of
-    floats compensates from Python 3.12 on, which would change the last bits)."""
-    out: dict[str, float] = {}
-    for cls in dict.fromkeys(keys.classes):
-        out[cls] = reduce(operator.add, compress(durs, keys.mask(lambda k, c: c == cls)), 0.0)
-    return out
+    floats compensates from Python 3.12 on, which would change the last bits): the scatter_sums
+    pass, each key's events onto its class."""
+    classes = list(dict.fromkeys(keys.classes))
+    place = {c: k for k, c in enumerate(classes)}
+    onto = array("i", [place[c] for c in keys.classes])  # per key its class: one target a code
+    off = run.positions(b"\x01" * (len(keys.keys) + 1))  # 0, 1, ... len(keys)
+    n = len(durs)
+    sums = run.scatter_sums(run.positions(b"\x01" * n), durs, keys.codes, off, onto, len(classes))
+    return dict(zip(classes, sums))
 
 
 _COPY_CATS = frozenset(COPY_CATS)

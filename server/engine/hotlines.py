@@ -12,7 +12,7 @@ from typing import Optional
 from ...protocol.types import HotLine, KernelStat
 from . import kernels
 from .model import LAUNCH_CATS
-from .passes import NO_LINE
+from .passes import NO_LINE, negative
 
 
 def hot_lines(ctx) -> dict[tuple, HotLine]:
@@ -114,6 +114,9 @@ def _allocated(ctx, ids: array, line) -> None:
     allocated."""
     m = ctx.model
     mem = m.memory
+    if not ctx.line_key_ids()[2]:
+        _allocated_by_key(m, ids, line)
+        return
     keys = mem.owner if m.has_call_from else m.passes.take(ctx.line_tokens(), mem.owner, NO_LINE)
     first, code = m.passes.codes(keys)
     number = _range(m, len(first))
@@ -127,6 +130,26 @@ def _allocated(ctx, ids: array, line) -> None:
         if ids[owner] == -2:
             owner = next(o for o, c, b in zip(mem.owner, code, mem.nbytes) if c == k and b > 0)
         h = line(owner)
+        if h is not None:
+            h.bytes_allocated += nbytes
+
+
+def _allocated_by_key(m, ids: array, line) -> None:
+    """``_allocated`` where no key is asked event by event: the bytes summed by the owner's line
+    key number (``ids``: the events that share a line token share it), so a line is looked up once
+    per key, not once per token; the keys in order of first sample, so the hot lines are made in
+    the order the tokens made them (a line's first token is its first key's), and the byte counts
+    are ints: their sum is the same whatever groups they are added in."""
+    mem = m.memory
+    kid = m.passes.take(ids, mem.owner, -1)  # per sample its owner's key number (-1: none)
+    first, code = m.passes.codes(kid)
+    number = _range(m, len(first))
+    values = m.passes.take(kid, first, -1)
+    if -1 in values:
+        number[values.index(-1)] = -1  # the values are distinct
+    sums = m.passes.owner_sums(_range(m, len(code)), m.passes.take(number, code, -1), mem.nbytes)
+    for k, nbytes in sums.items():
+        h = line(mem.owner[first[k]])
         if h is not None:
             h.bytes_allocated += nbytes
 
@@ -256,10 +279,13 @@ def _gpu_inclusive(ctx, hot: dict, line, of_key, number, asks, lines: array, whe
         path, fs = [], []
         while f >= 0 and f not in chains:
             fs.append(f)
-            h = of_key(ctx.caller_key(f))
-            path.append(h)
             p = m.parent[f]
-            f = m.frame_of[p] if p >= 0 else -1
+            g = m.frame_of[p] if p >= 0 else -1
+            # caller_key: a frame called through library code or a module call is on its
+            # caller's line, line_key(p): read through p's key number, once per key, not per frame
+            h = None if g < 0 else of_key(ctx.caller_key(f)) if ctx.calls_directly(f) else line(p)
+            path.append(h)
+            f = g
         tail = chains.get(f, []) if f >= 0 else []
         for k in range(len(fs) - 1, -1, -1):  # innermost last: build the chains outward in
             h = path[k]
@@ -271,7 +297,9 @@ def _gpu_inclusive(ctx, hot: dict, line, of_key, number, asks, lines: array, whe
     nums = m.passes.take(lines, reps, -1)
     own = m.passes.take(m.frame_of, reps, -1)  # line_source's frame: the token's, else its forward op's
     fwd = m.passes.take(m.frame_of, m.passes.take(m.fwd_of, reps, -1), -1)
-    frames = array("i", [f if f >= 0 else g for f, g in zip(own, fwd)])
+    frames = own  # (a new column: the backward tokens' own -1 replaced in place, not rebuilt)
+    for p in m.passes.positions(negative(own)):
+        frames[p] = fwd[p]
     first_of_frame, frame_code = m.passes.codes(frames)
     chain_no: dict[int, int] = {}  # id(a chain) -> its number
     chain_lists: list[list] = []

@@ -1206,6 +1206,15 @@ def _spans_c(events) -> array:
     return column("d", _BUILT.spans(events))
 
 
+def _durations_ref(events) -> array:
+    """Each event's duration, as one column (analyses.analyze's GPU time)."""
+    return array("d", [e.dur for e in events])
+
+
+def _durations_c(events) -> array:
+    return column("d", _BUILT.durations(events))
+
+
 def _selected(flat: array, mask: Optional[bytes]):
     if len(flat) % 2 or (mask is not None and len(mask) != len(flat) // 2):
         raise ValueError("spans: a flat column of (start, end) pairs, and a mask byte a span")
@@ -1670,6 +1679,12 @@ PASSES: dict[str, Pass] = {
             "each GPU event's (start, end) as one flat column (model.gpu_spans)",
             _spans_ref,
             _spans_c,
+        ),
+        Pass(
+            "durations",
+            "each GPU event's duration as one column (analyses.analyze: the GPU time and its classes')",
+            _durations_ref,
+            _durations_c,
         ),
         Pass(
             "merge_groups",

@@ -355,6 +355,7 @@ def _function_at(tree: ast.AST, line: int):
     return (best if best is not None else tree), False
 
 
+_NO_NAME: frozenset[str] = frozenset()  # StatementResolver._align's key for a name set no site bears
 _UNSEEN, _PER_EVENT = object(), object()  # StatementResolver._names' memo: not made yet; per event
 
 
@@ -543,15 +544,24 @@ class StatementResolver:
             pstep = ({PROFILER_STEP}, False)
             toks = [(t, pstep if PROFILER_STEP in n[0] else n) for t, n in toks]
         # A function called over and over (each step, each layer) has the same tokens each call:
-        # the alignment is a function of the site list and the tokens' names, made once.
-        key = (local, fr.line, tuple((frozenset(n), anyc) for _, (n, anyc) in toks))
+        # the alignment is a function of the site list and the tokens' names, made once. A name
+        # set no site bears matches nothing in _match whatever it holds (_find finds no site by it,
+        # so it neither places its token nor bounds another): such sets are one in the key, and
+        # calls that differ only there (each step's ``ProfilerStep#N`` label) share one alignment.
+        named = {st.name for st in sites}
+        key = (
+            local,
+            fr.line,
+            tuple((frozenset(n) if not named.isdisjoint(n) else _NO_NAME, anyc) for _, (n, anyc) in toks),
+        )
         hit = self._aligned.get(key)
         if hit is None:
             hit = self._aligned[key] = _match(sites, is_def, fr.line, [n for _, n in toks])
         return {toks[j][0]: sites[k] for j, k in hit}
 
     def _tokens(self, frame: int):
-        return frame_tokens(self.model, frame)
+        sh = frame_shapes(self.model)  # frame_tokens, as the frame_shapes pass listed them
+        return sh.tokens(sh.place[frame])
 
     def _names(self, i: int, compiled: bool = False) -> Optional[tuple[set[str], bool]]:
         """(site names the child can stand for, whether any call site will do); None: skip it.
@@ -648,6 +658,9 @@ class CallGroups:
         self._of: dict[int, list] = {}  # frame -> per position among its tokens, that token's group
         # (shape, the tokens' steps) -> (the groups by position, each group's positions)
         self._shaped: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
+        # (parsed frame, the tokens' calls, the pattern of steps) -> the same: shapes that differ
+        # only where no call differs (each step's ProfilerStep#N label, whose call drops the number) share it
+        self._called: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
         self._steps: Optional[tuple] = None  # see _step_table
         self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
 
@@ -668,10 +681,11 @@ class CallGroups:
         k = sh.place[frame]
         toks = sh.tokens(k)
         places = self._step_places(toks)
-        key = (sh.shape[k], self._step_pattern(places))
+        pattern = self._step_pattern(places)
+        key = (sh.shape[k], pattern)
         got = self._shaped.get(key)
         if got is None:
-            got = self._shaped[key] = self._groups(toks, places)
+            got = self._shaped[key] = self._groups(m.frames._ids[frame], toks, places, pattern)
         groups, positions = got
         fr = m.frames[frame]
         for g, at in positions.items():
@@ -704,11 +718,24 @@ class CallGroups:
         run = self.m.passes
         return run.codes(run.take(self._step_table()[0], places, -1))[1].tobytes()
 
-    def _groups(self, toks: array, places: array) -> tuple[list, dict[tuple, list[int]]]:
+    def _groups(
+        self, fid: int, toks: array, places: array, pattern: bytes
+    ) -> tuple[list, dict[tuple, list[int]]]:
         """The group of each token of one frame (by position) and the positions of each group, in
-        order of first token (``places``: each token's step, _step_places)."""
+        order of first token (``places``: each token's step, _step_places; ``pattern``: which of
+        them share a step, _step_pattern): a function of the tokens' calls and that pattern alone,
+        made once per pair and function (``fid``: the frame's parsed frame; the frames that share
+        a list of groups share their function, which Context._token_groups reads once per list)."""
         m = self.m
         keys = [call_of(m, t) for t in toks]
+        called = (fid, tuple(keys), pattern)
+        got = self._called.get(called)
+        if got is None:
+            got = self._called[called] = self._group_calls(keys, places)
+        return got
+
+    def _group_calls(self, keys: list, places: array) -> tuple[list, dict[tuple, list[int]]]:
+        """_groups of the tokens' calls (``keys``)."""
         first: dict[tuple, int] = {}
         runs: dict = {}  # step -> {key: [first position, last position, count]}
         numbers = self._step_table()[3]
@@ -807,16 +834,21 @@ def _labelled_method(m: TraceModel, i: int) -> set[str]:
 
 
 def _find_labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
-    queue, seen = list(m.children(i)), 0
-    while queue and seen < budget:
-        c = queue.pop(0)
-        seen += 1
-        e = m.cpu[c]
-        if e.cat == "user_annotation":
-            r = _METHOD_LABEL.match(e.name)
+    # breadth first through the flat child index, the queue read in place (not popped from its
+    # front) and grown only while it holds fewer than ``budget`` events: no later one is read
+    off, kids = m._kids
+    labels = m.cat_mask("user_annotation")
+    queue = list(kids[off[i] : off[i + 1]])
+    k = 0
+    while k < len(queue) and k < budget:
+        c = queue[k]
+        k += 1
+        if labels[c]:
+            r = _METHOD_LABEL.match(m.cpu[c].name)
             if r:
                 return {r.group(1)}
-        queue.extend(m.children(c))
+        if len(queue) < budget:
+            queue.extend(kids[off[c] : off[c + 1]])
     return set()
 
 
