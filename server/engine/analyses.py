@@ -116,6 +116,7 @@ class Analysis:
     work_us: float = 0.0
     step_copy: list[float] = field(default_factory=list)  # per step, copy-engine time inside its range
     keys: GpuKeys = field(default_factory=lambda: GpuKeys([], array("i"), []))  # (the GPU events')
+    gpu_durs: array = field(default_factory=lambda: array("d"))  # each GPU event's duration
     # GPU time per kernel class, the classes in order of first event (each summed in event order)
     class_us: dict[str, float] = field(default_factory=dict)
 
@@ -188,6 +189,7 @@ def analyze(m: TraceModel) -> Analysis:
         launches=len(launchers) - (-1 in m.launcher),  # a launcher is a cpu index, or -1
         keys=keys,
         class_us=_class_us(run, keys, durs),
+        gpu_durs=durs,
     )
     a.comm = comm
     a.comm_us = covered(comm, lo, hi)
