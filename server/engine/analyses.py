@@ -34,7 +34,7 @@ def merge(intervals, run: passes.Implementation = passes.REFERENCE) -> Spans:
     return Spans(run.merge(_as_spans(intervals).flat, None), run)
 
 
-def _index(merged):
+def span_prefix(merged):
     """starts, ends and prefix sums of merged spans, built once per ``Spans``."""
     merged = _as_spans(merged)
     hit = merged.prefix
@@ -48,7 +48,7 @@ def covered(merged, lo: float, hi: float) -> float:
     rules can ask it once per event without a quadratic scan."""
     if hi <= lo or not merged:
         return 0.0
-    starts, ends, pre = _index(merged)
+    starts, ends, pre = span_prefix(merged)
     i = bisect.bisect_right(ends, lo)  # first interval ending after lo
     j = bisect.bisect_left(starts, hi)  # intervals from j on start at or after hi
     if j <= i:

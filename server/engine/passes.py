@@ -96,6 +96,15 @@ _SIGN = bytes(int(b >= 0x80) for b in range(256))  # a sign byte -> 1 for a nega
 COMPLEMENT = bytes([1, 0]) + bytes(254)  # a 0/1 mask's complement, by bytes.translate
 
 
+def mask_and(a: bytes, b: bytes) -> bytes:
+    """Two 0/1 masks AND'ed, as big integers (one C loop, not one call an event)."""
+    return (int.from_bytes(a, "little") & int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
+def mask_or(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
+
+
 def negative(col: array) -> bytes:
     """1 where an int32 column is negative: its values' sign bytes, translated (one C loop, not
     one call an event)."""
@@ -1149,7 +1158,7 @@ class Spans:
     """(start, end) pairs held as one float64 column, start and end alternating (``flat``): the
     GPU events' spans and the unions the analyses keep, 16 bytes a span where a list of float
     tuples took ~100 (a 255 MB trace's spans and unions were 25 MB of tuples). Reads as a sequence
-    of (start, end) tuples. ``prefix``: covered's index, built once (analyses._index); ``run``: the
+    of (start, end) tuples. ``prefix``: covered's index, built once (analyses.span_prefix); ``run``: the
     passes that made it, which build the index too."""
 
     __slots__ = ("flat", "prefix", "run")

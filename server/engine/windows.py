@@ -16,7 +16,7 @@ from array import array
 from collections import Counter
 
 from .loader import LAUNCH_CATS
-from .passes import negative
+from .passes import mask_and, mask_or, negative
 from .rules.util import median
 
 # ---- steps without markers --------------------------------------------------------------------
@@ -188,7 +188,9 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
         e = cpu[i]
         out.append((e.ts, e.ts + e.dur, "torch.compile compiling"))
     # a name's calls that count: the launch calls and the top-level ops
-    counted = _or(m.cat_mask(*sorted(LAUNCH_CATS)), _and(m.cat_mask("cpu_op"), negative(m.ops_above())))
+    counted = mask_or(
+        m.cat_mask(*sorted(LAUNCH_CATS)), mask_and(m.cat_mask("cpu_op"), negative(m.ops_above()))
+    )
     run = m.passes
     for name, idx in m.named_groups():  # every non-python event, by name, in index order
         if _COMPILE.search(name):
@@ -208,15 +210,6 @@ def _setup_intervals(m) -> list[tuple[float, float, str]]:
             _first_calls(m, name, group, out)
     out.sort()
     return out
-
-
-def _and(a: bytes, b: bytes) -> bytes:
-    """Two 0/1 masks AND'ed, as big integers (one C loop, not one call an event)."""
-    return (int.from_bytes(a, "little") & int.from_bytes(b, "little")).to_bytes(len(a), "little")
-
-
-def _or(a: bytes, b: bytes) -> bytes:
-    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
 _LONG_LAUNCH = (array("d", [LAUNCH_US]), array("d", [float("inf")]))

@@ -12,8 +12,7 @@ from ..context import Context
 from ..fixes import Edit, Fix, Source, call_name
 from ..impact import ev, gpu_cut, zero
 from ..kernels import GEMM
-from ..passes import negative
-from ..windows import _and
+from ..passes import mask_and, negative
 from . import rule
 from .util import mib, pct, per_inputs, r3, shapes, us
 
@@ -122,7 +121,7 @@ def _backward_map(m, fwd) -> dict[int, list[int]]:
     back = run.points_into(fwd_of, bytes(mask))
     if not back:
         return out
-    keep = _and(
+    keep = mask_and(
         negative(run.take(m.frame_of, back, 0)),
         negative(run.take(fwd_of, run.take(m.parent, back, -1), -1)),  # the parent's, -1 for none
     )

@@ -8,7 +8,7 @@ from operator import attrgetter
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
-from ..analyses import _index, gaps, host_stages, merge, verdict
+from ..analyses import gaps, host_stages, merge, span_prefix, verdict
 from ..context import Context
 from ..impact import cpu_cut, per_step, zero
 from ..stepmodel import Change, StepModel
@@ -244,7 +244,7 @@ def _late(m, own, candidates) -> list[tuple[float, int]]:
     its index read once and the starts read from the columns (tens of thousands of candidates)."""
     late = []
     gpu_flat, launcher, cpu_starts, cpu_durs = m.gpu_spans().flat, m.launcher, m.cpu_starts(), m.durs
-    starts, ends, pre = _index(own) if own else ((), (), ())
+    starts, ends, pre = span_prefix(own) if own else ((), (), ())
     j = 0
     for g in candidates:  # in start order: each one's first span from ts on is the last one's or later
         ts, li = gpu_flat[2 * g], launcher[g]
