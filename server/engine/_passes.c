@@ -1884,40 +1884,35 @@ static PyObject *flat_bytes(const Span *s, Py_ssize_t m) {
     return out;
 }
 
-/* spans(events) -> float64 bytes: each event's (start, end), start and end alternating (the
- * model's GPU spans). */
-static PyObject *spans(PyObject *mod, PyObject *args) {
+/* One float64 column read off a list of events: each one's (start, end), start and end
+ * alternating (``with_start``), or each one's duration. */
+static PyObject *event_times(PyObject *args, int with_start) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 16);
+    Py_ssize_t n = PyList_GET_SIZE(list), w = with_start ? 2 : 1;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8 * w);
     if (!out) return NULL;
     double *f = (double *)PyBytes_AS_STRING(out);
     for (Py_ssize_t j = 0; j < n; j++) {
         Ev *e = ev_at(list, j);
         if (!e) { Py_DECREF(out); return NULL; }
-        f[2 * j] = e->ts;
-        f[2 * j + 1] = e->ts + e->dur;
+        if (with_start) {
+            f[2 * j] = e->ts;
+            f[2 * j + 1] = e->ts + e->dur;
+        } else {
+            f[j] = e->dur;
+        }
     }
     return out;
 }
 
+/* spans(events) -> float64 bytes: each event's (start, end), start and end alternating (the
+ * model's GPU spans). */
+static PyObject *spans(PyObject *mod, PyObject *args) { return event_times(args, 1); }
+
 /* durations(events) -> each event's duration, float64 bytes (analyses.analyze's GPU time: its
  * total and the kernel classes' sums). */
-static PyObject *durations(PyObject *mod, PyObject *args) {
-    PyObject *list;
-    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (!out) return NULL;
-    double *f = (double *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t j = 0; j < n; j++) {
-        Ev *e = ev_at(list, j);
-        if (!e) { Py_DECREF(out); return NULL; }
-        f[j] = e->dur;
-    }
-    return out;
-}
+static PyObject *durations(PyObject *mod, PyObject *args) { return event_times(args, 0); }
 
 /* merge(flat, mask or None) -> the union of the spans (those with their mask byte set) as flat
  * float64 bytes, sorted; None (see above). */
