@@ -34,7 +34,7 @@ def merge(intervals, run: passes.Implementation = passes.REFERENCE) -> Spans:
     return Spans(run.merge(_as_spans(intervals).flat, None), run)
 
 
-def span_prefix(merged):
+def _index(merged):
     """starts, ends and prefix sums of merged spans, built once per ``Spans``."""
     merged = _as_spans(merged)
     hit = merged.prefix
@@ -48,7 +48,7 @@ def covered(merged, lo: float, hi: float) -> float:
     rules can ask it once per event without a quadratic scan."""
     if hi <= lo or not merged:
         return 0.0
-    starts, ends, pre = span_prefix(merged)
+    starts, ends, pre = _index(merged)
     i = bisect.bisect_right(ends, lo)  # first interval ending after lo
     j = bisect.bisect_left(starts, hi)  # intervals from j on start at or after hi
     if j <= i:
@@ -359,9 +359,8 @@ def _class_us(run: passes.Implementation, keys: GpuKeys, durs: array) -> dict[st
     classes = list(dict.fromkeys(keys.classes))
     place = {c: k for k, c in enumerate(classes)}
     onto = array("i", [place[c] for c in keys.classes])  # per key its class: one target a code
-    off = run.positions(b"\x01" * (len(keys.keys) + 1))  # 0, 1, ... len(keys)
-    n = len(durs)
-    sums = run.scatter_sums(run.positions(b"\x01" * n), durs, keys.codes, off, onto, len(classes))
+    off = passes.arange(run, len(keys.keys) + 1)  # 0, 1, ... len(keys)
+    sums = run.scatter_sums(passes.arange(run, len(durs)), durs, keys.codes, off, onto, len(classes))
     return dict(zip(classes, sums))
 
 

@@ -119,7 +119,7 @@ class Context:
         self._mapped: dict[str, bool] = {}  # trace path of every location made -> found in the workspace
         self._hot: Optional[dict[tuple, HotLine]] = None  # see hot
         self._callers: Optional[dict[int, LineKey]] = None  # user frame event -> its calling statement
-        self._columns: dict[str, Any] = {}  # the per-GPU-event columns several rules read (below)
+        self._columns: dict[Any, Any] = {}  # the per-GPU-event columns several rules read (below)
 
     @property
     def hot(self) -> dict[tuple, HotLine]:
@@ -361,7 +361,7 @@ class Context:
         """The cpu_op events with one of these names, in order, and each one's (name,
         ``input_key``), None where input_key is: what the rules that read GEMM ops' shapes
         (small-problem, misaligned-dims) derive their answers of, made once per set of names."""
-        key = "op_input_keys " + ",".join(sorted(names))
+        key = ("op_input_keys", names)
         got = self._columns.get(key)
         if got is None:
             from .rules.util import input_key  # the rules' helper (rules import this module)

@@ -12,7 +12,7 @@ from typing import Optional
 from ...protocol.types import HotLine, KernelStat
 from . import kernels
 from .model import LAUNCH_CATS
-from .passes import NO_LINE, negative
+from .passes import NO_LINE, arange, negative
 
 
 def hot_lines(ctx) -> dict[tuple, HotLine]:
@@ -108,48 +108,31 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
 
 def _allocated(ctx, ids: array, line) -> None:
     """The allocations' bytes onto their owners' lines: summed by the key the owner's line is
-    cached under (the owner itself where the trace names each op's line), in order of first
-    sample, so each line is looked up once, through any owner of its key (the same key, the same
-    line) but where line_key is asked event by event (``ids``: -2): through the first that
-    allocated."""
+    cached under, in order of first sample, so each line is looked up once, through any owner of
+    its key (the same key, the same line). Where no key is asked event by event, that key is the
+    owner's line key number (``ids``: the events that share a line token share it), so a line is
+    looked up once per key, not once per token (the byte counts are ints: their sum is the same
+    whatever groups they are added in); else the owner's line token (the owner itself where the
+    trace names each op's line), and where line_key is asked event by event (``ids``: -2) the
+    line is looked up through the first owner that allocated."""
     m = ctx.model
     mem = m.memory
     if not ctx.line_key_ids()[2]:
-        _allocated_by_key(m, ids, line)
-        return
-    keys = mem.owner if m.has_call_from else m.passes.take(ctx.line_tokens(), mem.owner, NO_LINE)
+        keys, none = m.passes.take(ids, mem.owner, -1), -1  # -1: no owner, or one without a line
+    else:
+        keys = mem.owner if m.has_call_from else m.passes.take(ctx.line_tokens(), mem.owner, NO_LINE)
+        none = -1 if m.has_call_from else NO_LINE  # no owner, or one without a line: no line's bytes
     first, code = m.passes.codes(keys)
-    number = _range(m, len(first))
-    values = m.passes.take(keys, first, NO_LINE)
-    none = -1 if m.has_call_from else NO_LINE  # no owner, or one without a line: no line's bytes
+    number = arange(m.passes, len(first))
+    values = m.passes.take(keys, first, none)
     if none in values:
         number[values.index(none)] = -1  # the values are distinct
-    sums = m.passes.owner_sums(_range(m, len(code)), m.passes.take(number, code, -1), mem.nbytes)
+    sums = m.passes.owner_sums(arange(m.passes, len(code)), m.passes.take(number, code, -1), mem.nbytes)
     for k, nbytes in sums.items():
         owner = mem.owner[first[k]]
         if ids[owner] == -2:
             owner = next(o for o, c, b in zip(mem.owner, code, mem.nbytes) if c == k and b > 0)
         h = line(owner)
-        if h is not None:
-            h.bytes_allocated += nbytes
-
-
-def _allocated_by_key(m, ids: array, line) -> None:
-    """``_allocated`` where no key is asked event by event: the bytes summed by the owner's line
-    key number (``ids``: the events that share a line token share it), so a line is looked up once
-    per key, not once per token; the keys in order of first sample, so the hot lines are made in
-    the order the tokens made them (a line's first token is its first key's), and the byte counts
-    are ints: their sum is the same whatever groups they are added in."""
-    mem = m.memory
-    kid = m.passes.take(ids, mem.owner, -1)  # per sample its owner's key number (-1: none)
-    first, code = m.passes.codes(kid)
-    number = _range(m, len(first))
-    values = m.passes.take(kid, first, -1)
-    if -1 in values:
-        number[values.index(-1)] = -1  # the values are distinct
-    sums = m.passes.owner_sums(_range(m, len(code)), m.passes.take(number, code, -1), mem.nbytes)
-    for k, nbytes in sums.items():
-        h = line(mem.owner[first[k]])
         if h is not None:
             h.bytes_allocated += nbytes
 
@@ -198,12 +181,6 @@ def _numbered(m, ids: array, keys: list) -> tuple[array, array, dict]:
         for i in m.labels:
             ids[i] = -1
     return m.passes.take(line_no, ids, -1), m.passes.take(key_no, ids, -1), where
-
-
-def _range(m, n: int) -> array:
-    """``array("i", range(n))`` at C speed (an int per item costs ~90 ns): the positions of n set
-    bytes."""
-    return m.passes.positions(b"\x01" * n)
 
 
 CONTEXT_PLUMBING = frozenset({"__enter__", "__exit__"})
@@ -255,7 +232,7 @@ def _inclusive(ctx, hot: dict, line, of_key, ids: array, lines: array, where: di
                 calls.append(f)
                 called.append(k)
     n = len(where)
-    each = _range(m, n + 1)  # one target a code: its own line
+    each = arange(m.passes, n + 1)  # one target a code: its own line
     cpu_us = m.passes.scatter_sums(toks + calls, m.durs, nums + called, each, each[:n], n)
     _onto(hot, where, cpu_us, "cpu_inclusive_us")
     if not m.gpu:
@@ -325,7 +302,7 @@ def _gpu_inclusive(ctx, hot: dict, line, of_key, number, asks, lines: array, whe
         onto.extend(got)
         off.append(len(onto))
     n = len(where)
-    gpu_us = m.passes.scatter_sums(_range(m, len(sums)), sums, code, off, onto, n)
+    gpu_us = m.passes.scatter_sums(arange(m.passes, len(sums)), sums, code, off, onto, n)
     _onto(hot, where, gpu_us, "gpu_inclusive_us")
 
 

@@ -27,7 +27,7 @@ import msgspec
 
 from . import passes
 from .loader import CPU_CATS, GPU_CATS, Event, TraceDoc, flag  # the loader keeps what the model reads
-from .passes import COMPLEMENT, Spans, negative
+from .passes import COMPLEMENT, Spans, mask_or, negative
 from .passes import int64 as _int64
 
 # A child may end this much after its parent and still nest in it: Kineto rounds to ns.
@@ -398,8 +398,8 @@ class TraceModel:
         return self.passes.subtree(*self._kids, i)
 
     def gpu_under(self, i: int) -> list[int]:
-        """GPU events launched from event i or anything nested in it."""
-        return [g for j in self.subtree(i) for g in self.gpu_of_launch(j)]
+        """GPU events launched from event i or anything nested in it (the gpu_under_all pass)."""
+        return self.gpu_under_many((i,)).tolist()
 
     def gpu_under_many(self, roots) -> array:
         """``gpu_under`` of each of ``roots`` (cpu indices), one after another, as one column."""
@@ -637,10 +637,7 @@ def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name
         found = [s is not None for s in starts]
         starts, ends = list(compress(starts, found)), list(compress(ends, found))
     fws, bws = _flow_ends(run, starts, ends, tindex)
-    both = (int.from_bytes(negative(fws), "little") | int.from_bytes(negative(bws), "little")).to_bytes(
-        len(fws), "little"
-    )
-    keep = both.translate(COMPLEMENT)  # the flows with an op at both ends
+    keep = mask_or(negative(fws), negative(bws)).translate(COMPLEMENT)  # the flows with an op at both ends
     ok = run.positions(keep)
     fw_ok, bw_ok = run.take(fws, ok, -1), run.take(bws, ok, -1)
     tgt = array("i", [-1]) * n

@@ -35,6 +35,7 @@ import msgspec
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
 from .model import TraceModel
+from .passes import arange
 from .rules.util import median
 
 PREFIX = "nn.Module: "
@@ -240,8 +241,7 @@ def build_tree(ctx) -> ModuleTree:
         kstats.append({name: [cls, c, t] for name, cls, c, t in by_name[k]})
     # memory: each allocation to the module it ran in (it may sit directly in a marker)
     owners = run.module_nodes(m.memory.owner, frame_of, fwd_of, above, node_of, True)[0]
-    rows = run.positions(b"\x01" * len(owners))  # array("i", range(n)) at C speed (~90 ns an int)
-    for k, nbytes in run.owner_sums(rows, owners, m.memory.nbytes).items():
+    for k, nbytes in run.owner_sums(arange(run, len(owners)), owners, m.memory.nbytes).items():
         nodes[k].bytes_allocated += nbytes
     for nd in nodes:
         nd.gpu_self_us = nd.gpu_forward_us + nd.gpu_backward_us

@@ -105,6 +105,12 @@ def mask_or(a: bytes, b: bytes) -> bytes:
     return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
 
 
+def arange(run: "Implementation", n: int) -> array:
+    """``array("i", range(n))`` at C speed (an int per item costs ~90 ns): the positions of n set
+    bytes."""
+    return run.positions(b"\x01" * n)
+
+
 def negative(col: array) -> bytes:
     """1 where an int32 column is negative: its values' sign bytes, translated (one C loop, not
     one call an event)."""
@@ -1158,7 +1164,7 @@ class Spans:
     """(start, end) pairs held as one float64 column, start and end alternating (``flat``): the
     GPU events' spans and the unions the analyses keep, 16 bytes a span where a list of float
     tuples took ~100 (a 255 MB trace's spans and unions were 25 MB of tuples). Reads as a sequence
-    of (start, end) tuples. ``prefix``: covered's index, built once (analyses.span_prefix); ``run``: the
+    of (start, end) tuples. ``prefix``: covered's index, built once (analyses._index); ``run``: the
     passes that made it, which build the index too."""
 
     __slots__ = ("flat", "prefix", "run")

@@ -232,8 +232,6 @@ def _first_calls(m, name: str, idx: array, out: list) -> None:
         if b"\0" not in negative(run.step_of(idx, m.durs, _LONG_LAUNCH[0], _LONG_LAUNCH[1])):
             return
         durs = list(map(m.durs.__getitem__, idx))
-        if max(durs) < LAUNCH_US:
-            return
         med = median(durs)
         if max(durs) < FIRST_FACTOR * med:
             return  # no call long enough: which kernel each launched does not matter
@@ -253,8 +251,6 @@ def _first_calls(m, name: str, idx: array, out: list) -> None:
     ):
         return  # min(durs) >= 0.0
     durs = list(map(m.durs.__getitem__, idx))
-    if durs[0] < FIRST_US and min(durs) >= 0.0:
-        return
     med = median(durs)
     i = idx[0]
     d = durs[0] - _waiting(m, i)  # an op that waits on the GPU (.item(), a blocking copy) is not set-up

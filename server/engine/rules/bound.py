@@ -13,13 +13,9 @@ from ..context import Context
 from ..kernels import COMMUNICATION, GEMM, short_name
 from ..stepmodel import NONBLOCKING, Change, StepModel
 from . import rule
-from .util import pct, plural, r3, shapes, size, us
+from .util import GEMM_OPS, pct, plural, r3, shapes, size, us
 
 _dur = attrgetter("dur")
-# Ops whose Input Dims give a GEMM's (M, K) x (K, N).
-GEMM_OPS = frozenset(
-    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
-)
 # A GEMM of fewer FLOPs than this finishes on a Hopper/Ampere GPU (hundreds of TFLOP/s) in about a
 # microsecond: less than its own launch costs. Below it the problem cannot keep the GPU busy.
 SMALL_GEMM_FLOPS = 1e9

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import bisect
-from bisect import bisect_left, bisect_right
 from operator import attrgetter
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
-from ..analyses import gaps, host_stages, merge, span_prefix, verdict
+from ..analyses import covered, gaps, host_stages, merge, verdict
 from ..context import Context
 from ..impact import cpu_cut, per_step, zero
 from ..stepmodel import Change, StepModel
@@ -240,29 +239,15 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
 
 def _late(m, own, candidates) -> list[tuple[float, int]]:
     """(launch delay, GPU event) of the candidates that waited while our own lane (``own``, merged)
-    was idle: it covered under a tenth of the wait after the launch call returned. ``covered``,
-    its index read once and the starts read from the columns (tens of thousands of candidates)."""
+    was idle: it covered under a tenth of the wait after the launch call returned (the starts read
+    from the columns: tens of thousands of candidates)."""
     late = []
     gpu_flat, launcher, cpu_starts, cpu_durs = m.gpu_spans().flat, m.launcher, m.cpu_starts(), m.durs
-    starts, ends, pre = span_prefix(own) if own else ((), (), ())
-    j = 0
-    for g in candidates:  # in start order: each one's first span from ts on is the last one's or later
+    for g in candidates:
         ts, li = gpu_flat[2 * g], launcher[g]
         call_ts = cpu_starts[li]
         wait_from = call_ts + cpu_durs[li]
-        took = 0.0  # covered(own, wait_from, ts)
-        if ts > wait_from and starts:
-            j = bisect_left(starts, ts, j)  # the spans from j on start at or after ts
-            i = bisect_right(ends, wait_from)  # the first to end after wait_from
-            if j > i:
-                took = pre[j] - pre[i]
-                x = wait_from - starts[i]
-                if x > 0.0:
-                    took -= x
-                x = ends[j - 1] - ts
-                if x > 0.0:
-                    took -= x
-        if took < 0.1 * (ts - wait_from):
+        if covered(own, wait_from, ts) < 0.1 * (ts - wait_from):
             late.append((ts - call_ts, g))
     return late
 

@@ -19,7 +19,7 @@ from ..modules import PREFIX
 from ..impact import GEMM_EFFICIENCY, KERNEL_FLOOR_US, ev, line_loop, peaks, per_step, zero
 from ..stepmodel import Change, StepModel
 from . import rule
-from .util import inputs, median, pct, plural, quantile, r3, us
+from .util import GEMM_OPS, inputs, median, pct, plural, quantile, r3, us
 
 JITTER_MIN_SAMPLES = 10
 JITTER_MIN_PER_PROBLEM = 3  # runs of one problem needed to know its median
@@ -33,9 +33,6 @@ TF32_GIVES_BACK = 0.75  # fp32 GEMMs on CUDA cores: bf16 was 7-14x faster at 409
 ALIGNED_GIVES_BACK = 0.5  # misaligned fallback GEMMs: the aligned twin ran 5.6x faster; claim 2x
 STORM_PER_STEP = 10  # launches of one kernel from one line per step
 _HALF_TYPES = ("BFloat16", "Half", "bfloat16", "float16")
-_GEMM_OPS = frozenset(
-    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
-)
 
 
 @rule("kernel-class", "GPU time by kernel class", "hint")
@@ -441,7 +438,7 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
     found: dict = {}
     cpu, above = m.cpu, m.ops_above()
     seen: dict = {}  # (name, input_key) -> _misaligned's answer: a step repeats its GEMMs' shapes
-    ops, keys = ctx.op_input_keys(_GEMM_OPS)  # the GEMM ops and their inputs' keys, a column
+    ops, keys = ctx.op_input_keys(GEMM_OPS)  # the GEMM ops and their inputs' keys, a column
     for i, key in zip(ops, keys):
         if key is None:  # no args, or inputs that give no key: read from the event, worked out alone
             e = cpu[i]
@@ -456,7 +453,7 @@ def misaligned_dims(ctx: Context) -> Iterable[Diagnostic]:
                 got = seen[key] = _misaligned(cpu[i])
         if got is None:  # most ops: aligned or not 16-bit, known by their key alone
             continue
-        if above[i] >= 0 and cpu[above[i]].name in _GEMM_OPS:
+        if above[i] >= 0 and cpu[above[i]].name in GEMM_OPS:
             continue  # count the outermost GEMM op once (aten::linear over aten::addmm)
         mkn, bad = got
         gemms = [g for g in m.gpu_under(i) if a.gpu_class[g] == K.GEMM]

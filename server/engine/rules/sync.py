@@ -70,7 +70,7 @@ def host_read_op(m, i: int):
 
 
 def _copies_to_host(m, op: int) -> bool:
-    return any("DtoH" in m.gpu[g].name for g in m.gpu_under_many((op,)))  # (at C speed)
+    return any("DtoH" in m.gpu[g].name for g in m.gpu_under(op))
 
 
 def _outermost_copy(m, a: int) -> int:

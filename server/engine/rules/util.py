@@ -104,6 +104,13 @@ def inputs(e) -> tuple[list, list[str]]:
     return [d[:] if d is not None else None for d in dims], names[:]
 
 
+# Ops whose Input Dims give a GEMM's (M, K) x (K, N): the shapes small-problem and misaligned-dims
+# read (Context.op_input_keys, made once for both).
+GEMM_OPS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+)
+
+
 def input_key(e) -> tuple[bytes, bytes] | None:
     """What ``inputs`` decodes an op's inputs from: its dims' and types' texts as bytes (a key that
     holds no reference into the document's buffer); None without args or when they are not
