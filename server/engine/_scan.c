@@ -74,6 +74,31 @@ static uint64_t hash_bytes(char kind, const char *s, Py_ssize_t n) {
     return h ? h : 1;
 }
 
+/* Whether n bytes at a and b are equal, for the short tokens the intern table compares (most keys
+ * and names are under 32 bytes): two overlapping word loads instead of a call into libc's memcmp
+ * (3.6% of the scanner's time, measured with perf); never reads outside either span. */
+static inline int same_bytes(const char *a, const char *b, Py_ssize_t n) {
+    uint64_t x, y;
+    if (n >= 8) {
+        for (; n > 8; a += 8, b += 8, n -= 8) {
+            memcpy(&x, a, 8);
+            memcpy(&y, b, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t p, q, r, t;
+        memcpy(&p, a, 4); memcpy(&q, b, 4); memcpy(&r, a + n - 4, 4); memcpy(&t, b + n - 4, 4);
+        return p == q && r == t;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 static void table_free(Table *t) {
     for (size_t i = 0; i < t->cap; i++) {
         if (t->slots[i].hash) {
@@ -130,7 +155,7 @@ static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, Mak
     for (;;) {
         Slot *sl = &t->slots[j];
         if (!sl->hash) break;
-        if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && memcmp(sl->key + 1, s, n) == 0) {
+        if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && same_bytes(sl->key + 1, s, n)) {
             if (key) *key = sl->key;
             return sl->val;
         }
@@ -166,7 +191,7 @@ typedef struct {
 } Last;
 
 static inline PyObject *table_get_last(Table *t, Last *last, char kind, const char *s, Py_ssize_t n, MakeFn make) {
-    if (last->val && last->klen == n + 1 && last->key[0] == kind && memcmp(last->key + 1, s, n) == 0)
+    if (last->val && last->klen == n + 1 && last->key[0] == kind && same_bytes(last->key + 1, s, n))
         return last->val;
     const char *key = NULL;
     PyObject *v = table_get(t, kind, s, n, make, &key);
@@ -646,8 +671,12 @@ static inline __attribute__((always_inline)) int string_rest(Cur *c, const char 
     }
 }
 
-/* A string token at c->p (on the opening quote): content span and whether it has escapes. */
-static int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
+/* A string token at c->p (on the opening quote): content span and whether it has escapes. Inlined
+ * at each caller: nine tokens in ten are keys and short names, for which the call itself (saving
+ * and restoring five registers, the cursor through memory) was most of the cost: the scan took
+ * 5-10% less time inlined (measured, a 51 MB trace, min of 25 alternating runs; -O3 instead was
+ * 24% slower). */
+static inline __attribute__((always_inline)) int scan_string(Cur *c, const char **s, Py_ssize_t *n, int *esc) {
     NEED(c, 1);
     if (*c->p != '"') FAIL(c, "expected a string");
     const char *start = ++c->p, *close, *safe;
@@ -1198,8 +1227,10 @@ static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
 /* One member's value, by key: 0 ok, -1 incomplete/error. */
 typedef int (*MemberFn)(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n);
 
-/* The members of the object at c->p ('{'), each handed to ``member``. */
-static int each_member(Scanner *sc, Cur *c, Ev *e, MemberFn member) {
+/* The members of the object at c->p ('{'), each handed to ``member``. Inlined into its two
+ * callers, so ``member`` is a direct call the compiler can see (3-4% of the scan, measured as
+ * scan_string's). */
+static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c, Ev *e, MemberFn member) {
     c->p++; /* '{' */
     skip_ws(c);
     NEED(c, 1);
