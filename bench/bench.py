@@ -390,13 +390,18 @@ def main(argv=None) -> int:
 
 
 def measure(label: str, path: str, modes: list[str], reps: int) -> dict:
-    """Each mode's medians over ``reps`` fresh children on ``path``."""
+    """Each mode's medians over ``reps`` fresh children on ``path``, the modes run round-robin (one
+    of each per round): a load that comes and goes on a shared machine then falls on every case
+    alike, where a case's runs in a row put it on one of them (orjson's median at 255 MB moved from
+    2.2 to 3.1 s between two runs an hour apart on the 2-core VM, profd's ratio to it with it)."""
     results = {}
-    for mode in modes:
-        runs = []
-        for _ in range(reps):
+    rounds: dict[str, list] = {mode: [] for mode in modes}
+    for _ in range(reps):
+        for mode in modes:
             warm(path)
-            runs.append(run_child(mode, path))
+            rounds[mode].append(run_child(mode, path))
+    for mode in modes:
+        runs = rounds[mode]
         ok = [r for r in runs if "error" not in r]
         if not ok:
             results[mode] = {"error": runs[0]["error"], "n": reps}
