@@ -218,7 +218,7 @@ def _inclusive(ctx, hot: dict, line, of_key, ids: array, lines: array, where: di
         spans[i] = 0
     # and a with-statement's __enter__/__exit__ (record_function, the profiler's own)
     plumbing = bytes(fr.function in CONTEXT_PLUMBING for fr in m.frames._table)
-    for i in m.passes.points_into(m.frames._ids, plumbing):
+    for i in m.passes.points_into(m.frames.ids, plumbing):
         spans[i] = 0
     toks = m.passes.positions(spans)
     nums = m.passes.take(lines, toks, -1)

@@ -395,7 +395,7 @@ class TraceModel:
     def subtree(self, i: int) -> list[int]:
         """Event i and every event nested in it (each event's children pushed in order, the last
         popped first)."""
-        return self.passes.subtree(*self._kids, i)
+        return self.passes.subtree(*self.child_index, i)
 
     def gpu_under(self, i: int) -> list[int]:
         """GPU events launched from event i or anything nested in it (the gpu_under_all pass)."""
@@ -403,11 +403,11 @@ class TraceModel:
 
     def gpu_under_many(self, roots) -> array:
         """``gpu_under`` of each of ``roots`` (cpu indices), one after another, as one column."""
-        return self.passes.gpu_under_all(*self._kids, *self._launched, array("i", roots))
+        return self.passes.gpu_under_all(*self.child_index, *self._launched, array("i", roots))
 
     def children(self, i: int):
         """Direct children of event i, in order (a slice of one flat index)."""
-        off, kids = self._kids
+        off, kids = self.child_index
         return kids[off[i] : off[i + 1]]
 
     def user_frame(self, i: int) -> int:
@@ -497,7 +497,9 @@ def build(doc: TraceDoc) -> TraceModel:
     )
     m._backward_from = (run, flows_s, flows_f)  # fwd_of, made on first read
     m._memory_from = mem_raw  # memory, made on first read
-    m._kids = run.children(parent, len(parent))
+    m.child_index = run.children(
+        parent, len(parent)
+    )  # (off, kids): i's children are kids[off[i] : off[i + 1]]
     m._cpu_starts = cpu_starts
     m._by_name = by_name
     m.child_dur = child_dur
@@ -536,6 +538,12 @@ class FrameIndex:
         if self._ids[i] < 0:
             self._count = len(self) + 1
         self._ids[i] = k
+
+    @property
+    def ids(self) -> array:
+        """Per cpu event the number of its parsed frame in the table, -1 for an event that is none
+        (the column the frame passes read: frame_shapes, points_into)."""
+        return self._ids
 
     def mask(self) -> bytes:
         """1 for the events that are parsed frames: an id >= 0 (the others are -1)."""

@@ -640,7 +640,7 @@ def frame_shapes(m: TraceModel) -> FrameShapes:
     got = m.__dict__.get("_frame_shapes")
     if got is None:
         got = m._frame_shapes = FrameShapes(
-            *m.passes.frame_shapes(m.cpu, *m._kids, m.frame_of, m.frames._ids)
+            *m.passes.frame_shapes(m.cpu, *m.child_index, m.frame_of, m.frames.ids)
         )
     return got
 
@@ -685,7 +685,7 @@ class CallGroups:
         key = (sh.shape[k], pattern)
         got = self._shaped.get(key)
         if got is None:
-            got = self._shaped[key] = self._groups(m.frames._ids[frame], toks, places, pattern)
+            got = self._shaped[key] = self._groups(m.frames.ids[frame], toks, places, pattern)
         groups, positions = got
         fr = m.frames[frame]
         for g, at in positions.items():
@@ -836,7 +836,7 @@ def _labelled_method(m: TraceModel, i: int) -> set[str]:
 def _find_labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
     # breadth first through the flat child index, the queue read in place (not popped from its
     # front) and grown only while it holds fewer than ``budget`` events: no later one is read
-    off, kids = m._kids
+    off, kids = m.child_index
     labels = m.cat_mask("user_annotation")
     queue = list(kids[off[i] : off[i + 1]])
     k = 0
