@@ -722,3 +722,52 @@ def test_a_forked_child_scans_after_its_parent():
     res = subprocess.run([sys.executable, "-c", _FORKED, path], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["0"]
+
+
+def test_loads_on_threads_at_once_put_the_switch_interval_back(monkeypatch):
+    """A load shortens the interpreter's switch interval while it streams (the reader thread's GIL
+    handoff); loads that overlap on threads of one process leave the process's own in place after
+    the last one ends. The overlap is made to happen in the order that left it short when each load
+    saved and restored it: the first begins, the second begins, the first ends, the second ends."""
+    import sys
+    import threading
+
+    first, second = (
+        os.path.join(EXAMPLES, "tinygpt_naive.json.gz"),
+        os.path.join(EXAMPLES, "seed_n64_bf16.json.gz"),
+    )
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    stream = loader._load_stream
+    during: list[float] = []
+
+    def held(path, scan):
+        if path == first:
+            first_in.set()
+            assert second_in.wait(10)
+        else:
+            second_in.set()
+            assert first_out.wait(10)
+        during.append(sys.getswitchinterval())
+        return stream(path, scan)
+
+    def run_first():
+        loader.load(first)
+        first_out.set()
+
+    def run_second():
+        assert first_in.wait(10)
+        loader.load(second)
+
+    monkeypatch.setattr(loader, "_load_stream", held)
+    was = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        ts = [threading.Thread(target=run_first), threading.Thread(target=run_second)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        assert len(during) == 2 and max(during) < 0.004  # short while either streamed
+        assert sys.getswitchinterval() == 0.004
+    finally:
+        sys.setswitchinterval(was)

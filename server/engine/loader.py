@@ -453,19 +453,42 @@ def load(path: str) -> tuple[TraceDoc, str, int]:
     # trace's load inflating what takes 0.22-0.25 s alone, and the scanner waited for it.
     # Measured, 255 MB (medians): gzip 1.14 -> 0.71 s, plain JSON 0.73 -> 0.64 s; 1 GB plain
     # 2.78 -> 2.63 s (a default 5 ms: 0.67-0.71 s plain, the earlier 0.5 ms 0.51-0.58 s).
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, 0.00002))
+    _prompt_handoff(True)
     try:
         return _load_stream(path, scan)
     except _Declined:
         pass
     finally:
-        sys.setswitchinterval(interval)
+        _prompt_handoff(False)
         if enabled:
             gc.enable()
     doc, sha, size = _load_whole(path)
     _rescan(doc, scan)
     return doc, sha, size
+
+
+_HANDOFF_S = 20e-6
+_handoff_lock = threading.Lock()
+_handoff_users = 0
+_handoff_was = 0.0
+
+
+def _prompt_handoff(on: bool) -> None:
+    """The short switch interval (load's comment says why) while any load streams: set by the
+    first of loads running at once on threads of one process, the process's own put back by the
+    last (each saving and restoring it could leave it short for good, as two overlapping loads
+    would)."""
+    global _handoff_users, _handoff_was
+    with _handoff_lock:
+        if on:
+            if not _handoff_users:
+                _handoff_was = sys.getswitchinterval()
+                sys.setswitchinterval(min(_handoff_was, _HANDOFF_S))
+            _handoff_users += 1
+        else:
+            _handoff_users -= 1
+            if not _handoff_users:
+                sys.setswitchinterval(_handoff_was)
 
 
 def _rescan(doc: TraceDoc, scan) -> None:
