@@ -2000,6 +2000,71 @@ static PyObject *span_index(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNN)", sb, eb, pb);
 }
 
+/* covered: how much of [lo, hi] merged spans cover, from their index (passes.covered_in, the
+ * same operations in the same order: the same double). */
+static double covered_in(const double *st, const double *en, const double *pre, Py_ssize_t n, double lo, double hi) {
+    if (hi <= lo || n == 0) return 0.0;
+    Py_ssize_t a = 0, b = n;
+    while (a < b) { /* bisect_right(ends, lo) */
+        Py_ssize_t mid = (a + b) / 2;
+        if (lo < en[mid]) b = mid; else a = mid + 1;
+    }
+    Py_ssize_t i = a;
+    a = 0, b = n;
+    while (a < b) { /* bisect_left(starts, hi) */
+        Py_ssize_t mid = (a + b) / 2;
+        if (st[mid] < hi) a = mid + 1; else b = mid;
+    }
+    Py_ssize_t j = a;
+    if (j <= i) return 0.0;
+    double total = pre[j] - pre[i];
+    double x = lo - st[i], y = en[j - 1] - hi;
+    total -= x > 0.0 ? x : 0.0;
+    total -= y > 0.0 ? y : 0.0;
+    return total;
+}
+
+/* idle_waits(candidates int32, gpu_flat float64, launcher int32, cpu_starts, cpu_durs float64,
+ * starts, ends, prefix float64, share) -> (delays float64 bytes, events int32 bytes)
+ * (passes._idle_waits_ref): of the candidate GPU events, those whose wait after their launch call
+ * returned the merged spans (the index) covered under ``share`` of; each one's delay from its
+ * launch call's start. Columns only: no event is read. */
+static PyObject *idle_waits(PyObject *mod, PyObject *args) {
+    Py_buffer cv, fv, lv, sv, dv, stv, env, prv;
+    double share;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*d", &cv, &fv, &lv, &sv, &dv, &stv, &env, &prv, &share)) return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t nc = cv.len / 4, ng = fv.len / 16, nl = lv.len / 4, ncpu = sv.len / 8, ns = stv.len / 8, k = 0;
+    double *d = malloc((nc ? nc : 1) * sizeof(double));
+    int32_t *late = malloc((nc ? nc : 1) * sizeof(int32_t));
+    if (!d || !late) { PyErr_NoMemory(); goto done; }
+    if (dv.len / 8 != ncpu || env.len / 8 != ns || prv.len / 8 != ns + 1 || nl != ng) {
+        PyErr_SetString(PyExc_ValueError, "idle_waits: sizes differ");
+        goto done;
+    }
+    const int32_t *cand = cv.buf, *launcher = lv.buf;
+    const double *flat = fv.buf, *cs = sv.buf, *cd = dv.buf, *st = stv.buf, *en = env.buf, *pre = prv.buf;
+    for (Py_ssize_t q = 0; q < nc; q++) {
+        int32_t g = cand[q];
+        if (g < 0 || g >= ng || launcher[g] < 0 || launcher[g] >= ncpu) {
+            PyErr_SetString(PyExc_IndexError, "idle_waits: an event or its launch call out of range");
+            goto done;
+        }
+        double ts = flat[2 * g], call_ts = cs[launcher[g]];
+        double wait_from = call_ts + cd[launcher[g]];
+        if (covered_in(st, en, pre, ns, wait_from, ts) < share * (ts - wait_from)) {
+            d[k] = ts - call_ts;
+            late[k++] = g;
+        }
+    }
+    res = Py_BuildValue("(y#y#)", (const char *)d, k * 8, (const char *)late, k * 4);
+done:
+    free(d); free(late);
+    PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&lv); PyBuffer_Release(&sv);
+    PyBuffer_Release(&dv); PyBuffer_Release(&stv); PyBuffer_Release(&env); PyBuffer_Release(&prv);
+    return res;
+}
+
 /* gpu_keys(gpu, launcher int32, above int32, cpu) -> (keys, codes int32 bytes): per GPU event the
  * key it is classified by, (name, category, the name of the op above its launch call or None),
  * as a number into the distinct keys in order of first appearance (analyses.gpu_classes). */
@@ -2774,6 +2839,9 @@ PyMethodDef PASS_METHODS[] = {
     {"merge", merge, METH_VARARGS, "merge(flat, mask) -> merged spans as flat float64 bytes, or None"},
     {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(flat, groups, mask, n) -> n merged flat bytes, or None"},
     {"span_index", span_index, METH_VARARGS, "span_index(flat) -> (starts, ends, prefix) float64 bytes"},
+    {"idle_waits", idle_waits, METH_VARARGS,
+     "idle_waits(candidates, gpu_flat, launcher, cpu_starts, cpu_durs, starts, ends, prefix, share) -> "
+     "(delays float64, events int32 bytes)"},
     {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
     {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
     {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},

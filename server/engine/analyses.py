@@ -34,8 +34,9 @@ def merge(intervals, run: passes.Implementation = passes.REFERENCE) -> Spans:
     return Spans(run.merge(_as_spans(intervals).flat, None), run)
 
 
-def _index(merged):
-    """starts, ends and prefix sums of merged spans, built once per ``Spans``."""
+def index_of(merged):
+    """starts, ends and prefix sums of merged spans (the span_index pass), built once per ``Spans``:
+    what covered reads, and idle_waits (gpu-contention)."""
     merged = _as_spans(merged)
     hit = merged.prefix
     if hit is None:
@@ -48,15 +49,8 @@ def covered(merged, lo: float, hi: float) -> float:
     rules can ask it once per event without a quadratic scan."""
     if hi <= lo or not merged:
         return 0.0
-    starts, ends, pre = _index(merged)
-    i = bisect.bisect_right(ends, lo)  # first interval ending after lo
-    j = bisect.bisect_left(starts, hi)  # intervals from j on start at or after hi
-    if j <= i:
-        return 0.0
-    total = pre[j] - pre[i]
-    total -= max(0.0, lo - starts[i])
-    total -= max(0.0, ends[j - 1] - hi)
-    return total
+    starts, ends, pre = index_of(merged)
+    return passes.covered_in(starts, ends, pre, lo, hi)
 
 
 def gaps(merged, lo: float, hi: float) -> list[tuple[float, float]]:

@@ -1164,7 +1164,7 @@ class Spans:
     """(start, end) pairs held as one float64 column, start and end alternating (``flat``): the
     GPU events' spans and the unions the analyses keep, 16 bytes a span where a list of float
     tuples took ~100 (a 255 MB trace's spans and unions were 25 MB of tuples). Reads as a sequence
-    of (start, end) tuples. ``prefix``: covered's index, built once (analyses._index); ``run``: the
+    of (start, end) tuples. ``prefix``: covered's index, built once (analyses.index_of); ``run``: the
     passes that made it, which build the index too."""
 
     __slots__ = ("flat", "prefix", "run")
@@ -1289,6 +1289,59 @@ def _span_index_ref(flat: array) -> tuple[array, array, array]:
 def _span_index_c(flat: array) -> tuple[array, array, array]:
     sb, eb, pb = _BUILT.span_index(flat)
     return column("d", sb), column("d", eb), column("d", pb)
+
+
+def covered_in(starts: array, ends: array, pre: array, lo: float, hi: float) -> float:
+    """How much of [lo, hi] merged spans cover, from their index (``span_index``): two bisections
+    on a prefix sum (analyses.covered, and idle_waits' reference)."""
+    if hi <= lo or not starts:
+        return 0.0
+    i = bisect.bisect_right(ends, lo)  # first span ending after lo
+    j = bisect.bisect_left(starts, hi)  # spans from j on start at or after hi
+    if j <= i:
+        return 0.0
+    total = pre[j] - pre[i]
+    total -= max(0.0, lo - starts[i])
+    total -= max(0.0, ends[j - 1] - hi)
+    return total
+
+
+def _idle_waits_ref(
+    candidates: array,
+    gpu_flat: array,
+    launcher: array,
+    cpu_starts: array,
+    cpu_durs: array,
+    index: tuple,
+    share: float,
+) -> tuple[array, array]:
+    """gpu-contention's late launches: of the GPU events ``candidates``, those that waited while the
+    lane ``index`` (span_index of merged spans) covered under ``share`` of the wait after their
+    launch call returned; each one's delay from its launch call's start, and the event (float64,
+    int32, in the candidates' order)."""
+    delays, late = array("d"), array("i")
+    starts, ends, pre = index
+    for g in candidates:
+        ts, li = gpu_flat[2 * g], launcher[g]
+        call_ts = cpu_starts[li]
+        wait_from = call_ts + cpu_durs[li]
+        if covered_in(starts, ends, pre, wait_from, ts) < share * (ts - wait_from):
+            delays.append(ts - call_ts)
+            late.append(g)
+    return delays, late
+
+
+def _idle_waits_c(
+    candidates: array,
+    gpu_flat: array,
+    launcher: array,
+    cpu_starts: array,
+    cpu_durs: array,
+    index: tuple,
+    share: float,
+) -> tuple[array, array]:
+    db, gb = _BUILT.idle_waits(candidates, gpu_flat, launcher, cpu_starts, cpu_durs, *index, share)
+    return column("d", db), column("i", gb)
 
 
 def _gpu_keys_ref(gpu, launcher: array, above: array, cpu) -> tuple[list, array]:
@@ -1712,6 +1765,12 @@ PASSES: dict[str, Pass] = {
             "covered's index of a merged list (starts, ends, prefix sums)",
             _span_index_ref,
             _span_index_c,
+        ),
+        Pass(
+            "idle_waits",
+            "gpu-contention's launches that waited while the process's own GPU lane was idle",
+            _idle_waits_ref,
+            _idle_waits_c,
         ),
         Pass(
             "gpu_keys",

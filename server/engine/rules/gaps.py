@@ -7,7 +7,7 @@ from operator import attrgetter
 from typing import Iterable
 
 from ....protocol.types import Diagnostic
-from ..analyses import covered, gaps, host_stages, merge, verdict
+from ..analyses import gaps, host_stages, index_of, merge, verdict
 from ..context import Context
 from ..impact import cpu_cut, per_step, zero
 from ..stepmodel import Change, StepModel
@@ -239,17 +239,12 @@ def gpu_contention(ctx: Context) -> Iterable[Diagnostic]:
 
 def _late(m, own, candidates) -> list[tuple[float, int]]:
     """(launch delay, GPU event) of the candidates that waited while our own lane (``own``, merged)
-    was idle: it covered under a tenth of the wait after the launch call returned (the starts read
-    from the columns: tens of thousands of candidates)."""
-    late = []
-    gpu_flat, launcher, cpu_starts, cpu_durs = m.gpu_spans().flat, m.launcher, m.cpu_starts(), m.durs
-    for g in candidates:
-        ts, li = gpu_flat[2 * g], launcher[g]
-        call_ts = cpu_starts[li]
-        wait_from = call_ts + cpu_durs[li]
-        if covered(own, wait_from, ts) < 0.1 * (ts - wait_from):
-            late.append((ts - call_ts, g))
-    return late
+    was idle: it covered under a tenth of the wait after the launch call returned (the idle_waits
+    pass, over the columns: tens of thousands of candidates)."""
+    delays, late = m.passes.idle_waits(
+        candidates, m.gpu_spans().flat, m.launcher, m.cpu_starts(), m.durs, index_of(own), 0.1
+    )
+    return list(zip(delays, late))
 
 
 @gpu_contention.replay
