@@ -3,6 +3,7 @@
     python bench/bench.py                      # 50 MB and 250 MB
     python bench/bench.py --sizes 50,250,1000  # and 1 GB (one run per case at >= 1000 MB)
     python bench/bench.py --steps ''             # without the steps scaling case
+    python bench/bench.py --gzip 250,1000        # the gzip case at these sizes ('' skips it)
 
 Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so peak RSS (the
 child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
@@ -51,6 +52,9 @@ SELECT_RULE = os.environ.get("PROFD_BENCH_SELECT", "profiler-artifact")
 # The steps case: a small real trace with 20 profiled steps (433 KB), tiled to 200 and 2,000 steps
 DEFAULT_STEPS_SOURCE = os.path.join(ROOT, "examples", "seed_n4096_bf16_active20.json.gz")
 STEPS_MODES = "orjson,profd-load,profd-full"
+# The gzip case: a tiling gzipped, as torch.profiler's handler can write it; its sizes and ratios
+# are of the gzipped file (orjson's case inflates it first, with zlib, as a script reads it)
+GZIP_MODES = "orjson,profd-load,profd-full"
 LINEAR = 1.05  # a k-times longer trace costs at most 1.05k: 4x -> 4.2x
 
 MODES = [
@@ -73,8 +77,14 @@ MODES = [
 
 # ---- children ---------------------------------------------------------------------------------
 def _read(path: str) -> bytes:
+    """The file's JSON bytes: a gzipped one inflated as a script does it (``gzip``, zlib's)."""
     with open(path, "rb") as f:
-        return f.read()
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        import gzip
+
+        data = gzip.decompress(data)
+    return data
 
 
 HELD: list = []  # the profd-full case's analysis, never freed (the process exits)
@@ -271,6 +281,25 @@ def ensure_trace(source: str, mb: int = 0, copies: int = 0) -> str:
     return path
 
 
+def ensure_gzip(path: str) -> str:
+    """``path`` gzipped (level 6) beside it, made once: the gzip case, as
+    ``tensorboard_trace_handler(..., use_gzip=True)`` writes traces."""
+    gz = path + ".gz"
+    if os.path.exists(gz) and os.path.getmtime(gz) >= os.path.getmtime(path):
+        return gz
+    import gzip
+    import shutil
+
+    t0 = time.perf_counter()
+    with open(path, "rb") as src, gzip.open(gz + ".part", "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 8 << 20)
+    os.replace(gz + ".part", gz)
+    print(
+        f"# gzipped {path} -> {gz} ({os.path.getsize(gz) / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s"
+    )
+    return gz
+
+
 def fmt_mb(b: float) -> str:
     return f"{b / 1e6:,.0f}"
 
@@ -289,6 +318,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--steps-source", default=DEFAULT_STEPS_SOURCE, help="the steps case's small real trace")
     ap.add_argument("--steps-modes", default=STEPS_MODES, help=f"its cases (default {STEPS_MODES})")
+    ap.add_argument(
+        "--gzip",
+        default="250",
+        help="the gzip case: these sizes' tilings gzipped, read by orjson (after gzip.decompress) and "
+        f"profd ({GZIP_MODES}; '' skips it)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
     if ns.child:
@@ -317,6 +352,14 @@ def main(argv=None) -> int:
         path = ensure_trace(ns.source, mb)
         reps = ns.repeat if mb < 1000 else 1
         rows.append((f"{mb} MB", path, os.path.getsize(path), reps, measure(f"{mb} MB", path, modes, reps)))
+    gz_rows = []  # sized by the JSON they inflate to (the RSS and MB/s columns), not in linearity
+    gz_modes = [m for m in GZIP_MODES.split(",") if m in modes]
+    for mb in [int(s) for s in ns.gzip.split(",") if s] if gz_modes else []:
+        plain = ensure_trace(ns.source, mb)
+        path = ensure_gzip(plain)
+        label = f"{mb} MB gz"
+        reps = ns.repeat if mb < 1000 else 1
+        gz_rows.append((label, path, os.path.getsize(plain), reps, measure(label, path, gz_modes, reps)))
     step_rows = []
     steps_modes = [m for m in ns.steps_modes.split(",") if m]
     for k in [1] + [int(s) for s in ns.steps.split(",") if s] if ns.steps else []:
@@ -333,7 +376,7 @@ def main(argv=None) -> int:
     )
     print(hdr)
     print("-" * len(hdr))
-    for label, path, size, reps, results in rows + step_rows:
+    for label, path, size, reps, results in rows + gz_rows + step_rows:
         base = results.get("orjson", {}).get("work_s")
         sized = label.endswith(" MB")  # else the steps case, named by its steps
         name = f"{fmt_mb(size)} MB" if sized else label
@@ -348,6 +391,10 @@ def main(argv=None) -> int:
                 f"{fmt_mb(r['rss']):>11} {ratio:>9} {r['rss'] / size:>8.2f}x {size / 1e6 / r['work_s']:>7.0f}"
             )
         full = results.get("profd-full", {})
+        if label.endswith(" gz") and base and "work_s" in full:
+            print(
+                f"{'':>10} gzipped: full analysis {full['work_s'] / base:.2f}x orjson.loads after gzip.decompress"
+            )
         if not sized:  # the steps case's small traces: the per-size targets are from 50 MB up
             continue
         if base and "work_s" in full:
