@@ -1306,41 +1306,26 @@ def covered_in(starts: array, ends: array, pre: array, lo: float, hi: float) -> 
     return total
 
 
-def _idle_waits_ref(
-    candidates: array,
-    gpu_flat: array,
-    launcher: array,
-    cpu_starts: array,
-    cpu_durs: array,
-    index: tuple,
-    share: float,
-) -> tuple[array, array]:
-    """gpu-contention's late launches: of the GPU events ``candidates``, those that waited while the
+def _idle_waits_ref(cands, gpu_flat, launcher, cpu_ts, cpu_dur, index: tuple, share: float) -> tuple:
+    """gpu-contention's late launches: of the GPU events ``cands``, those that waited while the
     lane ``index`` (span_index of merged spans) covered under ``share`` of the wait after their
     launch call returned; each one's delay from its launch call's start, and the event (float64,
-    int32, in the candidates' order)."""
+    int32 arrays, in the candidates' order). The columns: the GPU events' spans, their launch
+    calls, the cpu events' starts and durations."""
     delays, late = array("d"), array("i")
     starts, ends, pre = index
-    for g in candidates:
+    for g in cands:
         ts, li = gpu_flat[2 * g], launcher[g]
-        call_ts = cpu_starts[li]
-        wait_from = call_ts + cpu_durs[li]
+        call_ts = cpu_ts[li]
+        wait_from = call_ts + cpu_dur[li]
         if covered_in(starts, ends, pre, wait_from, ts) < share * (ts - wait_from):
             delays.append(ts - call_ts)
             late.append(g)
     return delays, late
 
 
-def _idle_waits_c(
-    candidates: array,
-    gpu_flat: array,
-    launcher: array,
-    cpu_starts: array,
-    cpu_durs: array,
-    index: tuple,
-    share: float,
-) -> tuple[array, array]:
-    db, gb = _BUILT.idle_waits(candidates, gpu_flat, launcher, cpu_starts, cpu_durs, *index, share)
+def _idle_waits_c(cands, gpu_flat, launcher, cpu_ts, cpu_dur, index: tuple, share: float) -> tuple:
+    db, gb = _BUILT.idle_waits(cands, gpu_flat, launcher, cpu_ts, cpu_dur, *index, share)
     return column("d", db), column("i", gb)
 
 
