@@ -1213,7 +1213,6 @@ static int read_double(Cur *c, double *out) {
     return 0;
 }
 
-#define KEY(lit) (n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, n) == 0)
 
 static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
     /* the allocator and copy sizes are numbers (int | float); the others are ids (int | str) */
@@ -1253,63 +1252,112 @@ static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c
     }
 }
 
+/* args' name or CallFrom: a string, or null (absent). */
+static int arg_str(Scanner *sc, Cur *c, PyObject **slot) {
+    NEED(c, 1);
+    if (*c->p != 'n') return read_str(sc, c, slot, &sc->last_other);
+    *slot = NULL;
+    return skip_literal(c, "null", 4);
+}
+
+/* args' stream or device: an id, or null (absent); the flag says which (model._classify). */
+static int arg_lane(Cur *c, Ev *e, uint32_t flag) {
+    NEED(c, 1);
+    if (*c->p == 'n') { e->flags &= ~flag; return skip_literal(c, "null", 4); }
+    e->flags |= flag;
+    return check_id(c);
+}
+
+/* One member of args, by key: found by the key's length first, then its bytes (an op's args hold
+ * a dozen keys, most of them skipped: each went down the whole list of compares before). */
 static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-    if (KEY("External id")) return set_i64(c, e, F_EXT, &e->ext);
-    if (KEY("correlation")) return set_i64(c, e, F_CORR, &e->corr);
-    if (KEY("Sequence number")) return set_i64(c, e, F_SEQ, &e->seq);
-    if (KEY("Fwd thread id")) return set_i64(c, e, F_FWD, &e->fwd);
-    if (KEY("Device Type")) return set_i64(c, e, F_DEVTYPE, &e->devtype);
-    if (KEY("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
-    if (KEY("Total Allocated")) return set_i64(c, e, F_TALLOC, &e->talloc);
-    if (KEY("Total Reserved")) return set_i64(c, e, F_TRES, &e->tres);
-    if (KEY("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
-    if (KEY("bytes")) return set_i64(c, e, F_NBYTES, &e->nbytes);
-    if (KEY("Input Dims")) return read_raw(sc, c, &e->dims);
-    if (KEY("Input type")) return read_raw(sc, c, &e->types);
-    if (KEY("grid")) return read_raw(sc, c, &e->grid);
-    if (KEY("block")) return read_raw(sc, c, &e->block);
-    if (KEY("name") || KEY("CallFrom")) {
-        PyObject **slot = KEY("name") ? &e->aname : &e->call_from;
-        NEED(c, 1);
-        if (*c->p != 'n') return read_str(sc, c, slot, &sc->last_other);
-        *slot = NULL;
-        return skip_literal(c, "null", 4);
+#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)
+    switch (n) {
+    case 4:
+        if (IS("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
+        if (IS("grid")) return read_raw(sc, c, &e->grid);
+        if (IS("name")) return arg_str(sc, c, &e->aname);
+        break;
+    case 5:
+        if (IS("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
+        if (IS("bytes")) return set_i64(c, e, F_NBYTES, &e->nbytes);
+        if (IS("block")) return read_raw(sc, c, &e->block);
+        break;
+    case 6:
+        if (IS("stream")) return arg_lane(c, e, F_STREAM);
+        if (IS("device")) return arg_lane(c, e, F_DEVICE);
+        break;
+    case 8:
+        if (IS("CallFrom")) return arg_str(sc, c, &e->call_from);
+        break;
+    case 9:
+        if (IS("Python id") || IS("Device Id")) return check_id(c);
+        break;
+    case 10:
+        if (IS("Input Dims")) return read_raw(sc, c, &e->dims);
+        if (IS("Input type")) return read_raw(sc, c, &e->types);
+        break;
+    case 11:
+        if (IS("External id")) return set_i64(c, e, F_EXT, &e->ext);
+        if (IS("correlation")) return set_i64(c, e, F_CORR, &e->corr);
+        if (IS("Device Type")) return set_i64(c, e, F_DEVTYPE, &e->devtype);
+        break;
+    case 13:
+        if (IS("Fwd thread id")) return set_i64(c, e, F_FWD, &e->fwd);
+        break;
+    case 14:
+        if (IS("Total Reserved")) return set_i64(c, e, F_TRES, &e->tres);
+        break;
+    case 15:
+        if (IS("Sequence number")) return set_i64(c, e, F_SEQ, &e->seq);
+        if (IS("Total Allocated")) return set_i64(c, e, F_TALLOC, &e->talloc);
+        break;
+    case 16:
+        if (IS("Python parent id")) return check_id(c);
+        break;
     }
-    if (KEY("stream") || KEY("device")) { /* what a GPU lane's events carry (model._classify) */
-        uint32_t flag = KEY("stream") ? F_STREAM : F_DEVICE;
-        NEED(c, 1);
-        if (*c->p == 'n') { e->flags &= ~flag; return skip_literal(c, "null", 4); }
-        e->flags |= flag;
-        return check_id(c);
-    }
-    if (KEY("Python id") || KEY("Python parent id") || KEY("Device Id")) return check_id(c);
+#undef IS
     return skip_value(c, EVENT_DEPTH + 2);
 }
 
+/* The event's args: an object, or null (absent). */
+static int event_args(Scanner *sc, Cur *c, Ev *e) {
+    NEED(c, 1);
+    if (*c->p == 'n') {
+        e->flags &= ~F_ARGS;
+        return skip_literal(c, "null", 4);
+    }
+    if (*c->p != '{') FAIL(c, "unsupported: args is not an object");
+    e->flags |= F_ARGS;
+    return each_member(sc, c, e, args_member);
+}
+
+/* One member of an event, by key: by its length first, as args_member. */
 static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-    if (KEY("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
-    if (KEY("cat")) return read_str(sc, c, &e->cat, &sc->last_cat);
-    if (KEY("name")) return read_str(sc, c, &e->name, &sc->last_name);
-    if (KEY("pid")) return read_id_obj(sc, c, &sc->pid, &sc->last_pid);
-    if (KEY("tid")) return read_id_obj(sc, c, &sc->tid, &sc->last_tid);
-    if (KEY("ts")) return read_double(c, &e->ts);
-    if (KEY("dur")) return read_double(c, &e->dur);
-    if (KEY("id")) return set_i64(c, e, F_ID, &e->id);
-    if (KEY("bp")) {
-        PyObject *ignored;
-        NEED(c, 1);
-        return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored, &sc->last_other);
-    }
-    if (KEY("args")) {
-        NEED(c, 1);
-        if (*c->p == 'n') {
-            e->flags &= ~F_ARGS;
-            return skip_literal(c, "null", 4);
+#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)
+    switch (n) {
+    case 2:
+        if (IS("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
+        if (IS("ts")) return read_double(c, &e->ts);
+        if (IS("id")) return set_i64(c, e, F_ID, &e->id);
+        if (IS("bp")) {
+            PyObject *ignored;
+            NEED(c, 1);
+            return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored, &sc->last_other);
         }
-        if (*c->p != '{') FAIL(c, "unsupported: args is not an object");
-        e->flags |= F_ARGS;
-        return each_member(sc, c, e, args_member);
+        break;
+    case 3:
+        if (IS("cat")) return read_str(sc, c, &e->cat, &sc->last_cat);
+        if (IS("pid")) return read_id_obj(sc, c, &sc->pid, &sc->last_pid);
+        if (IS("tid")) return read_id_obj(sc, c, &sc->tid, &sc->last_tid);
+        if (IS("dur")) return read_double(c, &e->dur);
+        break;
+    case 4:
+        if (IS("name")) return read_str(sc, c, &e->name, &sc->last_name);
+        if (IS("args")) return event_args(sc, c, e);
+        break;
     }
+#undef IS
     return skip_value(c, EVENT_DEPTH + 1);
 }
 
