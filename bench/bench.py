@@ -52,8 +52,8 @@ SELECT_RULE = os.environ.get("PROFD_BENCH_SELECT", "profiler-artifact")
 # The steps case: a small real trace with 20 profiled steps (433 KB), tiled to 200 and 2,000 steps
 DEFAULT_STEPS_SOURCE = os.path.join(ROOT, "examples", "seed_n4096_bf16_active20.json.gz")
 STEPS_MODES = "orjson,profd-load,profd-full"
-# The gzip case: a tiling gzipped, as torch.profiler's handler can write it; its sizes and ratios
-# are of the gzipped file (orjson's case inflates it first, with zlib, as a script reads it)
+# The gzip case: a tiling gzipped, as torch.profiler's handler can write it; its RSS and MB/s are
+# of the JSON it inflates to (orjson's case inflates it first, with zlib, as a script reads it)
 GZIP_MODES = "orjson,profd-load,profd-full"
 LINEAR = 1.05  # a k-times longer trace costs at most 1.05k: 4x -> 4.2x
 
@@ -300,6 +300,11 @@ def ensure_gzip(path: str) -> str:
     return gz
 
 
+def repeats(repeat: int, mb: int) -> int:
+    """Runs per case: ``--repeat`` below 1,000 MB, one at 1 GB and up."""
+    return repeat if mb < 1000 else 1
+
+
 def fmt_mb(b: float) -> str:
     return f"{b / 1e6:,.0f}"
 
@@ -350,7 +355,7 @@ def main(argv=None) -> int:
     rows = []
     for mb in [int(s) for s in ns.sizes.split(",") if s]:
         path = ensure_trace(ns.source, mb)
-        reps = ns.repeat if mb < 1000 else 1
+        reps = repeats(ns.repeat, mb)
         rows.append((f"{mb} MB", path, os.path.getsize(path), reps, measure(f"{mb} MB", path, modes, reps)))
     gz_rows = []  # sized by the JSON they inflate to (the RSS and MB/s columns), not in linearity
     gz_modes = [m for m in GZIP_MODES.split(",") if m in modes]
@@ -358,7 +363,7 @@ def main(argv=None) -> int:
         plain = ensure_trace(ns.source, mb)
         path = ensure_gzip(plain)
         label = f"{mb} MB gz"
-        reps = ns.repeat if mb < 1000 else 1
+        reps = repeats(ns.repeat, mb)
         gz_rows.append((label, path, os.path.getsize(plain), reps, measure(label, path, gz_modes, reps)))
     step_rows = []
     steps_modes = [m for m in ns.steps_modes.split(",") if m]

@@ -1215,7 +1215,6 @@ static int read_double(Cur *c, double *out) {
     return 0;
 }
 
-
 static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
     /* the allocator and copy sizes are numbers (int | float); the others are ids (int | str) */
     int r = read_i64(c, slot, flag & (F_MEMB | F_TALLOC | F_TRES | F_NBYTES));
@@ -1254,8 +1253,8 @@ static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c
     }
 }
 
-/* args' name or CallFrom: a string, or null (absent). */
-static int arg_str(Scanner *sc, Cur *c, PyObject **slot) {
+/* A string member that may be null (absent): args' name and CallFrom, the event's bp. */
+static int str_or_null(Scanner *sc, Cur *c, PyObject **slot) {
     NEED(c, 1);
     if (*c->p != 'n') return read_str(sc, c, slot, &sc->last_other);
     *slot = NULL;
@@ -1270,15 +1269,17 @@ static int arg_lane(Cur *c, Ev *e, uint32_t flag) {
     return check_id(c);
 }
 
+/* The member key k (of length n, which the switch around it has matched) is ``lit``. */
+#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)
+
 /* One member of args, by key: found by the key's length first, then its bytes (an op's args hold
  * a dozen keys, most of them skipped: each went down the whole list of compares before). */
 static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)
     switch (n) {
     case 4:
         if (IS("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
         if (IS("grid")) return read_raw(sc, c, &e->grid);
-        if (IS("name")) return arg_str(sc, c, &e->aname);
+        if (IS("name")) return str_or_null(sc, c, &e->aname);
         break;
     case 5:
         if (IS("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
@@ -1290,7 +1291,7 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
         if (IS("device")) return arg_lane(c, e, F_DEVICE);
         break;
     case 8:
-        if (IS("CallFrom")) return arg_str(sc, c, &e->call_from);
+        if (IS("CallFrom")) return str_or_null(sc, c, &e->call_from);
         break;
     case 9:
         if (IS("Python id") || IS("Device Id")) return check_id(c);
@@ -1318,7 +1319,6 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
         if (IS("Python parent id")) return check_id(c);
         break;
     }
-#undef IS
     return skip_value(c, EVENT_DEPTH + 2);
 }
 
@@ -1336,7 +1336,6 @@ static int event_args(Scanner *sc, Cur *c, Ev *e) {
 
 /* One member of an event, by key: by its length first, as args_member. */
 static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
-#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)
     switch (n) {
     case 2:
         if (IS("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
@@ -1344,8 +1343,7 @@ static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n)
         if (IS("id")) return set_i64(c, e, F_ID, &e->id);
         if (IS("bp")) {
             PyObject *ignored;
-            NEED(c, 1);
-            return *c->p == 'n' ? skip_literal(c, "null", 4) : read_str(sc, c, &ignored, &sc->last_other);
+            return str_or_null(sc, c, &ignored);
         }
         break;
     case 3:
@@ -1359,9 +1357,9 @@ static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n)
         if (IS("args")) return event_args(sc, c, e);
         break;
     }
-#undef IS
     return skip_value(c, EVENT_DEPTH + 1);
 }
+#undef IS
 
 /* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
 static int parse_event(Scanner *sc, Cur *c, Ev *e) {
