@@ -79,6 +79,55 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
     return NULL;
 }
 
+/* A dict's value found by the identity of its key's parts, in front of the dict itself: a pass
+ * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
+ * event) asks the dict only the first time it meets a combination of those objects. Parts are
+ * pointers (to objects the pass's inputs hold alive) or small ints, KEY_W words; two combinations
+ * of equal but distinct objects each get the one value the dict gives them, so what the pass
+ * returns is what the dict alone gives. Values are borrowed from the dict (it holds them). */
+#define KEY_W 6
+typedef struct { uint64_t k[KEY_W]; PyObject *v; } IdSlot;
+typedef struct { IdSlot *s; size_t mask, n; } IdCache;
+
+static inline size_t id_hash(const uint64_t *k) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int w = 0; w < KEY_W; w++) h = (h ^ k[w]) * 0xff51afd7ed558ccdULL, h ^= h >> 32;
+    return (size_t)h;
+}
+
+static inline PyObject *id_get(const IdCache *c, const uint64_t *k) {
+    if (!c->s) return NULL;
+    for (size_t i = id_hash(k) & c->mask;; i = (i + 1) & c->mask) {
+        IdSlot *e = &c->s[i];
+        if (!e->v) return NULL;
+        if (!memcmp(e->k, k, sizeof e->k)) return e->v;
+    }
+}
+
+/* 0, or -1 with MemoryError. */
+static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
+    if (!c->s || 2 * (c->n + 1) > c->mask + 1) { /* kept at most half full */
+        size_t cap = c->s ? 2 * (c->mask + 1) : 1024;
+        IdSlot *t = calloc(cap, sizeof(IdSlot));
+        if (!t) { PyErr_NoMemory(); return -1; }
+        for (size_t j = 0; c->s && j <= c->mask; j++)
+            if (c->s[j].v) {
+                size_t i = id_hash(c->s[j].k) & (cap - 1);
+                while (t[i].v) i = (i + 1) & (cap - 1);
+                t[i] = c->s[j];
+            }
+        free(c->s);
+        c->s = t;
+        c->mask = cap - 1;
+    }
+    size_t i = id_hash(k) & c->mask;
+    while (c->s[i].v) i = (i + 1) & c->mask;
+    memcpy(c->s[i].k, k, sizeof c->s[i].k);
+    c->s[i].v = v;
+    c->n++;
+    return 0;
+}
+
 /* nest(events, base, slack, cats) -> (parent: int32 bytes, child_dur, starts, durs: float64 bytes,
  * codes: bytes)
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
@@ -672,6 +721,60 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
 #define NOKEY INT32_MIN
 static PyObject *S_ProfilerStep;
 
+/* hot_lines' sums per (line, key): a count and a total each, with the key's first class. */
+typedef struct { double *v; int64_t *n; Py_ssize_t len, cap; } Sums;
+
+/* The place of (line h, key) in ``sums``: the key's slot number is its value in ``d`` (line h's dict)
+ * until slot_values puts the sums there, so equal keys share a slot as they share a dict entry;
+ * -1 on error. ``first``: per slot, the class that made it (borrowed: ``classes`` holds it). */
+static Py_ssize_t slot_of(IdCache *seen, PyObject *d, Py_ssize_t h, PyObject *key, PyObject *cls, Sums *sums,
+                          PyObject ***first) {
+    uint64_t ck[KEY_W] = {(uint64_t)h, (uintptr_t)key};
+    PyObject *at = id_get(seen, ck);
+    if (!at) {
+        at = PyDict_GetItemWithError(d, key);
+        if (!at) {
+            if (PyErr_Occurred()) return -1;
+            if (sums->len == sums->cap) {
+                Py_ssize_t cap = sums->cap ? 2 * sums->cap : 64;
+                double *v = realloc(sums->v, cap * sizeof(double));
+                if (v) sums->v = v;
+                int64_t *n = v ? realloc(sums->n, cap * sizeof(int64_t)) : NULL;
+                if (n) sums->n = n;
+                PyObject **f = n && first ? realloc(*first, cap * sizeof(PyObject *)) : NULL;
+                if (f) *first = f;
+                if (!v || !n || (first && !f)) { PyErr_NoMemory(); return -1; }
+                sums->cap = cap;
+            }
+            sums->v[sums->len] = 0.0;
+            sums->n[sums->len] = 0;
+            if (first) (*first)[sums->len] = cls;
+            at = PyLong_FromSsize_t(sums->len++);
+            if (!at || PyDict_SetItem(d, key, at) < 0) { Py_XDECREF(at); return -1; }
+            Py_DECREF(at); /* the dict holds it */
+        }
+        if (id_put(seen, ck, at) < 0) return -1;
+    }
+    return PyLong_AsSsize_t(at);
+}
+
+/* Each dict of ``dicts``: its slot numbers replaced by the sums, the total alone, or ``[class, count,
+ * total]`` with ``with_class`` (the keys stay in their first-seen order). 0, or -1 on error. */
+static int slot_values(PyObject *dicts, const Sums *sums, int with_class, PyObject **first) {
+    for (Py_ssize_t h = 0; h < PyList_GET_SIZE(dicts); h++) {
+        PyObject *d = PyList_GET_ITEM(dicts, h), *key, *at;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(d, &pos, &key, &at)) {
+            Py_ssize_t k = PyLong_AsSsize_t(at);
+            PyObject *v = with_class ? Py_BuildValue("[OLd]", first[k], (long long)sums->n[k], sums->v[k])
+                                : PyFloat_FromDouble(sums->v[k]);
+            if (!v || PyDict_SetItem(d, key, v) < 0) { Py_XDECREF(v); return -1; }
+            Py_DECREF(v);
+        }
+    }
+    return 0;
+}
+
 static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     PyObject *cpu, *gpu, *classes, *launch_cats;
     Py_buffer pv, cv, fv, wv, lnv, kyv, ov, lv;
@@ -684,6 +787,9 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     int64_t *calls = NULL, *launches = NULL;
     double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
     PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
+    IdCache kseen = {0}, sseen = {0};
+    Sums ksum = {0}, stot = {0};
+    PyObject **scls = NULL;
     if (!kc || !ks) goto done;
     if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || lnv.len / 4 != n ||
         kyv.len / 4 != n || ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
@@ -758,7 +864,6 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         if (!r) continue;
         int32_t g0 = off[i], g1 = off[i + 1];
         if (g1 > g0) launches[h]++;
-        PyObject *kcd = PyList_GET_ITEM(kc, h), *ksd = PyList_GET_ITEM(ks, h);
         for (int32_t gi = g0; gi < g1; gi++) {
             int32_t g = gl[gi];
             if (g < 0 || g >= ng) continue;
@@ -767,25 +872,17 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
             PyObject *cls = PyList_GET_ITEM(classes, g);
             gus[h] += ge->dur;
             if (backward) gbwd[h] += ge->dur; else gfwd[h] += ge->dur;
-            PyObject *old = PyDict_GetItemWithError(kcd, cls);
-            if (!old && PyErr_Occurred()) goto done;
-            PyObject *nv = PyFloat_FromDouble((old ? PyFloat_AsDouble(old) : 0.0) + ge->dur);
-            if (!nv || PyDict_SetItem(kcd, cls, nv) < 0) { Py_XDECREF(nv); goto done; }
-            Py_DECREF(nv);
-            PyObject *st = PyDict_GetItemWithError(ksd, ge->name);
-            if (!st) {
-                if (PyErr_Occurred()) goto done;
-                st = Py_BuildValue("[Oid]", cls, 0, 0.0);
-                if (!st || PyDict_SetItem(ksd, ge->name, st) < 0) { Py_XDECREF(st); goto done; }
-                Py_DECREF(st);
-            }
-            PyObject *cnt = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(st, 1)) + 1);
-            PyObject *tot = PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(st, 2)) + ge->dur);
-            if (!cnt || !tot) { Py_XDECREF(cnt); Py_XDECREF(tot); goto done; }
-            PyList_SetItem(st, 1, cnt);
-            PyList_SetItem(st, 2, tot);
+            /* the class's and the kernel's sums on this line, in C (a float and a list an event as
+             * Python objects, before); the dicts hold each key's place until then */
+            Py_ssize_t ci = slot_of(&kseen, PyList_GET_ITEM(kc, h), h, cls, 0, &ksum, NULL);
+            Py_ssize_t si = ci < 0 ? -1 : slot_of(&sseen, PyList_GET_ITEM(ks, h), h, ge->name, cls, &stot, &scls);
+            if (si < 0) goto done;
+            ksum.v[ci] += ge->dur;
+            stot.v[si] += ge->dur;
+            stot.n[si]++;
         }
     }
+    if (slot_values(kc, &ksum, 0, NULL) < 0 || slot_values(ks, &stot, 1, scls) < 0) goto done;
     {
         Py_ssize_t m = nh;
         PyObject *b[10];
@@ -802,6 +899,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         else for (int d = 0; d < 10; d++) Py_XDECREF(b[d]);
     }
 done:
+    free(kseen.s); free(sseen.s); free(ksum.v); free(ksum.n); free(stot.v); free(stot.n); free(scls);
     free(hid_of); free(order); free(first); free(calls); free(launches);
     free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
     Py_XDECREF(kc); Py_XDECREF(ks);
@@ -1122,6 +1220,7 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
                           &ov, &PyList_Type, &cpu, &iv, &fv, &wv))
         return NULL;
     PyObject *configs = NULL, *dims = NULL, *empty_b = NULL, *empty_s = NULL, *result = NULL;
+    IdCache seen = {0};
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
     if (PyList_GET_SIZE(classes) != ng || iv.len / 4 != ng || lv.len / 4 != ng ||
         ov.len / 4 != n || fv.len / 4 != n || wv.len / 4 != n) {
@@ -1165,26 +1264,33 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
                 }
             }
         }
-        PyObject *lid = PyLong_FromLong(line[g]);
-        if (!lid) goto done;
-        PyObject *key = PyTuple_Pack(6, e->name ? e->name : empty_s, grid, block, opname, lid,
-                                     backward ? Py_True : Py_False);
-        Py_DECREF(lid);
-        if (!key) goto done;
-        PyObject *runs = PyDict_GetItemWithError(configs, key);
+        PyObject *name = e->name ? e->name : empty_s;
+        uint64_t ck[KEY_W] = {(uintptr_t)name, (uintptr_t)grid, (uintptr_t)block, (uintptr_t)opname,
+                              (uint32_t)line[g], (uint64_t)backward};
+        PyObject *runs = id_get(&seen, ck);
         if (!runs) {
-            if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(configs, key, runs) < 0) {
-                Py_XDECREF(runs); Py_DECREF(key); goto done;
+            PyObject *lid = PyLong_FromLong(line[g]);
+            if (!lid) goto done;
+            PyObject *key = PyTuple_Pack(6, name, grid, block, opname, lid, backward ? Py_True : Py_False);
+            Py_DECREF(lid);
+            if (!key) goto done;
+            runs = PyDict_GetItemWithError(configs, key);
+            if (!runs) {
+                if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(configs, key, runs) < 0) {
+                    Py_XDECREF(runs); Py_DECREF(key); goto done;
+                }
+                Py_DECREF(runs); /* the dict holds it */
             }
-            Py_DECREF(runs); /* the dict holds it */
+            Py_DECREF(key);
+            if (id_put(&seen, ck, runs) < 0) goto done;
         }
-        Py_DECREF(key);
         PyObject *gi = PyLong_FromSsize_t(g);
         if (!gi || PyList_Append(runs, gi) < 0) { Py_XDECREF(gi); goto done; }
         Py_DECREF(gi);
     }
     result = PyTuple_Pack(2, configs, dims);
 done:
+    free(seen.s);
     Py_XDECREF(configs); Py_XDECREF(dims); Py_XDECREF(empty_b); Py_XDECREF(empty_s);
     PyBuffer_Release(&lv); PyBuffer_Release(&ov); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
     PyBuffer_Release(&iv);
@@ -1245,6 +1351,7 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
                           &PyList_Type, &cpu))
         return NULL;
     PyObject *per = NULL, *result = NULL;
+    IdCache seen = {0};
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
     if (lv.len / 4 != ng || iv.len / 4 != ng || PyList_GET_SIZE(steps) != ng || fv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "launch_runs: sizes differ");
@@ -1260,26 +1367,31 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
         if (!e->cat || !same(e->cat, S_kernel)) continue;
         PyObject *step = PyList_GET_ITEM(steps, g);
         if (line[g] < 0 || step == Py_None) continue;
-        PyObject *lid = PyLong_FromLong(line[g]);
-        if (!lid) goto done;
-        PyObject *groups = PyDict_GetItemWithError(per, lid);
-        if (!groups) {
-            if (PyErr_Occurred() || !(groups = PyDict_New()) || PyDict_SetItem(per, lid, groups) < 0) {
-                Py_XDECREF(groups); Py_DECREF(lid); goto done;
-            }
-            Py_DECREF(groups);
-        }
-        Py_DECREF(lid);
-        PyObject *key = PyTuple_Pack(2, e->name, step);
-        if (!key) goto done;
-        PyObject *runs = PyDict_GetItemWithError(groups, key);
+        uint64_t ck[KEY_W] = {(uint32_t)line[g], (uintptr_t)e->name, (uintptr_t)step};
+        PyObject *runs = id_get(&seen, ck);
         if (!runs) {
-            if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(groups, key, runs) < 0) {
-                Py_XDECREF(runs); Py_DECREF(key); goto done;
+            PyObject *lid = PyLong_FromLong(line[g]);
+            if (!lid) goto done;
+            PyObject *groups = PyDict_GetItemWithError(per, lid);
+            if (!groups) {
+                if (PyErr_Occurred() || !(groups = PyDict_New()) || PyDict_SetItem(per, lid, groups) < 0) {
+                    Py_XDECREF(groups); Py_DECREF(lid); goto done;
+                }
+                Py_DECREF(groups);
             }
-            Py_DECREF(runs);
+            Py_DECREF(lid);
+            PyObject *key = PyTuple_Pack(2, e->name, step);
+            if (!key) goto done;
+            runs = PyDict_GetItemWithError(groups, key);
+            if (!runs) {
+                if (PyErr_Occurred() || !(runs = PyList_New(0)) || PyDict_SetItem(groups, key, runs) < 0) {
+                    Py_XDECREF(runs); Py_DECREF(key); goto done;
+                }
+                Py_DECREF(runs);
+            }
+            Py_DECREF(key);
+            if (id_put(&seen, ck, runs) < 0) goto done;
         }
-        Py_DECREF(key);
         Ev *call = ev_at(cpu, li);
         if (!call) goto done;
         PyObject *x = Py_BuildValue("(ddi)", e->dur, call->dur, (int)li);
@@ -1289,6 +1401,7 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
     result = per;
     per = NULL;
 done:
+    free(seen.s);
     Py_XDECREF(per);
     PyBuffer_Release(&lv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);
     return result;
