@@ -297,7 +297,9 @@ def test_grouping_by_identity_merges_equal_names_as_the_reference(tmp_path):
     import collections
     import json
 
-    doc = json.loads(gzip.decompress(open(os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"), "rb").read()))
+    doc = json.loads(
+        gzip.decompress(open(os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"), "rb").read())
+    )
     kernels = collections.Counter(e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
     top = kernels.most_common(1)[0][0]
     long_name = top + " " * (66 << 10)
