@@ -2183,6 +2183,7 @@ done:
  * as a number into the distinct keys in order of first appearance (analyses.gpu_classes). */
 static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
     PyObject *gpu, *cpu, *keys = NULL, *index = NULL, *cb = NULL, *res = NULL;
+    IdCache seen = {0};
     Py_buffer lv, av;
     if (!PyArg_ParseTuple(args, "O!y*y*O!", &PyList_Type, &gpu, &lv, &av, &PyList_Type, &cpu)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(gpu), nc = PyList_GET_SIZE(cpu), na = av.len / 4;
@@ -2191,8 +2192,6 @@ static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
     if (!(keys = PyList_New(0)) || !(index = PyDict_New()) || !(cb = PyBytes_FromStringAndSize(NULL, n * 4)))
         goto done;
     int32_t *code = (int32_t *)PyBytes_AS_STRING(cb);
-    PyObject *last = NULL; /* the last key and its number: runs of one kernel from one op are common */
-    int32_t last_code = -1;
     for (Py_ssize_t g = 0; g < n; g++) {
         Ev *ev = ev_at(gpu, g);
         if (!ev) goto done;
@@ -2205,30 +2204,29 @@ static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
             if (!oe) goto done;
             opname = oe->name;
         }
-        if (last && PyTuple_GET_ITEM(last, 0) == ev->name && PyTuple_GET_ITEM(last, 1) == ev->cat
-            && PyTuple_GET_ITEM(last, 2) == opname) {
-            code[g] = last_code;
-            continue;
-        }
-        PyObject *key = PyTuple_Pack(3, ev->name, ev->cat, opname);
-        if (!key) goto done;
-        PyObject *got = PyDict_GetItemWithError(index, key);
+        uint64_t ck[KEY_W] = {(uintptr_t)ev->name, (uintptr_t)ev->cat, (uintptr_t)opname};
+        PyObject *got = id_get(&seen, ck);
         if (!got) {
-            if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
-            PyObject *num = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
-            if (!num || PyDict_SetItem(index, key, num) < 0 || PyList_Append(keys, key) < 0) {
-                Py_XDECREF(num); Py_DECREF(key); goto done;
+            PyObject *key = PyTuple_Pack(3, ev->name, ev->cat, opname);
+            if (!key) goto done;
+            got = PyDict_GetItemWithError(index, key);
+            if (!got) {
+                if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+                PyObject *num = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+                if (!num || PyDict_SetItem(index, key, num) < 0 || PyList_Append(keys, key) < 0) {
+                    Py_XDECREF(num); Py_DECREF(key); goto done;
+                }
+                got = num;
+                Py_DECREF(num); /* the dict holds it */
             }
-            got = num;
-            Py_DECREF(num); /* the dict holds it */
+            Py_DECREF(key);
+            if (id_put(&seen, ck, got) < 0) goto done;
         }
         code[g] = (int32_t)PyLong_AsLong(got);
-        last_code = code[g];
-        Py_DECREF(key);
-        last = PyList_GET_ITEM(keys, last_code); /* borrowed: the list holds it */
     }
     res = Py_BuildValue("(OO)", keys, cb);
 done:
+    free(seen.s);
     Py_XDECREF(keys); Py_XDECREF(index); Py_XDECREF(cb);
     PyBuffer_Release(&lv); PyBuffer_Release(&av);
     return res;
