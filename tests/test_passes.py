@@ -174,16 +174,24 @@ def test_spans_read_as_their_pairs():
 
 
 def test_nest_sorts_runs_and_shuffles_as_its_reference(tmp_path):
-    """Synthetic: one thread's events in a few sorted runs (merged by nest's run merge), and
-    shuffled (qsort), with equal starts and equal durations, sorted and nested as the reference
-    does."""
+    """Synthetic: one thread's events in a few sorted runs (merged by nest's run merge), in dozens
+    of runs that overlap a little (a trace's order: events moved a little earlier, so each merge
+    moves only its overlap), and shuffled (qsort), with equal starts and equal durations, sorted
+    and nested as the reference does."""
     import json
     import random
 
     rng = random.Random(32)
     base = [(float(rng.randrange(0, 5000)), float(rng.choice([1, 2, 5, 50, 500]))) for _ in range(3000)]
-    runs = sorted(base[:1000], key=lambda v: (v[0], -v[1])) + sorted(base[1000:], key=lambda v: (v[0], -v[1]))
-    for k, spans in enumerate((runs, rng.sample(base, len(base)))):
+    order = lambda v: (v[0], -v[1])  # noqa: E731
+    runs = sorted(base[:1000], key=order) + sorted(base[1000:], key=order)
+    local = sorted(base, key=order)
+    for _ in range(41):  # an odd number of runs: one waits a round unmerged
+        p = rng.randrange(60, len(local))
+        local.insert(p - rng.randrange(1, 50), local.pop(p))
+    breaks = sum(order(a) > order(b) for a, b in zip(local, local[1:]))
+    assert 20 < breaks < 3000 // 16  # the run merge's case, not qsort's
+    for k, spans in enumerate((runs, local, rng.sample(base, len(base)))):
         events = [
             {"ph": "X", "cat": "cpu_op", "name": f"op{j % 7}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
             for j, (ts, dur) in enumerate(spans)

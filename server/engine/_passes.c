@@ -28,10 +28,34 @@ static int cmp_items(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* Merges the sorted a[lo, mid) and a[mid, hi) in place, moving only where they overlap: the first
+ * run's items before the second's first item, and the second's after the first's last, are in
+ * place already (found by binary search). ``tmp`` holds mid - lo items. */
+static void merge_runs(SortItem *a, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi, SortItem *tmp) {
+    Py_ssize_t l = lo, r = mid;
+    while (l < r) { /* the first item of the first run after the second's first */
+        Py_ssize_t m = l + (r - l) / 2;
+        if (cmp_items(&a[m], &a[mid]) > 0) r = m; else l = m + 1;
+    }
+    lo = l;
+    l = mid, r = hi;
+    while (l < r) { /* the first item of the second run after the first's last */
+        Py_ssize_t m = l + (r - l) / 2;
+        if (cmp_items(&a[m], &a[mid - 1]) > 0) r = m; else l = m + 1;
+    }
+    hi = l;
+    Py_ssize_t na = mid - lo, i = 0, j = mid, o = lo;
+    memcpy(tmp, a + lo, na * sizeof(SortItem));
+    while (i < na && j < hi) a[o++] = cmp_items(&a[j], &tmp[i]) < 0 ? a[j++] : tmp[i++]; /* o < j: unread items stay */
+    while (i < na) a[o++] = tmp[i++];
+}
+
 /* Sorts items by cmp_items (a total order: the index breaks ties, so any sort gives the same
  * order) by merging its natural runs: a thread's events come mostly in start order, a few dozen
- * runs in 500,000 events, which a few merge passes join (qsort took ~log2 n of them). Many short
- * runs (no order to use) go to qsort. */
+ * runs in 500,000 events, which a few rounds of pairwise merges join. A merge moves only the
+ * items where its two runs overlap (a trace's runs overlap little: a late event, a step's
+ * annotation), so a round costs far less than a copy of the whole (qsort took ~log2 n of them).
+ * Many short runs (no order to use) go to qsort. */
 static void sort_items(SortItem *a, Py_ssize_t n) {
     if (n < 2) return;
     Py_ssize_t nr = 1;
@@ -45,22 +69,15 @@ static void sort_items(SortItem *a, Py_ssize_t n) {
     for (Py_ssize_t j = 1; j < n; j++)
         if (cmp_items(&a[j - 1], &a[j]) > 0) runs[k++] = j;
     runs[k] = n; /* run r is [runs[r], runs[r + 1]) */
-    SortItem *src = a, *dst = tmp;
     while (nr > 1) {
         Py_ssize_t m = 0;
         for (Py_ssize_t r = 0; r < nr; r += 2) {
-            Py_ssize_t lo = runs[r], mid = r + 1 < nr ? runs[r + 1] : runs[nr], hi = r + 1 < nr ? runs[r + 2] : runs[nr];
-            Py_ssize_t i = lo, j = mid, o = lo;
-            while (i < mid && j < hi) dst[o++] = cmp_items(&src[j], &src[i]) < 0 ? src[j++] : src[i++];
-            while (i < mid) dst[o++] = src[i++];
-            while (j < hi) dst[o++] = src[j++];
-            runs[m++] = lo;
+            if (r + 1 < nr) merge_runs(a, runs[r], runs[r + 1], runs[r + 2], tmp);
+            runs[m++] = runs[r];
         }
         runs[m] = n;
         nr = m;
-        SortItem *t = src; src = dst; dst = t;
     }
-    if (src != a) memcpy(a, src, n * sizeof(SortItem));
     free(runs);
     free(tmp);
 }
