@@ -296,32 +296,39 @@ def test_launchers_join_ids_repeated_across_processes_as_its_reference(tmp_path)
 
 
 def test_grouping_by_identity_merges_equal_names_as_the_reference(tmp_path):
-    """Synthetic from a real trace (no real kernel name is that long): the native passes that group
-    kernels under a key (kernel_configs, launch_runs, hot_sums) look a group up by the identity of
-    the key's objects before the dict. The scanner makes one object of each name up to 64 KB; a
-    longer name is a new object each time it occurs, equal to the others. tinygpt_naive's most
-    launched kernel renamed to a 66 KB name: its launches group as the reference's dicts group
-    them (one key each, not one per object)."""
+    """Synthetic from a real trace (no real kernel or op name is that long): the native passes that
+    group events under a key (kernel_configs, launch_runs, hot_sums, gpu_keys; frames' name codes)
+    look a group up by the identity of the key's objects before the dict. The scanner makes one
+    object of each name up to 64 KB; a longer name is a new object each time it occurs, equal to
+    the others. tinygpt_naive's most launched kernel and an op of at most a hundred calls renamed
+    to 66 KB names: their events group as the reference's dicts group them (one key each, not one
+    per object)."""
     import collections
     import json
 
     doc = json.loads(
         gzip.decompress(open(os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"), "rb").read())
     )
-    kernels = collections.Counter(e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    events = doc["traceEvents"]
+    kernels = collections.Counter(e["name"] for e in events if e.get("cat") == "kernel")
+    ops = collections.Counter(e["name"] for e in events if e.get("cat") == "cpu_op")
     top = kernels.most_common(1)[0][0]
-    long_name = top + " " * (66 << 10)
-    for e in doc["traceEvents"]:
+    op = next(name for name, n in ops.most_common() if n <= 100)
+    long_name, long_op = top + " " * (66 << 10), op + " " * (66 << 10)
+    for e in events:
         if e.get("cat") == "kernel" and e["name"] == top:
             e["name"] = long_name
+        elif e.get("cat") == "cpu_op" and e["name"] == op:
+            e["name"] = long_op
     path = _write(tmp_path, "long_names.json", json.dumps(doc).encode())
     evs = loader.load(path)[0].traceEvents
-    named = [e.name for e in evs if e.name == long_name]
-    assert len(named) == kernels[top] and len({id(n) for n in named}) == len(named)  # each its own object
+    for name, count in ((long_name, kernels[top]), (long_op, ops[op])):
+        named = [e.name for e in evs if e.name == name]
+        assert len(named) == count and len({id(n) for n in named}) == count  # each its own object
     del evs, named
     with passes.differential() as runs:
         engine.analyze.analyze_file(path)
-    assert {"kernel_configs", "launch_runs", "hot_sums"} <= {r.name for r in runs}
+    assert {"kernel_configs", "launch_runs", "hot_sums", "gpu_keys", "frames"} <= {r.name for r in runs}
     assert [(r.name, r.differs) for r in runs if r.differs] == []
 
 

@@ -474,6 +474,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     Py_ssize_t nl = 0, nu = 0;
     double t0 = 0.0;
     unsigned char *label = NULL; /* per event: a user_annotation (its children read this, not it again) */
+    IdCache seen = {0}; /* a name's frame id (python frames) or code (the others), by identity */
     if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
     const int32_t *parent = pv.buf;
     fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
@@ -505,7 +506,12 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
         label[i] = same(e->cat, S_user_annotation);
         if (label[i]) uidx[nu++] = (int32_t)i;
         if (same(e->cat, S_python_function)) {
-            PyObject *k = PyDict_GetItemWithError(frame_of_name, e->name); /* borrowed int */
+            uint64_t ck[KEY_W] = {(uintptr_t)e->name, 1};
+            PyObject *k = id_get(&seen, ck); /* borrowed int */
+            if (!k) {
+                if ((k = PyDict_GetItemWithError(frame_of_name, e->name)) && id_put(&seen, ck, k) < 0) goto fail;
+                if (!k && PyErr_Occurred()) goto fail;
+            }
             if (!k) {
                 if (PyErr_Occurred()) goto fail;
                 PyObject *fr = PyObject_CallOneArg(parse, e->name);
@@ -529,6 +535,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
                 k = PyLong_FromLong(id);
                 if (!k || PyDict_SetItem(frame_of_name, e->name, k) < 0) { Py_XDECREF(k); goto fail; }
                 Py_DECREF(k);
+                if (id_put(&seen, ck, k) < 0) goto fail;
             }
             long id = PyLong_AsLong(k);
             if (id >= 0) {
@@ -538,12 +545,16 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
                 if (is_user) { fof[i] = (int32_t)i; continue; }
             }
         } else {
-            PyObject *c = PyDict_GetItemWithError(code_of, e->name);
+            uint64_t ck[KEY_W] = {(uintptr_t)e->name, 2};
+            PyObject *c = id_get(&seen, ck);
             if (!c) {
-                if (PyErr_Occurred()) goto fail;
-                c = PyLong_FromSsize_t(PyList_GET_SIZE(names));
-                if (!c || PyDict_SetItem(code_of, e->name, c) < 0 || PyList_Append(names, e->name) < 0) { Py_XDECREF(c); goto fail; }
-                Py_DECREF(c);
+                if (!(c = PyDict_GetItemWithError(code_of, e->name))) {
+                    if (PyErr_Occurred()) goto fail;
+                    c = PyLong_FromSsize_t(PyList_GET_SIZE(names));
+                    if (!c || PyDict_SetItem(code_of, e->name, c) < 0 || PyList_Append(names, e->name) < 0) { Py_XDECREF(c); goto fail; }
+                    Py_DECREF(c);
+                }
+                if (id_put(&seen, ck, c) < 0) goto fail;
             }
             code[i] = (int32_t)PyLong_AsLong(c);
             if (!call_from && same(e->cat, S_cpu_op) && HAS_OP(e) && (e->flags & F_ARGS) && e->call_from &&
@@ -563,6 +574,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     }
     PyBuffer_Release(&pv);
     free(label);
+    free(seen.s);
     Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
     if (_PyBytes_Resize(&lb, nl * 4) < 0 || _PyBytes_Resize(&ub, nu * 4) < 0) {
         Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
@@ -574,6 +586,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
 fail:
     PyBuffer_Release(&pv);
     free(label);
+    free(seen.s);
     Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
     Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
     Py_XDECREF(lb); Py_XDECREF(ub);
