@@ -205,6 +205,35 @@ def test_nest_sorts_runs_and_shuffles_as_its_reference(tmp_path):
         assert passes.differs(ref, got) is None
 
 
+def test_by_start_sorts_stably_as_its_reference(tmp_path):
+    """Synthetic: events in a few sorted runs, in dozens of slightly overlapping runs, and
+    shuffled, with many equal starts (and -0.0 beside 0.0): by_start orders them as
+    ``sorted(key=ts)`` does, equal starts in their order in the list."""
+    import json
+    import random
+
+    rng = random.Random(5)
+    starts = [float(rng.randrange(0, 300)) for _ in range(2000)] + [0.0, -0.0, 0.0]
+    local = sorted(starts)
+    for _ in range(25):
+        p = rng.randrange(60, len(local))
+        local.insert(p - rng.randrange(1, 50), local.pop(p))
+    for k, spans in enumerate(
+        (sorted(starts[:900]) + sorted(starts[900:]), local, rng.sample(starts, len(starts)))
+    ):
+        events = [
+            {"ph": "X", "cat": "kernel", "name": f"k{j}", "pid": 0, "tid": 7, "ts": ts, "dur": 1.0}
+            for j, ts in enumerate(spans)
+        ]
+        path = _write(tmp_path, f"s{k}.json", json.dumps({"traceEvents": events}).encode())
+        evs = list(loader.load(path)[0].traceEvents)
+        assert passes.for_events(evs) is passes.NATIVE
+        p = passes.PASSES["by_start"]
+        ref, got = p.reference(list(evs)), p.native(list(evs))
+        assert [e.name for e in got] == [e.name for e in ref]
+        assert [e.ts for e in got] == sorted(e.ts for e in evs)
+
+
 def test_a_native_pass_reads_only_events_from_its_event_lists(monkeypatch):
     """Every native pass a real trace's analysis calls, called again with each list of events it
     was given replaced by one of non-events (floats): it raises TypeError, or returns what it

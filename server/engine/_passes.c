@@ -244,6 +244,32 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNNNN)", pbytes, cbytes, sbytes, dbytes, kbytes);
 }
 
+/* by_start(events) -> list: the events in start order, those of one start in their order (as
+ * ``sorted(events, key=ts)``, stable): their natural runs merged, as nest's sort does, and one
+ * float a run read from the event, not a key object an event made and freed. */
+static PyObject *by_start(PyObject *mod, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "by_start: too many events"); return NULL; }
+    SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
+    if (!items) return PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Ev *e = ev_at(list, j);
+        if (!e) { free(items); return NULL; }
+        items[j] = (SortItem){.ts = e->ts, .dur = 0.0, .idx = (int32_t)j, .kind = 0, .ev = (PyObject *)e};
+    }
+    sort_items(items, n); /* equal starts: by place (dur is 0 for all) */
+    PyObject *out = PyList_New(n);
+    if (out)
+        for (Py_ssize_t j = 0; j < n; j++) {
+            Py_INCREF(items[j].ev);
+            PyList_SET_ITEM(out, j, items[j].ev);
+        }
+    free(items);
+    return out;
+}
+
 /* children(parent: int32 buffer[, n]) -> (offsets: bytes of int32 [n+1], kids: bytes of int32):
  * the items whose parent is i are kids[offsets[i]:offsets[i+1]], in index order; parents are in
  * [0, n), n = len(parent) by default; negative parents belong to none. */
@@ -630,10 +656,10 @@ static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, 
  * events' threads in order of first appearance. */
 static PyObject *owners(PyObject *mod, PyObject *args) {
     PyObject *cpu, *events, *starts_by, *base_by, *cat;
-    Py_buffer pv;
+    Py_buffer pv, tv, dv;
     double slack;
-    if (!PyArg_ParseTuple(args, "O!y*O!O!O!dO", &PyList_Type, &cpu, &pv, &PyList_Type, &events, &PyDict_Type,
-                          &starts_by, &PyDict_Type, &base_by, &slack, &cat))
+    if (!PyArg_ParseTuple(args, "O!y*O!O!O!dOy*y*", &PyList_Type, &cpu, &pv, &PyList_Type, &events, &PyDict_Type,
+                          &starts_by, &PyDict_Type, &base_by, &slack, &cat, &tv, &dv))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), m = PyList_GET_SIZE(events);
     PyObject *ob = NULL, *tb = NULL, *threads = NULL, *ids = NULL, *res = NULL;
@@ -641,10 +667,13 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
     int have_sv = 0;
     PyObject *last_thread = NULL;
     Py_ssize_t base = 0, tid_index = -1;
-    if (pv.len / 4 != n) {
+    if (pv.len / 4 != n || tv.len / 8 != n || dv.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "sizes");
         goto done;
     }
+    /* the walk up the parents reads each event's start and duration from the model's columns
+     * (16 bytes an event, next to each other), not from the events spread over the heap */
+    const double *ts_all = tv.buf, *dur_all = dv.buf;
     ob = PyBytes_FromStringAndSize(NULL, m * 4);
     tb = PyBytes_FromStringAndSize(NULL, m * 4);
     threads = PyList_New(0);
@@ -692,16 +721,19 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
         }
         Py_ssize_t i = lo >= 1 ? base + lo - 1 : -1;
         while (i >= 0 && i < n) {
-            Ev *e = ev_at(cpu, i);
-            if (!e) goto done;
-            if (e->ts + e->dur + slack >= q->ts && (cat == Py_None || same(e->cat, cat))) { o[k] = (int32_t)i; break; }
+            if (ts_all[i] + dur_all[i] + slack >= q->ts) {
+                if (cat == Py_None) { o[k] = (int32_t)i; break; }
+                Ev *e = ev_at(cpu, i);
+                if (!e) goto done;
+                if (same(e->cat, cat)) { o[k] = (int32_t)i; break; }
+            }
             i = parent[i];
         }
     }
     res = Py_BuildValue("(OOO)", ob, tb, threads);
 done:
     if (have_sv) PyBuffer_Release(&sv);
-    PyBuffer_Release(&pv);
+    PyBuffer_Release(&pv); PyBuffer_Release(&tv); PyBuffer_Release(&dv);
     Py_XDECREF(ob); Py_XDECREF(tb); Py_XDECREF(threads); Py_XDECREF(ids);
     return res;
 }
@@ -2972,6 +3004,7 @@ PyMethodDef PASS_METHODS[] = {
     {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
     {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
+    {"by_start", by_start, METH_VARARGS, "by_start(events) -> the events sorted by start, stable"},
     {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
     /* the summary analyses and the module tree */

@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 from array import array
 from itertools import compress
-from operator import attrgetter
 import re
 import sys
 from dataclasses import dataclass, field
@@ -65,7 +64,6 @@ ROLES = {
 # later profiler files it under user_annotation; ops (``aten::mm``, ``AddmmBackward``) never have one.
 LABELS_AMONG_OPS = frozenset({"Operator"})
 
-_ts = attrgetter("ts")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -463,7 +461,7 @@ def build(doc: TraceDoc) -> TraceModel:
             cpu = evs
     whole = memoryview(cpu_starts)  # (the column is complete: no resize while the slices live)
     starts = {key: whole[base : base + n] for key, base, n in placed}
-    tindex = ThreadIndex(cpu, parent, starts)
+    tindex = ThreadIndex(cpu, parent, starts, cpu_starts, durs)
     thread = ThreadColumn(tindex.base, len(cpu))
 
     frame_ids, frame_table, frame_of, token, by_name, call_from, launches, annotations, first_ts = run.frames(
@@ -471,7 +469,7 @@ def build(doc: TraceDoc) -> TraceModel:
     )
     frames = FrameIndex.from_ids(frame_ids, frame_table, run)
 
-    gpu.sort(key=_ts)
+    gpu = run.by_start(gpu)
     launcher = run.launchers(cpu, launches, gpu)
 
     steps = _steps(cpu, annotations)
@@ -616,10 +614,13 @@ class FrameIndex:
 class ThreadIndex:
     """Per-thread start times, for "which event encloses this instant" queries."""
 
-    def __init__(self, cpu, parent, starts: dict[tuple, memoryview]):
-        """``starts``: each thread's start times, in the order its events sit, contiguously, in cpu."""
+    def __init__(self, cpu, parent, starts: dict[tuple, memoryview], cpu_starts=None, durs=None):
+        """``starts``: each thread's start times, in the order its events sit, contiguously, in cpu;
+        ``cpu_starts`` and ``durs``: every cpu event's start and duration (the model's columns,
+        which the owners pass reads in place of the events)."""
         self.cpu, self.parent = cpu, parent
         self.starts = starts
+        self.cpu_starts, self.durs = cpu_starts, durs
         self.base: dict = {}
         base = 0
         for key, tss in starts.items():
@@ -692,7 +693,17 @@ def _flow_ends(run, starts: list, ends: list, tindex: ThreadIndex) -> tuple[arra
     """(forward ops, backward ops) at the two ends of the fwdbwd flows: the innermost cpu_op around
     each end on its thread, -1 when none."""
     return tuple(
-        run.owners(tindex.cpu, tindex.parent, side, tindex.starts, tindex.base, 1e-3, "cpu_op")[0]
+        run.owners(
+            tindex.cpu,
+            tindex.parent,
+            side,
+            tindex.starts,
+            tindex.base,
+            1e-3,
+            "cpu_op",
+            tindex.cpu_starts,
+            tindex.durs,
+        )[0]
         for side in (starts, ends)
     )
 
@@ -786,13 +797,21 @@ class MemoryTable:
 
 def _memory(run, mem_raw, tindex: ThreadIndex) -> MemoryTable:
     """Each [memory] instant with the innermost CPU event around it on its thread."""
-    samples = sorted(mem_raw, key=_ts)
+    samples = run.by_start(mem_raw)
     out = MemoryTable()
     out.ts, out.nbytes, out.total_allocated, out.total_reserved, out.device_type, out.addr = (
         run.memory_columns(samples)
     )
     out.owner, out.thread_id, out.threads = run.owners(
-        tindex.cpu, tindex.parent, samples, tindex.starts, tindex.base, 0.0, None
+        tindex.cpu,
+        tindex.parent,
+        samples,
+        tindex.starts,
+        tindex.base,
+        0.0,
+        None,
+        tindex.cpu_starts,
+        tindex.durs,
     )
     return _sum_totals(out)
 

@@ -319,6 +319,15 @@ def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, byt
     return _BUILT.nest(evs, base, slack, cats)
 
 
+def _by_start_ref(events: list) -> list:
+    """The events in start order, those of one start in their order (a stable sort)."""
+    return sorted(events, key=_ts)
+
+
+def _by_start_c(events: list) -> list:
+    return _BUILT.by_start(events)
+
+
 def _frames_ref(cpu, parent, parse_frame, launch_cats):
     """The model's second pass: the parsed python frames (an id per event into a table of distinct
     frames), the user frame around each event, the statement token (the frame's direct child,
@@ -460,9 +469,13 @@ def _inherit_c(parent: array, frame_of: array, target: array) -> array:
     return column("i", _BUILT.inherit(parent, frame_of, target))
 
 
-def _owners_ref(cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str]):
+def _owners_ref(
+    cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str], cpu_starts, durs
+):
     """Per event the innermost cpu event of its thread around its start (``innermost``, many at
-    once): (owner, thread: an index into threads, threads in order of first appearance)."""
+    once): (owner, thread: an index into threads, threads in order of first appearance).
+    ``cpu_starts`` and ``durs``: every cpu event's start and duration, the model's columns (the
+    native pass reads them, not the events; here the events are read, as innermost does)."""
     owner, thread = array("i"), array("i")
     threads: list[tuple] = []
     ids: dict[tuple, int] = {}
@@ -477,8 +490,10 @@ def _owners_ref(cpu, parent, events, starts: dict, base: dict, slack: float, cat
     return owner, thread, threads
 
 
-def _owners_c(cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str]):
-    ob, tb, threads = _BUILT.owners(cpu, parent, events, starts, base, slack, cat)
+def _owners_c(
+    cpu, parent, events, starts: dict, base: dict, slack: float, cat: Optional[str], cpu_starts, durs
+):
+    ob, tb, threads = _BUILT.owners(cpu, parent, events, starts, base, slack, cat, cpu_starts, durs)
     return column("i", ob), column("i", tb), threads
 
 
@@ -1561,6 +1576,12 @@ PASSES: dict[str, Pass] = {
             _classify_ref,
             _classify_c,
             _keep_cats,
+        ),
+        Pass(
+            "by_start",
+            "events in start order (the GPU events, the allocator samples)",
+            _by_start_ref,
+            _by_start_c,
         ),
         Pass(
             "nest",
