@@ -839,9 +839,9 @@ static int slot_values(PyObject *dicts, const Sums *sums, int with_class, PyObje
 
 static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     PyObject *cpu, *gpu, *classes, *launch_cats;
-    Py_buffer pv, cv, fv, wv, lnv, kyv, ov, lv;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*y*O!O", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
-                          &fv, &wv, &lnv, &kyv, &ov, &lv, &PyList_Type, &classes, &launch_cats))
+    Py_buffer pv, cv, fv, wv, lnv, kyv, ov, lv, dv, yv, av;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*y*O!Oy*y*y*", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &lnv, &kyv, &ov, &lv, &PyList_Type, &classes, &launch_cats, &dv, &yv, &av))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
     int32_t *hid_of = NULL, *order = NULL, *first = NULL;
@@ -854,10 +854,16 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     PyObject **scls = NULL;
     if (!kc || !ks) goto done;
     if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || lnv.len / 4 != n ||
-        kyv.len / 4 != n || ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng) {
+        kyv.len / 4 != n || ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng || dv.len / 8 != n ||
+        yv.len != n || av.len != n) {
         PyErr_SetString(PyExc_ValueError, "hot_lines: sizes differ");
         goto done;
     }
+    /* the cpu events' durations and categories from the model's columns (durs, the python frames'
+     * and launch calls' masks), not from the events: a parent's, read for each of its children,
+     * is anywhere on the heap */
+    const double *durs = dv.buf;
+    const unsigned char *py = yv.buf, *launch = av.buf;
     const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *lines = lnv.buf, *keys = kyv.buf;
     const int32_t *off = ov.buf, *gl = lv.buf;
     const double *cdur = cv.buf;
@@ -871,9 +877,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t line = lines[i];
         if (line < 0) continue;
-        Ev *e = ev_at(cpu, i);
-        if (!e) goto done;
-        if (same(e->cat, S_python_function)) continue; /* frames are counted through their ops */
+        if (py[i]) continue; /* frames are counted through their ops */
         if (hid_of[line] < 0) {
             int32_t h = (int32_t)nh;
             hid_of[line] = h;
@@ -910,20 +914,16 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         int top = p < 0;
         if (!top) {
             if (p >= n) { PyErr_SetString(PyExc_ValueError, "hot_lines: bad parent"); goto done; }
-            Ev *pe = ev_at(cpu, p);
-            if (!pe) goto done;
-            top = same(pe->cat, S_python_function) || keys[p] != keys[i];
+            top = py[p] || keys[p] != keys[i];
         }
-        double self_us = e->dur - cdur[i];
+        double dur = durs[i], self_us = dur - cdur[i];
         if (backward) {
-            if (top) cbwd[h] += e->dur;
+            if (top) cbwd[h] += dur;
         } else {
             cself[h] += self_us > 0.0 ? self_us : 0.0;
-            if (top) { ctot[h] += e->dur; calls[h]++; }
+            if (top) { ctot[h] += dur; calls[h]++; }
         }
-        int r = PySet_Contains(launch_cats, e->cat);
-        if (r < 0) goto done;
-        if (!r) continue;
+        if (!launch[i]) continue;
         int32_t g0 = off[i], g1 = off[i + 1];
         if (g1 > g0) launches[h]++;
         for (int32_t gi = g0; gi < g1; gi++) {
@@ -967,6 +967,7 @@ done:
     Py_XDECREF(kc); Py_XDECREF(ks);
     PyBuffer_Release(&pv); PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&wv);
     PyBuffer_Release(&lnv); PyBuffer_Release(&kyv); PyBuffer_Release(&ov); PyBuffer_Release(&lv);
+    PyBuffer_Release(&dv); PyBuffer_Release(&yv); PyBuffer_Release(&av);
     return result;
 }
 
@@ -1007,23 +1008,23 @@ done:
  * non-python ancestor (passes._cpu_total_ref: Self CPU time total, nesting not double-counted). */
 static PyObject *cpu_total(PyObject *mod, PyObject *args) {
     PyObject *cpu;
-    Py_buffer pv;
-    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &cpu, &pv)) return NULL;
+    Py_buffer pv, dv, yv;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*", &PyList_Type, &cpu, &pv, &dv, &yv)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu);
     PyObject *out = NULL;
     char *inside = NULL;
-    if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
+    if (pv.len / 4 != n || dv.len / 8 != n || yv.len != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
     inside = malloc(n ? n : 1);
     if (!inside) { PyErr_NoMemory(); goto done; }
     const int32_t *parent = pv.buf;
+    const double *durs = dv.buf; /* the columns, not the events (one read of each, in order) */
+    const unsigned char *py = yv.buf;
     double total = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Ev *e = ev_at(cpu, i);
-        if (!e) goto done;
         int32_t p = parent[i];
         int in = p >= 0 && p < i && inside[p];
-        if (!same(e->cat, S_python_function)) {
-            if (!in) total += e->dur;
+        if (!py[i]) {
+            if (!in) total += durs[i];
             inside[i] = 1;
         } else {
             inside[i] = (char)in;
@@ -1032,7 +1033,7 @@ static PyObject *cpu_total(PyObject *mod, PyObject *args) {
     out = PyFloat_FromDouble(total);
 done:
     free(inside);
-    PyBuffer_Release(&pv);
+    PyBuffer_Release(&pv); PyBuffer_Release(&dv); PyBuffer_Release(&yv);
     return out;
 }
 
@@ -1401,24 +1402,25 @@ done:
     return res;
 }
 
-/* launch_runs(gpu, launcher, frame_of, lines, steps, cpu) -> dict
+/* launch_runs(gpu, launcher, frame_of, lines, steps, cpu, durs) -> dict
  * launch-storm's runs (passes._launch_runs_ref): each kernel launched from a user frame, in a
  * step and on a line, as (duration, its launch call's duration, launch call) under its line
  * group's id (``lines``, int32; -1: none) and (kernel name, step number) (``steps``: per GPU
  * event the step number of its launch, None outside every step), in order of first run. */
 static PyObject *launch_runs(PyObject *mod, PyObject *args) {
     PyObject *gpu, *steps, *cpu;
-    Py_buffer lv, fv, iv;
-    if (!PyArg_ParseTuple(args, "O!y*y*y*O!O!", &PyList_Type, &gpu, &lv, &fv, &iv, &PyList_Type, &steps,
-                          &PyList_Type, &cpu))
+    Py_buffer lv, fv, iv, dv;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*O!O!y*", &PyList_Type, &gpu, &lv, &fv, &iv, &PyList_Type, &steps,
+                          &PyList_Type, &cpu, &dv))
         return NULL;
     PyObject *per = NULL, *result = NULL;
     IdCache seen = {0};
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
-    if (lv.len / 4 != ng || iv.len / 4 != ng || PyList_GET_SIZE(steps) != ng || fv.len / 4 != n) {
+    if (lv.len / 4 != ng || iv.len / 4 != ng || PyList_GET_SIZE(steps) != ng || fv.len / 4 != n || dv.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "launch_runs: sizes differ");
         goto done;
     }
+    const double *durs = dv.buf; /* the launch calls' durations: the column, not the events */
     if (!(per = PyDict_New())) goto done;
     const int32_t *launcher = lv.buf, *fof = fv.buf, *line = iv.buf;
     for (Py_ssize_t g = 0; g < ng; g++) {
@@ -1454,9 +1456,7 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
             Py_DECREF(key);
             if (id_put(&seen, ck, runs) < 0) goto done;
         }
-        Ev *call = ev_at(cpu, li);
-        if (!call) goto done;
-        PyObject *x = Py_BuildValue("(ddi)", e->dur, call->dur, (int)li);
+        PyObject *x = Py_BuildValue("(ddi)", e->dur, durs[li], (int)li);
         if (!x || PyList_Append(runs, x) < 0) { Py_XDECREF(x); goto done; }
         Py_DECREF(x);
     }
@@ -1465,7 +1465,7 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
 done:
     free(seen.s);
     Py_XDECREF(per);
-    PyBuffer_Release(&lv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);
+    PyBuffer_Release(&lv); PyBuffer_Release(&fv); PyBuffer_Release(&iv); PyBuffer_Release(&dv);
     return result;
 }
 
@@ -2988,7 +2988,7 @@ PyMethodDef PASS_METHODS[] = {
     {"launch_delays", launch_delays, METH_VARARGS, "launch_delays(gpu, launcher, cpu, min_delay) -> (delays, late)"},
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
     {"line_gpu_sums", line_gpu_sums, METH_VARARGS, "line_gpu_sums(launcher, line_tokens, gpu) -> (keys, sums, first launch)"},
-    {"launch_runs", launch_runs, METH_VARARGS, "launch_runs(gpu, launcher, frame_of, lines, steps, cpu) -> dict"},
+    {"launch_runs", launch_runs, METH_VARARGS, "launch_runs(gpu, launcher, frame_of, lines, steps, cpu, durs) -> dict"},
     {"fixed_points", fixed_points, METH_VARARGS, "fixed_points(int32 column) -> bytes: 1 where col[i] == i"},
     {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
     {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
@@ -2997,7 +2997,7 @@ PyMethodDef PASS_METHODS[] = {
     {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
     {"ancestors", ancestors, METH_VARARGS, "ancestors(parent, items) -> bytes: the items and every event above them"},
     {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
-    {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent) -> float"},
+    {"cpu_total", cpu_total, METH_VARARGS, "cpu_total(cpu, parent, durs, python) -> float"},
     {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see passes._hot_sums_ref)"},
     {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
     {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},

@@ -335,7 +335,7 @@ def active_window(m: TraceModel, busy: Spans) -> tuple[float, float]:
 
 def _cpu_total(m: TraceModel) -> float:
     """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
-    return m.passes.cpu_total(m.cpu, m.parent)
+    return m.passes.cpu_total(m.cpu, m.parent, m.durs, m.cat_mask("python_function"))
 
 
 def _classes(m: TraceModel) -> GpuKeys:

@@ -66,6 +66,9 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         gs,
         ctx.a.gpu_class,
         LAUNCH_CATS,
+        m.durs,
+        m.cat_mask("python_function"),
+        m.cat_mask(*LAUNCH_CATS),
     )
     for n, i in enumerate(first):  # in order of first event, as the hot lines are made
         h = line(i)

@@ -532,8 +532,10 @@ def _subtree_c(off: array, kids: array, i: int) -> list[int]:
     return _BUILT.subtree(off, kids, i)
 
 
-def _cpu_total_ref(cpu, parent) -> float:
-    """As ``Self CPU time total``: the span of non-python events, without double-counting nesting."""
+def _cpu_total_ref(cpu, parent, durs, python) -> float:
+    """As ``Self CPU time total``: the span of non-python events, without double-counting nesting.
+    ``durs`` and ``python`` (1 for a python frame): the model's columns, which the native pass
+    reads in place of the events; the events here."""
     total = 0.0
     top_op = [False] * len(cpu)  # event i has a non-python ancestor (or is one)
     for i, e in enumerate(cpu):
@@ -548,8 +550,8 @@ def _cpu_total_ref(cpu, parent) -> float:
     return total
 
 
-def _cpu_total_c(cpu, parent) -> float:
-    return _BUILT.cpu_total(cpu, parent)
+def _cpu_total_c(cpu, parent, durs, python) -> float:
+    return _BUILT.cpu_total(cpu, parent, durs, python)
 
 
 def _line_tokens_ref(frame_of: array, fwd_of: array, token: array) -> array:
@@ -605,14 +607,30 @@ def _ancestors_c(parent: array, items: array) -> bytes:
 
 
 def _hot_sums_ref(
-    cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched, gpu_class, launch_cats
+    cpu,
+    gpu,
+    parent,
+    child_dur,
+    frame_of,
+    fwd_of,
+    lines,
+    keys,
+    launched_off,
+    launched,
+    gpu_class,
+    launch_cats,
+    durs,
+    python,
+    launch,
 ):
     """Each event's time onto its hot line (``lines``: its number, -1 for none and for every label;
     ``keys``: the number of its line key, for the outermost call of a line): the hot lines in order
     of first event (their numbers, and that event), and per hot line in that order calls, launches
     (int64), cpu self, cpu total (outermost call of the line), cpu backward, gpu, gpu forward, gpu
     backward (float64), kernel classes and kernel stats; the native pass sums in the same order
-    (the same floats)."""
+    (the same floats). ``durs``, ``python`` and ``launch`` (1 for a python frame, a launch call):
+    the model's columns, which the native pass reads in place of the cpu events and ``launch_cats``;
+    the events here."""
     order, first = array("i"), array("i")
     at: dict[int, int] = {}
     s: list[list] = []
@@ -661,7 +679,21 @@ def _hot_sums_ref(
 
 
 def _hot_sums_c(
-    cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched, gpu_class, launch_cats
+    cpu,
+    gpu,
+    parent,
+    child_dur,
+    frame_of,
+    fwd_of,
+    lines,
+    keys,
+    launched_off,
+    launched,
+    gpu_class,
+    launch_cats,
+    durs,
+    python,
+    launch,
 ):
     order, first, *sums, kcs, kss = _BUILT.hot_lines(
         cpu,
@@ -676,6 +708,9 @@ def _hot_sums_c(
         launched,
         gpu_class,
         launch_cats,
+        durs,
+        python,
+        launch,
     )
     return (
         column("i", order),
@@ -936,11 +971,12 @@ def _line_gpu_sums_c(launcher: array, line_tokens: array, gpu) -> tuple[array, a
     return column("i", kb), column("d", sb), column("i", rb)
 
 
-def _launch_runs_ref(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu) -> dict:
+def _launch_runs_ref(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu, durs) -> dict:
     """launch-storm's runs: each kernel launched from a user frame, in a step and on a line, as
     (duration, its launch call's duration, launch call) under its line group's id (``lines``; -1:
     none) and (kernel name, step number) (``steps``: per GPU event the step number of its launch,
-    None outside every step), in order of first run."""
+    None outside every step), in order of first run. ``durs``: each cpu event's duration (the
+    column the native pass reads; the events here)."""
     per: dict = {}
     for g, e in enumerate(gpu):
         li = launcher[g]
@@ -953,8 +989,8 @@ def _launch_runs_ref(gpu, launcher: array, frame_of: array, lines: array, steps:
     return per
 
 
-def _launch_runs_c(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu) -> dict:
-    return _BUILT.launch_runs(gpu, launcher, frame_of, lines, steps, cpu)
+def _launch_runs_c(gpu, launcher: array, frame_of: array, lines: array, steps: list, cpu, durs) -> dict:
+    return _BUILT.launch_runs(gpu, launcher, frame_of, lines, steps, cpu, durs)
 
 
 def _fixed_points_ref(col: array) -> bytes:

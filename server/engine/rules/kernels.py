@@ -590,7 +590,7 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
     frame_of = m.frame_of
     numbers = [s.number for s in m.steps] + [None]  # place -1: outside every step
     steps = list(map(numbers.__getitem__, ctx.launch_step_index()))
-    per = m.passes.launch_runs(m.gpu, m.launcher, frame_of, ctx.launch_line_ids(), steps, m.cpu)
+    per = m.passes.launch_runs(m.gpu, m.launcher, frame_of, ctx.launch_line_ids(), steps, m.cpu, m.durs)
     # the knob is what the message says (tiny launches per step from the line, over its kernels);
     # a loop is found by its iterations of one kernel, at most that many (10 unless set lower)
     wanted = ctx.threshold("launch-storm", "launches-per-step")
