@@ -189,6 +189,8 @@ class TraceModel:
     steps_from: str = "ProfilerStep markers"  # how the window was cut into steps (windows.infer_steps)
     # the implementation of every pass this model's events run, all native or all the reference
     passes: passes.Implementation = field(default=passes.REFERENCE, repr=False, compare=False)
+    # each cpu event's duration, as one column (build sets it with the other columns)
+    durs: array = field(default_factory=lambda: array("d"), repr=False, compare=False)
 
     # ---- made on first read: a ``--select`` whose rules read neither skips them -----------
     @property
@@ -501,7 +503,7 @@ def build(doc: TraceDoc) -> TraceModel:
     m._cpu_starts = cpu_starts
     m._by_name = by_name
     m.child_dur = child_dur
-    m.durs = durs  # each cpu event's duration, as one column
+    m.durs = durs
     m.cat_codes = bytes(codes)  # 1 + each cpu event's category's place in CPU_CAT_CODES, 0 none
     m.token = token
     m.labels = annotations  # the user_annotation events (record_function labels, step markers)
