@@ -99,48 +99,53 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
 /* A dict's value found by the identity of its key's parts, in front of the dict itself: a pass
  * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
  * event) asks the dict only the first time it meets a combination of those objects. Parts are
- * pointers (to objects the pass's inputs hold alive) or small ints, KEY_W words; two combinations
- * of equal but distinct objects each get the one value the dict gives them, so what the pass
- * returns is what the dict alone gives. Values are borrowed from the dict (it holds them). */
-#define KEY_W 6
-typedef struct { uint64_t k[KEY_W]; PyObject *v; } IdSlot;
-typedef struct { IdSlot *s; size_t mask, n; } IdCache;
+ * pointers (to objects the pass's inputs hold alive) or small ints, as many words as the cache's
+ * keys have (a slot is those and the value: 24 to 56 bytes, a trace of 200,000 distinct kernels
+ * holding a few MB); two combinations of equal but distinct objects each get the one value the
+ * dict gives them, so what the pass returns is what the dict alone gives. Values are borrowed
+ * from the dict (it holds them). */
+#define KEY_W 6 /* the most parts a key has (each cache says how many its keys have) */
+typedef struct { uint64_t *s; size_t mask, n; int w; } IdCache; /* slots of w key words and the value */
+#define ID_CACHE(width) {.s = NULL, .mask = 0, .n = 0, .w = (width)}
 
-static inline size_t id_hash(const uint64_t *k) {
+static inline size_t id_hash(const uint64_t *k, int w) {
     uint64_t h = 0x9e3779b97f4a7c15ULL;
-    for (int w = 0; w < KEY_W; w++) h = (h ^ k[w]) * 0xff51afd7ed558ccdULL, h ^= h >> 32;
+    for (int j = 0; j < w; j++) h = (h ^ k[j]) * 0xff51afd7ed558ccdULL, h ^= h >> 32;
     return (size_t)h;
 }
 
 static inline PyObject *id_get(const IdCache *c, const uint64_t *k) {
     if (!c->s) return NULL;
-    for (size_t i = id_hash(k) & c->mask;; i = (i + 1) & c->mask) {
-        IdSlot *e = &c->s[i];
-        if (!e->v) return NULL;
-        if (!memcmp(e->k, k, sizeof e->k)) return e->v;
+    size_t stride = (size_t)c->w + 1;
+    for (size_t i = id_hash(k, c->w) & c->mask;; i = (i + 1) & c->mask) {
+        const uint64_t *e = c->s + i * stride;
+        if (!e[c->w]) return NULL;
+        if (!memcmp(e, k, (size_t)c->w * sizeof(uint64_t))) return (PyObject *)(uintptr_t)e[c->w];
     }
 }
 
 /* 0, or -1 with MemoryError. */
 static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
+    size_t stride = (size_t)c->w + 1;
     if (!c->s || 2 * (c->n + 1) > c->mask + 1) { /* kept at most half full */
         size_t cap = c->s ? 2 * (c->mask + 1) : 1024;
-        IdSlot *t = calloc(cap, sizeof(IdSlot));
+        uint64_t *t = calloc(cap * stride, sizeof(uint64_t));
         if (!t) { PyErr_NoMemory(); return -1; }
-        for (size_t j = 0; c->s && j <= c->mask; j++)
-            if (c->s[j].v) {
-                size_t i = id_hash(c->s[j].k) & (cap - 1);
-                while (t[i].v) i = (i + 1) & (cap - 1);
-                t[i] = c->s[j];
-            }
+        for (size_t j = 0; c->s && j <= c->mask; j++) {
+            const uint64_t *e = c->s + j * stride;
+            if (!e[c->w]) continue;
+            size_t i = id_hash(e, c->w) & (cap - 1);
+            while (t[i * stride + c->w]) i = (i + 1) & (cap - 1);
+            memcpy(t + i * stride, e, stride * sizeof(uint64_t));
+        }
         free(c->s);
         c->s = t;
         c->mask = cap - 1;
     }
-    size_t i = id_hash(k) & c->mask;
-    while (c->s[i].v) i = (i + 1) & c->mask;
-    memcpy(c->s[i].k, k, sizeof c->s[i].k);
-    c->s[i].v = v;
+    size_t i = id_hash(k, c->w) & c->mask;
+    while (c->s[i * stride + c->w]) i = (i + 1) & c->mask;
+    memcpy(c->s + i * stride, k, (size_t)c->w * sizeof(uint64_t));
+    c->s[i * stride + c->w] = (uint64_t)(uintptr_t)v;
     c->n++;
     return 0;
 }
@@ -500,7 +505,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     Py_ssize_t nl = 0, nu = 0;
     double t0 = 0.0;
     unsigned char *label = NULL; /* per event: a user_annotation (its children read this, not it again) */
-    IdCache seen = {0}; /* a name's frame id (python frames) or code (the others), by identity */
+    IdCache seen = ID_CACHE(2); /* (name, 1): a python frame's id; (name, 2): another event's code */
     if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
     const int32_t *parent = pv.buf;
     fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
@@ -849,7 +854,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     int64_t *calls = NULL, *launches = NULL;
     double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
     PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
-    IdCache kseen = {0}, sseen = {0};
+    IdCache kseen = ID_CACHE(2), sseen = ID_CACHE(2); /* (line, class), (line, kernel name) */
     Sums ksum = {0}, stot = {0};
     PyObject **scls = NULL;
     if (!kc || !ks) goto done;
@@ -1283,7 +1288,7 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
                           &ov, &PyList_Type, &cpu, &iv, &fv, &wv))
         return NULL;
     PyObject *configs = NULL, *dims = NULL, *empty_b = NULL, *empty_s = NULL, *result = NULL;
-    IdCache seen = {0};
+    IdCache seen = ID_CACHE(6); /* (name, grid, block, op name, line, backward) */
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
     if (PyList_GET_SIZE(classes) != ng || iv.len / 4 != ng || lv.len / 4 != ng ||
         ov.len / 4 != n || fv.len / 4 != n || wv.len / 4 != n) {
@@ -1414,7 +1419,7 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
                           &PyList_Type, &cpu, &dv))
         return NULL;
     PyObject *per = NULL, *result = NULL;
-    IdCache seen = {0};
+    IdCache seen = ID_CACHE(3); /* (line, kernel name, step) */
     Py_ssize_t ng = PyList_GET_SIZE(gpu), n = PyList_GET_SIZE(cpu);
     if (lv.len / 4 != ng || iv.len / 4 != ng || PyList_GET_SIZE(steps) != ng || fv.len / 4 != n || dv.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "launch_runs: sizes differ");
@@ -2245,7 +2250,7 @@ done:
  * as a number into the distinct keys in order of first appearance (analyses.gpu_classes). */
 static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
     PyObject *gpu, *cpu, *keys = NULL, *index = NULL, *cb = NULL, *res = NULL;
-    IdCache seen = {0};
+    IdCache seen = ID_CACHE(3); /* (name, category, op name) */
     Py_buffer lv, av;
     if (!PyArg_ParseTuple(args, "O!y*y*O!", &PyList_Type, &gpu, &lv, &av, &PyList_Type, &cpu)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(gpu), nc = PyList_GET_SIZE(cpu), na = av.len / 4;
