@@ -362,6 +362,30 @@ def test_grouping_by_identity_merges_equal_names_as_the_reference(tmp_path):
     assert [(r.name, r.differs) for r in runs if r.differs] == []
 
 
+def test_grouping_past_the_identity_caches_bound_as_the_reference(tmp_path):
+    """Synthetic (no real trace has 70,000 distinct kernels): the identity cache in front of a
+    pass's dict holds at most 65,536 combinations, so memory stays bounded; the kernels past it
+    are found through the dict. Each of 70,000 names twice, the second round in another order:
+    gpu_keys numbers them as its reference does, the names past the bound included."""
+    import json
+    import random
+
+    names = [f"k{j}" for j in range(70_000)]
+    again = random.Random(3).sample(names, len(names))
+    events = [
+        {"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": float(t), "dur": 1.0}
+        for t, n in enumerate(names + again)
+    ]
+    path = _write(tmp_path, "many.json", json.dumps({"traceEvents": events}).encode())
+    gpu = list(loader.load(path)[0].traceEvents)
+    assert passes.for_events(gpu) is passes.NATIVE
+    launcher = __import__("array").array("i", [-1]) * len(gpu)
+    p = passes.PASSES["gpu_keys"]
+    ref, got = p.reference(gpu, launcher, launcher[:0], []), p.native(gpu, launcher, launcher[:0], [])
+    assert passes.differs(ref, got) is None
+    assert len(got[0]) == 70_000 and got[1][70_000:].tolist() == [int(n[1:]) for n in again]
+
+
 @pytest.mark.skipif(passes.native() is None, reason="the native layer is not built")
 def test_the_readme_states_the_scanners_event_sizes():
     """The README's sizes of the scanner's events are those of a real trace's events: a python

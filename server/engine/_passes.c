@@ -100,8 +100,7 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
  * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
  * event) asks the dict only the first time it meets a combination of those objects. Parts are
  * pointers (to objects the pass's inputs hold alive) or small ints, as many words as the cache's
- * keys have (a slot is those and the value: 24 to 56 bytes, a trace of 200,000 distinct kernels
- * holding a few MB); two combinations of equal but distinct objects each get the one value the
+ * keys have (a slot is those and the value: 24 to 56 bytes); two combinations of equal but distinct objects each get the one value the
  * dict gives them, so what the pass returns is what the dict alone gives. Values are borrowed
  * from the dict (it holds them). */
 #define KEY_W 6 /* the most parts a key has (each cache says how many its keys have) */
@@ -124,8 +123,13 @@ static inline PyObject *id_get(const IdCache *c, const uint64_t *k) {
     }
 }
 
+/* At most this many combinations (7 MB at six words): a trace with more distinct keys finds the
+ * others through the dict, as every key was before (memory bounded, time no worse). */
+#define ID_MAX ((size_t)1 << 16)
+
 /* 0, or -1 with MemoryError. */
 static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
+    if (c->n >= ID_MAX) return 0;
     size_t stride = (size_t)c->w + 1;
     if (!c->s || 2 * (c->n + 1) > c->mask + 1) { /* kept at most half full */
         size_t cap = c->s ? 2 * (c->mask + 1) : 1024;
