@@ -678,40 +678,8 @@ def _hot_sums_ref(
     return (order, first, *cols, [v[8] for v in s], [v[9] for v in s])
 
 
-def _hot_sums_c(
-    cpu,
-    gpu,
-    parent,
-    child_dur,
-    frame_of,
-    fwd_of,
-    lines,
-    keys,
-    launched_off,
-    launched,
-    gpu_class,
-    launch_cats,
-    durs,
-    python,
-    launch,
-):
-    order, first, *sums, kcs, kss = _BUILT.hot_lines(
-        cpu,
-        gpu,
-        parent,
-        child_dur,
-        frame_of,
-        fwd_of,
-        lines,
-        keys,
-        launched_off,
-        launched,
-        gpu_class,
-        launch_cats,
-        durs,
-        python,
-        launch,
-    )
+def _hot_sums_c(*args):  # _hot_sums_ref's arguments, in its order
+    order, first, *sums, kcs, kss = _BUILT.hot_lines(*args)
     return (
         column("i", order),
         column("i", first),
