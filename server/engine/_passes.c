@@ -100,9 +100,9 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
  * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
  * event) asks the dict only the first time it meets a combination of those objects. Parts are
  * pointers (to objects the pass's inputs hold alive) or small ints, as many words as the cache's
- * keys have (a slot is those and the value: 24 to 56 bytes); two combinations of equal but distinct objects each get the one value the
- * dict gives them, so what the pass returns is what the dict alone gives. Values are borrowed
- * from the dict (it holds them). */
+ * keys have (a slot is those and the value: 24 to 56 bytes). Two combinations of equal but
+ * distinct objects each get the one value the dict gives them, so what the pass returns is what
+ * the dict alone gives. Values are borrowed from the dict (it holds them). */
 #define KEY_W 6 /* the most parts a key has (each cache says how many its keys have) */
 typedef struct { uint64_t *s; size_t mask, n; int w; } IdCache; /* slots of w key words and the value */
 #define ID_CACHE(width) {.s = NULL, .mask = 0, .n = 0, .w = (width)}
@@ -254,8 +254,8 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
 }
 
 /* by_start(events) -> list: the events in start order, those of one start in their order (as
- * ``sorted(events, key=ts)``, stable): their natural runs merged, as nest's sort does, and one
- * float a run read from the event, not a key object an event made and freed. */
+ * ``sorted(events, key=ts)``, stable): their natural runs merged, as nest's sort does, each start
+ * read from its event into the sort's items (the key function made and freed a float an event). */
 static PyObject *by_start(PyObject *mod, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
