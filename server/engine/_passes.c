@@ -544,32 +544,30 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
             uint64_t ck[KEY_W] = {(uintptr_t)e->name, 1};
             PyObject *k = id_get(&seen, ck); /* borrowed int */
             if (!k) {
-                if ((k = PyDict_GetItemWithError(frame_of_name, e->name)) && id_put(&seen, ck, k) < 0) goto fail;
-                if (!k && PyErr_Occurred()) goto fail;
-            }
-            if (!k) {
-                if (PyErr_Occurred()) goto fail;
-                PyObject *fr = PyObject_CallOneArg(parse, e->name);
-                if (!fr) goto fail;
-                long id = -1;
-                if (fr != Py_None) {
-                    PyObject *known = PyDict_GetItemWithError(id_of, fr);
-                    if (known) id = PyLong_AsLong(known);
-                    else if (PyErr_Occurred()) { Py_DECREF(fr); goto fail; }
-                    else {
-                        id = PyList_GET_SIZE(table);
-                        PyObject *u = PyObject_GetAttr(fr, S_user);
-                        PyObject *idobj = PyLong_FromLong(id);
-                        int bad = !u || !idobj || PyList_Append(table, fr) < 0 || PyList_Append(user, u) < 0 ||
-                                  PyDict_SetItem(id_of, fr, idobj) < 0;
-                        Py_XDECREF(u); Py_XDECREF(idobj);
-                        if (bad) { Py_DECREF(fr); goto fail; }
+                if (!(k = PyDict_GetItemWithError(frame_of_name, e->name))) {
+                    if (PyErr_Occurred()) goto fail;
+                    PyObject *fr = PyObject_CallOneArg(parse, e->name);
+                    if (!fr) goto fail;
+                    long id = -1;
+                    if (fr != Py_None) {
+                        PyObject *known = PyDict_GetItemWithError(id_of, fr);
+                        if (known) id = PyLong_AsLong(known);
+                        else if (PyErr_Occurred()) { Py_DECREF(fr); goto fail; }
+                        else {
+                            id = PyList_GET_SIZE(table);
+                            PyObject *u = PyObject_GetAttr(fr, S_user);
+                            PyObject *idobj = PyLong_FromLong(id);
+                            int bad = !u || !idobj || PyList_Append(table, fr) < 0 || PyList_Append(user, u) < 0 ||
+                                      PyDict_SetItem(id_of, fr, idobj) < 0;
+                            Py_XDECREF(u); Py_XDECREF(idobj);
+                            if (bad) { Py_DECREF(fr); goto fail; }
+                        }
                     }
+                    Py_DECREF(fr);
+                    k = PyLong_FromLong(id);
+                    if (!k || PyDict_SetItem(frame_of_name, e->name, k) < 0) { Py_XDECREF(k); goto fail; }
+                    Py_DECREF(k);
                 }
-                Py_DECREF(fr);
-                k = PyLong_FromLong(id);
-                if (!k || PyDict_SetItem(frame_of_name, e->name, k) < 0) { Py_XDECREF(k); goto fail; }
-                Py_DECREF(k);
                 if (id_put(&seen, ck, k) < 0) goto fail;
             }
             long id = PyLong_AsLong(k);
@@ -792,14 +790,14 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
 #define NOKEY INT32_MIN
 static PyObject *S_ProfilerStep;
 
-/* hot_lines' sums per (line, key): a count and a total each, with the key's first class. */
-typedef struct { double *v; int64_t *n; Py_ssize_t len, cap; } Sums;
+/* hot_lines' sums per (line, key): a total each, and with ``with_class`` a count and the class
+ * that made the slot (borrowed: ``classes`` holds it). */
+typedef struct { double *v; int64_t *n; PyObject **cls; Py_ssize_t len, cap; int with_class; } Sums;
 
 /* The place of (line h, key) in ``sums``: the key's slot number is its value in ``d`` (line h's dict)
  * until slot_values puts the sums there, so equal keys share a slot as they share a dict entry;
- * -1 on error. ``first``: per slot, the class that made it (borrowed: ``classes`` holds it). */
-static Py_ssize_t slot_of(IdCache *seen, PyObject *d, Py_ssize_t h, PyObject *key, PyObject *cls, Sums *sums,
-                          PyObject ***first) {
+ * -1 on error. */
+static Py_ssize_t slot_of(IdCache *seen, PyObject *d, Py_ssize_t h, PyObject *key, PyObject *cls, Sums *sums) {
     uint64_t ck[KEY_W] = {(uint64_t)h, (uintptr_t)key};
     PyObject *at = id_get(seen, ck);
     if (!at) {
@@ -810,16 +808,18 @@ static Py_ssize_t slot_of(IdCache *seen, PyObject *d, Py_ssize_t h, PyObject *ke
                 Py_ssize_t cap = sums->cap ? 2 * sums->cap : 64;
                 double *v = realloc(sums->v, cap * sizeof(double));
                 if (v) sums->v = v;
-                int64_t *n = v ? realloc(sums->n, cap * sizeof(int64_t)) : NULL;
+                int64_t *n = v && sums->with_class ? realloc(sums->n, cap * sizeof(int64_t)) : NULL;
                 if (n) sums->n = n;
-                PyObject **f = n && first ? realloc(*first, cap * sizeof(PyObject *)) : NULL;
-                if (f) *first = f;
-                if (!v || !n || (first && !f)) { PyErr_NoMemory(); return -1; }
+                PyObject **c = n ? realloc(sums->cls, cap * sizeof(PyObject *)) : NULL;
+                if (c) sums->cls = c;
+                if (!v || (sums->with_class && !c)) { PyErr_NoMemory(); return -1; }
                 sums->cap = cap;
             }
             sums->v[sums->len] = 0.0;
-            sums->n[sums->len] = 0;
-            if (first) (*first)[sums->len] = cls;
+            if (sums->with_class) {
+                sums->n[sums->len] = 0;
+                sums->cls[sums->len] = cls;
+            }
             at = PyLong_FromSsize_t(sums->len++);
             if (!at || PyDict_SetItem(d, key, at) < 0) { Py_XDECREF(at); return -1; }
             Py_DECREF(at); /* the dict holds it */
@@ -831,13 +831,13 @@ static Py_ssize_t slot_of(IdCache *seen, PyObject *d, Py_ssize_t h, PyObject *ke
 
 /* Each dict of ``dicts``: its slot numbers replaced by the sums, the total alone, or ``[class, count,
  * total]`` with ``with_class`` (the keys stay in their first-seen order). 0, or -1 on error. */
-static int slot_values(PyObject *dicts, const Sums *sums, int with_class, PyObject **first) {
+static int slot_values(PyObject *dicts, const Sums *sums) {
     for (Py_ssize_t h = 0; h < PyList_GET_SIZE(dicts); h++) {
         PyObject *d = PyList_GET_ITEM(dicts, h), *key, *at;
         Py_ssize_t pos = 0;
         while (PyDict_Next(d, &pos, &key, &at)) {
             Py_ssize_t k = PyLong_AsSsize_t(at);
-            PyObject *v = with_class ? Py_BuildValue("[OLd]", first[k], (long long)sums->n[k], sums->v[k])
+            PyObject *v = sums->with_class ? Py_BuildValue("[OLd]", sums->cls[k], (long long)sums->n[k], sums->v[k])
                                 : PyFloat_FromDouble(sums->v[k]);
             if (!v || PyDict_SetItem(d, key, v) < 0) { Py_XDECREF(v); return -1; }
             Py_DECREF(v);
@@ -859,8 +859,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     double *cself = NULL, *ctot = NULL, *cbwd = NULL, *gus = NULL, *gfwd = NULL, *gbwd = NULL;
     PyObject *kc = PyList_New(0), *ks = PyList_New(0), *result = NULL;
     IdCache kseen = ID_CACHE(2), sseen = ID_CACHE(2); /* (line, class), (line, kernel name) */
-    Sums ksum = {0}, stot = {0};
-    PyObject **scls = NULL;
+    Sums ksum = {.with_class = 0}, stot = {.with_class = 1}; /* per (line, class); per (line, kernel name) */
     if (!kc || !ks) goto done;
     if (pv.len / 4 != n || cv.len / 8 != n || fv.len / 4 != n || wv.len / 4 != n || lnv.len / 4 != n ||
         kyv.len / 4 != n || ov.len / 4 != n + 1 || PyList_GET_SIZE(classes) != ng || dv.len / 8 != n ||
@@ -945,15 +944,15 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
             if (backward) gbwd[h] += ge->dur; else gfwd[h] += ge->dur;
             /* the class's and the kernel's sums on this line, in C (a float and a list an event as
              * Python objects, before); the dicts hold each key's place until then */
-            Py_ssize_t ci = slot_of(&kseen, PyList_GET_ITEM(kc, h), h, cls, 0, &ksum, NULL);
-            Py_ssize_t si = ci < 0 ? -1 : slot_of(&sseen, PyList_GET_ITEM(ks, h), h, ge->name, cls, &stot, &scls);
+            Py_ssize_t ci = slot_of(&kseen, PyList_GET_ITEM(kc, h), h, cls, cls, &ksum);
+            Py_ssize_t si = ci < 0 ? -1 : slot_of(&sseen, PyList_GET_ITEM(ks, h), h, ge->name, cls, &stot);
             if (si < 0) goto done;
             ksum.v[ci] += ge->dur;
             stot.v[si] += ge->dur;
             stot.n[si]++;
         }
     }
-    if (slot_values(kc, &ksum, 0, NULL) < 0 || slot_values(ks, &stot, 1, scls) < 0) goto done;
+    if (slot_values(kc, &ksum) < 0 || slot_values(ks, &stot) < 0) goto done;
     {
         Py_ssize_t m = nh;
         PyObject *b[10];
@@ -970,7 +969,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         else for (int d = 0; d < 10; d++) Py_XDECREF(b[d]);
     }
 done:
-    free(kseen.s); free(sseen.s); free(ksum.v); free(ksum.n); free(stot.v); free(stot.n); free(scls);
+    free(kseen.s); free(sseen.s); free(ksum.v); free(stot.v); free(stot.n); free(stot.cls);
     free(hid_of); free(order); free(first); free(calls); free(launches);
     free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
     Py_XDECREF(kc); Py_XDECREF(ks);

@@ -47,7 +47,7 @@ def index_of(merged):
 def covered(merged, lo: float, hi: float) -> float:
     """How much of [lo, hi] the merged intervals cover: two bisections on a prefix sum, so the
     rules can ask it once per event without a quadratic scan."""
-    if hi <= lo or not merged:
+    if not merged:  # (covered_in checks the range)
         return 0.0
     starts, ends, pre = index_of(merged)
     return passes.covered_in(starts, ends, pre, lo, hi)

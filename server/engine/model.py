@@ -616,7 +616,7 @@ class FrameIndex:
 class ThreadIndex:
     """Per-thread start times, for "which event encloses this instant" queries."""
 
-    def __init__(self, cpu, parent, starts: dict[tuple, memoryview], cpu_starts=None, durs=None):
+    def __init__(self, cpu, parent, starts: dict[tuple, memoryview], cpu_starts: array, durs: array):
         """``starts``: each thread's start times, in the order its events sit, contiguously, in cpu;
         ``cpu_starts`` and ``durs``: every cpu event's start and duration (the model's columns,
         which the owners pass reads in place of the events)."""
