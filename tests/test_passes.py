@@ -71,6 +71,30 @@ def test_differs_sees_order_types_and_float_bits():
     assert passes.differs({"k": [array("d", [1.5]), "x"]}, {"k": [array("d", [1.5]), "x"]}) is None
 
 
+def test_columns_made_in_place_and_copied_from_bytes_agree():
+    """The native passes write their columns into the arrays they return (_passes.c's new_column,
+    on the array layout it checks at import); where that check fails they return bytes, which
+    passes.column() copies into arrays. On this Python the layout checks out, and a real trace's
+    passes (each against its reference) and report are the same both ways."""
+    from array import array
+
+    built = passes.native()
+    assert built.array_columns() is True  # CPython 3.10-3.13's array layout, as _passes.c reads it
+    got = built.take(array("i", [5, 6, 7]), array("i", [2, 0, -1]), -9)
+    assert type(got) is array and got.tolist() == [7, 5, -9]
+    case = next(c for c in CASES if c[0] == "tinygpt_naive")  # real: stacks, shapes, memory
+    in_place, runs = _both_ways(case)
+    assert [r.name for r in runs if r.differs] == []
+    try:
+        assert built.array_columns(False) is False
+        assert type(built.take(array("i", [5]), array("i", [0]), -1)) is bytes
+        copied, runs = _both_ways(case)
+    finally:
+        built.array_columns(True)
+    assert [r.name for r in runs if r.differs] == []
+    assert copied == in_place
+
+
 # ---- one representation after reading ---------------------------------------------------------
 SEED = gzip.decompress(open(trace("seed_n64_bf16"), "rb").read())  # real
 

@@ -15,6 +15,112 @@ static inline int same(PyObject *a, PyObject *b) {
     return PyUnicode_Compare(a, b) == 0;
 }
 
+/* ---- columns: an int32/int64/float64 result made as the array.array its caller reads -------
+ * A pass writes its column into the array itself (the array module has no C API: its object's
+ * layout, checked once at import against the buffer it exports), not into bytes that
+ * passes.column() then copied into an array: the copy and the second allocation's page faults
+ * were ~0.1 s of a 1 GB trace's analysis. Where the check fails (another Python's layout) a
+ * column is bytes, and passes.column() copies it as before. */
+typedef struct {
+    PyObject_VAR_HEAD
+    char *ob_item;
+    Py_ssize_t allocated;
+    const void *ob_descr;
+    PyObject *weakreflist;
+    Py_ssize_t ob_exports;
+} ArrayLayout;
+
+static PyObject *ARRAY_ARGS[3]; /* ("i",), ("q",), ("d",): array.array's arguments for an empty one */
+static PyObject *ARRAY_TYPE;
+static int array_layout_ok;
+
+static int col_kind(char tc) { return tc == 'i' ? 0 : tc == 'q' ? 1 : 2; }
+static Py_ssize_t col_size(char tc) { return tc == 'i' ? 4 : 8; }
+
+/* A column of n items of ``tc`` ('i', 'q' or 'd'), unset: an array.array, or bytes (see above). */
+static PyObject *new_column(char tc, Py_ssize_t n) {
+    Py_ssize_t size = col_size(tc);
+    if (n < 0 || n > PY_SSIZE_T_MAX / size) return PyErr_NoMemory();
+    if (!array_layout_ok) return PyBytes_FromStringAndSize(NULL, n * size);
+    PyObject *a = PyObject_Call(ARRAY_TYPE, ARRAY_ARGS[col_kind(tc)], NULL);
+    if (!a || !n) return a;
+    ArrayLayout *l = (ArrayLayout *)a;
+    char *p = PyMem_Malloc(n * size);
+    if (!p) { Py_DECREF(a); return PyErr_NoMemory(); }
+    PyMem_Free(l->ob_item);
+    l->ob_item = p;
+    l->allocated = n;
+    Py_SET_SIZE(a, n);
+    return a;
+}
+
+/* Where a column's items are (new_column's array or bytes). */
+static inline char *col_data(PyObject *c) {
+    return PyBytes_Check(c) ? PyBytes_AS_STRING(c) : ((ArrayLayout *)c)->ob_item;
+}
+
+/* The column cut to its first n items (n no more than it holds); -1 with *c cleared on failure. */
+static int col_resize(PyObject **c, Py_ssize_t n, Py_ssize_t size) {
+    if (PyBytes_Check(*c)) return _PyBytes_Resize(c, n * size);
+    ArrayLayout *l = (ArrayLayout *)*c;
+    if (n < Py_SIZE(*c)) {
+        char *p = PyMem_Realloc(l->ob_item, n ? n * size : 1);
+        if (p) l->ob_item = p; /* else the larger block stays: still valid */
+        l->allocated = n;
+        Py_SET_SIZE(*c, n);
+    }
+    return 0;
+}
+
+/* A column of ``tc`` holding a copy of the n items at ``src``. */
+static PyObject *col_copy(char tc, const void *src, Py_ssize_t n) {
+    PyObject *c = new_column(tc, n);
+    if (c && n) memcpy(col_data(c), src, n * col_size(tc));
+    return c;
+}
+
+static int array_layout_checked; /* what check_array_layout found: the most array_columns may switch on */
+
+/* array_columns([on]) -> bool: whether the passes make their columns as arrays (else bytes that
+ * passes.column() copies); ``on`` switches it (on only where the layout checked out), for the
+ * tests that run both ways. */
+static PyObject *array_columns(PyObject *mod, PyObject *args) {
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p", &on)) return NULL;
+    if (on >= 0) array_layout_ok = on && array_layout_checked;
+    return PyBool_FromLong(array_layout_ok);
+}
+
+/* Whether array.array's objects have the layout above: a 3-item array's items where its buffer
+ * says, its size and capacity, and its count of exported buffers going 1 and back to 0. */
+static int check_array_layout(void) {
+    PyObject *mod = PyImport_ImportModule("array");
+    if (!mod) return -1;
+    ARRAY_TYPE = PyObject_GetAttrString(mod, "array");
+    Py_DECREF(mod);
+    if (!ARRAY_TYPE) return -1;
+    const char *codes[3] = {"i", "q", "d"};
+    for (int k = 0; k < 3; k++)
+        if (!(ARRAY_ARGS[k] = Py_BuildValue("(s)", codes[k]))) return -1;
+    PyObject *a = PyObject_CallFunction(ARRAY_TYPE, "s[iii]", "i", 7, 8, 9);
+    if (!a) return -1;
+    ArrayLayout *l = (ArrayLayout *)a;
+    Py_buffer v;
+    int ok = 0;
+    if (PyObject_GetBuffer(a, &v, PyBUF_SIMPLE) == 0) {
+        const int32_t *x = v.buf;
+        ok = Py_SIZE(a) == 3 && l->ob_item == v.buf && v.len == 12 && l->allocated >= 3 && l->ob_exports == 1 &&
+             x[0] == 7 && x[1] == 8 && x[2] == 9;
+        PyBuffer_Release(&v);
+        ok = ok && l->ob_exports == 0;
+    } else {
+        PyErr_Clear();
+    }
+    Py_DECREF(a);
+    array_layout_ok = array_layout_checked = ok;
+    return 0;
+}
+
 /* An event of nest's thread: its start and duration, its place before the sort (ties), its kind
  * (the category's code, 0x100 for a python frame: read from the event once, before the sort). */
 typedef struct { double ts, dur; int32_t idx; uint16_t kind; PyObject *ev; } SortItem;
@@ -154,7 +260,7 @@ static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
     return 0;
 }
 
-/* nest(events, base, slack, cats) -> (parent: int32 bytes, child_dur, starts, durs: float64 bytes,
+/* nest(events, base, slack, cats) -> (parent: int32 column, child_dur, starts, durs: float64 column,
  * codes: bytes)
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
  * first among equal starts, as two stable sorts would; then gives each event its innermost
@@ -181,10 +287,10 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
     double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
     unsigned char *pyf = malloc(n ? n : 1); /* by sorted place: a python frame */
-    PyObject *pbytes = PyBytes_FromStringAndSize(NULL, n * 4);
-    PyObject *cbytes = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *sbytes = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *dbytes = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *pbytes = new_column('i', n);
+    PyObject *cbytes = pbytes ? new_column('d', n) : NULL;
+    PyObject *sbytes = cbytes ? new_column('d', n) : NULL;
+    PyObject *dbytes = sbytes ? new_column('d', n) : NULL;
     PyObject *kbytes = PyBytes_FromStringAndSize(NULL, n);
     if (!items || !stack || !eend || !pyf || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
         free(items); free(stack); free(eend); free(pyf); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
@@ -214,9 +320,9 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     }
     sort_items(items, n);
     for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
-    int32_t *parent = (int32_t *)PyBytes_AS_STRING(pbytes);
-    double *cdur = (double *)PyBytes_AS_STRING(cbytes), *starts = (double *)PyBytes_AS_STRING(sbytes);
-    double *durs = (double *)PyBytes_AS_STRING(dbytes);
+    int32_t *parent = (int32_t *)col_data(pbytes);
+    double *cdur = (double *)col_data(cbytes), *starts = (double *)col_data(sbytes);
+    double *durs = (double *)col_data(dbytes);
     unsigned char *codes = (unsigned char *)PyBytes_AS_STRING(kbytes);
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -289,10 +395,10 @@ static PyObject *children(PyObject *mod, PyObject *args) {
     Py_ssize_t m = view.len / 4; /* items; their keys ("parents") are in [0, n) */
     if (n < 0) n = m;
     const int32_t *parent = view.buf;
-    PyObject *ob = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    PyObject *kb = ob ? PyBytes_FromStringAndSize(NULL, m * 4) : NULL;
+    PyObject *ob = new_column('i', n + 1);
+    PyObject *kb = ob ? new_column('i', m) : NULL;
     if (!ob || !kb) { Py_XDECREF(ob); PyBuffer_Release(&view); return NULL; }
-    int32_t *off = (int32_t *)PyBytes_AS_STRING(ob), *kids = (int32_t *)PyBytes_AS_STRING(kb);
+    int32_t *off = (int32_t *)col_data(ob), *kids = (int32_t *)col_data(kb);
     memset(off, 0, (n + 1) * 4);
     for (Py_ssize_t i = 0; i < m; i++) {
         int32_t p = parent[i];
@@ -307,7 +413,7 @@ static PyObject *children(PyObject *mod, PyObject *args) {
         if (p >= 0 && p < n) kids[fill[p]++] = (int32_t)i;
     }
     free(fill);
-    if (_PyBytes_Resize(&kb, (Py_ssize_t)off[n] * 4) < 0) { Py_DECREF(ob); PyBuffer_Release(&view); return NULL; }
+    if (col_resize(&kb, (Py_ssize_t)off[n], 4) < 0) { Py_DECREF(ob); PyBuffer_Release(&view); return NULL; }
     PyBuffer_Release(&view);
     return Py_BuildValue("(NN)", ob, kb);
 }
@@ -495,7 +601,7 @@ fail:
 
 /* frames(cpu, parent, parse_frame, launch_cats) -> (frame_ids, frame_of, token, name_codes: int32
  * bytes, names: list, table: list of frames, has_call_from: bool, launch indices, user_annotation
- * indices: int32 bytes, first start time or None). The model's second pass: each python
+ * indices: int32 column, first start time or None). The model's second pass: each python
  * frame's parsed Frame (parse_frame(name) once per distinct name), the innermost user frame around
  * every event, the direct child of that frame (through user_annotation labels) holding it, and a
  * code per distinct name of the non-python events. */
@@ -512,16 +618,16 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     IdCache seen = ID_CACHE(2); /* (name, 1): a python frame's id; (name, 2): another event's code */
     if (pv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "parent size"); goto fail; }
     const int32_t *parent = pv.buf;
-    fb = PyBytes_FromStringAndSize(NULL, n * 4); fo = PyBytes_FromStringAndSize(NULL, n * 4);
-    tb = PyBytes_FromStringAndSize(NULL, n * 4); cb = PyBytes_FromStringAndSize(NULL, n * 4);
+    fb = new_column('i', n); fo = new_column('i', n);
+    tb = new_column('i', n); cb = new_column('i', n);
     names = PyList_New(0); table = PyList_New(0); user = PyList_New(0);
     code_of = PyDict_New(); frame_of_name = PyDict_New(); id_of = PyDict_New();
-    lb = PyBytes_FromStringAndSize(NULL, n * 4); ub = PyBytes_FromStringAndSize(NULL, n * 4);
+    lb = new_column('i', n); ub = new_column('i', n);
     if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of || !lb || !ub)
         goto fail;
-    int32_t *fid = (int32_t *)PyBytes_AS_STRING(fb), *fof = (int32_t *)PyBytes_AS_STRING(fo),
-            *tok = (int32_t *)PyBytes_AS_STRING(tb), *code = (int32_t *)PyBytes_AS_STRING(cb),
-            *lidx = (int32_t *)PyBytes_AS_STRING(lb), *uidx = (int32_t *)PyBytes_AS_STRING(ub);
+    int32_t *fid = (int32_t *)col_data(fb), *fof = (int32_t *)col_data(fo),
+            *tok = (int32_t *)col_data(tb), *code = (int32_t *)col_data(cb),
+            *lidx = (int32_t *)col_data(lb), *uidx = (int32_t *)col_data(ub);
     int call_from = 0;
     if (!(label = malloc(n ? n : 1))) { PyErr_NoMemory(); goto fail; }
     PyObject *last_cat = NULL; /* runs of one category: its launch_cats answer again */
@@ -609,7 +715,7 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     free(label);
     free(seen.s);
     Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
-    if (_PyBytes_Resize(&lb, nl * 4) < 0 || _PyBytes_Resize(&ub, nu * 4) < 0) {
+    if (col_resize(&lb, nl, 4) < 0 || col_resize(&ub, nu, 4) < 0) {
         Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
         Py_DECREF(fb); Py_DECREF(fo); Py_DECREF(tb); Py_DECREF(cb); Py_DECREF(names); Py_DECREF(table);
         return NULL;
@@ -636,13 +742,13 @@ static PyObject *columns3(PyObject *args, Columns3 fn) {
     PyObject *out = NULL;
     if (bv.len / 4 != n || cv.len / 4 != n)
         PyErr_SetString(PyExc_ValueError, "columns of different lengths");
-    else if ((out = PyBytes_FromStringAndSize(NULL, n * 4)))
-        fn(n, av.buf, bv.buf, cv.buf, (int32_t *)PyBytes_AS_STRING(out));
+    else if ((out = new_column('i', n)))
+        fn(n, av.buf, bv.buf, cv.buf, (int32_t *)col_data(out));
     PyBuffer_Release(&av); PyBuffer_Release(&bv); PyBuffer_Release(&cv);
     return out;
 }
 
-/* inherit(parent, frame_of, target) -> int32 bytes: target[i] where it is set (>= 0), else the
+/* inherit(parent, frame_of, target) -> int32 column: target[i] where it is set (>= 0), else the
  * parent's value for events outside any user frame, else -1 (fwd_of: backward ops inherit). */
 static void inherit_columns(Py_ssize_t n, const int32_t *parent, const int32_t *fof, const int32_t *tgt, int32_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -656,7 +762,7 @@ static void inherit_columns(Py_ssize_t n, const int32_t *parent, const int32_t *
 static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, inherit_columns); }
 
 /* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
- *     (owner: int32 bytes, thread: int32 bytes, threads: list)
+ *     (owner: int32 column, thread: int32 column, threads: list)
  * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
  * category cat unless None), or -1: passes.innermost, many at once. Each thread's events are
  * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
@@ -681,13 +787,13 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
     /* the walk up the parents reads each event's start and duration from the model's columns
      * (16 bytes an event, next to each other), not from the events spread over the heap */
     const double *ts_all = tv.buf, *dur_all = dv.buf;
-    ob = PyBytes_FromStringAndSize(NULL, m * 4);
-    tb = PyBytes_FromStringAndSize(NULL, m * 4);
+    ob = new_column('i', m);
+    tb = new_column('i', m);
     threads = PyList_New(0);
     ids = PyDict_New();
     if (!ob || !tb || !threads || !ids) goto done;
     const int32_t *parent = pv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(ob), *t = (int32_t *)PyBytes_AS_STRING(tb);
+    int32_t *o = (int32_t *)col_data(ob), *t = (int32_t *)col_data(tb);
     for (Py_ssize_t k = 0; k < m; k++) {
         Ev *q = ev_at(events, k);
         if (!q) goto done;
@@ -751,17 +857,17 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *ts = PyBytes_FromStringAndSize(NULL, n * 8), *mb = PyBytes_FromStringAndSize(NULL, n * 8),
-             *ta = PyBytes_FromStringAndSize(NULL, n * 8), *tr = PyBytes_FromStringAndSize(NULL, n * 8),
-             *dt = PyBytes_FromStringAndSize(NULL, n * 4), *ad = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *ts = new_column('d', n), *mb = new_column('q', n),
+             *ta = new_column('q', n), *tr = new_column('q', n),
+             *dt = new_column('i', n), *ad = new_column('q', n);
     if (!ts || !mb || !ta || !tr || !dt || !ad) {
         Py_XDECREF(ts); Py_XDECREF(mb); Py_XDECREF(ta); Py_XDECREF(tr); Py_XDECREF(dt); Py_XDECREF(ad);
         return NULL;
     }
-    double *t = (double *)PyBytes_AS_STRING(ts);
-    int64_t *b = (int64_t *)PyBytes_AS_STRING(mb), *a = (int64_t *)PyBytes_AS_STRING(ta),
-            *r = (int64_t *)PyBytes_AS_STRING(tr), *ap = (int64_t *)PyBytes_AS_STRING(ad);
-    int32_t *d = (int32_t *)PyBytes_AS_STRING(dt);
+    double *t = (double *)col_data(ts);
+    int64_t *b = (int64_t *)col_data(mb), *a = (int64_t *)col_data(ta),
+            *r = (int64_t *)col_data(tr), *ap = (int64_t *)col_data(ad);
+    int32_t *d = (int32_t *)col_data(dt);
     for (Py_ssize_t k = 0; k < n; k++) {
         Ev *e = ev_at(list, k);
         if (!e) {
@@ -956,12 +1062,12 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     {
         Py_ssize_t m = nh;
         PyObject *b[10];
-        b[0] = PyBytes_FromStringAndSize((char *)order, m * 4);
-        b[1] = PyBytes_FromStringAndSize((char *)first, m * 4);
-        b[2] = PyBytes_FromStringAndSize((char *)calls, m * 8);
-        b[3] = PyBytes_FromStringAndSize((char *)launches, m * 8);
+        b[0] = col_copy('i', order, m);
+        b[1] = col_copy('i', first, m);
+        b[2] = col_copy('q', calls, m);
+        b[3] = col_copy('q', launches, m);
         double *ds[] = {cself, ctot, cbwd, gus, gfwd, gbwd};
-        for (int d = 0; d < 6; d++) b[4 + d] = PyBytes_FromStringAndSize((char *)ds[d], m * 8);
+        for (int d = 0; d < 6; d++) b[4 + d] = col_copy('d', ds[d], m);
         int ok = 1;
         for (int d = 0; d < 10; d++) ok = ok && b[d];
         if (ok)
@@ -1045,7 +1151,7 @@ done:
     return out;
 }
 
-/* nearest(parent, mask) -> int32 bytes: for every event the nearest strict ancestor whose mask
+/* nearest(parent, mask) -> int32 column: for every event the nearest strict ancestor whose mask
  * byte is set, -1 when none (parents precede their children, so one forward pass). */
 static PyObject *nearest(PyObject *mod, PyObject *args) {
     Py_buffer pv, mv;
@@ -1053,11 +1159,11 @@ static PyObject *nearest(PyObject *mod, PyObject *args) {
     Py_ssize_t n = pv.len / 4;
     PyObject *out = NULL;
     if (mv.len != n) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
-    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    out = new_column('i', n);
     if (!out) goto done;
     const int32_t *parent = pv.buf;
     const unsigned char *mask = mv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    int32_t *o = (int32_t *)col_data(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t p = parent[i];
         o[i] = p < 0 || p >= i ? -1 : (mask[p] ? p : o[p]);
@@ -1067,7 +1173,7 @@ done:
     return out;
 }
 
-/* line_tokens(frame_of, fwd_of, token) -> int32 bytes: per event the key under which its source
+/* line_tokens(frame_of, fwd_of, token) -> int32 column: per event the key under which its source
  * line is cached (context.Context.line_key): its statement token, else ~frame, INT32_MIN for none. */
 static void line_token_columns(Py_ssize_t n, const int32_t *fof, const int32_t *fwd, const int32_t *tok, int32_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1099,10 +1205,10 @@ static PyObject *ancestor_sums(PyObject *mod, PyObject *args) {
     }
     Py_ssize_t nz = 0;
     for (Py_ssize_t i = 0; i < n; i++) nz += tot[i] != 0;
-    PyObject *ib = PyBytes_FromStringAndSize(NULL, nz * 4), *tb = PyBytes_FromStringAndSize(NULL, nz * 8);
+    PyObject *ib = new_column('i', nz), *tb = new_column('q', nz);
     if (!ib || !tb) { Py_XDECREF(ib); Py_XDECREF(tb); goto done; }
-    int32_t *oi = (int32_t *)PyBytes_AS_STRING(ib);
-    int64_t *ot = (int64_t *)PyBytes_AS_STRING(tb);
+    int32_t *oi = (int32_t *)col_data(ib);
+    int64_t *ot = (int64_t *)col_data(tb);
     for (Py_ssize_t i = 0, k = 0; i < n; i++)
         if (tot[i]) { oi[k] = (int32_t)i; ot[k] = tot[i]; k++; }
     res = Py_BuildValue("(NN)", ib, tb);
@@ -1131,7 +1237,7 @@ static PyObject *ancestors(PyObject *mod, PyObject *args) {
     return out;
 }
 
-/* launchers(cpu, launches, gpu) -> int32 bytes: per GPU event the cpu event (among ``launches``,
+/* launchers(cpu, launches, gpu) -> int32 column: per GPU event the cpu event (among ``launches``,
  * the runtime/driver calls) with its correlation id, -1 when none: passes._launchers_ref's join, with its
  * rule for ids repeated across processes (the process whose (pid, id) appeared last wins, and its
  * last call). One open-addressing table keyed by id holds a row per (pid, id): its first launch
@@ -1178,9 +1284,9 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
             if (eq) { r->last = i; break; }
         }
     }
-    out = PyBytes_FromStringAndSize(NULL, ng * 4);
+    out = new_column('i', ng);
     if (!out) goto done;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    int32_t *o = (int32_t *)col_data(out);
     for (Py_ssize_t g = 0; g < ng; g++) {
         Ev *e = ev_at(gpu, g);
         if (!e) { Py_CLEAR(out); goto done; }
@@ -1403,7 +1509,7 @@ static PyObject *line_gpu_sums(PyObject *mod, PyObject *args) {
         if (!e) goto done;
         sums[slot[s]] += e->dur;
     }
-    res = Py_BuildValue("(y#y#y#)", (char *)keys, nk * 4, (char *)sums, nk * 8, (char *)reps, nk * 4);
+    res = Py_BuildValue("(NNN)", col_copy('i', keys, nk), col_copy('d', sums, nk), col_copy('i', reps, nk));
 done:
     free(slot); free(keys); free(reps); free(sums);
     PyBuffer_Release(&lv); PyBuffer_Release(&kv);
@@ -1493,7 +1599,7 @@ static PyObject *fixed_points(PyObject *mod, PyObject *args) {
     return out;
 }
 
-/* positions(mask) -> int32 bytes: the positions of the set bytes, in order (the events of a mask
+/* positions(mask) -> int32 column: the positions of the set bytes, in order (the events of a mask
  * as indices: the statement tokens, the user frames). */
 static PyObject *positions(PyObject *mod, PyObject *args) {
     Py_buffer mv;
@@ -1501,9 +1607,9 @@ static PyObject *positions(PyObject *mod, PyObject *args) {
     const char *mask = mv.buf;
     Py_ssize_t n = mv.len, m = 0;
     for (Py_ssize_t i = 0; i < n; i++) m += mask[i] != 0;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 4);
+    PyObject *out = new_column('i', m);
     if (out) {
-        int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+        int32_t *o = (int32_t *)col_data(out);
         for (Py_ssize_t i = 0; i < n; i++)
             if (mask[i]) *o++ = (int32_t)i;
     }
@@ -1511,7 +1617,7 @@ static PyObject *positions(PyObject *mod, PyObject *args) {
     return out;
 }
 
-/* take(col int32, idx int32, default) -> int32 bytes: col[idx[k]] per k, ``default`` where idx[k]
+/* take(col int32, idx int32, default) -> int32 column: col[idx[k]] per k, ``default`` where idx[k]
  * is negative (or out of range): a column read through another (the launch calls' line tokens per
  * GPU event). */
 static PyObject *take(PyObject *mod, PyObject *args) {
@@ -1519,17 +1625,17 @@ static PyObject *take(PyObject *mod, PyObject *args) {
     int dflt;
     if (!PyArg_ParseTuple(args, "y*y*i", &cv, &iv, &dflt)) return NULL;
     Py_ssize_t n = cv.len / 4, m = iv.len / 4;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 4);
+    PyObject *out = new_column('i', m);
     if (out) {
         const int32_t *col = cv.buf, *idx = iv.buf;
-        int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+        int32_t *o = (int32_t *)col_data(out);
         for (Py_ssize_t k = 0; k < m; k++) o[k] = idx[k] >= 0 && idx[k] < n ? col[idx[k]] : dflt;
     }
     PyBuffer_Release(&cv); PyBuffer_Release(&iv);
     return out;
 }
 
-/* codes(col int32) -> (first int32 bytes, code int32 bytes): the column's distinct values in
+/* codes(col int32) -> (first int32 column, code int32 column): the column's distinct values in
  * order of first appearance, as the position of each one's first appearance, and per item the
  * place of its value among them (one open-addressing table of the distinct values). */
 static PyObject *codes(PyObject *mod, PyObject *args) {
@@ -1538,11 +1644,11 @@ static PyObject *codes(PyObject *mod, PyObject *args) {
     Py_ssize_t n = cv.len / 4, cap = 16, nd = 0;
     while (cap < 2 * n) cap <<= 1;
     int32_t *slot = malloc(cap * sizeof(int32_t)), *first = malloc((n ? n : 1) * sizeof(int32_t));
-    PyObject *cb = PyBytes_FromStringAndSize(NULL, n * 4), *res = NULL;
+    PyObject *cb = new_column('i', n), *res = NULL;
     if (!slot || !first || !cb) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
     memset(slot, 0xff, cap * sizeof(int32_t)); /* -1: empty; else a distinct value's number */
     const int32_t *col = cv.buf;
-    int32_t *code = (int32_t *)PyBytes_AS_STRING(cb);
+    int32_t *code = (int32_t *)col_data(cb);
     for (Py_ssize_t k = 0; k < n; k++) {
         int32_t v = col[k];
         size_t h = ((uint32_t)v * 2654435761u) & (cap - 1);
@@ -1550,7 +1656,7 @@ static PyObject *codes(PyObject *mod, PyObject *args) {
         if (slot[h] < 0) { slot[h] = (int32_t)nd; first[nd++] = (int32_t)k; }
         code[k] = slot[h];
     }
-    PyObject *fb = PyBytes_FromStringAndSize((const char *)first, nd * 4);
+    PyObject *fb = col_copy('i', first, nd);
     if (fb) { res = Py_BuildValue("(NO)", fb, cb); }
 done:
     free(slot); free(first);
@@ -1569,7 +1675,7 @@ static Py_ssize_t bisect_right_d(const double *a, Py_ssize_t n, double t) {
     return lo;
 }
 
-/* step_of(idx int32, starts float64, step_starts float64, step_ends float64) -> int32 bytes: per
+/* step_of(idx int32, starts float64, step_starts float64, step_ends float64) -> int32 column: per
  * item the step (model.step_at) that the start of cpu event idx[k] falls in, -1 for none or for a
  * negative idx (the steps of the GPU events' launch calls). */
 static PyObject *step_of(PyObject *mod, PyObject *args) {
@@ -1578,10 +1684,10 @@ static PyObject *step_of(PyObject *mod, PyObject *args) {
     Py_ssize_t m = iv.len / 4, n = tv.len / 8, ns = sv.len / 8;
     PyObject *out = NULL;
     if (ev.len / 8 != ns) { PyErr_SetString(PyExc_ValueError, "step_of: sizes differ"); goto done; }
-    if (!(out = PyBytes_FromStringAndSize(NULL, m * 4))) goto done;
+    if (!(out = new_column('i', m))) goto done;
     const int32_t *idx = iv.buf;
     const double *ts = tv.buf, *ss = sv.buf, *se = ev.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    int32_t *o = (int32_t *)col_data(out);
     for (Py_ssize_t k = 0; k < m; k++) {
         int32_t i = idx[k];
         o[k] = -1;
@@ -1719,10 +1825,10 @@ static PyObject *replay_rows(PyObject *mod, PyObject *args) {
         step_rows[j] = (int32_t)a;
     }
     step_rows[ns] = (int32_t)nrows;
-    res = Py_BuildValue("(y#y#y#y#y#y#y#y#y#y#)", (char *)rows, nrows * 4, (char *)kinds, nrows, (char *)pre,
-                        nrows * 8, (char *)step_rows, (ns + 1) * 4, (char *)cpu_us, ns * 8, (char *)tail, ns * 8,
-                        (char *)op_off, (nrows + 1) * 4, (char *)ops, no * 4, (char *)op_dur, no * 8,
-                        (char *)lats, nl2 * 8);
+    res = Py_BuildValue("(NNNNNNNNNN)", col_copy('i', rows, nrows), PyBytes_FromStringAndSize((char *)kinds, nrows),
+                        col_copy('d', pre, nrows), col_copy('i', step_rows, ns + 1), col_copy('d', cpu_us, ns),
+                        col_copy('d', tail, ns), col_copy('i', op_off, nrows + 1), col_copy('i', ops, no),
+                        col_copy('d', op_dur, no), col_copy('d', lats, nl2));
     goto done;
 bad:
     PyErr_SetString(PyExc_IndexError, "replay_rows: an index out of range");
@@ -1735,7 +1841,7 @@ done:
     return res;
 }
 
-/* launch_delays(gpu, launcher, cpu, min_delay) -> (delays float64 bytes, late int32 bytes):
+/* launch_delays(gpu, launcher, cpu, min_delay) -> (delays float64 column, late int32 column):
  * gpu-contention's pass (passes._launch_delays_ref): per launched GPU event but each kernel name's
  * first, its start less its launch call's start; and the events whose delay is at least
  * min_delay and that start after their launch call returned. */
@@ -1771,7 +1877,7 @@ static PyObject *launch_delays(PyObject *mod, PyObject *args) {
         d[nd++] = x;
         if (x >= min_delay && e->ts > wait_from) late[nl++] = (int32_t)g;
     }
-    res = Py_BuildValue("(y#y#)", (const char *)d, nd * 8, (const char *)late, nl * 4);
+    res = Py_BuildValue("(NN)", col_copy('d', d, nd), col_copy('i', late, nl));
 done:
     free(d); free(late);
     Py_XDECREF(seen);
@@ -1779,7 +1885,7 @@ done:
     return res;
 }
 
-/* group_min(groups int32, idx int32, values float64, lo, hi, n) -> (mins float64 bytes, seen
+/* group_min(groups int32, idx int32, values float64, lo, hi, n) -> (mins float64 column, seen
  * bytes): per group in [0, n), the least values[idx[k]] over the items k of that group whose idx
  * lies in [lo, hi) (the first launch of each step from the main thread's events), and whether it
  * had any. */
@@ -1790,8 +1896,8 @@ static PyObject *group_min(PyObject *mod, PyObject *args) {
     Py_ssize_t m = gv.len / 4, nv = vv.len / 8;
     PyObject *mb = NULL, *sb = NULL, *res = NULL;
     if (iv.len / 4 != m || n < 0) { PyErr_SetString(PyExc_ValueError, "group_min: sizes differ"); goto done; }
-    if (!(mb = PyBytes_FromStringAndSize(NULL, n * 8)) || !(sb = PyBytes_FromStringAndSize(NULL, n))) goto done;
-    double *mins = (double *)PyBytes_AS_STRING(mb);
+    if (!(mb = new_column('d', n)) || !(sb = PyBytes_FromStringAndSize(NULL, n))) goto done;
+    double *mins = (double *)col_data(mb);
     char *seen = PyBytes_AS_STRING(sb);
     memset(seen, 0, n);
     for (Py_ssize_t g = 0; g < n; g++) mins[g] = 0.0;
@@ -1809,7 +1915,7 @@ done:
     return res;
 }
 
-/* gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes: for each root in order,
+/* gpu_under_all(off, kids, launch_off, launched, roots) -> int32 column: for each root in order,
  * the GPU events launched from it or anything nested in it (model.gpu_under: the subtree in
  * subtree's order, each event's launches in order), one after another. */
 static PyObject *gpu_under_all(PyObject *mod, PyObject *args) {
@@ -1846,14 +1952,14 @@ static PyObject *gpu_under_all(PyObject *mod, PyObject *args) {
             }
         }
     }
-    res = PyBytes_FromStringAndSize((const char *)out, len * 4);
+    res = col_copy('i', out, len);
 done:
     free(stack); free(out);
     PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&lov); PyBuffer_Release(&lgv); PyBuffer_Release(&rv);
     return res;
 }
 
-/* iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops int32 bytes, runs int32
+/* iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops int32 column, runs int32
  * bytes), one item per cpu event, -1 but at the events of lis: launch-storm's loop iteration of
  * each launch call (passes._iterations_ref) counted per innermost Python call (its outermost op
  * below the Python frame, else itself) and per run of its user frame's statement (climbing from
@@ -1867,8 +1973,8 @@ static PyObject *iterations(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "iterations: sizes differ");
         goto done;
     }
-    if (!(ob = PyBytes_FromStringAndSize(NULL, n * 4)) || !(rb = PyBytes_FromStringAndSize(NULL, n * 4))) goto done;
-    int32_t *ops = (int32_t *)PyBytes_AS_STRING(ob), *runs = (int32_t *)PyBytes_AS_STRING(rb);
+    if (!(ob = new_column('i', n)) || !(rb = new_column('i', n))) goto done;
+    int32_t *ops = (int32_t *)col_data(ob), *runs = (int32_t *)col_data(rb);
     memset(ops, 0xff, n * 4);
     memset(runs, 0xff, n * 4);
     const int32_t *parent = pv.buf, *token = tv.buf, *fof = fv.buf, *lis = lv.buf;
@@ -1896,7 +2002,7 @@ done:
     return res;
 }
 
-/* points_into(col int32, mask bytes) -> int32 bytes: the items whose value is an index with a
+/* points_into(col int32, mask bytes) -> int32 column: the items whose value is an index with a
  * set mask byte, in order (the backward events whose forward op is one of a set). */
 static PyObject *points_into(PyObject *mod, PyObject *args) {
     Py_buffer cv, mv;
@@ -1911,14 +2017,14 @@ static PyObject *points_into(PyObject *mod, PyObject *args) {
         int32_t v = col[i];
         if (v >= 0 && v < nm && mask[v]) out[len++] = (int32_t)i;
     }
-    res = PyBytes_FromStringAndSize((const char *)out, len * 4);
+    res = col_copy('i', out, len);
 done:
     free(out);
     PyBuffer_Release(&cv); PyBuffer_Release(&mv);
     return res;
 }
 
-/* owner_sums(rows int32, owner int32, nbytes int64) -> (owners int32 bytes, sums int64 bytes) or
+/* owner_sums(rows int32, owner int32, nbytes int64) -> (owners int32 column, sums int64 column) or
  * None: over the rows, the positive byte counts summed per owner (>= 0), the owners in order of
  * first row (memory-child-pressure's allocations per event); None where an int64 sum would
  * overflow (a corrupt trace: the reference's Python ints then). */
@@ -1951,7 +2057,7 @@ static PyObject *owner_sums(PyObject *mod, PyObject *args) {
         if (slot[o] < 0) { slot[o] = (int32_t)nd; who[nd] = o; sum[nd++] = 0; }
         if (__builtin_add_overflow(sum[slot[o]], b, &sum[slot[o]])) { res = Py_None; Py_INCREF(res); goto done; }
     }
-    res = Py_BuildValue("(y#y#)", (const char *)who, nd * 4, (const char *)sum, nd * 8);
+    res = Py_BuildValue("(NN)", col_copy('i', who, nd), col_copy('q', sum, nd));
 done:
     free(slot); free(who); free(sum);
     PyBuffer_Release(&rv); PyBuffer_Release(&ov); PyBuffer_Release(&bv);
@@ -1969,8 +2075,8 @@ static PyObject *scatter_sums(PyObject *mod, PyObject *args) {
     Py_ssize_t m = iv.len / 4, nv = vv.len / 8, nc = ov.len / 4 - 1, nt = tv.len / 4;
     PyObject *out = NULL;
     if (cv.len / 4 != m || n < 0 || nc < 0) { PyErr_SetString(PyExc_ValueError, "scatter_sums: sizes differ"); goto done; }
-    if (!(out = PyBytes_FromStringAndSize(NULL, n * 8))) goto done;
-    double *acc = (double *)PyBytes_AS_STRING(out);
+    if (!(out = new_column('d', n))) goto done;
+    double *acc = (double *)col_data(out);
     for (Py_ssize_t t = 0; t < n; t++) acc[t] = 0.0;
     const int32_t *items = iv.buf, *code = cv.buf, *off = ov.buf, *targets = tv.buf;
     const double *values = vv.buf;
@@ -2057,9 +2163,9 @@ static Py_ssize_t merge_spans(Span *s, Py_ssize_t n) {
 }
 
 static PyObject *flat_bytes(const Span *s, Py_ssize_t m) {
-    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 16);
+    PyObject *out = new_column('d', 2 * m);
     if (!out) return NULL;
-    double *f = (double *)PyBytes_AS_STRING(out);
+    double *f = (double *)col_data(out);
     for (Py_ssize_t j = 0; j < m; j++) {
         f[2 * j] = s[j].a;
         f[2 * j + 1] = s[j].b;
@@ -2073,9 +2179,9 @@ static PyObject *event_times(PyObject *args, int with_start) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list), w = with_start ? 2 : 1;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8 * w);
+    PyObject *out = new_column('d', n * w);
     if (!out) return NULL;
-    double *f = (double *)PyBytes_AS_STRING(out);
+    double *f = (double *)col_data(out);
     for (Py_ssize_t j = 0; j < n; j++) {
         Ev *e = ev_at(list, j);
         if (!e) { Py_DECREF(out); return NULL; }
@@ -2089,16 +2195,16 @@ static PyObject *event_times(PyObject *args, int with_start) {
     return out;
 }
 
-/* spans(events) -> float64 bytes: each event's (start, end), start and end alternating (the
+/* spans(events) -> float64 column: each event's (start, end), start and end alternating (the
  * model's GPU spans). */
 static PyObject *spans(PyObject *mod, PyObject *args) { return event_times(args, 1); }
 
-/* durations(events) -> each event's duration, float64 bytes (analyses.analyze's GPU time: its
+/* durations(events) -> each event's duration, float64 column (analyses.analyze's GPU time: its
  * total and the kernel classes' sums). */
 static PyObject *durations(PyObject *mod, PyObject *args) { return event_times(args, 0); }
 
 /* merge(flat, mask or None) -> the union of the spans (those with their mask byte set) as flat
- * float64 bytes, sorted; None (see above). */
+ * float64 column, sorted; None (see above). */
 static PyObject *merge(PyObject *mod, PyObject *args) {
     Py_buffer fv, mv = {0};
     PyObject *mobj;
@@ -2114,7 +2220,7 @@ static PyObject *merge(PyObject *mod, PyObject *args) {
     return out;
 }
 
-/* merge_groups(flat, groups int32, mask bytes, n) -> n flat float64 bytes: per group g in [0, n)
+/* merge_groups(flat, groups int32, mask bytes, n) -> n flat float64 column: per group g in [0, n)
  * the union of the spans j with mask[j] set and groups[j] == g (step_gpu's per-step kernels and
  * copies); None (see above). */
 static PyObject *merge_groups(PyObject *mod, PyObject *args) {
@@ -2160,19 +2266,19 @@ done:
     return res;
 }
 
-/* span_index(flat) -> (starts, ends, prefix) float64 bytes: covered's index of merged spans, the
+/* span_index(flat) -> (starts, ends, prefix) float64 column: covered's index of merged spans, the
  * prefix their running sum of lengths from 0.0. */
 static PyObject *span_index(PyObject *mod, PyObject *args) {
     Py_buffer fv;
     if (!PyArg_ParseTuple(args, "y*", &fv)) return NULL;
     Py_ssize_t n = fv.len / 16;
     if (fv.len % 16) { PyBuffer_Release(&fv); PyErr_SetString(PyExc_ValueError, "span_index: (start, end) pairs"); return NULL; }
-    PyObject *sb = PyBytes_FromStringAndSize(NULL, n * 8), *eb = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *pb = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    PyObject *sb = new_column('d', n), *eb = new_column('d', n);
+    PyObject *pb = new_column('d', (n + 1));
     if (!sb || !eb || !pb) { Py_XDECREF(sb); Py_XDECREF(eb); Py_XDECREF(pb); PyBuffer_Release(&fv); return NULL; }
     const double *f = fv.buf;
-    double *st = (double *)PyBytes_AS_STRING(sb), *en = (double *)PyBytes_AS_STRING(eb);
-    double *pre = (double *)PyBytes_AS_STRING(pb);
+    double *st = (double *)col_data(sb), *en = (double *)col_data(eb);
+    double *pre = (double *)col_data(pb);
     pre[0] = 0.0;
     for (Py_ssize_t j = 0; j < n; j++) {
         st[j] = f[2 * j];
@@ -2208,7 +2314,7 @@ static double covered_in(const double *st, const double *en, const double *pre, 
 }
 
 /* idle_waits(candidates int32, gpu_flat float64, launcher int32, cpu_starts, cpu_durs float64,
- * starts, ends, prefix float64, share) -> (delays float64 bytes, events int32 bytes)
+ * starts, ends, prefix float64, share) -> (delays float64 column, events int32 column)
  * (passes._idle_waits_ref): of the candidate GPU events, those whose wait after their launch call
  * returned the merged spans (the index) covered under ``share`` of; each one's delay from its
  * launch call's start. Columns only: no event is read. */
@@ -2240,7 +2346,7 @@ static PyObject *idle_waits(PyObject *mod, PyObject *args) {
             late[k++] = g;
         }
     }
-    res = Py_BuildValue("(y#y#)", (const char *)d, k * 8, (const char *)late, k * 4);
+    res = Py_BuildValue("(NN)", col_copy('d', d, k), col_copy('i', late, k));
 done:
     free(d); free(late);
     PyBuffer_Release(&cv); PyBuffer_Release(&fv); PyBuffer_Release(&lv); PyBuffer_Release(&sv);
@@ -2248,7 +2354,7 @@ done:
     return res;
 }
 
-/* gpu_keys(gpu, launcher int32, above int32, cpu) -> (keys, codes int32 bytes): per GPU event the
+/* gpu_keys(gpu, launcher int32, above int32, cpu) -> (keys, codes int32 column): per GPU event the
  * key it is classified by, (name, category, the name of the op above its launch call or None),
  * as a number into the distinct keys in order of first appearance (analyses.gpu_classes). */
 static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
@@ -2259,9 +2365,9 @@ static PyObject *gpu_keys(PyObject *mod, PyObject *args) {
     Py_ssize_t n = PyList_GET_SIZE(gpu), nc = PyList_GET_SIZE(cpu), na = av.len / 4;
     if (lv.len / 4 != n) { PyErr_SetString(PyExc_ValueError, "gpu_keys: sizes differ"); goto done; }
     const int32_t *launcher = lv.buf, *above = av.buf;
-    if (!(keys = PyList_New(0)) || !(index = PyDict_New()) || !(cb = PyBytes_FromStringAndSize(NULL, n * 4)))
+    if (!(keys = PyList_New(0)) || !(index = PyDict_New()) || !(cb = new_column('i', n)))
         goto done;
-    int32_t *code = (int32_t *)PyBytes_AS_STRING(cb);
+    int32_t *code = (int32_t *)col_data(cb);
     for (Py_ssize_t g = 0; g < n; g++) {
         Ev *ev = ev_at(gpu, g);
         if (!ev) goto done;
@@ -2302,7 +2408,7 @@ done:
     return res;
 }
 
-/* marked(cpu, mask, prefix) -> int32 bytes: the events i with mask[i] set whose name starts with
+/* marked(cpu, mask, prefix) -> int32 column: the events i with mask[i] set whose name starts with
  * prefix, in order (modules.ModuleIndex's ``nn.Module: `` markers among the python events). */
 static PyObject *marked(PyObject *mod, PyObject *args) {
     PyObject *cpu, *prefix, *out = NULL;
@@ -2328,7 +2434,7 @@ static PyObject *marked(PyObject *mod, PyObject *args) {
         }
         got[k++] = (int32_t)i;
     }
-    if (!PyErr_Occurred()) out = PyBytes_FromStringAndSize((const char *)got, k * 4);
+    if (!PyErr_Occurred()) out = col_copy('i', got, k);
     free(got);
 done:
     PyBuffer_Release(&mv);
@@ -2350,9 +2456,9 @@ static PyObject *module_nodes(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "module_nodes: sizes differ");
         goto done;
     }
-    if (!(ob = PyBytes_FromStringAndSize(NULL, m * 4)) || !(bb = PyBytes_FromStringAndSize(NULL, m))) goto done;
+    if (!(ob = new_column('i', m)) || !(bb = PyBytes_FromStringAndSize(NULL, m))) goto done;
     const int32_t *idx = iv.buf, *frame_of = fv.buf, *fwd_of = wv.buf, *above = av.buf, *node_of = nv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(ob);
+    int32_t *o = (int32_t *)col_data(ob);
     char *back = PyBytes_AS_STRING(bb);
     for (Py_ssize_t k = 0; k < m; k++) {
         int32_t i = idx[k];
@@ -2435,7 +2541,7 @@ static PyObject *rows_lists(const Rows *r, int with_cls) {
 }
 
 /* module_gpu(gpu, classes, nodes int32, backward bytes, launcher int32, n) -> (forward, backward
- * float64 bytes, launches int32 bytes, by_class, by_name): build_tree's own GPU sums per module
+ * float64 column, launches int32 column, by_class, by_name): build_tree's own GPU sums per module
  * node (passes._module_gpu_ref): each launched GPU event's time to its node (nodes[g], -1 for
  * none), forward or backward; the launch calls per node; and per node its kernel classes
  * [(class, kernels, time)] and its kernels [(name, class, count, time)] in order of first
@@ -2459,13 +2565,13 @@ static PyObject *module_gpu(PyObject *mod, PyObject *args) {
     const char *back = bv.buf;
     for (Py_ssize_t g = 0; g < n; g++) if (launcher[g] > maxl) maxl = launcher[g];
     int ok_c = rows_init(&rc, nn, n), ok_n = rows_init(&rn, nn, n);
-    fb = PyBytes_FromStringAndSize(NULL, nn * 8);
-    bb = PyBytes_FromStringAndSize(NULL, nn * 8);
-    lb = PyBytes_FromStringAndSize(NULL, nn * 4);
+    fb = new_column('d', nn);
+    bb = new_column('d', nn);
+    lb = new_column('i', nn);
     seen = calloc((size_t)maxl + 2, 1);
     if (ok_c < 0 || ok_n < 0 || !fb || !bb || !lb || !seen) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
-    double *fwd = (double *)PyBytes_AS_STRING(fb), *bwd = (double *)PyBytes_AS_STRING(bb);
-    int32_t *launches = (int32_t *)PyBytes_AS_STRING(lb);
+    double *fwd = (double *)col_data(fb), *bwd = (double *)col_data(bb);
+    int32_t *launches = (int32_t *)col_data(lb);
     for (Py_ssize_t k = 0; k < nn; k++) { fwd[k] = 0.0; bwd[k] = 0.0; launches[k] = 0; }
     int32_t last_k = -1;
     PyObject *last_cls = NULL, *last_name = NULL;
@@ -2499,7 +2605,7 @@ done:
 }
 
 /* survivors(rows int32, ts float64, nbytes int64, addr int64, step_starts, step_ends float64) ->
- * (rows, steps) int32 bytes: memory-growth's allocations that are never freed later (no free of
+ * (rows, steps) int32 column: memory-growth's allocations that are never freed later (no free of
  * their block, by address, at or after them: passes._survivors_ref), inside a step but the last,
  * with the step each falls in. */
 static PyObject *survivors(PyObject *mod, PyObject *args) {
@@ -2550,7 +2656,7 @@ static PyObject *survivors(PyObject *mod, PyObject *args) {
         out_r[k2] = r;
         out_s[k2++] = (int32_t)s;
     }
-    res = Py_BuildValue("(y#y#)", (const char *)out_r, k2 * 4, (const char *)out_s, k2 * 4);
+    res = Py_BuildValue("(NN)", col_copy('i', out_r, k2), col_copy('i', out_s, k2));
 done:
     free(keys); free(last); free(used); free(out_r); free(out_s);
     PyBuffer_Release(&rv); PyBuffer_Release(&tv); PyBuffer_Release(&bv); PyBuffer_Release(&av);
@@ -2778,7 +2884,7 @@ static inline uint64_t mix64(uint64_t h, uint64_t v) {
 }
 
 /* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos),
- * int32 bytes (passes._frame_shapes_ref): the user frames in event order, each one's place among
+ * int32 column (passes._frame_shapes_ref): the user frames in event order, each one's place among
  * them, its shape (frames with equal subtrees: every event's cat, name, parsed frame, input dims and
  * children, in order; numbered by first appearance), its statement tokens (statements.frame_tokens)
  * as one flat index, and per event its position among its frame's tokens. The subtrees are
@@ -2930,9 +3036,8 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
         }
     }
     toff[nf] = (int32_t)nt;
-    result = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)frames, nf * 4, (const char *)place, n * 4,
-                           (const char *)shape, nf * 4, (const char *)toff, (nf + 1) * 4, (const char *)toks,
-                           nt * 4, (const char *)tpos, n * 4);
+    result = Py_BuildValue("(NNNNNN)", col_copy('i', frames, nf), col_copy('i', place, n), col_copy('i', shape, nf),
+                           col_copy('i', toff, nf + 1), col_copy('i', toks, nt), col_copy('i', tpos, n));
 done:
     free(frames); free(place); free(shape); free(toff); free(toks); free(tpos);
     free(stack); free(pos); free(sid); free(rep); free(chain); free(head); free(code); free(shash);
@@ -2941,7 +3046,7 @@ done:
     return result;
 }
 
-/* line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes
+/* line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 column
  * (passes._line_key_ids_ref): per item of line_tokens (each event's, or some of them) the number of
  * its line key (or call group: Context._token_groups), from its frame's place in
  * ``base``: a statement token's events base + 1 + the token's position among its frame's tokens,
@@ -2956,10 +3061,10 @@ static PyObject *line_key_ids(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "line_key_ids: sizes differ");
         goto done;
     }
-    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    out = new_column('i', n);
     if (!out) goto done;
     const int32_t *lt = tv.buf, *fof = fv.buf, *place = pv.buf, *tokpos = qv.buf, *base = bv.buf;
-    int32_t *o = (int32_t *)PyBytes_AS_STRING(out);
+    int32_t *o = (int32_t *)col_data(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t c = lt[i], id = -2;
         if (c == NOKEY) id = -1;
@@ -2980,28 +3085,29 @@ done:
 }
 
 PyMethodDef PASS_METHODS[] = {
-    {"line_key_ids", line_key_ids, METH_VARARGS, "line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 bytes"},
+    {"array_columns", array_columns, METH_VARARGS, "array_columns([on]) -> whether the passes' columns are arrays"},
+    {"line_key_ids", line_key_ids, METH_VARARGS, "line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 column"},
     {"frame_shapes", frame_shapes, METH_VARARGS, "frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos)"},
-    {"scatter_sums", scatter_sums, METH_VARARGS, "scatter_sums(items, values, codes, off, targets, n) -> float64 bytes"},
+    {"scatter_sums", scatter_sums, METH_VARARGS, "scatter_sums(items, values, codes, off, targets, n) -> float64 column"},
     {"owner_sums", owner_sums, METH_VARARGS, "owner_sums(rows, owner, nbytes) -> (owners, sums) or None"},
-    {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 bytes: i where mask[col[i]]"},
+    {"points_into", points_into, METH_VARARGS, "points_into(col, mask) -> int32 column: i where mask[col[i]]"},
     {"iterations", iterations, METH_VARARGS, "iterations(parent, token, frame_of, op_mask, py_mask, lis) -> (ops, runs)"},
     {"group_min", group_min, METH_VARARGS, "group_min(groups, idx, values, lo, hi, n) -> (mins, seen)"},
-    {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 bytes"},
-    {"positions", positions, METH_VARARGS, "positions(mask) -> int32 bytes: the positions of the set bytes"},
+    {"gpu_under_all", gpu_under_all, METH_VARARGS, "gpu_under_all(off, kids, launch_off, launched, roots) -> int32 column"},
+    {"positions", positions, METH_VARARGS, "positions(mask) -> int32 column: the positions of the set bytes"},
     {"replay_rows", replay_rows, METH_VARARGS, "replay_rows(idx, starts, durs, step_starts, step_ends, sync, blocking, off, launched, gpu, slack, queue_wait) -> the replay's rows"},
-    {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 bytes: col[idx[k]], default where idx[k] < 0"},
-    {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 bytes: distinct values by first appearance"},
-    {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 bytes"},
+    {"take", take, METH_VARARGS, "take(col, idx, default) -> int32 column: col[idx[k]], default where idx[k] < 0"},
+    {"codes", codes, METH_VARARGS, "codes(col) -> (first, code) int32 column: distinct values by first appearance"},
+    {"step_of", step_of, METH_VARARGS, "step_of(idx, starts, step_starts, step_ends) -> int32 column"},
     {"launch_delays", launch_delays, METH_VARARGS, "launch_delays(gpu, launcher, cpu, min_delay) -> (delays, late)"},
     {"replay", replay, METH_VARARGS, "replay(rows..., steps..., lat, keep, drop, nonblock) -> the mean step"},
     {"line_gpu_sums", line_gpu_sums, METH_VARARGS, "line_gpu_sums(launcher, line_tokens, gpu) -> (keys, sums, first launch)"},
     {"launch_runs", launch_runs, METH_VARARGS, "launch_runs(gpu, launcher, frame_of, lines, steps, cpu, durs) -> dict"},
     {"fixed_points", fixed_points, METH_VARARGS, "fixed_points(int32 column) -> bytes: 1 where col[i] == i"},
     {"kernel_configs", kernel_configs, METH_VARARGS, "kernel_configs(...) -> (configs, dims) (see passes._kernel_configs_ref)"},
-    {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 bytes"},
-    {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 bytes"},
-    {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 bytes"},
+    {"launchers", launchers, METH_VARARGS, "launchers(cpu, launches, gpu) -> int32 column"},
+    {"nearest", nearest, METH_VARARGS, "nearest(parent, mask) -> int32 column"},
+    {"line_tokens", line_tokens, METH_VARARGS, "line_tokens(frame_of, fwd_of, token) -> int32 column"},
     {"ancestor_sums", ancestor_sums, METH_VARARGS, "ancestor_sums(parent, items, values) -> (events, totals)"},
     {"ancestors", ancestors, METH_VARARGS, "ancestors(parent, items) -> bytes: the items and every event above them"},
     {"subtree", subtree, METH_VARARGS, "subtree(off, kids, i) -> list of event indices"},
@@ -3009,23 +3115,23 @@ PyMethodDef PASS_METHODS[] = {
     {"hot_lines", hot_lines, METH_VARARGS, "hot_lines(...) -> per hot line sums (see passes._hot_sums_ref)"},
     {"classify", classify, METH_VARARGS, "classify(events, cpu_cats, gpu_cats) -> the model's first pass"},
     {"frames", frames, METH_VARARGS, "frames(cpu, parent, parse_frame) -> the model's frame/token/name pass"},
-    {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 bytes"},
+    {"inherit", inherit, METH_VARARGS, "inherit(parent, frame_of, target) -> int32 column"},
     {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
     {"by_start", by_start, METH_VARARGS, "by_start(events) -> the events sorted by start, stable"},
     {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
-    {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 bytes"},
+    {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 column"},
     /* the summary analyses and the module tree */
-    {"spans", spans, METH_VARARGS, "spans(events) -> each event's (start, end), flat float64 bytes"},
-    {"durations", durations, METH_VARARGS, "durations(events) -> each event's duration, float64 bytes"},
-    {"merge", merge, METH_VARARGS, "merge(flat, mask) -> merged spans as flat float64 bytes, or None"},
+    {"spans", spans, METH_VARARGS, "spans(events) -> each event's (start, end), flat float64 column"},
+    {"durations", durations, METH_VARARGS, "durations(events) -> each event's duration, float64 column"},
+    {"merge", merge, METH_VARARGS, "merge(flat, mask) -> merged spans as flat float64 column, or None"},
     {"merge_groups", merge_groups, METH_VARARGS, "merge_groups(flat, groups, mask, n) -> n merged flat bytes, or None"},
-    {"span_index", span_index, METH_VARARGS, "span_index(flat) -> (starts, ends, prefix) float64 bytes"},
+    {"span_index", span_index, METH_VARARGS, "span_index(flat) -> (starts, ends, prefix) float64 column"},
     {"idle_waits", idle_waits, METH_VARARGS,
      "idle_waits(candidates, gpu_flat, launcher, cpu_starts, cpu_durs, starts, ends, prefix, share) -> "
-     "(delays float64, events int32 bytes)"},
-    {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 bytes)"},
-    {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 bytes"},
+     "(delays float64, events int32 column)"},
+    {"gpu_keys", gpu_keys, METH_VARARGS, "gpu_keys(gpu, launcher, above, cpu) -> (keys, codes int32 column)"},
+    {"marked", marked, METH_VARARGS, "marked(cpu, mask, prefix) -> int32 column"},
     {"module_nodes", module_nodes, METH_VARARGS, "module_nodes(idx, frame_of, fwd_of, above, node_of, direct) -> (nodes, backward)"},
     {"survivors", survivors, METH_VARARGS, "survivors(rows, ts, nbytes, addr, step_starts, step_ends) -> (rows, steps)"},
     {"group_by", group_by, METH_VARARGS, "group_by(items, keys) -> the items grouped by keys[item], in order"},
@@ -3046,5 +3152,5 @@ int passes_init(void) {
                            "gpu_memcpy", "gpu_memset", "kernel", "ProfilerStep#"};
     for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++)
         if (!(*consts[k] = PyUnicode_InternFromString(texts[k]))) return -1;
-    return 0;
+    return check_array_layout();
 }

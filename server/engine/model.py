@@ -451,15 +451,16 @@ def build(doc: TraceDoc) -> TraceModel:
     for key in sorted(by_thread, key=str):
         evs = by_thread[key]
         pb, cb, sb, db, kb = run.nest(evs, len(cpu), NEST_SLACK_US, CPU_CAT_CODES)
-        parent.frombytes(pb)
-        child_dur.frombytes(cb)
         placed.append((key, len(cpu), len(evs)))
-        cpu_starts.frombytes(sb)
-        durs.frombytes(db)
         codes += kb
-        if cpu:
+        if cpu:  # the first thread's columns themselves, the others' appended
+            parent += pb
+            child_dur += cb
+            cpu_starts += sb
+            durs += db
             cpu += evs
         else:
+            parent, child_dur, cpu_starts, durs = pb, cb, sb, db
             cpu = evs
     whole = memoryview(cpu_starts)  # (the column is complete: no resize while the slices live)
     starts = {key: whole[base : base + n] for key, base, n in placed}

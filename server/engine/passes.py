@@ -119,8 +119,11 @@ def negative(col: array) -> bytes:
     return col.tobytes()[top::size].translate(_SIGN)
 
 
-def column(typecode: str, data: bytes) -> array:
-    """An array over the bytes a native pass returned (int32 "i", int64 "q", float64 "d")."""
+def column(typecode: str, data) -> array:
+    """A native pass's column as an array (int32 "i", int64 "q", float64 "d"): the array it made
+    in place (_passes.c, new_column), or a copy of its bytes where it could not."""
+    if type(data) is array:
+        return data
     out = array(typecode)
     out.frombytes(data)
     return out
@@ -272,12 +275,12 @@ def _keep_cats(args) -> Callable[[], None]:
     return undo
 
 
-def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, array, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
     -1 at the top; a child may end ``slack`` after its parent), its children's summed duration,
     its start, its duration and its category's code (1 + its place in ``cats``, 0 for none):
-    (int32, float64, float64, float64 bytes, bytes). The columns are made where the events are
+    (int32, float64, float64, float64 arrays, bytes). The columns are made where the events are
     read anyway (each later pass over an event's fields costs a cache miss an event).
 
     A python frame that starts inside another python frame but ends after it is one whose exit the
@@ -307,16 +310,17 @@ def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, b
         stack.append(j)
     code = {c: k + 1 for k, c in reversed(list(enumerate(cats)))}  # the first place of a name
     return (
-        parent.tobytes(),
-        child_dur.tobytes(),
-        array("d", map(_ts, evs)).tobytes(),
-        array("d", map(_dur, evs)).tobytes(),
+        parent,
+        child_dur,
+        array("d", map(_ts, evs)),
+        array("d", map(_dur, evs)),
         bytes(code.get(e.cat, 0) for e in evs),
     )
 
 
-def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[bytes, bytes, bytes, bytes, bytes]:
-    return _BUILT.nest(evs, base, slack, cats)
+def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, array, bytes]:
+    pb, cb, sb, db, kb = _BUILT.nest(evs, base, slack, cats)
+    return column("i", pb), column("d", cb), column("d", sb), column("d", db), kb
 
 
 def _by_start_ref(events: list) -> list:
