@@ -4,6 +4,7 @@ tests/data/README.md), and on the shipped traces themselves."""
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -30,6 +31,70 @@ def test_the_table_covers_every_family_and_every_gemm_math():
     assert maths >= {K.TENSOR_CORE, K.FP32_SIMT, K.GEMV, K.COMPLEX}
     assert len({r[2].split("/")[0] for r in ROWS}) >= 2  # shipped and peer traces
     assert len(ROWS) > 400
+
+
+def _parse_name_by_character(name: str) -> tuple[str, str]:
+    """kernels.parse_name as it was first written, a character at a time: the spec the faster one
+    (the brackets found by a regex, the text between them sliced) must meet."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    depth, flat, groups, cur, at = 0, [], [], [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                cur, at = [], len(flat)
+                continue
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append((at, "".join(cur)))
+                continue
+        elif ch == "(" and depth == 0 and flat:
+            break
+        if depth:
+            cur.append(ch)
+        else:
+            flat.append(ch)
+    head = "".join(flat).rstrip()
+    start = head.rfind(" ") + 1
+    targs = [g for pos, g in groups if pos >= start]
+    return head[start:], targs[-1] if targs else ""
+
+
+def test_parse_name_reads_names_as_a_walk_over_their_characters_does():
+    import random
+
+    rnd = random.Random(32)
+    fuzz = ["".join(rnd.choice("<>() ab:,_") for _ in range(rnd.randint(0, 24))) for _ in range(30_000)]
+    fuzz += ["void " + f for f in fuzz[:3000]] + ["(anonymous namespace)::" + f for f in fuzz[:3000]]
+    names = [r[3] for r in ROWS] + fuzz  # every real kernel name of the table, and strings of brackets
+    differ = [n for n in names if K.parse_name.__wrapped__(n) != _parse_name_by_character(n)]
+    assert differ == []
+
+
+def test_families_match_lowercased_names_as_their_case_blind_patterns_do():
+    """A case-blind family runs lowercased over an ASCII name's lowercase (faster than IGNORECASE):
+    the same answer as the pattern as written on every real kernel name and launching op; a name
+    beyond ASCII meets the pattern as written, whose case folding str.lower does not share. A
+    case-sensitive family (the GEMM ops) reads the name as it is."""
+    names = {K.parse_name(r[3])[0] for r in ROWS} | {r[3] for r in ROWS}
+    ops = {"aten::mm", "aten::MM", "aten::addmm", "aten::_scaled_mm", "aten::Conv2d", "aten::softmax",
+           "aten::layer_norm", "c10d::allreduce_", "aten::copy_", "aten::Copy_", "aten::add"}  # fmt: skip
+    for table, texts in ((K._NAME_FAMILIES, names), (K._OP_CLASSES, ops)):
+        for cls, fast, lowered, rx in table.rows:
+            assert not re.search(r"\\[A-Z]", rx.pattern), cls  # lowercasing keeps its meaning
+            assert lowered == bool(rx.flags & re.IGNORECASE), cls
+            for text in texts:
+                assert bool(fast.search(text.lower() if lowered else text)) == bool(rx.search(text)), (
+                    cls,
+                    text,
+                )
+    assert K._family("\u017fendrecv") == K.COMMUNICATION  # the long s: an s to IGNORECASE
+    assert not K._NAME_FAMILIES.rows[0][1].search("\u017fendrecv".lower())  # not to str.lower
+    assert K.op_class("aten::mm") == K.GEMM and K.op_class("aten::MM") == K.OTHER  # case-sensitive family
 
 
 @pytest.mark.parametrize("expected,math,source,name", ROWS, ids=[r[3][:60] for r in ROWS])
