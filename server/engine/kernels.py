@@ -270,8 +270,8 @@ DEVICE_SYNCS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDevic
 
 
 # The brackets parse_name reads; the text between them is sliced, not walked a character at a time
-# (a Python loop over a templated name's 300 characters took ~50 µs of the ~80 µs a kernel name's
-# class cost: a trace of Triton or CUTLASS kernels has thousands of distinct names).
+# (measured on the 1,278 kernel names of the shipped and peer traces: 11.1 -> 3.5 µs a name, 144 -> 38 µs
+# the longest, 5 KB; a trace of Triton or CUTLASS kernels has thousands of distinct names).
 _BRACKETS = re.compile(r"[<>(]")
 
 
