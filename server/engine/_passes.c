@@ -37,8 +37,11 @@ static int array_layout_ok;
 static int col_kind(char tc) { return tc == 'i' ? 0 : tc == 'q' ? 1 : 2; }
 static Py_ssize_t col_size(char tc) { return tc == 'i' ? 4 : 8; }
 
-/* A column of n items of ``tc`` ('i', 'q' or 'd'), unset: an array.array, or bytes (see above). */
+/* A column of n items of ``tc`` ('i', 'q' or 'd'), unset: an array.array, or bytes (see above).
+ * NULL at once while an error is set: a pass makes its columns one after another and checks them
+ * together, and the array type must not be called with an exception pending. */
 static PyObject *new_column(char tc, Py_ssize_t n) {
+    if (PyErr_Occurred()) return NULL;
     Py_ssize_t size = col_size(tc);
     if (n < 0 || n > PY_SSIZE_T_MAX / size) return PyErr_NoMemory();
     if (!array_layout_ok) return PyBytes_FromStringAndSize(NULL, n * size);
@@ -287,10 +290,8 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
     double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
     unsigned char *pyf = malloc(n ? n : 1); /* by sorted place: a python frame */
-    PyObject *pbytes = new_column('i', n);
-    PyObject *cbytes = pbytes ? new_column('d', n) : NULL;
-    PyObject *sbytes = cbytes ? new_column('d', n) : NULL;
-    PyObject *dbytes = sbytes ? new_column('d', n) : NULL;
+    PyObject *pbytes = new_column('i', n), *cbytes = new_column('d', n), *sbytes = new_column('d', n),
+             *dbytes = new_column('d', n);
     PyObject *kbytes = PyBytes_FromStringAndSize(NULL, n);
     if (!items || !stack || !eend || !pyf || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
         free(items); free(stack); free(eend); free(pyf); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
