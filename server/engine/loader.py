@@ -785,11 +785,12 @@ class _Blocks:
     # Why the scanning stays on the caller's thread, not split with this one (measured on the 2-core
     # VM, 255 MB tiling; `bench/breakdown.py` prints both threads' CPU): this thread is not idle.
     # sha256 alone takes 0.21 s (1.2-1.4 GB/s with SHA-NI, what `openssl speed` gives), the reads
-    # 0.04 s: 0.25-0.28 s of CPU in a 0.35 s load whose scanning thread takes 0.34 s, so the load is
-    # within ~12% of what two cores allow. A prototype that parsed each block's second part here
-    # (the elements as records of spans and numbers, without the GIL, adopted where the scanner's
-    # own reading ended at the guessed boundary) made the one-thread scan 13% slower (the records
-    # written and read back) and the load no faster (0.36-0.47 s against 0.36-0.39 s, alternating).
+    # 0.04 s: 0.25-0.28 s of CPU beside a scanning thread's 0.34 s, the process 0.59-0.65 s in all,
+    # so a 0.34-0.36 s load is within ~10% of what two cores allow. A prototype that parsed each
+    # block's second part here (the elements as records of spans and numbers, without the GIL,
+    # adopted where the scanner's own reading ended at the guessed boundary) made the one-thread
+    # scan 13% slower (the records written and read back) and the load no faster (0.40-0.47 s
+    # against 0.36-0.39 s, alternating).
 
     def __init__(self, path: str):
         self.path = path
