@@ -8,6 +8,7 @@ import os
 import pytest
 
 from profd.server.engine import Options, analyze_file, loader
+from profd.server.engine.analyze import analyze_trace
 from profd.server.engine.model import build
 from profd.server.engine.sourcemap import source_line
 
@@ -170,3 +171,36 @@ def test_verdict_takes_the_profilers_cpu_slowdown_out(name, unprofiled_us):
     # and a launch-bound twin stays overhead-bound (graphs_eager: 487 µs unprofiled, 54 µs of GPU work)
     m2 = corpus_model("graphs_eager")
     assert verdict(m2, analyze(m2)) == "overhead-bound"
+
+
+def _keyed_traces():
+    return sorted(glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+
+
+@pytest.mark.parametrize("path", _keyed_traces(), ids=lambda p: os.path.basename(p).split(".")[0])
+def test_a_frames_token_keys_at_once_are_line_key_token_by_token(path):
+    """Context.line_key_ids keys a frame's statement tokens at once (_token_keys: a line per site,
+    not per token, where a loop's frame holds a token per statement per pass): each key equals
+    what ``line_key`` gives that token alone, down to the call site it carries, on every shipped
+    trace with its source."""
+    from profd.server.engine.statements import frame_shapes
+
+    done = analyze_trace(path, Options(workspace=WORKSPACE))
+    ctx, m = done.context, done.model
+    if m.has_call_from:
+        pytest.skip("ops name their own lines: no frame is keyed at once")
+    sh, st = frame_shapes(m), ctx.statements
+    if not len(sh.frames):
+        pytest.skip("recorded without with_stack: no user frame")
+    compared = 0
+    for k, f in enumerate(sh.frames):
+        if st.resumed(f):
+            continue
+        toks = sh.tokens(k)
+        for t, got in zip(toks, ctx._token_keys(f, toks)):
+            want = ctx.line_key(t) if m.token[t] == t else None
+            assert (got is None) == (want is None), (f, t)
+            if want is not None:
+                assert got == want and got.site is want.site, (f, t, got, want)
+                compared += 1
+    assert compared > 0

@@ -429,3 +429,47 @@ def test_the_readme_states_the_scanners_event_sizes():
     m = re.search(r"(\d+) bytes for a python frame, (\d+) for an allocator sample, (\d+) for an op", text)
     assert m, "the README no longer states the event sizes"
     assert (int(m[1]), int(m[2]), int(m[3])) == (size["frame"], size["sample"], size["op"])
+
+
+def _shapes_args(name: str) -> tuple:
+    from profd.server.engine.statements import _frame_shapes_args
+
+    doc = loader.load(name)[0]
+    return _frame_shapes_args(model.build(doc))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        trace("tinygpt_naive.json.gz"),
+        trace("seed_n4096_bf16_compiled.json.gz"),
+        os.path.join(ROOT, "examples", "wild", "switchtf__result_trace.json.gz"),
+    ],
+)
+def test_a_pass_started_beside_returns_what_it_returns_in_place(name):
+    """frame_shapes started on another thread (passes.start: it reads the events with the GIL
+    released) returns, column for column, what it returns called in place, while this thread
+    runs Python meanwhile (new strs made and hashed, as the analyses and rules do)."""
+    args = _shapes_args(name)
+    want = passes.NATIVE.frame_shapes(*args)
+    started = passes.start(passes.NATIVE, "frame_shapes", *args)
+    assert isinstance(started, passes.Started)
+    busy = {f"{k}:{k * 7}": k for k in range(50_000)}
+    got = started.result()
+    assert passes.differs(want, got) is None
+    assert len(got[0]) > 0 and len(busy) == 50_000  # the trace has user frames: shapes were made
+    # the reference and a differential run take no thread: they run where they are asked
+    assert isinstance(passes.start(passes.REFERENCE, "frame_shapes", *args), passes.Ran)
+
+
+def test_a_pass_beside_reads_strs_python_has_not_hashed():
+    """Synthetic change of a real trace: every event's category replaced by an equal str made anew
+    (not interned, its hash not made yet, where the scanner's strs are both). Without the GIL the
+    pass compares their characters and takes the GIL back to hash each: the same shapes as on
+    the scanner's strs."""
+    args = _shapes_args(trace("tinygpt_naive.json.gz"))
+    want = passes.NATIVE.frame_shapes(*args)
+    for e in args[0]:
+        e.cat = "".join(list(e.cat))
+    got = passes.start(passes.NATIVE, "frame_shapes", *args).result()
+    assert passes.differs(want, got) is None

@@ -2884,6 +2884,90 @@ static inline uint64_t mix64(uint64_t h, uint64_t v) {
     return h ^ (h >> 33);
 }
 
+/* ---- reading events with the GIL released ----------------------------------------------------
+ * A pass that runs beside the rules (passes.start: on the other core, while Python holds the GIL)
+ * reads its events' fields and compares and hashes their strs and bytes without the GIL: reads
+ * alone, no reference taken or dropped. Where that needs Python (a hash not yet cached in the
+ * object, an object of another type), it takes the GIL back for that one call. ``ts`` is the
+ * released thread state, NULL while the GIL is held. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+static inline Py_hash_t cached_hash(PyObject *o) {
+    /* the hash the object keeps once made (-1: not yet); another thread may be writing it under
+     * the GIL, the same value: an aligned word, read whole */
+    if (PyUnicode_CheckExact(o)) return __atomic_load_n(&((PyASCIIObject *)o)->hash, __ATOMIC_RELAXED);
+    if (PyBytes_CheckExact(o)) return __atomic_load_n(&((PyBytesObject *)o)->ob_shash, __ATOMIC_RELAXED);
+    return -1;
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#define GIL_BACK(ts) do { if (ts) { PyEval_RestoreThread(ts); (ts) = NULL; } } while (0)
+
+static Py_hash_t hash_released(PyObject *o, PyThreadState **ts) {
+    Py_hash_t h = cached_hash(o);
+    if (h != -1) return h;
+    PyEval_RestoreThread(*ts);
+    h = PyObject_Hash(o);
+    *ts = PyEval_SaveThread(); /* on -1 the error stays set in the thread state */
+    return h;
+}
+
+/* same() where both are strs: their characters compared, a read (PyUnicode_Compare); -1 on error */
+static int same_released(PyObject *a, PyObject *b, PyThreadState **ts) {
+    if (a == b) return 1;
+    if (PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b)
+#if PY_VERSION_HEX < 0x030C0000
+        && PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b)
+#endif
+    ) {
+        if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+        if (n != PyUnicode_GET_LENGTH(b)) return 0;
+        if (PyUnicode_KIND(a) == PyUnicode_KIND(b)) /* else (rare) compared by Python, below */
+            return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0;
+    }
+    PyEval_RestoreThread(*ts);
+    int r = same(a, b);
+    if (r == 0 && PyErr_Occurred()) r = -1;
+    *ts = PyEval_SaveThread();
+    return r;
+}
+
+/* PyObject_RichCompareBool(a, b, Py_EQ) for two non-NULL objects, bytes compared as a read */
+static int equal_released(PyObject *a, PyObject *b, PyThreadState **ts) {
+    if (a == b) return 1;
+    if (PyBytes_CheckExact(a) && PyBytes_CheckExact(b))
+        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0;
+    PyEval_RestoreThread(*ts);
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    *ts = PyEval_SaveThread();
+    return r;
+}
+
+/* dims_of (below) with the GIL released: the scanner's dims are bytes */
+static PyObject *dims_released(Ev *e, PyThreadState **ts) {
+    if (!(e->flags & F_ARGS) || !HAS_OP(e) || !e->dims) return NULL;
+    if (PyBytes_CheckExact(e->dims)) return PyBytes_GET_SIZE(e->dims) ? e->dims : NULL;
+    PyEval_RestoreThread(*ts);
+    PyObject *d = dims_of(e);
+    *ts = PyEval_SaveThread();
+    return d;
+}
+
+/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so) */
+static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
+    PyObject *o = PyList_GET_ITEM(list, j);
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
+        return (Ev *)o;
+    return NULL;
+}
+
 /* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos),
  * int32 column (passes._frame_shapes_ref): the user frames in event order, each one's place among
  * them, its shape (frames with equal subtrees: every event's cat, name, parsed frame, input dims and
@@ -2900,23 +2984,26 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     int32_t *stack = NULL, *pos = NULL, *sid = NULL, *rep = NULL, *chain = NULL, *head = NULL, *code = NULL;
     uint64_t *shash = NULL;
     PyObject **scat = NULL, **sname = NULL, **sdims = NULL; /* each structure's own fields */
+    PyThreadState *ts = NULL; /* released while the events are read (see "with the GIL released") */
     if (ov.len / 4 != n + 1 || fv.len / 4 != n || iv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "frame_shapes: sizes differ");
         goto done;
     }
     /* each event read is checked to be this module's (check_events would read every event once more) */
     const int32_t *off = ov.buf, *kids = kv.buf, *fof = fv.buf, *fid = iv.buf;
+    ts = PyEval_SaveThread();
     for (Py_ssize_t i = 0; i < n; i++)
         if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > nk) {
+            GIL_BACK(ts);
             PyErr_SetString(PyExc_ValueError, "frame_shapes: bad offsets");
             goto done;
         }
     for (Py_ssize_t j = 0; j < nk; j++)
-        if (kids[j] < 0 || kids[j] >= n) { PyErr_SetString(PyExc_ValueError, "frame_shapes: bad child"); goto done; }
+        if (kids[j] < 0 || kids[j] >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: bad child"); goto done; }
     Py_ssize_t m = n ? n : 1, inside = 0;
     frames = malloc(4 * m); place = malloc(4 * m); tpos = malloc(4 * m); toks = malloc(4 * m);
     stack = malloc(4 * (m + nk)); pos = malloc(4 * m); sid = malloc(4 * m);
-    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid) { PyErr_NoMemory(); goto done; }
+    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < n; i++) {
         place[i] = tpos[i] = -1;
         pos[i] = -1; /* -1: not reached yet; else the next child to visit */
@@ -2930,7 +3017,7 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     scat = malloc(sizeof(PyObject *) * (inside ? inside : 1));
     sname = malloc(sizeof(PyObject *) * (inside ? inside : 1));
     sdims = malloc(sizeof(PyObject *) * (inside ? inside : 1));
-    if (!rep || !chain || !shash || !head || !scat || !sname || !sdims) { PyErr_NoMemory(); goto done; }
+    if (!rep || !chain || !shash || !head || !scat || !sname || !sdims) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
     memset(head, 0xff, 4 * cap);
     /* the structure of each event inside a user frame (all its descendants are), children first */
     for (Py_ssize_t r = 0; r < n; r++) {
@@ -2945,23 +3032,24 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
                 int32_t c = kids[k];
                 pos[i]++;
                 if (pos[c] < 0) {
-                    if (sp >= n) { PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
+                    if (sp >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
                     pos[c] = 0;
                     stack[sp++] = c;
                 } else if (sid[c] < 0) { /* on the walk's stack: a cycle */
+                    GIL_BACK(ts);
                     PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree");
                     goto done;
                 }
                 continue;
             }
             sp--;
-            Ev *e = ev_at(cpu, i);
-            if (!e) goto done;
-            Py_hash_t hc = PyObject_Hash(e->cat), hn = PyObject_Hash(e->name);
-            if (hc == -1 || hn == -1) goto done;
-            PyObject *d = dims_of(e);
+            Ev *e = ev_released(cpu, i);
+            if (!e) { GIL_BACK(ts); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
+            Py_hash_t hc = hash_released(e->cat, &ts), hn = hc == -1 ? -1 : hash_released(e->name, &ts);
+            if (hn == -1) { GIL_BACK(ts); goto done; }
+            PyObject *d = dims_released(e, &ts);
             Py_hash_t hd = 0;
-            if (d && (hd = PyObject_Hash(d)) == -1) goto done;
+            if (d && (hd = hash_released(d, &ts)) == -1) { GIL_BACK(ts); goto done; }
             Py_ssize_t nc = off[i + 1] - off[i];
             uint64_t h = mix64(mix64(mix64((uint64_t)hc, (uint64_t)hn), (uint64_t)(int64_t)fid[i]), (uint64_t)hd);
             h = mix64(h, (uint64_t)nc);
@@ -2971,22 +3059,20 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
             for (int32_t s = head[b]; s >= 0 && got < 0; s = chain[s]) {
                 int32_t g = rep[s];
                 if (shash[s] != h || off[g + 1] - off[g] != nc || fid[g] != fid[i]) continue;
-                if (!same(scat[s], e->cat) || !same(sname[s], e->name)) continue;
-                if (sdims[s] != d) {
-                    if (!sdims[s] || !d) continue;
-                    int eq = PyObject_RichCompareBool(sdims[s], d, Py_EQ);
-                    if (eq < 0) goto done;
-                    if (!eq) continue;
-                }
+                int eq = same_released(scat[s], e->cat, &ts);
+                if (eq > 0) eq = same_released(sname[s], e->name, &ts);
+                if (eq > 0 && sdims[s] != d) eq = !sdims[s] || !d ? 0 : equal_released(sdims[s], d, &ts);
+                if (eq < 0) { GIL_BACK(ts); goto done; }
+                if (!eq) continue;
                 Py_ssize_t q = 0;
                 while (q < nc && sid[kids[off[g] + q]] == sid[kids[off[i] + q]]) q++;
                 if (q == nc) got = s;
             }
             if (got < 0) {
-                if (ns >= inside) { PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
+                if (ns >= inside) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
                 if (2 * (ns + 1) > cap) { /* rehash into twice the buckets */
                     int32_t *nh = malloc(4 * 2 * cap);
-                    if (!nh) { PyErr_NoMemory(); goto done; }
+                    if (!nh) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
                     free(head);
                     head = nh;
                     cap *= 2;
@@ -3014,7 +3100,7 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     toff = malloc(4 * (nf + 1));
     shape = malloc(4 * (nf ? nf : 1));
     code = malloc(4 * (ns ? ns : 1));
-    if (!toff || !shape || !code) { PyErr_NoMemory(); goto done; }
+    if (!toff || !shape || !code) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
     for (Py_ssize_t s = 0; s < ns; s++) code[s] = -1;
     Py_ssize_t nshape = 0;
     for (Py_ssize_t k = 0; k < nf; k++) {
@@ -3027,19 +3113,23 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
         int32_t at = 0;
         while (sp) {
             int32_t i = stack[--sp];
-            if (tpos[i] >= 0 || nt >= n) { PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
+            if (tpos[i] >= 0 || nt >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
             tpos[i] = at++;
             toks[nt++] = i;
-            Ev *e = ev_at(cpu, i);
-            if (!e) goto done;
-            if (same(e->cat, S_user_annotation))
+            Ev *e = ev_released(cpu, i);
+            if (!e) { GIL_BACK(ts); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
+            int label = same_released(e->cat, S_user_annotation, &ts);
+            if (label < 0) { GIL_BACK(ts); goto done; }
+            if (label)
                 for (int32_t q = off[i + 1] - 1; q >= off[i]; q--) stack[sp++] = kids[q];
         }
     }
     toff[nf] = (int32_t)nt;
+    GIL_BACK(ts);
     result = Py_BuildValue("(NNNNNN)", col_copy('i', frames, nf), col_copy('i', place, n), col_copy('i', shape, nf),
                            col_copy('i', toff, nf + 1), col_copy('i', toks, nt), col_copy('i', tpos, n));
 done:
+    GIL_BACK(ts);
     free(frames); free(place); free(shape); free(toff); free(toks); free(tpos);
     free(stack); free(pos); free(sid); free(rep); free(chain); free(head); free(code); free(shash);
     free(scat); free(sname); free(sdims);

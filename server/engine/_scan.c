@@ -993,10 +993,18 @@ static int skip_value(Cur *c, int depth) {
     return -1;
 }
 
+/* The strs and bytes the table keeps are hashed as they are made, once a distinct value: the
+ * object keeps its hash, which a pass reading events without the GIL (_passes.c, "with the GIL
+ * released") then only reads, where asking Python for it would wait for the GIL. */
+static PyObject *hashed(PyObject *r) {
+    if (r && PyObject_Hash(r) == -1) Py_CLEAR(r);
+    return r;
+}
+
 static PyObject *make_str(const char *s, Py_ssize_t n) {
     PyObject *r = PyUnicode_DecodeUTF8(s, n, NULL);
     if (r && n <= INTERN_MAX) PyUnicode_InternInPlace(&r);
-    return r;
+    return hashed(r);
 }
 
 /* The four hex digits at h (validated by string_rest). */
@@ -1058,7 +1066,7 @@ static PyObject *make_escaped(const char *s, Py_ssize_t n) {
     return r;
 }
 
-static PyObject *make_bytes(const char *s, Py_ssize_t n) { return PyBytes_FromStringAndSize(s, n); }
+static PyObject *make_bytes(const char *s, Py_ssize_t n) { return hashed(PyBytes_FromStringAndSize(s, n)); }
 
 static PyObject *make_int(const char *s, Py_ssize_t n) {
     char tmp[32];

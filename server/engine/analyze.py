@@ -22,6 +22,7 @@ from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
 from .model import TraceModel, build
+from .statements import start_frame_shapes
 from .rules import load, load_all
 from .rules.util import us
 
@@ -78,6 +79,7 @@ def analyze_document(
     with _cyclic_gc_paused():
         model = build(doc)
         doc.drop_events()
+        start_frame_shapes(model)  # on the other core, while the analyses and first rules run
         analysis = analyze(model)
         ctx = Context(model, analysis, path, options)
         report = analyze_context(ctx, trace_info(path, sha, size, model))

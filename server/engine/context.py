@@ -203,7 +203,7 @@ class Context:
             keys: list[Optional[LineKey]] = []
             base = array("i", [-2]) * len(sh.frames)
             if not m.has_call_from:
-                st, token = self.statements, m.token
+                st = self.statements
                 shared: dict[tuple, int] = {}  # (shape, compiled) -> where its keys start
                 for k, f in enumerate(sh.frames):
                     if st.resumed(f):
@@ -213,12 +213,32 @@ class Context:
                     if b is None:  # the frame's own line, then its tokens' (a user frame among them: none)
                         b = shared[cls] = len(keys)
                         keys.append(self.line_key(f))
-                        keys.extend(self.line_key(t) if token[t] == t else None for t in sh.tokens(k))
+                        keys.extend(self._token_keys(f, sh.tokens(k)))
                     base[k] = b
             ids = m.passes.line_key_ids(self.line_tokens(), m.frame_of, sh.place, sh.tokpos, base)
             asked = _ASK in ids.tobytes()  # -2 where an int32 starts: the ids are -2 or more
             got = self._columns["line_key_ids"] = (ids, keys, asked)
         return got
+
+    def _token_keys(self, f: int, toks: array) -> list[Optional[LineKey]]:
+        """``line_key`` of each of user frame ``f``'s statement tokens ``toks`` (None for a token
+        that is not its own, a user frame), a key per site made once: a loop's frame holds its
+        statements' tokens once per pass. For line_key_ids' frames alone (not resumed, no
+        ``call_from``)."""
+        m = self.model
+        token, fr = m.token, m.frames[f]
+        made: dict[int, LineKey] = {}  # id of a (line, precision, site) -> its key
+        out: list[Optional[LineKey]] = []
+        for t, placed in zip(toks, self.statements.token_lines(f)):
+            if token[t] != t:
+                out.append(None)
+                continue
+            key = made.get(id(placed))
+            if key is None:
+                line, precision, site = placed
+                key = made[id(placed)] = LineKey(fr.path, line, fr.function, precision, site)
+            out.append(key)
+        return out
 
     def line_id(self, i: int) -> Optional[tuple]:
         """The group of findings event i belongs to, None outside every user frame: its user frame

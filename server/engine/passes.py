@@ -25,6 +25,7 @@ import os
 import re
 import struct
 import sys
+import threading
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -1569,6 +1570,9 @@ class Pass(msgspec.Struct, frozen=True):
     reference: Callable
     native: Callable
     undo: Optional[Callable] = None  # args -> a function undoing what the pass changes in them
+    # its native implementation reads the events with the GIL released (_passes.c, "with the GIL
+    # released"): ``start`` may run it on the other core while the rules run
+    beside: bool = False
 
 
 PASSES: dict[str, Pass] = {
@@ -1834,6 +1838,7 @@ PASSES: dict[str, Pass] = {
             "statements: the user frames, their tokens and their shapes (frames resolved once per shape)",
             _frame_shapes_ref,
             _frame_shapes_c,
+            beside=True,
         ),
         Pass(
             "line_key_ids",
@@ -1880,6 +1885,51 @@ def for_events(events) -> Implementation:
     if mod is not None and events and isinstance(events[0], mod.Event):
         return _checking or NATIVE
     return REFERENCE
+
+
+class Started:
+    """A pass ``start`` runs beside the caller: ``result()`` waits for it and returns what it
+    returned, or raises what it raised."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        self._out: object = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="profd-pass", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable, args: tuple) -> None:
+        try:
+            self._out = fn(*args)
+        except BaseException as e:  # raised where the result is asked for, as a call would raise it
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+
+class Ran:
+    """A pass ``start`` ran in place (the reference, a differential run): its result."""
+
+    def __init__(self, out):
+        self._out = out
+
+    def result(self):
+        return self._out
+
+
+def start(run: Implementation, name: str, *args) -> "Started | Ran":
+    """Pass ``name`` of ``run`` (a model's passes) on its arguments, on another thread where its
+    native implementation runs without the GIL (``Pass.beside``): its reading of the events then
+    takes the second core while Python goes on with what does not need its result (the analyses,
+    the first rules). Elsewhere it runs here and now. The arguments must not change until
+    ``result()``: the model's lists and columns do not after build."""
+    p = PASSES[name]
+    if p.beside and run is NATIVE:
+        return Started(p.native, args)
+    return Ran(getattr(run, name)(*args))
 
 
 # ---- the reference as the oracle --------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Optional
 import msgspec
 
 from .model import TraceModel
+from .passes import start
 from .sourcemap import SourceMap, source_lines
 
 _PARSE_LOCK = threading.Lock()
@@ -394,18 +395,37 @@ class StatementResolver:
             k = sh.tokpos[tok]
             if k >= 0 and sh.toks[sh.tok_off[sh.place[frame]] + k] == tok:  # one of this frame's
                 site = lines[k]
-        if site is None:  # the frame's line, whichever of its events asks: once per frame
-            got = self._no_site.get(frame)
+        return self._placed(frame, site)
+
+    def token_lines(self, frame: int) -> list[tuple[int, str, Optional[Site]]]:
+        """``line_for`` of each of the frame's statement tokens, by position, at once: a frame
+        that loops holds a token per statement per pass (thousands in a long run), and each is
+        one of few sites. Not for a frame Dynamo resumes (``resumed``: its events' lines depend
+        on the event) nor a trace whose ops name their lines (``call_from``)."""
+        placed: dict[int, tuple[int, str, Optional[Site]]] = {}  # id(site) -> its line
+        out = []
+        for site in self._by_position(frame):
+            got = placed.get(id(site))
             if got is None:
-                only = self._one_statement(frame)
-                got = (
-                    (only, "statement", None)
-                    if only is not None
-                    else (self.function_line(frame), "function", None)
-                )
-                self._no_site[frame] = got
-            return got
-        return site.line, "statement", site
+                got = placed[id(site)] = self._placed(frame, site)
+            out.append(got)
+        return out
+
+    def _placed(self, frame: int, site: Optional[Site]) -> tuple[int, str, Optional[Site]]:
+        """(line, precision, site) of an event of ``frame`` aligned with ``site``; with none, the
+        frame's line, whichever of its events asks: made once per frame."""
+        if site is not None:
+            return site.line, "statement", site
+        got = self._no_site.get(frame)
+        if got is None:
+            only = self._one_statement(frame)
+            got = (
+                (only, "statement", None)
+                if only is not None
+                else (self.function_line(frame), "function", None)
+            )
+            self._no_site[frame] = got
+        return got
 
     def _one_statement(self, frame: int) -> Optional[int]:
         """The line of a function whose calls all lie on one statement (``return a @ w + b``):
@@ -636,13 +656,25 @@ class FrameShapes(msgspec.Struct):
 
 
 def frame_shapes(m: TraceModel) -> FrameShapes:
-    """The model's FrameShapes, made on first use (the statements and the call groups share it)."""
+    """The model's FrameShapes, made on first use (the statements and the call groups share it),
+    or as the pass ``start_frame_shapes`` started finished."""
     got = m.__dict__.get("_frame_shapes")
-    if got is None:
-        got = m._frame_shapes = FrameShapes(
-            *m.passes.frame_shapes(m.cpu, *m.child_index, m.frame_of, m.frames.ids)
-        )
+    if type(got) is not FrameShapes:
+        cols = got.result() if got is not None else m.passes.frame_shapes(*_frame_shapes_args(m))
+        got = m._frame_shapes = FrameShapes(*cols)
     return got
+
+
+def start_frame_shapes(m: TraceModel) -> None:
+    """Start the frame_shapes pass beside the caller (passes.start): it reads only what build
+    made, and the statements first ask for it after the analyses and the first rules (at 1 GB its
+    tenth of a second then runs on the other core)."""
+    if "_frame_shapes" not in m.__dict__:
+        m._frame_shapes = start(m.passes, "frame_shapes", *_frame_shapes_args(m))
+
+
+def _frame_shapes_args(m: TraceModel) -> tuple:
+    return (m.cpu, *m.child_index, m.frame_of, m.frames.ids)
 
 
 class CallGroups:
