@@ -204,3 +204,22 @@ def test_a_frames_token_keys_at_once_are_line_key_token_by_token(path):
                 assert got == want and got.site is want.site, (f, t, got, want)
                 compared += 1
     assert compared > 0
+
+
+@pytest.mark.parametrize("path", _keyed_traces(), ids=lambda p: os.path.basename(p).split(".")[0])
+def test_what_a_token_calls_once_per_shape_is_what_it_calls_alone(path):
+    """call_of and the labelled method are made once per shape of token (FrameShapes.tokshape): for
+    every statement token of every shipped trace they equal what the token gives alone, and the
+    token's shape is found at its own place among its frame's tokens."""
+    from profd.server.engine import statements as S
+
+    done = analyze_trace(path, Options(workspace=WORKSPACE))
+    m = done.model
+    sh = S.frame_shapes(m)
+    if not len(sh.toks):
+        pytest.skip("recorded without with_stack: no statement token")
+    for t in sh.toks:
+        assert sh.toks[sh.tok_off[sh.place[m.frame_of[m.parent[t]]]] + sh.tokpos[t]] == t
+        assert S.call_of(m, t) == S._call_of(m, t)
+        assert S._labelled_method(m, t) == S._find_labelled_method(m, t)
+    assert len(m._calls) <= len(set(sh.tokshape))

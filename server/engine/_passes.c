@@ -2968,11 +2968,12 @@ static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
     return NULL;
 }
 
-/* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos),
- * int32 column (passes._frame_shapes_ref): the user frames in event order, each one's place among
- * them, its shape (frames with equal subtrees: every event's cat, name, parsed frame, input dims and
- * children, in order; numbered by first appearance), its statement tokens (statements.frame_tokens)
- * as one flat index, and per event its position among its frame's tokens. The subtrees are
+/* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos,
+ * tokshape), int32 column (passes._frame_shapes_ref): the user frames in event order, each one's
+ * place among them, its shape (frames with equal subtrees: every event's cat, name, parsed frame,
+ * input dims and children, in order; numbered by first appearance), its statement tokens
+ * (statements.frame_tokens) as one flat index, per event its position among its frame's tokens,
+ * and per token the shape of its own subtree (numbered by first appearance among the tokens). The subtrees are
  * hash-consed bottom-up: an event's structure is its own fields and its children's structures, so
  * two events share one when those compare equal (one event and its children at a time, exact). */
 static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
@@ -2980,8 +2981,8 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     Py_buffer ov, kv, fv, iv;
     if (!PyArg_ParseTuple(args, "O!y*y*y*y*", &PyList_Type, &cpu, &ov, &kv, &fv, &iv)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), nk = kv.len / 4, nf = 0, nt = 0, ns = 0, cap = 16;
-    int32_t *frames = NULL, *place = NULL, *shape = NULL, *toff = NULL, *toks = NULL, *tpos = NULL;
-    int32_t *stack = NULL, *pos = NULL, *sid = NULL, *rep = NULL, *chain = NULL, *head = NULL, *code = NULL;
+    int32_t *frames = NULL, *place = NULL, *shape = NULL, *toff = NULL, *toks = NULL, *tpos = NULL, *tshape = NULL;
+    int32_t *stack = NULL, *pos = NULL, *sid = NULL, *rep = NULL, *chain = NULL, *head = NULL, *code = NULL, *tcode = NULL;
     uint64_t *shash = NULL;
     PyObject **scat = NULL, **sname = NULL, **sdims = NULL; /* each structure's own fields */
     PyThreadState *ts = NULL; /* released while the events are read (see "with the GIL released") */
@@ -3002,8 +3003,8 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
         if (kids[j] < 0 || kids[j] >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: bad child"); goto done; }
     Py_ssize_t m = n ? n : 1, inside = 0;
     frames = malloc(4 * m); place = malloc(4 * m); tpos = malloc(4 * m); toks = malloc(4 * m);
-    stack = malloc(4 * (m + nk)); pos = malloc(4 * m); sid = malloc(4 * m);
-    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
+    stack = malloc(4 * (m + nk)); pos = malloc(4 * m); sid = malloc(4 * m); tshape = malloc(4 * m);
+    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid || !tshape) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < n; i++) {
         place[i] = tpos[i] = -1;
         pos[i] = -1; /* -1: not reached yet; else the next child to visit */
@@ -3100,9 +3101,10 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     toff = malloc(4 * (nf + 1));
     shape = malloc(4 * (nf ? nf : 1));
     code = malloc(4 * (ns ? ns : 1));
-    if (!toff || !shape || !code) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t s = 0; s < ns; s++) code[s] = -1;
-    Py_ssize_t nshape = 0;
+    tcode = malloc(4 * (ns ? ns : 1));
+    if (!toff || !shape || !code || !tcode) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t s = 0; s < ns; s++) code[s] = tcode[s] = -1;
+    Py_ssize_t nshape = 0, ntshape = 0;
     for (Py_ssize_t k = 0; k < nf; k++) {
         int32_t f = frames[k];
         if (code[sid[f]] < 0) code[sid[f]] = (int32_t)nshape++; /* shapes by first frame */
@@ -3115,6 +3117,9 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
             int32_t i = stack[--sp];
             if (tpos[i] >= 0 || nt >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
             tpos[i] = at++;
+            if (sid[i] < 0) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: not a tree"); goto done; }
+            if (tcode[sid[i]] < 0) tcode[sid[i]] = (int32_t)ntshape++; /* token shapes by first token */
+            tshape[nt] = tcode[sid[i]];
             toks[nt++] = i;
             Ev *e = ev_released(cpu, i);
             if (!e) { GIL_BACK(ts); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
@@ -3126,11 +3131,12 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     }
     toff[nf] = (int32_t)nt;
     GIL_BACK(ts);
-    result = Py_BuildValue("(NNNNNN)", col_copy('i', frames, nf), col_copy('i', place, n), col_copy('i', shape, nf),
-                           col_copy('i', toff, nf + 1), col_copy('i', toks, nt), col_copy('i', tpos, n));
+    result = Py_BuildValue("(NNNNNNN)", col_copy('i', frames, nf), col_copy('i', place, n), col_copy('i', shape, nf),
+                           col_copy('i', toff, nf + 1), col_copy('i', toks, nt), col_copy('i', tpos, n),
+                           col_copy('i', tshape, nt));
 done:
     GIL_BACK(ts);
-    free(frames); free(place); free(shape); free(toff); free(toks); free(tpos);
+    free(frames); free(place); free(shape); free(toff); free(toks); free(tpos); free(tshape); free(tcode);
     free(stack); free(pos); free(sid); free(rep); free(chain); free(head); free(code); free(shash);
     free(scat); free(sname); free(sdims);
     PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);

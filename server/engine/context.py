@@ -560,7 +560,7 @@ class Context:
         # per frame its shape key, None where resumed: a group's members are many calls of a few
         # hundred frames (17,000 members of 354 frames at 1 GB)
         keys: dict[int, Optional[tuple]] = {}
-        for f, t in self.calls.members.get((fr, group[3]), ()):
+        for f, t in self.calls.members(fr, group[3]):
             if f not in keys:
                 keys[f] = None if st.resumed(f) else st.shape_key(f)
             key = keys[f]

@@ -720,14 +720,17 @@ def _frame_shapes_ref(cpu, off: array, kids: array, frame_of: array, fids: array
     category, name, parsed frame (``fids``), input dims and children in order, share a number, by
     first appearance), its statement tokens (statements.frame_tokens: its children in order,
     looking through record_function labels) as one flat index (``tok_off``, ``toks``), and per
-    event its position among its frame's tokens (``tokpos``, -1 for none): what the statements of
-    one frame are found from, so frames of one shape are resolved once (int32 columns)."""
+    event its position among its frame's tokens (``tokpos``, -1 for none), and per token its own
+    subtree's shape (``tokshape``, numbered by first appearance among the tokens: what a token
+    calls is a function of it): what the statements of one frame are found from, so frames of one
+    shape are resolved once (int32 columns)."""
     n = len(cpu)
     frames = array("i", [i for i in range(n) if frame_of[i] == i])
     place = array("i", [-1]) * n
     tokpos = array("i", [-1]) * n
-    shape, tok_off, toks = array("i"), array("i"), array("i")
+    shape, tok_off, toks, tokshape = array("i"), array("i"), array("i"), array("i")
     shapes: dict[tuple, int] = {}
+    subtrees: dict[tuple, int] = {}
     for k, f in enumerate(frames):
         place[f] = k
         tok_off.append(len(toks))
@@ -736,11 +739,12 @@ def _frame_shapes_ref(cpu, off: array, kids: array, frame_of: array, fids: array
             i = stack.pop()
             tokpos[i] = len(toks) - tok_off[-1]
             toks.append(i)
+            tokshape.append(subtrees.setdefault(_subtree_atoms(cpu, off, kids, fids, i), len(subtrees)))
             if cpu[i].cat == "user_annotation":
                 stack.extend(reversed(kids[off[i] : off[i + 1]]))
         shape.append(shapes.setdefault(_subtree_atoms(cpu, off, kids, fids, f), len(shapes)))
     tok_off.append(len(toks))
-    return frames, place, shape, tok_off, toks, tokpos
+    return frames, place, shape, tok_off, toks, tokpos, tokshape
 
 
 def _subtree_atoms(cpu, off: array, kids: array, fids: array, f: int) -> tuple:

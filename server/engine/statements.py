@@ -19,7 +19,7 @@ import bisect
 import re
 import threading
 from array import array
-from typing import Optional
+from typing import Iterator, Optional
 
 import msgspec
 
@@ -650,9 +650,15 @@ class FrameShapes(msgspec.Struct):
     tok_off: array  # per place, where its tokens start in toks (and one past the last)
     toks: array  # the frames' tokens (frame_tokens), one frame after another
     tokpos: array  # per event, its position among its frame's tokens (-1: not a token)
+    tokshape: array  # per token (as toks), the shape of its own subtree: what it calls is of that alone
 
     def tokens(self, k: int) -> array:
         return self.toks[self.tok_off[k] : self.tok_off[k + 1]]
+
+    def token_shape(self, m: TraceModel, tok: int) -> int:
+        """The shape of statement token ``tok``'s own subtree: its place among the tokens of the
+        frame it runs in (a label's children are the frame's tokens too)."""
+        return self.tokshape[self.tok_off[self.place[m.frame_of[m.parent[tok]]]] + self.tokpos[tok]]
 
 
 def frame_shapes(m: TraceModel) -> FrameShapes:
@@ -694,7 +700,9 @@ class CallGroups:
         # only where no call differs (each step's ProfilerStep#N label, whose call drops the number) share it
         self._called: dict[tuple, tuple[list, dict[tuple, list[int]]]] = {}
         self._steps: Optional[tuple] = None  # see _step_table
-        self.members: dict[tuple, list[tuple[int, int]]] = {}  # (frame, group) -> [(frame event, token)]
+        # (frame, group) -> [(frame event, its tokens, the group's positions among them)]: a
+        # member (frame event, token) for each position, listed on asking (members)
+        self._members: dict[tuple, list[tuple[int, array, list[int]]]] = {}
 
     def of(self, tok: int) -> tuple:
         """The group of statement token ``tok`` (never a user frame: the token of a frame's own op)."""
@@ -721,9 +729,16 @@ class CallGroups:
         groups, positions = got
         fr = m.frames[frame]
         for g, at in positions.items():
-            self.members.setdefault((fr, g), []).extend([(frame, toks[p]) for p in at])
+            self._members.setdefault((fr, g), []).append((frame, toks, at))
         self._of[frame] = groups
         return groups
+
+    def members(self, fr, group) -> Iterator[tuple[int, int]]:
+        """(frame event, token) of each member of ``group`` of parsed frame ``fr``, in order of
+        the frames' first tokens, each frame's in its order."""
+        for frame, toks, at in self._members.get((fr, group), ()):
+            for p in at:
+                yield frame, toks[p]
 
     def _step_table(self) -> tuple[array, array, array, list]:
         """The steps as the call groups read them, made once: per step the first step of its
@@ -818,6 +833,17 @@ class CallGroups:
 
 
 def call_of(m: TraceModel, tok: int) -> tuple:
+    """``_call_of``, once per shape of token (FrameShapes.tokshape: what a token calls is a
+    function of its subtree): a loop's frame holds each of its statements' tokens once a pass."""
+    s = frame_shapes(m).token_shape(m, tok)
+    done = m.__dict__.setdefault("_calls", {})
+    got = done.get(s)
+    if got is None:
+        got = done[s] = _call_of(m, tok)
+    return got
+
+
+def _call_of(m: TraceModel, tok: int) -> tuple:
     """What a frame's statement token calls, as the trace names it (never from the source):
     ``("builtin", "item")``, ``("op", "aten::add")``, ``("label", "data")``, a module call
     ``("module", "nn.Module: GPT_0")``, a python callee's frame with the method a library wrapper
@@ -855,13 +881,15 @@ _METHOD_LABEL = re.compile(r"^[A-Za-z_]\w*\.([A-Za-z_]\w*)#")
 
 
 def _labelled_method(m: TraceModel, i: int) -> set[str]:
-    """The method a library frame runs, from a ``Class.method#...`` label just beneath it (a
-    breadth-first look at a few dozen events: the label opens the wrapped call). Once per event:
-    the alignment and the call groups both ask (shared: never to be changed)."""
+    """The method a library frame (statement token ``i``) runs, from a ``Class.method#...`` label
+    just beneath it (a breadth-first look at a few dozen events: the label opens the wrapped
+    call). Once per shape of token (its subtree, all the look reads): the alignment and the call
+    groups both ask (shared: never to be changed)."""
+    s = frame_shapes(m).token_shape(m, i)
     done = m.__dict__.setdefault("_labelled_methods", {})
-    got = done.get(i)
+    got = done.get(s)
     if got is None:
-        got = done[i] = _find_labelled_method(m, i)
+        got = done[s] = _find_labelled_method(m, i)
     return got
 
 
