@@ -473,3 +473,25 @@ def test_a_pass_beside_reads_strs_python_has_not_hashed():
         e.cat = "".join(list(e.cat))
     got = passes.start(passes.NATIVE, "frame_shapes", *args).result()
     assert passes.differs(want, got) is None
+
+
+@pytest.mark.parametrize("name", ["tinygpt_naive.json.gz", "seed_n4096_bf16_compiled.json.gz"])
+def test_memory_read_beside_is_the_memory_read_in_place(name):
+    """The allocator's samples read beside the analyses (model.start_memory: by_start,
+    memory_columns and owners without the GIL, on another thread) are the table read in place,
+    column for column, on traces of one and two threads; and the GPU events' sort started beside
+    the nesting in build is the sort in place."""
+    doc = loader.load(trace(name))[0]
+    m = model.build(doc)
+    assert m.memory_samples > 0
+    samples = list(m._memory_from)
+    m.start_memory()
+    assert isinstance(m.__dict__["_memory"], passes.Started)
+    busy = [str(k) for k in range(50_000)]  # Python runs meanwhile
+    got = m.memory
+    want = model._memory(passes.NATIVE, samples, m.tindex)
+    cols = ("ts", "nbytes", "total_allocated", "total_reserved", "device_type", "addr", "owner", "thread_id")
+    for c in cols + ("threads",):
+        assert passes.differs(getattr(want, c), getattr(got, c)) is None, c
+    assert any(o >= 0 for o in got.owner) and len(busy) == 50_000
+    assert [e.ts for e in m.gpu] == sorted(e.ts for e in m.gpu)

@@ -205,6 +205,93 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
     return NULL;
 }
 
+/* ---- reading events with the GIL released ----------------------------------------------------
+ * A pass that runs beside the rules (passes.start: on the other core, while Python holds the GIL)
+ * reads its events' fields and compares and hashes their strs and bytes without the GIL: reads
+ * alone, no reference taken or dropped. Where that needs Python (a hash not yet cached in the
+ * object, an object of another type), it takes the GIL back for that one call. ``ts`` is the
+ * released thread state, NULL while the GIL is held. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+static inline Py_hash_t cached_hash(PyObject *o) {
+    /* the hash the object keeps once made (-1: not yet); another thread may be writing it under
+     * the GIL, the same value: an aligned word, read whole */
+    if (PyUnicode_CheckExact(o)) return __atomic_load_n(&((PyASCIIObject *)o)->hash, __ATOMIC_RELAXED);
+    if (PyBytes_CheckExact(o)) return __atomic_load_n(&((PyBytesObject *)o)->ob_shash, __ATOMIC_RELAXED);
+    return -1;
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#define GIL_BACK(ts) do { if (ts) { PyEval_RestoreThread(ts); (ts) = NULL; } } while (0)
+
+static Py_hash_t hash_released(PyObject *o, PyThreadState **ts) {
+    Py_hash_t h = cached_hash(o);
+    if (h != -1) return h;
+    PyEval_RestoreThread(*ts);
+    h = PyObject_Hash(o);
+    *ts = PyEval_SaveThread(); /* on -1 the error stays set in the thread state */
+    return h;
+}
+
+/* same() where both are strs: their characters compared, a read (PyUnicode_Compare); -1 on error */
+static int same_released(PyObject *a, PyObject *b, PyThreadState **ts) {
+    if (a == b) return 1;
+    if (PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b)
+#if PY_VERSION_HEX < 0x030C0000
+        && PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b)
+#endif
+    ) {
+        if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+        if (n != PyUnicode_GET_LENGTH(b)) return 0;
+        if (PyUnicode_KIND(a) == PyUnicode_KIND(b)) /* else (rare) compared by Python, below */
+            return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0;
+    }
+    PyEval_RestoreThread(*ts);
+    int r = same(a, b);
+    if (r == 0 && PyErr_Occurred()) r = -1;
+    *ts = PyEval_SaveThread();
+    return r;
+}
+
+/* PyObject_RichCompareBool(a, b, Py_EQ) for two non-NULL objects, bytes compared as a read */
+static int equal_released(PyObject *a, PyObject *b, PyThreadState **ts) {
+    if (a == b) return 1;
+    if (PyBytes_CheckExact(a) && PyBytes_CheckExact(b))
+        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0;
+    PyEval_RestoreThread(*ts);
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    *ts = PyEval_SaveThread();
+    return r;
+}
+
+static PyObject *dims_of(Ev *e);
+
+/* dims_of (below) with the GIL released: the scanner's dims are bytes */
+static PyObject *dims_released(Ev *e, PyThreadState **ts) {
+    if (!(e->flags & F_ARGS) || !HAS_OP(e) || !e->dims) return NULL;
+    if (PyBytes_CheckExact(e->dims)) return PyBytes_GET_SIZE(e->dims) ? e->dims : NULL;
+    PyEval_RestoreThread(*ts);
+    PyObject *d = dims_of(e);
+    *ts = PyEval_SaveThread();
+    return d;
+}
+
+/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so) */
+static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
+    PyObject *o = PyList_GET_ITEM(list, j);
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
+        return (Ev *)o;
+    return NULL;
+}
+
+
 /* A dict's value found by the identity of its key's parts, in front of the dict itself: a pass
  * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
  * event) asks the dict only the first time it meets a combination of those objects. Parts are
@@ -370,12 +457,16 @@ static PyObject *by_start(PyObject *mod, PyObject *args) {
     if (n > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "by_start: too many events"); return NULL; }
     SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
     if (!items) return PyErr_NoMemory();
-    for (Py_ssize_t j = 0; j < n; j++) {
-        Ev *e = ev_at(list, j);
-        if (!e) { free(items); return NULL; }
-        items[j] = (SortItem){.ts = e->ts, .dur = 0.0, .idx = (int32_t)j, .kind = 0, .ev = (PyObject *)e};
+    int bad = 0;
+    PyThreadState *ts = PyEval_SaveThread(); /* read and sorted without the GIL: passes.start */
+    for (Py_ssize_t j = 0; j < n && !bad; j++) {
+        Ev *e = ev_released(list, j);
+        if (!e) bad = 1;
+        else items[j] = (SortItem){.ts = e->ts, .dur = 0.0, .idx = (int32_t)j, .kind = 0, .ev = (PyObject *)e};
     }
-    sort_items(items, n); /* equal starts: by place (dur is 0 for all) */
+    if (!bad) sort_items(items, n); /* equal starts: by place (dur is 0 for all) */
+    PyEval_RestoreThread(ts);
+    if (bad) { free(items); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); return NULL; }
     PyObject *out = PyList_New(n);
     if (out)
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -762,12 +853,55 @@ static void inherit_columns(Py_ssize_t n, const int32_t *parent, const int32_t *
 
 static PyObject *inherit(PyObject *mod, PyObject *args) { return columns3(args, inherit_columns); }
 
+/* owners' threads: the events' distinct (pid, tid) pairs (the scanner makes one a thread: found by
+ * pointer), each with what it resolves to: its place in ``threads``, its start times, its base. */
+typedef struct {
+    PyObject *thread;
+    Py_ssize_t first, tid, base;
+    Py_buffer starts;
+    int have;
+} OwnerThread;
+
+typedef struct { OwnerThread *at; int32_t *slot; size_t cap, n; } OwnerThreads;
+
+/* the slot of ``thread``, added (with ``first``, its first event) when new; -1 out of memory */
+static Py_ssize_t owner_thread(OwnerThreads *t, PyObject *thread, Py_ssize_t first) {
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        int32_t *slot = malloc(sizeof(int32_t) * cap);
+        OwnerThread *at = realloc(t->at, sizeof(OwnerThread) * (cap / 2));
+        if (!slot || !at) { free(slot); if (at) t->at = at; return -1; }
+        t->at = at;
+        memset(slot, 0xff, sizeof(int32_t) * cap);
+        for (size_t k = 0; k < t->n; k++) {
+            size_t h = ((uintptr_t)at[k].thread >> 4) & (cap - 1);
+            while (slot[h] >= 0) h = (h + 1) & (cap - 1);
+            slot[h] = (int32_t)k;
+        }
+        free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    size_t h = ((uintptr_t)thread >> 4) & (t->cap - 1);
+    while (t->slot[h] >= 0) {
+        if (t->at[t->slot[h]].thread == thread) return t->slot[h];
+        h = (h + 1) & (t->cap - 1);
+    }
+    OwnerThread *o = &t->at[t->n];
+    memset(o, 0, sizeof *o);
+    o->thread = thread;
+    o->first = first;
+    t->slot[h] = (int32_t)t->n;
+    return (Py_ssize_t)t->n++;
+}
+
 /* owners(cpu, parent, events, starts_by_thread, base_by_thread, slack, cat) ->
  *     (owner: int32 column, thread: int32 column, threads: list)
  * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
  * category cat unless None), or -1: passes.innermost, many at once. Each thread's events are
  * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
- * events' threads in order of first appearance. */
+ * events' threads in order of first appearance. The events are read without the GIL (passes.start):
+ * first their threads, each then resolved once with it, then their owners. */
 static PyObject *owners(PyObject *mod, PyObject *args) {
     PyObject *cpu, *events, *starts_by, *base_by, *cat;
     Py_buffer pv, tv, dv;
@@ -777,10 +911,9 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), m = PyList_GET_SIZE(events);
     PyObject *ob = NULL, *tb = NULL, *threads = NULL, *ids = NULL, *res = NULL;
-    Py_buffer sv = {0};
-    int have_sv = 0;
-    PyObject *last_thread = NULL;
-    Py_ssize_t base = 0, tid_index = -1;
+    OwnerThreads th = {0};
+    PyThreadState *ts = NULL;
+    int bad = 0; /* 1: an item not an event; 2: out of memory */
     if (pv.len / 4 != n || tv.len / 8 != n || dv.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "sizes");
         goto done;
@@ -795,39 +928,56 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
     if (!ob || !tb || !threads || !ids) goto done;
     const int32_t *parent = pv.buf;
     int32_t *o = (int32_t *)col_data(ob), *t = (int32_t *)col_data(tb);
-    for (Py_ssize_t k = 0; k < m; k++) {
-        Ev *q = ev_at(events, k);
-        if (!q) goto done;
-        if (!(last_thread && q->thread == last_thread)) {
-            if (have_sv) { PyBuffer_Release(&sv); have_sv = 0; }
-            PyObject *key = thread_key(q);
-            if (!key) goto done;
-            PyObject *id = PyDict_GetItemWithError(ids, key);
-            if (!id) {
-                if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
-                id = PyLong_FromSsize_t(PyList_GET_SIZE(threads));
-                if (!id || PyDict_SetItem(ids, key, id) < 0 || PyList_Append(threads, key) < 0) {
-                    Py_XDECREF(id); Py_DECREF(key); goto done;
-                }
-                Py_DECREF(id);
-            }
-            tid_index = PyLong_AsSsize_t(id);
-            PyObject *st = PyDict_GetItemWithError(starts_by, key), *bs = st ? PyDict_GetItemWithError(base_by, key) : NULL;
-            Py_DECREF(key);
-            if (PyErr_Occurred()) goto done;
-            if (st && bs) {
-                if (PyObject_GetBuffer(st, &sv, PyBUF_SIMPLE) < 0) goto done;
-                have_sv = 1;
-                base = PyLong_AsSsize_t(bs);
-                if (base < 0 || base + sv.len / 8 > n) { PyErr_SetString(PyExc_ValueError, "base"); goto done; }
-            }
-            last_thread = q->thread;
+    ts = PyEval_SaveThread();
+    PyObject *last = NULL;
+    for (Py_ssize_t k = 0; k < m && !bad; k++) { /* the threads, in order of first event */
+        Ev *q = ev_released(events, k);
+        if (!q) bad = 1;
+        else if (q->thread != last) {
+            if (owner_thread(&th, q->thread, k) < 0) bad = 2;
+            last = q->thread;
         }
-        t[k] = (int32_t)tid_index;
+    }
+    GIL_BACK(ts);
+    if (bad) { bad == 1 ? PyErr_SetString(PyExc_TypeError, "not a _scan.Event") : (void)PyErr_NoMemory(); goto done; }
+    for (size_t s = 0; s < th.n; s++) { /* each resolved once, with the GIL */
+        OwnerThread *r = &th.at[s];
+        PyObject *key = thread_key((Ev *)PyList_GET_ITEM(events, r->first));
+        if (!key) goto done;
+        PyObject *id = PyDict_GetItemWithError(ids, key);
+        if (!id) {
+            if (PyErr_Occurred()) { Py_DECREF(key); goto done; }
+            id = PyLong_FromSsize_t(PyList_GET_SIZE(threads));
+            if (!id || PyDict_SetItem(ids, key, id) < 0 || PyList_Append(threads, key) < 0) {
+                Py_XDECREF(id); Py_DECREF(key); goto done;
+            }
+            Py_DECREF(id);
+        }
+        r->tid = PyLong_AsSsize_t(id);
+        PyObject *st = PyDict_GetItemWithError(starts_by, key), *bs = st ? PyDict_GetItemWithError(base_by, key) : NULL;
+        Py_DECREF(key);
+        if (PyErr_Occurred()) goto done;
+        if (st && bs) {
+            if (PyObject_GetBuffer(st, &r->starts, PyBUF_SIMPLE) < 0) goto done;
+            r->have = 1;
+            r->base = PyLong_AsSsize_t(bs);
+            if (r->base < 0 || r->base + r->starts.len / 8 > n) { PyErr_SetString(PyExc_ValueError, "base"); goto done; }
+        }
+    }
+    ts = PyEval_SaveThread();
+    last = NULL;
+    OwnerThread *r = NULL;
+    for (Py_ssize_t k = 0; k < m && !bad; k++) { /* the owners */
+        Ev *q = (Ev *)PyList_GET_ITEM(events, k); /* each checked above */
+        if (q->thread != last) {
+            r = &th.at[owner_thread(&th, q->thread, k)]; /* found: never added */
+            last = q->thread;
+        }
+        t[k] = (int32_t)r->tid;
         o[k] = -1;
-        if (!have_sv) continue;
-        const double *starts = sv.buf;
-        Py_ssize_t ns = sv.len / 8, lo = 0, hi = ns;
+        if (!r->have) continue;
+        const double *starts = r->starts.buf;
+        Py_ssize_t ns = r->starts.len / 8, lo = 0, hi = ns, base = r->base;
         double x = q->ts + slack;
         while (lo < hi) { /* bisect_right */
             Py_ssize_t mid = (lo + hi) / 2;
@@ -837,16 +987,23 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
         while (i >= 0 && i < n) {
             if (ts_all[i] + dur_all[i] + slack >= q->ts) {
                 if (cat == Py_None) { o[k] = (int32_t)i; break; }
-                Ev *e = ev_at(cpu, i);
-                if (!e) goto done;
-                if (same(e->cat, cat)) { o[k] = (int32_t)i; break; }
+                Ev *e = ev_released(cpu, i);
+                if (!e) { bad = 1; break; }
+                int eq = same_released(e->cat, cat, &ts);
+                if (eq < 0) { bad = 3; break; }
+                if (eq) { o[k] = (int32_t)i; break; }
             }
             i = parent[i];
         }
     }
-    res = Py_BuildValue("(OOO)", ob, tb, threads);
+    GIL_BACK(ts);
+    if (bad == 1) PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+    if (!bad) res = Py_BuildValue("(OOO)", ob, tb, threads);
 done:
-    if (have_sv) PyBuffer_Release(&sv);
+    GIL_BACK(ts);
+    for (size_t s = 0; s < th.n; s++)
+        if (th.at[s].have) PyBuffer_Release(&th.at[s].starts);
+    free(th.at); free(th.slot);
     PyBuffer_Release(&pv); PyBuffer_Release(&tv); PyBuffer_Release(&dv);
     Py_XDECREF(ob); Py_XDECREF(tb); Py_XDECREF(threads); Py_XDECREF(ids);
     return res;
@@ -869,12 +1026,11 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     int64_t *b = (int64_t *)col_data(mb), *a = (int64_t *)col_data(ta),
             *r = (int64_t *)col_data(tr), *ap = (int64_t *)col_data(ad);
     int32_t *d = (int32_t *)col_data(dt);
+    int bad = 0;
+    PyThreadState *save = PyEval_SaveThread(); /* read without the GIL: passes.start */
     for (Py_ssize_t k = 0; k < n; k++) {
-        Ev *e = ev_at(list, k);
-        if (!e) {
-            Py_DECREF(ts); Py_DECREF(mb); Py_DECREF(ta); Py_DECREF(tr); Py_DECREF(dt); Py_DECREF(ad);
-            return NULL;
-        }
+        Ev *e = ev_released(list, k);
+        if (!e) { bad = 1; break; }
         const int64_t *mf = mem_fields(e); /* devtype, memb, talloc, tres, addr */
         t[k] = e->ts;
         b[k] = mf && (e->flags & F_MEMB) ? mf[1] : 0;
@@ -882,6 +1038,12 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
         r[k] = mf && (e->flags & F_TRES) ? mf[3] : 0;
         ap[k] = mf && (e->flags & F_ADDR) ? mf[4] : 0;
         d[k] = mf && (e->flags & F_DEVTYPE) && mf[0] >= INT32_MIN && mf[0] <= INT32_MAX ? (int32_t)mf[0] : -1;
+    }
+    PyEval_RestoreThread(save);
+    if (bad) {
+        Py_DECREF(ts); Py_DECREF(mb); Py_DECREF(ta); Py_DECREF(tr); Py_DECREF(dt); Py_DECREF(ad);
+        PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+        return NULL;
     }
     return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
 }
@@ -2882,90 +3044,6 @@ static inline uint64_t mix64(uint64_t h, uint64_t v) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h *= 0xff51afd7ed558ccdULL;
     return h ^ (h >> 33);
-}
-
-/* ---- reading events with the GIL released ----------------------------------------------------
- * A pass that runs beside the rules (passes.start: on the other core, while Python holds the GIL)
- * reads its events' fields and compares and hashes their strs and bytes without the GIL: reads
- * alone, no reference taken or dropped. Where that needs Python (a hash not yet cached in the
- * object, an object of another type), it takes the GIL back for that one call. ``ts`` is the
- * released thread state, NULL while the GIL is held. */
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-static inline Py_hash_t cached_hash(PyObject *o) {
-    /* the hash the object keeps once made (-1: not yet); another thread may be writing it under
-     * the GIL, the same value: an aligned word, read whole */
-    if (PyUnicode_CheckExact(o)) return __atomic_load_n(&((PyASCIIObject *)o)->hash, __ATOMIC_RELAXED);
-    if (PyBytes_CheckExact(o)) return __atomic_load_n(&((PyBytesObject *)o)->ob_shash, __ATOMIC_RELAXED);
-    return -1;
-}
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
-
-#define GIL_BACK(ts) do { if (ts) { PyEval_RestoreThread(ts); (ts) = NULL; } } while (0)
-
-static Py_hash_t hash_released(PyObject *o, PyThreadState **ts) {
-    Py_hash_t h = cached_hash(o);
-    if (h != -1) return h;
-    PyEval_RestoreThread(*ts);
-    h = PyObject_Hash(o);
-    *ts = PyEval_SaveThread(); /* on -1 the error stays set in the thread state */
-    return h;
-}
-
-/* same() where both are strs: their characters compared, a read (PyUnicode_Compare); -1 on error */
-static int same_released(PyObject *a, PyObject *b, PyThreadState **ts) {
-    if (a == b) return 1;
-    if (PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b)
-#if PY_VERSION_HEX < 0x030C0000
-        && PyUnicode_IS_READY(a) && PyUnicode_IS_READY(b)
-#endif
-    ) {
-        if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return 0;
-        Py_ssize_t n = PyUnicode_GET_LENGTH(a);
-        if (n != PyUnicode_GET_LENGTH(b)) return 0;
-        if (PyUnicode_KIND(a) == PyUnicode_KIND(b)) /* else (rare) compared by Python, below */
-            return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0;
-    }
-    PyEval_RestoreThread(*ts);
-    int r = same(a, b);
-    if (r == 0 && PyErr_Occurred()) r = -1;
-    *ts = PyEval_SaveThread();
-    return r;
-}
-
-/* PyObject_RichCompareBool(a, b, Py_EQ) for two non-NULL objects, bytes compared as a read */
-static int equal_released(PyObject *a, PyObject *b, PyThreadState **ts) {
-    if (a == b) return 1;
-    if (PyBytes_CheckExact(a) && PyBytes_CheckExact(b))
-        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
-               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0;
-    PyEval_RestoreThread(*ts);
-    int r = PyObject_RichCompareBool(a, b, Py_EQ);
-    *ts = PyEval_SaveThread();
-    return r;
-}
-
-/* dims_of (below) with the GIL released: the scanner's dims are bytes */
-static PyObject *dims_released(Ev *e, PyThreadState **ts) {
-    if (!(e->flags & F_ARGS) || !HAS_OP(e) || !e->dims) return NULL;
-    if (PyBytes_CheckExact(e->dims)) return PyBytes_GET_SIZE(e->dims) ? e->dims : NULL;
-    PyEval_RestoreThread(*ts);
-    PyObject *d = dims_of(e);
-    *ts = PyEval_SaveThread();
-    return d;
-}
-
-/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so) */
-static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
-    PyObject *o = PyList_GET_ITEM(list, j);
-    PyTypeObject *t = Py_TYPE(o);
-    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
-        return (Ev *)o;
-    return NULL;
 }
 
 /* frame_shapes(cpu, off, kids, frame_of, fids) -> (frames, place, shape, tok_off, toks, tokpos,

@@ -79,7 +79,9 @@ def analyze_document(
     with _cyclic_gc_paused():
         model = build(doc)
         doc.drop_events()
-        start_frame_shapes(model)  # on the other core, while the analyses and first rules run
+        # on the other core, while the analyses and first rules run
+        start_frame_shapes(model)
+        model.start_memory()
         analysis = analyze(model)
         ctx = Context(model, analysis, path, options)
         report = analyze_context(ctx, trace_info(path, sha, size, model))

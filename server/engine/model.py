@@ -216,12 +216,27 @@ class TraceModel:
 
     @property
     def memory(self) -> "MemoryTable":
-        """The allocator's samples, each with the innermost CPU event around it (``_memory``)."""
+        """The allocator's samples, each with the innermost CPU event around it (``_memory``), made
+        on first read or as ``start_memory`` started it."""
         got = self.__dict__.get("_memory")
         if got is None:
-            got = self._memory = _memory(self.passes, self._memory_from, self.tindex)
-            del self._memory_from
+            self.start_memory()
+            got = self.__dict__["_memory"]
+        if type(got) is not MemoryTable:
+            got = self._memory = got.result()
         return got
+
+    def start_memory(self) -> None:
+        """Read the allocator's samples beside the caller (passes.start_work: three passes that
+        read the events without the GIL), where that runs; else here and now."""
+        if "_memory" not in self.__dict__:
+            samples = self._memory_from
+            del self._memory_from
+            if not samples:  # nothing to read: no thread for it
+                self._memory = _memory(self.passes, samples, self.tindex)
+                return
+            uses = ("by_start", "memory_columns", "owners")
+            self._memory = passes.start_work(self.passes, uses, _memory, samples, self.tindex)
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -439,6 +454,7 @@ def build(doc: TraceDoc) -> TraceModel:
     by_thread, gpu, gpu_ann, mem_raw, flows_s, flows_f, thread_names, unread = run.classify(
         events, ROLES, LABELS_AMONG_OPS, CPU_CATS, GPU_CATS
     )
+    gpu_by_start = passes.start(run, "by_start", gpu)  # beside the cpu threads' nesting
 
     # cpu: the first thread's list itself (no reference to its events taken again), the others appended
     cpu: list[Event] = []
@@ -472,7 +488,7 @@ def build(doc: TraceDoc) -> TraceModel:
     )
     frames = FrameIndex.from_ids(frame_ids, frame_table, run)
 
-    gpu = run.by_start(gpu)
+    gpu = gpu_by_start.result()
     launcher = run.launchers(cpu, launches, gpu)
 
     steps = _steps(cpu, annotations)

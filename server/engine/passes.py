@@ -1598,6 +1598,7 @@ PASSES: dict[str, Pass] = {
             "events in start order (the GPU events, the allocator samples)",
             _by_start_ref,
             _by_start_c,
+            beside=True,
         ),
         Pass(
             "nest",
@@ -1630,12 +1631,14 @@ PASSES: dict[str, Pass] = {
             "the innermost enclosing event of instants (flow ends, memory samples)",
             _owners_ref,
             _owners_c,
+            beside=True,
         ),
         Pass(
             "memory_columns",
             "memory: the allocator samples as columns",
             _memory_columns_ref,
             _memory_columns_c,
+            beside=True,
         ),
         Pass("subtree", "an event and everything nested in it", _subtree_ref, _subtree_c),
         Pass("cpu_total", "Summary.cpu_total_us", _cpu_total_ref, _cpu_total_c),
@@ -1873,6 +1876,9 @@ class Implementation:
 
 REFERENCE = Implementation("reference", lambda p: p.reference)
 NATIVE = Implementation("native", lambda p: p.native)
+# NATIVE's passes, as start_work runs them on another thread (bench/breakdown.py times NATIVE's on
+# one clock, which a second thread would tangle)
+BESIDE = Implementation("beside", lambda p: p.native)
 _checking: Optional[Implementation] = None  # set inside differential()
 
 
@@ -1925,15 +1931,25 @@ class Ran:
 
 
 def start(run: Implementation, name: str, *args) -> "Started | Ran":
-    """Pass ``name`` of ``run`` (a model's passes) on its arguments, on another thread where its
-    native implementation runs without the GIL (``Pass.beside``): its reading of the events then
-    takes the second core while Python goes on with what does not need its result (the analyses,
-    the first rules). Elsewhere it runs here and now. The arguments must not change until
-    ``result()``: the model's lists and columns do not after build."""
-    p = PASSES[name]
-    if p.beside and run is NATIVE:
-        return Started(p.native, args)
-    return Ran(getattr(run, name)(*args))
+    """Pass ``name`` of ``run`` (a model's passes) on its arguments, beside the caller where it
+    runs without the GIL (``start_work``)."""
+    return start_work(run, (name,), _one_pass, name, *args)
+
+
+def _one_pass(run: Implementation, name: str, *args):
+    return getattr(run, name)(*args)
+
+
+def start_work(run: Implementation, uses: tuple[str, ...], work: Callable, *args) -> "Started | Ran":
+    """``work(run, *args)``, a function of passes ``uses`` of ``run`` (a model's passes) and little
+    else, on another thread where each of those passes' native implementation reads the events
+    without the GIL (``Pass.beside``): the reading then takes the second core while Python goes on
+    with what does not need the result (the analyses, the first rules). Elsewhere (the reference, a
+    differential run) it runs here and now. The arguments must not change until ``result()``: the
+    model's lists and columns do not after build."""
+    if run is NATIVE and all(PASSES[n].beside for n in uses):
+        return Started(work, (BESIDE, *args))
+    return Ran(work(run, *args))
 
 
 # ---- the reference as the oracle --------------------------------------------------------------
