@@ -495,3 +495,37 @@ def test_memory_read_beside_is_the_memory_read_in_place(name):
         assert passes.differs(getattr(want, c), getattr(got, c)) is None, c
     assert any(o >= 0 for o in got.owner) and len(busy) == 50_000
     assert [e.ts for e in m.gpu] == sorted(e.ts for e in m.gpu)
+
+
+def test_a_model_built_beside_is_the_model_built_in_place(monkeypatch):
+    """A real trace of two CPU threads, allocator samples and user frames, built with the passes
+    that can run beside (passes.start_work: the GPU events' sort and the second thread's nesting
+    in build, the memory table and the frame shapes after it) and built with every pass in place:
+    the same events in the same order, the same columns."""
+    from profd.server.engine.statements import frame_shapes, start_frame_shapes
+
+    name = trace("tinygpt_naive.json.gz")
+
+    def made(beside: bool):
+        with monkeypatch.context() as mp:
+            if not beside:
+                mp.setattr(passes, "start_work", lambda run, uses, work, *a: passes.Ran(work(run, *a)))
+            m = model.build(loader.load(name)[0])
+            assert len(m.tindex.starts) == 2
+            start_frame_shapes(m)
+            m.start_memory()
+            started = type(m.__dict__["_memory"]), type(m.__dict__["_frame_shapes"])
+            return m, started
+
+    a, started = made(True)
+    b, in_place = made(False)
+    assert started == (passes.Started, passes.Started) and in_place == (passes.Ran, passes.Ran)
+    assert [id(e) for e in a.cpu] != [id(e) for e in b.cpu]  # two reads, compared by value
+    assert [(e.name, e.ts) for e in a.cpu] == [(e.name, e.ts) for e in b.cpu]
+    assert [(e.name, e.ts) for e in a.gpu] == [(e.name, e.ts) for e in b.gpu]
+    for col in ("parent", "child_dur", "durs", "cat_codes", "launcher", "frame_of"):
+        assert passes.differs(getattr(a, col), getattr(b, col)) is None, col
+    for f in frame_shapes(a).__struct_fields__:
+        assert passes.differs(getattr(frame_shapes(a), f), getattr(frame_shapes(b), f)) is None, f
+    for c in ("ts", "nbytes", "total_allocated", "device_type", "owner", "thread_id", "threads"):
+        assert passes.differs(getattr(a.memory, c), getattr(b.memory, c)) is None, c

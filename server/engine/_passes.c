@@ -387,27 +387,36 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     }
     PyObject *last_cat = NULL; /* runs of one category are common: its kind again, no compare */
     uint16_t last_kind = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        Ev *e = ev_at(list, j);
-        if (!e) {
-            free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes); Py_DECREF(cbytes);
-            Py_DECREF(sbytes); Py_DECREF(dbytes); Py_DECREF(kbytes);
-            return NULL;
-        }
+    int bad = 0; /* 1: not an event; -1: a compare failed (its error set) */
+    PyThreadState *ts = PyEval_SaveThread(); /* the events read, sorted and nested without the GIL */
+    for (Py_ssize_t j = 0; j < n && !bad; j++) {
+        Ev *e = ev_released(list, j);
+        if (!e) { bad = 1; break; }
         items[j].ts = e->ts;
         items[j].dur = e->dur;
         items[j].idx = (int32_t)j;
         items[j].ev = (PyObject *)e;
         if (e->cat != last_cat) {
             last_cat = e->cat;
-            last_kind = same(last_cat, S_python_function) ? 0x100 : 0; /* 1 + its place in cats, 0: none */
-            for (Py_ssize_t c = 0; c < ncats; c++)
-                if (same(last_cat, PyTuple_GET_ITEM(cats, c))) { last_kind |= (uint16_t)(c + 1); break; }
+            int py = same_released(last_cat, S_python_function, &ts);
+            if (py < 0) { bad = -1; break; }
+            last_kind = py ? 0x100 : 0; /* 1 + its place in cats, 0: none */
+            for (Py_ssize_t c = 0; c < ncats; c++) {
+                int eq = same_released(last_cat, PyTuple_GET_ITEM(cats, c), &ts);
+                if (eq < 0) { bad = -1; break; }
+                if (eq) { last_kind |= (uint16_t)(c + 1); break; }
+            }
         }
         items[j].kind = last_kind;
     }
+    if (bad) {
+        GIL_BACK(ts);
+        if (bad > 0) PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+        free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes); Py_DECREF(cbytes);
+        Py_DECREF(sbytes); Py_DECREF(dbytes); Py_DECREF(kbytes);
+        return NULL;
+    }
     sort_items(items, n);
-    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
     int32_t *parent = (int32_t *)col_data(pbytes);
     double *cdur = (double *)col_data(cbytes), *starts = (double *)col_data(sbytes);
     double *durs = (double *)col_data(dbytes);
@@ -440,6 +449,8 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
         }
         stack[top++] = j;
     }
+    GIL_BACK(ts);
+    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, items[j].ev); /* same refs, new order */
     free(items);
     free(stack);
     free(eend);

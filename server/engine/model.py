@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from itertools import compress
+from itertools import accumulate, compress
 import re
 import sys
 from dataclasses import dataclass, field
@@ -464,9 +464,10 @@ def build(doc: TraceDoc) -> TraceModel:
     codes = bytearray()
     cpu_starts = array("d")  # each cpu event's start; each thread's starts are a slice of it
     placed: list[tuple[tuple, int, int]] = []
-    for key in sorted(by_thread, key=str):
+    keys = sorted(by_thread, key=str)
+    nested = _nest_threads(run, [by_thread[k] for k in keys])
+    for key, (pb, cb, sb, db, kb) in zip(keys, nested):
         evs = by_thread[key]
-        pb, cb, sb, db, kb = run.nest(evs, len(cpu), NEST_SLACK_US, CPU_CAT_CODES)
         placed.append((key, len(cpu), len(evs)))
         codes += kb
         if cpu:  # the first thread's columns themselves, the others' appended
@@ -651,6 +652,27 @@ class ThreadIndex:
         return passes.innermost(
             self.cpu, self.parent, self.starts.get(key), self.base.get(key), ts, cat, slack
         )
+
+
+def _nest_threads(run, threads: list[list]) -> list[tuple]:
+    """The nest pass over each thread's events (in that order, each placed after the ones before
+    it): the longest thread here, the others beside it (passes.start_work) where nest reads the
+    events without the GIL (the autograd engine's thread is a fourth of a training step's events)."""
+    bases = list(accumulate(map(len, threads), initial=0))
+    if len(threads) < 2:
+        return [run.nest(evs, base, NEST_SLACK_US, CPU_CAT_CODES) for evs, base in zip(threads, bases)]
+    big = max(range(len(threads)), key=lambda k: len(threads[k]))
+    rest = [k for k in range(len(threads)) if k != big]
+    others = passes.start_work(run, ("nest",), _nest_each, [(threads[k], bases[k]) for k in rest])
+    out: list = [None] * len(threads)
+    out[big] = run.nest(threads[big], bases[big], NEST_SLACK_US, CPU_CAT_CODES)
+    for k, got in zip(rest, others.result()):
+        out[k] = got
+    return out
+
+
+def _nest_each(run, items: list[tuple[list, int]]) -> list[tuple]:
+    return [run.nest(evs, base, NEST_SLACK_US, CPU_CAT_CODES) for evs, base in items]
 
 
 def _link_backward(run, cpu, parent, tindex, frame_of, flows_s, flows_f, by_name, codes) -> array:

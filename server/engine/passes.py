@@ -1605,6 +1605,7 @@ PASSES: dict[str, Pass] = {
             "one thread's events sorted; parent, child_dur, start, duration and category code of each",
             _nest_ref,
             _nest_c,
+            beside=True,
         ),
         Pass(
             "frames",
