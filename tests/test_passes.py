@@ -529,3 +529,20 @@ def test_a_model_built_beside_is_the_model_built_in_place(monkeypatch):
         assert passes.differs(getattr(frame_shapes(a), f), getattr(frame_shapes(b), f)) is None, f
     for c in ("ts", "nbytes", "total_allocated", "device_type", "owner", "thread_id", "threads"):
         assert passes.differs(getattr(a.memory, c), getattr(b.memory, c)) is None, c
+
+
+def test_a_pass_with_no_thread_to_run_beside_runs_in_place(monkeypatch):
+    """Where no thread can be started (a daemon worker's memory cap counts a thread's stack, and
+    ``Thread.start`` raises), a pass to run beside runs in place and returns the same."""
+    import threading
+
+    args = _shapes_args(trace("tinygpt_naive.json.gz"))
+    want = passes.NATIVE.frame_shapes(*args)
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    got = passes.start(passes.NATIVE, "frame_shapes", *args)
+    assert isinstance(got, passes.Ran)
+    assert passes.differs(want, got.result()) is None

@@ -1949,7 +1949,10 @@ def start_work(run: Implementation, uses: tuple[str, ...], work: Callable, *args
     differential run) it runs here and now. The arguments must not change until ``result()``: the
     model's lists and columns do not after build."""
     if run is NATIVE and all(PASSES[n].beside for n in uses):
-        return Started(work, (BESIDE, *args))
+        try:
+            return Started(work, (BESIDE, *args))
+        except RuntimeError:  # no thread to be had (a worker's memory cap counts its stack): here
+            pass
     return Ran(work(run, *args))
 
 
