@@ -11,6 +11,11 @@ Only a file whose values the scanner's events cannot hold (a string id, a fracti
 keeps msgspec's events, and it runs every reference pass: ``for_events`` decides once per file,
 never a mix.
 
+The passes marked ``beside`` read the events with the GIL released, so ``start_work`` can run them
+on another thread while Python goes on (the model's build starts the GPU events' sort and the
+second thread's nesting so, the analysis the frame shapes and the allocator's owners); the
+reference and a differential run take no thread.
+
 The reference is the oracle: ``differential()`` runs each pass both ways and compares what they
 return (tests/test_passes.py, on every shipped and corpus trace). Each pass says what it computes
 (``Pass.computes``) so a caller that needs only some results can tell which passes to run.
@@ -1575,7 +1580,7 @@ class Pass(msgspec.Struct, frozen=True):
     native: Callable
     undo: Optional[Callable] = None  # args -> a function undoing what the pass changes in them
     # its native implementation reads the events with the GIL released (_passes.c, "with the GIL
-    # released"): ``start`` may run it on the other core while the rules run
+    # released"): ``start_work`` may run it on the other core while Python goes on
     beside: bool = False
 
 
@@ -1899,8 +1904,8 @@ def for_events(events) -> Implementation:
 
 
 class Started:
-    """A pass ``start`` runs beside the caller: ``result()`` waits for it and returns what it
-    returned, or raises what it raised."""
+    """Work ``start_work`` runs beside the caller, on a thread of its own: ``result()`` waits for
+    it and returns what it returned, or raises what it raised."""
 
     def __init__(self, fn: Callable, args: tuple):
         self._out: object = None
@@ -1922,7 +1927,8 @@ class Started:
 
 
 class Ran:
-    """A pass ``start`` ran in place (the reference, a differential run): its result."""
+    """Work ``start_work`` ran in place (the reference, a differential run, no thread): its
+    result."""
 
     def __init__(self, out):
         self._out = out
