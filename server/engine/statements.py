@@ -835,11 +835,17 @@ class CallGroups:
 def call_of(m: TraceModel, tok: int) -> tuple:
     """``_call_of``, once per shape of token (FrameShapes.tokshape: what a token calls is a
     function of its subtree): a loop's frame holds each of its statements' tokens once a pass."""
+    return _per_token_shape(m, "_calls", _call_of, tok)
+
+
+def _per_token_shape(m: TraceModel, memo: str, fn, tok: int):
+    """``fn(m, tok)``, made once per shape of statement token (``tokshape``: a function of the
+    token's own subtree), kept in the model's ``memo``."""
     s = frame_shapes(m).token_shape(m, tok)
-    done = m.__dict__.setdefault("_calls", {})
+    done = m.__dict__.setdefault(memo, {})
     got = done.get(s)
     if got is None:
-        got = done[s] = _call_of(m, tok)
+        got = done[s] = fn(m, tok)
     return got
 
 
@@ -885,12 +891,7 @@ def _labelled_method(m: TraceModel, i: int) -> set[str]:
     just beneath it (a breadth-first look at a few dozen events: the label opens the wrapped
     call). Once per shape of token (its subtree, all the look reads): the alignment and the call
     groups both ask (shared: never to be changed)."""
-    s = frame_shapes(m).token_shape(m, i)
-    done = m.__dict__.setdefault("_labelled_methods", {})
-    got = done.get(s)
-    if got is None:
-        got = done[s] = _find_labelled_method(m, i)
-    return got
+    return _per_token_shape(m, "_labelled_methods", _find_labelled_method, i)
 
 
 def _find_labelled_method(m: TraceModel, i: int, budget: int = 64) -> set[str]:
