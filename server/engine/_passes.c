@@ -3075,12 +3075,20 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     uint64_t *shash = NULL;
     PyObject **scat = NULL, **sname = NULL, **sdims = NULL; /* each structure's own fields */
     PyThreadState *ts = NULL; /* released while the events are read (see "with the GIL released") */
+    /* the two columns of an item an event are made here and filled in place: copied at the end they
+     * held the GIL back from the rules a few ms at 1 GB, where the pass runs beside them */
+    PyObject *place_col = NULL, *tpos_col = NULL;
     if (ov.len / 4 != n + 1 || fv.len / 4 != n || iv.len / 4 != n) {
         PyErr_SetString(PyExc_ValueError, "frame_shapes: sizes differ");
         goto done;
     }
     /* each event read is checked to be this module's (check_events would read every event once more) */
     const int32_t *off = ov.buf, *kids = kv.buf, *fof = fv.buf, *fid = iv.buf;
+    place_col = new_column('i', n);
+    tpos_col = new_column('i', n);
+    if (!place_col || !tpos_col) goto done;
+    place = (int32_t *)col_data(place_col);
+    tpos = (int32_t *)col_data(tpos_col);
     ts = PyEval_SaveThread();
     for (Py_ssize_t i = 0; i < n; i++)
         if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > nk) {
@@ -3091,9 +3099,9 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     for (Py_ssize_t j = 0; j < nk; j++)
         if (kids[j] < 0 || kids[j] >= n) { GIL_BACK(ts); PyErr_SetString(PyExc_ValueError, "frame_shapes: bad child"); goto done; }
     Py_ssize_t m = n ? n : 1, inside = 0;
-    frames = malloc(4 * m); place = malloc(4 * m); tpos = malloc(4 * m); toks = malloc(4 * m);
+    frames = malloc(4 * m); toks = malloc(4 * m);
     stack = malloc(4 * (m + nk)); pos = malloc(4 * m); sid = malloc(4 * m); tshape = malloc(4 * m);
-    if (!frames || !place || !tpos || !toks || !stack || !pos || !sid || !tshape) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
+    if (!frames || !toks || !stack || !pos || !sid || !tshape) { GIL_BACK(ts); PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < n; i++) {
         place[i] = tpos[i] = -1;
         pos[i] = -1; /* -1: not reached yet; else the next child to visit */
@@ -3220,12 +3228,13 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
     }
     toff[nf] = (int32_t)nt;
     GIL_BACK(ts);
-    result = Py_BuildValue("(NNNNNNN)", col_copy('i', frames, nf), col_copy('i', place, n), col_copy('i', shape, nf),
-                           col_copy('i', toff, nf + 1), col_copy('i', toks, nt), col_copy('i', tpos, n),
+    result = Py_BuildValue("(NONNNON)", col_copy('i', frames, nf), place_col, col_copy('i', shape, nf),
+                           col_copy('i', toff, nf + 1), col_copy('i', toks, nt), tpos_col,
                            col_copy('i', tshape, nt));
 done:
     GIL_BACK(ts);
-    free(frames); free(place); free(shape); free(toff); free(toks); free(tpos); free(tshape); free(tcode);
+    Py_XDECREF(place_col); Py_XDECREF(tpos_col);
+    free(frames); free(shape); free(toff); free(toks); free(tshape); free(tcode);
     free(stack); free(pos); free(sid); free(rep); free(chain); free(head); free(code); free(shash);
     free(scat); free(sname); free(sdims);
     PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&fv); PyBuffer_Release(&iv);
