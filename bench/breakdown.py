@@ -51,7 +51,7 @@ SELECT: list[str] = []  # --select CODE (repeatable): these rules alone and no r
 # The load's two threads, in CPU seconds: the one that scans (the caller's) and the reader that reads,
 # inflates and hashes the blocks (loader._Blocks). The load takes about as long as the busier one:
 # this says which one that is, and how much room the other has. "beside": the CPU of the passes
-# started on the second core while the rules run (passes.start).
+# started on the second core while the rules run (passes.start_work).
 THREADS = {"scanning": 0.0, "reading": 0.0, "beside": 0.0}
 
 
@@ -133,7 +133,7 @@ def instrument(clock: Clock) -> None:
     Rule.__call__ = clock.timed(lambda r, ctx: "rule " + r.code, lambda r, ctx: list(check(r, ctx)))
     _thread_cpu(loader, "_load_stream", "scanning")
     _thread_cpu(loader._Blocks, "_run", "reading")
-    # a pass started beside the rules (passes.start) runs on its own thread, outside the table
+    # a pass started beside the rules (passes.start_work) runs on its own thread, outside the table
     # above: its time shows where its result is waited for, and its CPU here
     _thread_cpu(passes.Started, "_run", "beside")
 

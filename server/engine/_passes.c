@@ -206,7 +206,7 @@ static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
 }
 
 /* ---- reading events with the GIL released ----------------------------------------------------
- * A pass that runs beside the rules (passes.start: on the other core, while Python holds the GIL)
+ * A pass that runs beside the rules (passes.start_work: on the other core, while Python holds the GIL)
  * reads its events' fields and compares and hashes their strs and bytes without the GIL: reads
  * alone, no reference taken or dropped. Where that needs Python (a hash not yet cached in the
  * object, an object of another type), it takes the GIL back for that one call. ``ts`` is the
@@ -469,7 +469,7 @@ static PyObject *by_start(PyObject *mod, PyObject *args) {
     SortItem *items = malloc(sizeof(SortItem) * (n ? n : 1));
     if (!items) return PyErr_NoMemory();
     int bad = 0;
-    PyThreadState *ts = PyEval_SaveThread(); /* read and sorted without the GIL: passes.start */
+    PyThreadState *ts = PyEval_SaveThread(); /* read and sorted without the GIL: passes.start_work */
     for (Py_ssize_t j = 0; j < n && !bad; j++) {
         Ev *e = ev_released(list, j);
         if (!e) bad = 1;
@@ -911,7 +911,7 @@ static Py_ssize_t owner_thread(OwnerThreads *t, PyObject *thread, Py_ssize_t fir
  * For each event, the innermost cpu event of its thread ((pid, tid)) that contains its start (of
  * category cat unless None), or -1: passes.innermost, many at once. Each thread's events are
  * cpu[base:base+len(starts)], ``starts`` their start times; ``thread`` indexes ``threads``, the
- * events' threads in order of first appearance. The events are read without the GIL (passes.start):
+ * events' threads in order of first appearance. The events are read without the GIL (passes.start_work):
  * first their threads, each then resolved once with it, then their owners. */
 static PyObject *owners(PyObject *mod, PyObject *args) {
     PyObject *cpu, *events, *starts_by, *base_by, *cat;
@@ -1038,7 +1038,7 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
             *r = (int64_t *)col_data(tr), *ap = (int64_t *)col_data(ad);
     int32_t *d = (int32_t *)col_data(dt);
     int bad = 0;
-    PyThreadState *save = PyEval_SaveThread(); /* read without the GIL: passes.start */
+    PyThreadState *save = PyEval_SaveThread(); /* read without the GIL: passes.start_work */
     for (Py_ssize_t k = 0; k < n; k++) {
         Ev *e = ev_released(list, k);
         if (!e) { bad = 1; break; }
