@@ -155,7 +155,7 @@ def _thread_cpu(owner, attr: str, key: str) -> None:
 def threads_line(threads: dict) -> str:
     return (
         f"  {'load threads (cpu)':40} scanning {threads['scanning']:.3f} s, reading (read, inflate, "
-        f"sha256) {threads['reading']:.3f} s\n  {'passes beside the rules (cpu)':40} {threads.get('beside', 0.0):.3f} s"
+        f"sha256) {threads['reading']:.3f} s\n  {'passes beside the rules (cpu)':40} {threads['beside']:.3f} s"
     )
 
 

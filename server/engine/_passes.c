@@ -196,13 +196,16 @@ static void sort_items(SortItem *a, Py_ssize_t n) {
  * pays for those only, and one that reads them all touches each once, not once more in a check
  * over the whole list first (a cache miss an event: 3% of a 255 MB trace's analysis, measured).
  * NULL and TypeError for anything else. */
+static inline Ev *ev_released(PyObject *list, Py_ssize_t j);
+
+/* The error of an item that is not an event (ev_at's; a pass that read without the GIL raises it
+ * once the GIL is back). */
+static void not_an_event(void) { PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); }
+
 static inline Ev *ev_at(PyObject *list, Py_ssize_t j) {
-    PyObject *o = PyList_GET_ITEM(list, j);
-    PyTypeObject *t = Py_TYPE(o);
-    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
-        return (Ev *)o;
-    PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
-    return NULL;
+    Ev *e = ev_released(list, j);
+    if (!e) not_an_event();
+    return e;
 }
 
 /* ---- reading events with the GIL released ----------------------------------------------------
@@ -282,7 +285,8 @@ static PyObject *dims_released(Ev *e, PyThreadState **ts) {
     return d;
 }
 
-/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so) */
+/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so,
+ * not_an_event) */
 static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
     PyObject *o = PyList_GET_ITEM(list, j);
     PyTypeObject *t = Py_TYPE(o);
@@ -411,7 +415,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     }
     if (bad) {
         GIL_BACK(ts);
-        if (bad > 0) PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+        if (bad > 0) not_an_event();
         free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes); Py_DECREF(cbytes);
         Py_DECREF(sbytes); Py_DECREF(dbytes); Py_DECREF(kbytes);
         return NULL;
@@ -477,7 +481,7 @@ static PyObject *by_start(PyObject *mod, PyObject *args) {
     }
     if (!bad) sort_items(items, n); /* equal starts: by place (dur is 0 for all) */
     PyEval_RestoreThread(ts);
-    if (bad) { free(items); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); return NULL; }
+    if (bad) { free(items); not_an_event(); return NULL; }
     PyObject *out = PyList_New(n);
     if (out)
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -950,7 +954,8 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
         }
     }
     GIL_BACK(ts);
-    if (bad) { bad == 1 ? PyErr_SetString(PyExc_TypeError, "not a _scan.Event") : (void)PyErr_NoMemory(); goto done; }
+    if (bad == 1) { not_an_event(); goto done; }
+    if (bad) { PyErr_NoMemory(); goto done; }
     for (size_t s = 0; s < th.n; s++) { /* each resolved once, with the GIL */
         OwnerThread *r = &th.at[s];
         PyObject *key = thread_key((Ev *)PyList_GET_ITEM(events, r->first));
@@ -1008,7 +1013,7 @@ static PyObject *owners(PyObject *mod, PyObject *args) {
         }
     }
     GIL_BACK(ts);
-    if (bad == 1) PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+    if (bad == 1) not_an_event();
     if (!bad) res = Py_BuildValue("(OOO)", ob, tb, threads);
 done:
     GIL_BACK(ts);
@@ -1053,7 +1058,7 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     PyEval_RestoreThread(save);
     if (bad) {
         Py_DECREF(ts); Py_DECREF(mb); Py_DECREF(ta); Py_DECREF(tr); Py_DECREF(dt); Py_DECREF(ad);
-        PyErr_SetString(PyExc_TypeError, "not a _scan.Event");
+        not_an_event();
         return NULL;
     }
     return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
@@ -3142,7 +3147,7 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
             }
             sp--;
             Ev *e = ev_released(cpu, i);
-            if (!e) { GIL_BACK(ts); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
+            if (!e) { GIL_BACK(ts); not_an_event(); goto done; }
             Py_hash_t hc = hash_released(e->cat, &ts), hn = hc == -1 ? -1 : hash_released(e->name, &ts);
             if (hn == -1) { GIL_BACK(ts); goto done; }
             PyObject *d = dims_released(e, &ts);
@@ -3219,7 +3224,7 @@ static PyObject *frame_shapes(PyObject *mod, PyObject *args) {
             tshape[nt] = tcode[sid[i]];
             toks[nt++] = i;
             Ev *e = ev_released(cpu, i);
-            if (!e) { GIL_BACK(ts); PyErr_SetString(PyExc_TypeError, "not a _scan.Event"); goto done; }
+            if (!e) { GIL_BACK(ts); not_an_event(); goto done; }
             int label = same_released(e->cat, S_user_annotation, &ts);
             if (label < 0) { GIL_BACK(ts); goto done; }
             if (label)

@@ -219,23 +219,19 @@ class TraceModel:
         """The allocator's samples, each with the innermost CPU event around it (``_memory``), made
         on first read or as ``start_memory`` started it."""
         got = self.__dict__.get("_memory")
-        if got is None:
-            self.start_memory()
-            got = self.__dict__["_memory"]
-        if type(got) is not MemoryTable:
-            got = self._memory = got.result()
+        if got is None:  # not started: read here
+            got = _memory(self.passes, self.__dict__.pop("_memory_from"), self.tindex)
+        elif type(got) is not MemoryTable:
+            got = got.result()
+        self._memory = got
         return got
 
     def start_memory(self) -> None:
         """Read the allocator's samples beside the caller (passes.start_work: three passes that
-        read the events without the GIL), where that runs; else here and now."""
-        if "_memory" not in self.__dict__:
-            samples = self._memory_from
-            del self._memory_from
-            if not samples:  # nothing to read: no thread for it
-                self._memory = _memory(self.passes, samples, self.tindex)
-                return
+        read the events without the GIL), where that runs; with none, nothing starts."""
+        if "_memory" not in self.__dict__ and self._memory_from:
             uses = ("by_start", "memory_columns", "owners")
+            samples = self.__dict__.pop("_memory_from")
             self._memory = passes.start_work(self.passes, uses, _memory, samples, self.tindex)
 
     # ---- metadata -------------------------------------------------------------------------
@@ -660,7 +656,7 @@ def _nest_threads(run, threads: list[list]) -> list[tuple]:
     events without the GIL (the autograd engine's thread is a fourth of a training step's events)."""
     bases = list(accumulate(map(len, threads), initial=0))
     if len(threads) < 2:
-        return [run.nest(evs, base, NEST_SLACK_US, CPU_CAT_CODES) for evs, base in zip(threads, bases)]
+        return _nest_each(run, list(zip(threads, bases)))
     big = max(range(len(threads)), key=lambda k: len(threads[k]))
     rest = [k for k in range(len(threads)) if k != big]
     others = passes.start_work(run, ("nest",), _nest_each, [(threads[k], bases[k]) for k in rest])
