@@ -23,11 +23,12 @@ def rec(name):
     return report_of(name, workspace=tuple(WORKSPACE))
 
 
+def _shipped_paths():
+    return sorted(glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
+
+
 def _shipped():
-    return sorted(
-        os.path.basename(p).split(".")[0]
-        for p in glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz"))
-    )
+    return sorted(os.path.basename(p).split(".")[0] for p in _shipped_paths())
 
 
 @pytest.mark.parametrize("name", _shipped())
@@ -173,11 +174,7 @@ def test_verdict_takes_the_profilers_cpu_slowdown_out(name, unprofiled_us):
     assert verdict(m2, analyze(m2)) == "overhead-bound"
 
 
-def _keyed_traces():
-    return sorted(glob.glob(os.path.join(EXAMPLES, "*.json.gz")) + glob.glob(os.path.join(REC, "*.json.gz")))
-
-
-@pytest.mark.parametrize("path", _keyed_traces(), ids=lambda p: os.path.basename(p).split(".")[0])
+@pytest.mark.parametrize("path", _shipped_paths(), ids=lambda p: os.path.basename(p).split(".")[0])
 def test_a_frames_token_keys_at_once_are_line_key_token_by_token(path):
     """Context.line_key_ids keys a frame's statement tokens at once (_token_keys: a line per site,
     not per token, where a loop's frame holds a token per statement per pass): each key equals
@@ -206,7 +203,7 @@ def test_a_frames_token_keys_at_once_are_line_key_token_by_token(path):
     assert compared > 0
 
 
-@pytest.mark.parametrize("path", _keyed_traces(), ids=lambda p: os.path.basename(p).split(".")[0])
+@pytest.mark.parametrize("path", _shipped_paths(), ids=lambda p: os.path.basename(p).split(".")[0])
 def test_what_a_token_calls_once_per_shape_is_what_it_calls_alone(path):
     """call_of and the labelled method are made once per shape of token (FrameShapes.tokshape): for
     every statement token of every shipped trace they equal what the token gives alone, and the
