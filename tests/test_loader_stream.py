@@ -11,6 +11,7 @@ import glob
 import gzip
 import math
 import os
+import re
 import struct
 
 import msgspec
@@ -426,7 +427,7 @@ import hypothesis  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from test_fuzz import SETTINGS, dump, mutated_bytes, structured_doc  # noqa: E402
+from test_fuzz import BASE_BYTES, SETTINGS, dump, mutated_bytes, structured_doc  # noqa: E402
 
 
 def _same_as_msgspec(tmp_path_factory, data: bytes) -> None:
@@ -479,6 +480,36 @@ def _report_both_ways(tmp_path_factory, data: bytes, monkeypatch) -> None:
     with passes.use_native(False):
         python = run()
     assert native == python
+
+
+# The gaps between a compact trace's tokens (outside its strings): after { [ , : and before } ]
+_GAPS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{\[,:](?=.)|(?=[}\]])', re.S)
+
+
+@st.composite
+def respaced_bytes(draw):
+    """A real trace (test_fuzz's base) with whitespace runs drawn into the gaps between its
+    tokens: JSON's four whitespace bytes, up to past the scanner's sixteen-byte steps; now and then
+    a byte that is not JSON whitespace (a vertical tab, a form feed, a no-break space), which both
+    readers refuse."""
+    data = BASE_BYTES
+    gaps = [m.end() for m in _GAPS.finditer(data) if not m.group().startswith(b'"')]
+    picked = sorted(draw(st.lists(st.sampled_from(gaps), min_size=1, max_size=60, unique=True)))
+    run = st.lists(st.sampled_from([b" ", b"\n", b"\r", b"\t"]), min_size=1, max_size=40).map(b"".join)
+    odd = st.sampled_from([b"\x0b", b"\x0c", b"\xc2\xa0"])
+    out, last = [], 0
+    for at in picked:
+        out += [data[last:at], draw(run) if draw(st.integers(0, 30)) else draw(run) + draw(odd)]
+        last = at
+    return b"".join(out) + data[last:]
+
+
+@SETTINGS
+@given(respaced_bytes())
+def test_scanner_matches_msgspec_whitespace(tmp_path_factory, data):
+    """Synthetic (a real trace respaced): whitespace between any two tokens reads as msgspec
+    reads it, or is refused in its words (the scanner skips runs sixteen bytes a step)."""
+    _same_as_msgspec(tmp_path_factory, data)
 
 
 @SETTINGS
