@@ -642,9 +642,9 @@ def _offered(monkeypatch, path) -> tuple[int, int]:
         def __init__(self, *a):
             self.s = orig(*a)
 
-        def scan(self, buf, pos, final):
+        def scan(self, buf, pos, final, *into):
             seen[0] += len(buf) - pos
-            return self.s.scan(buf, pos, final)
+            return self.s.scan(buf, pos, final, *into)
 
         @property
         def total(self):

@@ -1491,9 +1491,10 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos;
     int final;
-    if (!PyArg_ParseTuple(args, "y*np", &view, &pos, &final)) return NULL;
-    PyObject *out = PyList_New(0);
-    if (!out) { PyBuffer_Release(&view); return NULL; }
+    PyObject *out = NULL; /* the caller's list to append to (loader._events: one list, no copy a block) */
+    if (!PyArg_ParseTuple(args, "y*np|O!", &view, &pos, &final, &PyList_Type, &out)) return NULL;
+    if (out) Py_INCREF(out);
+    else if (!(out = PyList_New(0))) { PyBuffer_Release(&view); return NULL; }
     Cur c = {.base = view.buf, .p = (const char *)view.buf + pos, .end = (const char *)view.buf + view.len};
     if (pos < 0 || pos > view.len) { c.err = "bad position"; goto fail; }
     const char *yielded = c.p;
@@ -1587,8 +1588,9 @@ static PyObject *scanner_total(Scanner *sc, void *c) { return PyLong_FromSsize_t
 
 static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS,
-     "scan(buf, pos, final) -> (events, pos, done): parse the array elements from pos on; stops "
-     "at an element that does not end in buf (pos points to it) or after the closing ']'."},
+     "scan(buf, pos, final[, into]) -> (events, pos, done): parse the array elements from pos on; "
+     "stops at an element that does not end in buf (pos points to it) or after the closing ']'. "
+     "The events are appended to the list ``into`` when given (and it is returned), else to a new one."},
     {NULL},
 };
 

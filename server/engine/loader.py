@@ -620,10 +620,9 @@ def _events(s: _Stream, scanner, scan) -> list:
     whole = False  # the element at s.pos is known to end in the buffer
     while True:
         try:
-            evs, end, done = scanner.scan(s.buf, s.pos, s.blocks.eof)
+            _, end, done = scanner.scan(s.buf, s.pos, s.blocks.eof, events)  # appended to events
         except ValueError:
             raise _Declined() from None
-        events += evs
         if done:
             s.pos = end
             s.buf = bytearray(s.buf) if isinstance(s.buf, bytes) else s.buf  # the trailer trims it
@@ -636,10 +635,9 @@ def _events(s: _Stream, scanner, scan) -> list:
         if block:
             joined = tail + block[:JOIN_BYTES]
             try:
-                evs, end, done = scanner.scan(joined, 0, False)
+                _, end, done = scanner.scan(joined, 0, False, events)
             except ValueError:
                 raise _Declined() from None
-            events += evs
             if end > len(tail) or done:  # past the element: on in the block itself
                 # bytes, not the stream's bytearray: only scanned here, never trimmed or grown
                 s.buf, s.pos = block, end - len(tail)  # type: ignore[assignment]
