@@ -546,3 +546,17 @@ def test_a_pass_with_no_thread_to_run_beside_runs_in_place(monkeypatch):
     got = passes.start(passes.NATIVE, "frame_shapes", *args)
     assert isinstance(got, passes.Ran)
     assert passes.differs(want, got.result()) is None
+
+
+def test_ab_scan_times_two_builds_by_turns():
+    """bench/ab_scan.py, the scanner's A/B timer: both builds (here the one built, twice) scan a
+    shipped trace in turn and read the same events; a file without events is refused by name."""
+    from ab_scan import _build, scan_times
+
+    built = passes.native().__file__
+    data = gzip.decompress(open(trace("tinygpt_naive"), "rb").read())
+    times = scan_times({"A": _build("a", built), "B": _build("b", built)}, data, 3)
+    assert [len(t) for t in times.values()] == [3, 3]
+    assert all(t >= 0 for ts in times.values() for t in ts)
+    with pytest.raises(SystemExit, match="no traceEvents array"):
+        scan_times({"A": passes.native()}, b'{"other": 1}', 1)
