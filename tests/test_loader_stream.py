@@ -424,7 +424,7 @@ def test_hostile_values_decide_alike_wherever_they_are(tmp_path, monkeypatch, wh
 
 # ---- differential fuzzing: the scanner against msgspec on the fuzzer's documents -------------
 import hypothesis  # noqa: E402
-from hypothesis import given  # noqa: E402
+from hypothesis import example, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from test_fuzz import BASE_BYTES, SETTINGS, dump, mutated_bytes, structured_doc  # noqa: E402
@@ -616,6 +616,11 @@ _NUMBER = st.builds(
 
 @SETTINGS
 @given(_NUMBER, _NUMBER)
+# whole parts of eight digits and more, read eight at a time: one word, two words, past 2**53
+@example("5203830087258.915", "12345678")
+@example("1234567812345678", "9007199254740993")
+@example("8765432187654321.123", "99999999.5")
+@example("1000000000000000001", "100000000")
 def test_ts_and_dur_read_as_msgspec_reads_them(ts, dur):
     """Synthetic (number spellings no profiler writes but JSON allows or refuses): the scanner's
     ts and dur against msgspec's reading of the same text."""

@@ -1185,6 +1185,23 @@ static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
     return 0;
 }
 
+/* Eight ASCII digits at p as their value (1), or 0 when one of them is not a digit: the digits
+ * tested and combined as one word (little-endian, as simdjson's parse_eight_digits_unrolled). A
+ * timestamp's 13-16 digits one at a time are a chain of multiply-adds, each waiting on the last. */
+static inline int eight_digits(const char *p, uint64_t *out) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    if (((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) !=
+        0x3333333333333333ULL)
+        return 0;
+    w -= 0x3030303030303030ULL;
+    w = w * 10 + (w >> 8);
+    w = ((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
+         ((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >> 32;
+    *out = w;
+    return 1;
+}
+
 /* The common ts/dur (unsigned, digits with an optional fraction, no exponent, 19 digits at most,
  * exact in Clinger's fast path) read in the one pass that finds its end: 1 and c->p past it, with
  * parse_double's value for the same digits; 0 for anything else (the general path decides). */
@@ -1193,6 +1210,11 @@ static inline int plain_double(Cur *c, double *out) {
     uint64_t m = 0;
     if (p < e && *p == '0') p++;
     else if (p < e && (unsigned)(*p - '1') < 9u) {
+        uint64_t eight;
+        while (e - p >= 8 && eight_digits(p, &eight)) { /* wraps past 19 digits: refused below */
+            m = m * 100000000ULL + eight;
+            p += 8;
+        }
         while (p < e && (unsigned)(*p - '0') < 10u) m = m * 10 + (uint64_t)(*p++ - '0');
     } else return 0;
     Py_ssize_t whole = p - c->p, frac = 0;
