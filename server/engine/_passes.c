@@ -1749,8 +1749,14 @@ static PyObject *launch_runs(PyObject *mod, PyObject *args) {
             Py_DECREF(key);
             if (id_put(&seen, ck, runs) < 0) goto done;
         }
-        PyObject *x = Py_BuildValue("(ddi)", e->dur, durs[li], (int)li);
-        if (!x || PyList_Append(runs, x) < 0) { Py_XDECREF(x); goto done; }
+        /* the tuple made directly: Py_BuildValue parses its format again each of 200,000 runs */
+        PyObject *x = PyTuple_New(3), *a = PyFloat_FromDouble(e->dur), *b = PyFloat_FromDouble(durs[li]),
+                 *c = PyLong_FromLong(li);
+        if (!x || !a || !b || !c) { Py_XDECREF(x); Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c); goto done; }
+        PyTuple_SET_ITEM(x, 0, a);
+        PyTuple_SET_ITEM(x, 1, b);
+        PyTuple_SET_ITEM(x, 2, c);
+        if (PyList_Append(runs, x) < 0) { Py_DECREF(x); goto done; }
         Py_DECREF(x);
     }
     result = per;

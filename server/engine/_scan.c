@@ -1590,7 +1590,8 @@ static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS,
      "scan(buf, pos, final[, into]) -> (events, pos, done): parse the array elements from pos on; "
      "stops at an element that does not end in buf (pos points to it) or after the closing ']'. "
-     "The events are appended to the list ``into`` when given (and it is returned), else to a new one."},
+     "The events are appended to the list ``into`` when given (and it is returned; on an error those "
+     "read before it stay appended), else to a new one."},
     {NULL},
 };
 
