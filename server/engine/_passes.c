@@ -3290,6 +3290,92 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ medians by selection
+ * The k-th smallest of n doubles in place (a[k] it, a[..k] no larger, a[k+1..] no smaller):
+ * quickselect on a median-of-three pivot, O(n) expected; past 2 log2 n + 8 rounds (an input made
+ * to defeat the pivots) the rest is sorted, so O(n log n) at worst. NaN-free input only. */
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static void select_kth(double *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1;
+    int rounds = 8;
+    for (Py_ssize_t m = n; m > 1; m >>= 1) rounds += 2;
+    while (hi > lo) {
+        if (rounds-- == 0) {
+            qsort(a + lo, (size_t)(hi - lo + 1), sizeof(double), cmp_double);
+            return;
+        }
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        double x = a[lo], y = a[mid], z = a[hi];
+        double pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) { /* Hoare: a[lo..j] <= pivot <= a[i..hi] */
+            while (a[i] < pivot) i++;
+            while (a[j] > pivot) j--;
+            if (i <= j) {
+                double t = a[i]; a[i] = a[j]; a[j] = t;
+                i++; j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return; /* between the two parts: equal to the pivot */
+    }
+}
+
+/* The median of n doubles as rules.util.median gives it (the mean of the middle two of an even
+ * count); 1 when it is known, 0 when the reference must decide: a NaN (sorted() orders none), or a
+ * middle value of zero (the sort keeps 0.0 and -0.0 in their order, a selection need not, and the
+ * report would print the sign). */
+static int median_of(double *a, Py_ssize_t n, double *out) {
+    if (n == 0) { *out = 0.0; return 1; }
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (a[j] != a[j]) return 0;
+    Py_ssize_t k = n / 2;
+    select_kth(a, n, k);
+    double hi = a[k];
+    if (hi == 0.0) return 0;
+    if (n % 2) { *out = hi; return 1; }
+    double lo = a[0];
+    for (Py_ssize_t j = 1; j < k; j++)
+        if (a[j] > lo) lo = a[j];
+    if (lo == 0.0) return 0;
+    *out = (lo + hi) / 2;
+    return 1;
+}
+
+/* run_medians(runs) -> (median of the runs' first items, of their second), or None where the
+ * reference must decide (an item not a float, a NaN, a zero in the middle): launch-storm's kernel
+ * and launch-call medians (passes._run_medians_ref) by selection, not two sorts of every run. */
+static PyObject *run_medians(PyObject *mod, PyObject *args) {
+    PyObject *runs;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &runs)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(runs);
+    double *a = malloc(sizeof(double) * (n ? n : 1)), *b = malloc(sizeof(double) * (n ? n : 1));
+    if (!a || !b) { free(a); free(b); return PyErr_NoMemory(); }
+    PyObject *res = NULL;
+    int known = 1;
+    for (Py_ssize_t j = 0; j < n && known; j++) {
+        PyObject *x = PyList_GET_ITEM(runs, j);
+        if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) < 2 || !PyFloat_CheckExact(PyTuple_GET_ITEM(x, 0)) ||
+            !PyFloat_CheckExact(PyTuple_GET_ITEM(x, 1)))
+            known = 0;
+        else {
+            a[j] = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(x, 0));
+            b[j] = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(x, 1));
+        }
+    }
+    double ma, mb;
+    if (known && median_of(a, n, &ma) && median_of(b, n, &mb)) res = Py_BuildValue("(dd)", ma, mb);
+    else { res = Py_None; Py_INCREF(res); }
+    free(a);
+    free(b);
+    return res;
+}
+
 PyMethodDef PASS_METHODS[] = {
     {"array_columns", array_columns, METH_VARARGS, "array_columns([on]) -> whether the passes' columns are arrays"},
     {"line_key_ids", line_key_ids, METH_VARARGS, "line_key_ids(line_tokens, frame_of, place, tokpos, base) -> int32 column"},
@@ -3344,6 +3430,7 @@ PyMethodDef PASS_METHODS[] = {
     {"gaps", gaps, METH_VARARGS, "gaps(flat, lo, hi) -> the holes, or None"},
     {"long_gaps", long_gaps, METH_VARARGS, "long_gaps(flat, lo, hi, step_starts, step_ends, share) -> [(start, end, step)], or None"},
     {"loop_calls", loop_calls, METH_VARARGS, "loop_calls(launched, frames_above, frame_of, ops, runs, least) -> list of runs"},
+    {"run_medians", run_medians, METH_VARARGS, "run_medians(runs) -> (median of the first items, of the second), or None"},
     {"module_gpu", module_gpu, METH_VARARGS, "module_gpu(gpu, classes, nodes, backward, launcher, n) -> per node GPU sums"},
     {NULL},
 };

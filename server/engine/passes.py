@@ -975,6 +975,21 @@ def _launch_runs_c(gpu, launcher: array, frame_of: array, lines: array, steps: l
     return _BUILT.launch_runs(gpu, launcher, frame_of, lines, steps, cpu, durs)
 
 
+def _run_medians_ref(runs: list) -> tuple:
+    """launch-storm's medians of its runs (``launch_runs``' tuples): of the kernels' durations and
+    of their launch calls' (``rules.util.median``, the mean of the middle two of an even count)."""
+    from .rules.util import median
+
+    return median([x[0] for x in runs]), median([x[1] for x in runs])
+
+
+def _run_medians_c(runs: list) -> tuple:
+    # by selection, not two sorts; where a sort's order would show (a zero in the middle: 0.0 and
+    # -0.0 compare equal) or the values are not floats, the reference decides
+    got = _BUILT.run_medians(runs)
+    return got if got is not None else _run_medians_ref(runs)
+
+
 def _fixed_points_ref(col: array) -> bytes:
     """1 where ``col[i] == i``: the events that are their own statement token (``token``), the
     user frames (``frame_of``)."""
@@ -1839,6 +1854,12 @@ PASSES: dict[str, Pass] = {
             "launch-storm's loop calls of one kernel from one line and step",
             _loop_calls_ref,
             _loop_calls_c,
+        ),
+        Pass(
+            "run_medians",
+            "launch-storm's medians of its runs: the kernels' durations and their launch calls'",
+            _run_medians_ref,
+            _run_medians_c,
         ),
         Pass(
             "module_gpu",

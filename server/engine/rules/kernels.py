@@ -618,24 +618,22 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
                 for runs in got:
                     once.update(zip(map(_call, runs), runs))
                 storm.setdefault(name, []).append(list(once.values()))
-        # per kernel its runs, their kernel and call durations as columns and the two medians,
-        # made once: the sums and the message read them again
+        # per kernel its runs and the two medians (by selection: most kernels stop here)
         kept = {}
         for n, parts in storm.items():
             runs = parts[0] if len(parts) == 1 else list(chain.from_iterable(parts))
-            gs, cs, _ = zip(*runs)
-            mg, mc = median(gs), median(cs)
+            mg, mc = m.passes.run_medians(runs)
             if mg < mc:
-                kept[n] = (runs, gs, cs, mg, mc)
+                kept[n] = (runs, mg, mc)
         if not kept:
             continue
         launches = sum(len(v[0]) for v in kept.values()) / ctx.n_steps
         if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
             continue
         # the runs one kernel after another, as they were summed from one list of them
-        gpu = sum(chain.from_iterable(v[1] for v in kept.values())) / ctx.n_steps
-        cpu = sum(chain.from_iterable(v[2] for v in kept.values())) / ctx.n_steps
-        name, (runs, _, _, mg, mc) = max(kept.items(), key=lambda kv: len(kv[1][0]))
+        gpu = sum(x[0] for v in kept.values() for x in v[0]) / ctx.n_steps
+        cpu = sum(x[1] for v in kept.values() for x in v[0]) / ctx.n_steps
+        name, (runs, mg, mc) = max(kept.items(), key=lambda kv: len(kv[1][0]))
         yield ctx.diag(
             "launch-storm",
             f"{launches:.0f} tiny kernel launches per step from this line ({plural(len(kept), 'kernel')} "
