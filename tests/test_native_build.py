@@ -37,3 +37,33 @@ def test_this_checkouts_native_layer_is_current():
     """Fails, saying how to rebuild, where this checkout's extension is older than its sources
     (the pass-level tests skip then: they would compare the reference with itself)."""
     assert passes.STALE is None, passes.STALE
+
+
+def test_a_checkout_with_a_compiler_has_built_its_native_layer():
+    """The extension is optional (a machine without a compiler installs the Python passes), so a
+    compile error in a checkout left no extension at all: nothing stale to notice, every pass-level
+    test skipped, and the suite went green with the native layer untested (issue 32: a method
+    table naming a pass defined below it). Where the C sources sit beside the package and a C
+    compiler is on PATH, the extension must be there."""
+    import importlib.machinery
+    import shlex
+    import shutil
+    import sysconfig
+
+    import pytest
+
+    here = os.path.dirname(passes.__file__)
+    if not all(os.path.exists(os.path.join(here, f)) for f in passes.NATIVE_SOURCES):
+        pytest.skip("an installed package: no C sources beside it")
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[:1]
+    if not cc or not shutil.which(cc[0]):
+        pytest.skip("no C compiler on PATH: the Python passes are the build here")
+    built = [
+        f
+        for f in os.listdir(here)
+        if f.startswith("_scan.") and f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    ]
+    assert built, (
+        f"no native layer in {here} though {cc[0]} is here: the build failed quietly (the extension "
+        "is optional); run `pip install -e . --no-build-isolation` and read the compiler's error"
+    )
