@@ -195,8 +195,15 @@ static void sort_items(SortItem *a, Py_ssize_t n) {
  * one of its layouts): a pass that reads a few of a list's events (the launches among the cpu events)
  * pays for those only, and one that reads them all touches each once, not once more in a check
  * over the whole list first (a cache miss an event: 3% of a 255 MB trace's analysis, measured).
- * NULL and TypeError for anything else. */
-static inline Ev *ev_released(PyObject *list, Py_ssize_t j);
+ * NULL for anything else; it reads without the GIL (a pass beside the rules: "with the GIL
+ * released", below), and ev_at raises the TypeError. */
+static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
+    PyObject *o = PyList_GET_ITEM(list, j);
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
+        return (Ev *)o;
+    return NULL;
+}
 
 /* The error of an item that is not an event (ev_at's; a pass that read without the GIL raises it
  * once the GIL is back). */
@@ -284,17 +291,6 @@ static PyObject *dims_released(Ev *e, PyThreadState **ts) {
     *ts = PyEval_SaveThread();
     return d;
 }
-
-/* ev_at without the GIL: NULL for what is not an event (the caller takes the GIL back and says so,
- * not_an_event) */
-static inline Ev *ev_released(PyObject *list, Py_ssize_t j) {
-    PyObject *o = PyList_GET_ITEM(list, j);
-    PyTypeObject *t = Py_TYPE(o);
-    if (t == &EvType || t == &EvOpType || t == &EvMemType || t == &EvFullType || PyType_IsSubtype(t, &EvType))
-        return (Ev *)o;
-    return NULL;
-}
-
 
 /* A dict's value found by the identity of its key's parts, in front of the dict itself: a pass
  * that groups each of 100,000s of events under a key (a tuple it would build, hash and free an
