@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import gzip
 import importlib.util
 import statistics
 import sys
 import time
 
+from bench import _read  # bench/ is this script's directory: on sys.path when run
 from profd.server.engine import loader
 
 
@@ -38,12 +38,15 @@ def _build(tag: str, path: str):
 
 
 def _events_start(data: bytes) -> int:
-    """Where the scanner starts: just past the traceEvents array's '['."""
-    key = data.find(b'"traceEvents"')
-    at = data.find(b"[", key) if key >= 0 else (0 if data.lstrip()[:1] == b"[" else -1)
-    if at < 0:
+    """Where the scanner starts: just past the '[' that opens the events (the loader's
+    ``events_start``, as profd finds it)."""
+    try:
+        start, _form = loader.events_start("the trace", data)
+    except loader.TraceError as e:
+        raise SystemExit(f"ab_scan: {e}") from None
+    if start < 0:
         raise SystemExit("ab_scan: no traceEvents array in the trace")
-    return at + 1
+    return start
 
 
 def scan_times(builds: dict, data: bytes, rounds: int) -> dict[str, list[float]]:
@@ -75,10 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("trace", help="a trace (.json or .json.gz: inflated in memory first)")
     ap.add_argument("-n", "--rounds", type=int, default=20)
     ns = ap.parse_args(argv)
-    with open(ns.trace, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+    data = _read(ns.trace)  # inflated when gzipped, as bench.py's children read it
     gc.disable()
     times = scan_times({"A": _build("a", ns.a), "B": _build("b", ns.b)}, data, ns.rounds)
     for tag, ts in times.items():
