@@ -574,8 +574,9 @@ def test_run_medians_select_as_the_sort_gives(tmp_path):
     bit: odd and even counts, runs of equal values, orders that defeat a median-of-three pivot
     (sorted, reversed, organ pipe: the selection sorts the rest past its rounds), zeros of both
     signs in the middle (the sort's order decides the sign: the reference answers), a NaN, ints."""
-    from hypothesis import given, settings
+    from hypothesis import given
     from hypothesis import strategies as st
+    from test_fuzz import SETTINGS
 
     def runs(xs):
         return [(float(x), float(-x) * 0.5 + 7.0, j) for j, x in enumerate(xs)]
@@ -592,7 +593,7 @@ def test_run_medians_select_as_the_sort_gives(tmp_path):
 
     finite = st.floats(allow_nan=False, width=64) | st.sampled_from([0.0, -0.0, 1.5, 1e300, -1e-300])
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @SETTINGS
     @given(st.lists(st.tuples(finite, finite), max_size=60))
     def drawn(pairs):
         _medians_both_ways([(a, b, j) for j, (a, b) in enumerate(pairs)])
