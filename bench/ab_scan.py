@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-from bench import _read  # bench/ is this script's directory: on sys.path when run
+from cases import _read  # bench/ is this script's directory: on sys.path when run
 from profd.server.engine import loader
 
 

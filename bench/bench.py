@@ -5,7 +5,7 @@
     python bench/bench.py --steps ''             # without the steps scaling case
     python bench/bench.py --gzip 250,1000        # the gzip case at these sizes ('' skips it)
 
-Every measurement runs in a fresh subprocess (`bench.py --child MODE FILE`) so peak RSS (the
+Every measurement runs in a fresh subprocess (`bench/cases.py MODE FILE`) so peak RSS (the
 child's own high-water mark, ``VmHWM``, which equals ``ru_maxrss`` of a child not forked from a big
 parent) belongs to that case alone; the tiling also runs in a subprocess so the bench stays small. ``work s`` is the
 time inside the child from before reading the file to the end of the case (the file is read
@@ -46,6 +46,8 @@ import subprocess
 import sys
 import time
 
+from cases import SELECT_RULE  # bench/ is this script's directory: on sys.path when run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
@@ -54,9 +56,6 @@ DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
 # project's; the hta child runs under that venv's python (it must not import profd).
 HTA_VENV = os.path.join(HERE, ".hta-venv")
 HTA_PYTHON = os.path.join(HTA_VENV, "bin", "python")
-# profd-select's one rule (--select): cheap, and without a step-model fix, so no other rule runs
-# for its impact (a rule that declares one brings the others that do: analyze._rules_to_run)
-SELECT_RULE = os.environ.get("PROFD_BENCH_SELECT", "profiler-artifact")
 # The steps case: a small real trace with 20 profiled steps (433 KB), tiled to 200 and 2,000 steps
 DEFAULT_STEPS_SOURCE = os.path.join(ROOT, "examples", "seed_n4096_bf16_active20.json.gz")
 STEPS_MODES = "orjson,profd-load,profd-full"
@@ -83,131 +82,7 @@ MODES = [
 ]
 
 
-# ---- children ---------------------------------------------------------------------------------
-def _read(path: str) -> bytes:
-    """The file's JSON bytes: a gzipped one inflated as a script does it (``gzip``, zlib's)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-
-        data = gzip.decompress(data)
-    return data
-
-
-HELD: list = []  # the profd-full case's analysis, never freed (the process exits)
-
-
-def child(mode: str, path: str) -> dict:
-    import gc
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    extra = {}
-    if mode == "orjson-gc":
-        import orjson
-
-        doc = orjson.loads(_read(path))
-        extra["events"] = len(doc["traceEvents"])
-    elif mode == "orjson":
-        import orjson
-
-        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-        gc.disable()
-        doc = orjson.loads(_read(path))
-        extra["events"] = len(doc["traceEvents"])
-    elif mode == "msgspec-raw":
-        import msgspec
-
-        gc.disable()
-        doc = msgspec.json.decode(_read(path))
-        extra["events"] = len(doc["traceEvents"])
-    elif mode == "profd-load":
-        from profd.server.engine import loader
-
-        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-        doc, _, _ = loader.load(path)
-        extra["events"] = len(doc.traceEvents)
-    elif mode in ("profd-full", "profd-select"):
-        from profd.client_cli.format import json_doc
-        from profd.protocol.catalog import RULES
-        from profd.server.engine import Options
-        from profd.server.engine.analyze import analyze_or_error
-
-        extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-        sel = mode == "profd-select"
-        disabled = set(RULES) - {SELECT_RULE} if sel else set()
-        opts = Options(workspace=[os.path.join(ROOT, "examples", "src")], disabled=disabled)
-        if sel:  # the summary and the findings alone, as `profd-client analyze --select` prints
-            opts.parts = frozenset()
-        # as `profd-client analyze` runs it: the analysis is held, not freed, since the process
-        # ends right after writing (client_cli.main.entry: freeing a 255 MB trace's model took
-        # ~0.04 s that no user waits for)
-        rep = analyze_or_error(path, opts, hold=HELD)
-        # the JSON report written, as `profd-client analyze --format json` writes it
-        with open(os.path.join(OUT, mode.replace("-", "_") + "_report.json"), "wb") as f:
-            f.write(json_doc([rep]) + b"\n")
-        extra["events"] = rep.trace.events
-        extra["diagnostics"] = len(rep.diagnostics)
-        extra["hot_lines"] = len(rep.hot_lines)
-    elif mode == "yardstick":
-        extra["events"] = yardstick()
-    elif mode == "hta":
-        # Runs under HTA_PYTHON when bench/.hta-venv exists: nothing of profd may be imported here.
-        from hta.trace_analysis import TraceAnalysis  # type: ignore
-
-        d = os.path.join(OUT, "hta_" + os.path.basename(path).replace(".", "_"))
-        os.makedirs(d, exist_ok=True)
-        link = os.path.join(d, "rank0.json")
-        if not os.path.exists(link):
-            os.symlink(os.path.abspath(path), link)
-        t1 = time.perf_counter()
-        ta = TraceAnalysis(trace_dir=d)  # one rank: HTA parses in this process (no pool)
-        t2 = time.perf_counter()
-        temporal = ta.get_temporal_breakdown(visualize=False)
-        t3 = time.perf_counter()
-        ta.get_idle_time_breakdown(visualize=False)
-        t4 = time.perf_counter()
-        extra["events"] = int(sum(len(df) for df in ta.t.traces.values()))  # HTA's kept events
-        extra["import_s"], extra["load_s"] = t1 - t0, t2 - t1
-        extra["temporal_s"], extra["idle_s"] = t3 - t2, t4 - t3
-        extra["idle_pct"] = float(temporal["idle_time_pctg"].iloc[0])
-    else:
-        raise SystemExit(f"unknown mode {mode}")
-    wall = time.perf_counter() - t0
-    return {"work_s": wall, "cpu_s": time.process_time() - c0, "rss": _vm_hwm(), **extra}
-
-
-def yardstick() -> int:
-    """The machine's speed for pure-Python work like the rules' (the module docstring): 400,000
-    floats from a fixed seed sorted, grouped as (value, index) tuples under 1,000 keys, each
-    group's values summed. Returns how many groups it made (the same every run)."""
-    import random
-
-    rnd = random.Random(32)
-    xs = [rnd.random() for _ in range(400_000)]
-    s = sorted(xs)
-    groups: dict[int, list] = {}
-    for i, x in enumerate(xs):
-        groups.setdefault(int(x * 1000), []).append((x, i))
-    sums = {k: sum(x for x, _ in v) for k, v in groups.items()}
-    return len(sums) + (s[0] > 1)
-
-
-def _vm_hwm() -> int:
-    """This process's peak RSS. ``VmHWM`` belongs to the mm created at exec; ``ru_maxrss`` also
-    keeps the RSS of the forked parent image, which would charge the bench's own memory to us."""
-    import resource
-
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
+# ---- children (bench/cases.py) ----------------------------------------------------------------
 def child_python(mode: str) -> str:
     """The interpreter for a case: HTA's own venv for ``hta`` when it exists, else ours."""
     if mode == "hta" and os.path.exists(HTA_PYTHON):
@@ -255,7 +130,7 @@ def compile_package() -> None:
 def run_child(mode: str, path: str) -> dict:
     t0 = time.perf_counter()
     p = subprocess.Popen(
-        [child_python(mode), os.path.abspath(__file__), "--child", mode, path],
+        [child_python(mode), os.path.join(HERE, "cases.py"), mode, path],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=CHILD_ENV,
@@ -355,13 +230,7 @@ def main(argv=None) -> int:
         help="the gzip case: these sizes' tilings gzipped, read by orjson (after gzip.decompress) and "
         f"profd ({GZIP_MODES}; '' skips it)",
     )
-    ap.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
-    if ns.child:
-        print(json.dumps(child(*ns.child)), flush=True)
-        if HELD:  # ends as profd-client does after an in-process analysis: no teardown
-            os._exit(0)
-        return 0
 
     compile_package()
     modes = [m for m in ns.modes.split(",") if m]

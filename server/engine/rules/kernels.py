@@ -542,6 +542,9 @@ def _launch_iterations(m) -> dict[str, array]:
     return {"ops": ops, "runs": runs}
 
 
+_GPU_US, _CPU_US = itemgetter(0), itemgetter(1)  # of a launch-storm run: (kernel µs, launch µs, call)
+
+
 @rule(
     "launch-storm",
     "One line launching many tiny kernels per step",
@@ -630,9 +633,10 @@ def launch_storm(ctx: Context) -> Iterable[Diagnostic]:
         launches = sum(len(v[0]) for v in kept.values()) / ctx.n_steps
         if wanted > least and round(launches) < wanted:  # set above the loop finder's 10
             continue
-        # the runs one kernel after another, as they were summed from one list of them
-        gpu = sum(x[0] for v in kept.values() for x in v[0]) / ctx.n_steps
-        cpu = sum(x[1] for v in kept.values() for x in v[0]) / ctx.n_steps
+        # the runs one kernel after another, as they were summed from one list of them (the same
+        # floats in the same order through the one builtin sum, read at C speed: 185k runs at 1 GB)
+        gpu = sum(map(_GPU_US, chain.from_iterable(v[0] for v in kept.values()))) / ctx.n_steps
+        cpu = sum(map(_CPU_US, chain.from_iterable(v[0] for v in kept.values()))) / ctx.n_steps
         name, (runs, mg, mc) = max(kept.items(), key=lambda kv: len(kv[1][0]))
         yield ctx.diag(
             "launch-storm",
