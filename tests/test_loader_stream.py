@@ -449,6 +449,64 @@ def _same_as_msgspec(tmp_path_factory, data: bytes) -> None:
     hypothesis.event("decoded by the scanner" if scanned else "declined: msgspec decoded it")
 
 
+# Every field an event's args can carry, as a trace writes it: the op fields the scanner keeps only
+# when present (8 bytes each, in the order of their flags) and the allocator sample's five.
+_OP_ARGS = {
+    "External id": 11,
+    "correlation": 12,
+    "Sequence number": 13,
+    "Fwd thread id": 14,
+    "bytes": 4096,
+    "Input Dims": [[8, 16], []],
+    "Input type": ["float", ""],
+    "grid": [4, 1, 1],
+    "block": [128, 1, 1],
+    "name": "worker",
+    "CallFrom": "train.py(3): step",
+}
+_MEM_ARGS = {"Device Type": 1, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048, "Addr": 77}
+
+
+def _subsets() -> list:
+    """Synthetic (no trace has an event with both op and allocator args): every field alone, every
+    one but one, all of them, and each op field beside the allocator's five, with the flow id."""
+    keys = list(_OP_ARGS) + list(_MEM_ARGS)
+    out = [[k] for k in keys] + [[k for k in keys if k != x] for x in keys] + [keys, []]
+    out += [[k] + list(_MEM_ARGS) for k in _OP_ARGS]
+    return out
+
+
+@pytest.mark.parametrize("keys", _subsets(), ids=lambda ks: "+".join(ks) or "none")
+def test_each_field_reads_back_as_msgspec_reads_it(tmp_path_factory, keys):
+    """An event keeps a slot only for the fields it has: whichever of them it has, each reads back
+    as msgspec reads it (a slot found at the wrong place, or a field lost, differs here), with and
+    without the top-level id the flows carry."""
+    both = {**_OP_ARGS, **_MEM_ARGS}
+    args = {k: both[k] for k in keys}
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 2,
+            "ts": 10.0,
+            "dur": 5.0,
+            "args": args,
+        },
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 11.0, "dur": 1.0, "args": args},
+        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "pid": 1, "tid": 2, "ts": 10.0, "id": 5, "args": args},
+    ]
+    data = orjson.dumps({"traceEvents": events})
+    path = str(tmp_path_factory.mktemp("fields") / "t.json")
+    with open(path, "wb") as f:
+        f.write(data)
+    doc, _, _ = loader.load(path)
+    assert isinstance(doc.traceEvents[0], _scan.Event)  # read by the scanner, not declined
+    ref = _kept(loader._load_whole(path)[0].traceEvents)
+    assert [_norm(e) for e in _kept(doc.traceEvents)] == [_norm(e) for e in ref]
+
+
 @SETTINGS
 @given(structured_doc())
 def test_scanner_matches_msgspec_structured(tmp_path_factory, doc):

@@ -413,22 +413,46 @@ def test_grouping_past_the_identity_caches_bound_as_the_reference(tmp_path):
 @pytest.mark.skipif(passes.native() is None, reason="the native layer is not built")
 def test_the_readme_states_the_scanners_event_sizes():
     """The README's sizes of the scanner's events are those of a real trace's events: a python
-    frame, an allocator sample, an op (each event's one pair of ids and one-byte phase keep them
-    small; a field added to a layout shows here)."""
+    frame, an allocator sample, and an op's prefix plus a slot for each field it has (a CPU op with
+    its id and shapes, a kernel with its ids, grid and block: the most common of each kind). Each
+    op's size is its prefix and its present fields, 8 bytes each, counted from what it reads back:
+    a slot kept for an absent field (or a field lost) shows here."""
+    import collections
     import re
 
     doc, _, _ = loader.load(os.path.join(ROOT, "examples", "tinygpt_naive.json.gz"))
-    size = {}
+    size: dict = collections.defaultdict(collections.Counter)
+    op_fields = ("external_id", "correlation", "seq", "fwd_tid", "nbytes")
+    op_objects = ("input_dims", "input_types", "grid", "block", "name", "call_from")
     for e in doc.traceEvents:
-        kind = "frame" if e.cat == "python_function" else "sample" if e.name == "[memory]" else None
-        kind = kind or ("op" if e.cat == "cpu_op" else None)
-        if kind:
-            size.setdefault(kind, sys.getsizeof(e))
+        kind = "frame" if e.cat == "python_function" else "sample" if e.name == "[memory]" else e.cat
+        size[kind][sys.getsizeof(e)] += 1
+        if type(e).__name__ == "OpEvent":
+            a = e.args
+            n = (e.id is not None) + (
+                sum(getattr(a, f) is not None for f in op_fields)
+                + sum(getattr(a, f) not in (None, b"") for f in op_objects)
+                if a is not None
+                else 0
+            )
+            assert sys.getsizeof(e) == 64 + 8 * n, (e, n)
+    common = {k: c.most_common(1)[0][0] for k, c in size.items()}
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         text = " ".join(f.read().split())
-    m = re.search(r"(\d+) bytes for a python frame, (\d+) for an allocator sample, (\d+) for an op", text)
+    m = re.search(
+        r"(\d+) bytes for a python frame, (\d+) for an allocator sample, and for an op (\d+) plus (\d+) for "
+        r"each field it has: (\d+) for a CPU op with its id and shapes, (\d+) for a kernel",
+        text,
+    )
     assert m, "the README no longer states the event sizes"
-    assert (int(m[1]), int(m[2]), int(m[3])) == (size["frame"], size["sample"], size["op"])
+    assert tuple(map(int, m.groups())) == (
+        common["frame"],
+        common["sample"],
+        64,
+        8,
+        common["cpu_op"],
+        common["kernel"],
+    )
 
 
 def _shapes_args(name: str) -> tuple:

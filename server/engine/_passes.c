@@ -284,8 +284,9 @@ static PyObject *dims_of(Ev *e);
 
 /* dims_of (below) with the GIL released: the scanner's dims are bytes */
 static PyObject *dims_released(Ev *e, PyThreadState **ts) {
-    if (!(e->flags & F_ARGS) || !HAS_OP(e) || !e->dims) return NULL;
-    if (PyBytes_CheckExact(e->dims)) return PyBytes_GET_SIZE(e->dims) ? e->dims : NULL;
+    PyObject *dims = e->flags & F_ARGS ? op_obj(e, F_DIMS) : NULL;
+    if (!dims) return NULL;
+    if (PyBytes_CheckExact(dims)) return PyBytes_GET_SIZE(dims) ? dims : NULL;
     PyEval_RestoreThread(*ts);
     PyObject *d = dims_of(e);
     *ts = PyEval_SaveThread();
@@ -680,16 +681,16 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
             if (same(e->name, S_memory) && (e->flags & F_ARGS) && PyList_Append(mem, (PyObject *)e) < 0) goto fail;
         } else if (ph == 's' || ph == 'f') {
             if (same(e->cat, S_fwdbwd)) {
-                PyObject *id = int_or_none(e, F_ID, HAS_OP(e) ? e->id : 0);
+                PyObject *id = int_or_none(e, F_ID, op_int(e, F_ID));
                 if (!id) goto fail;
                 int r = PyDict_SetItem(ph == 's' ? fs : ff, id, (PyObject *)e);
                 Py_DECREF(id);
                 if (r < 0) goto fail;
             }
-        } else if (ph == 'M' && same(e->name, S_thread_name) && (e->flags & F_ARGS) && HAS_OP(e) &&
-                   e->aname && PyUnicode_GET_LENGTH(e->aname) > 0) {
+        } else if (ph == 'M' && same(e->name, S_thread_name) && (e->flags & F_ARGS) && op_obj(e, F_ANAME) &&
+                   PyUnicode_GET_LENGTH(op_obj(e, F_ANAME)) > 0) {
             PyObject *key = thread_key(e);
-            if (!key || PyDict_SetItem(names, key, e->aname) < 0) { Py_XDECREF(key); goto fail; }
+            if (!key || PyDict_SetItem(names, key, op_obj(e, F_ANAME)) < 0) { Py_XDECREF(key); goto fail; }
             Py_DECREF(key);
         }
     }
@@ -799,8 +800,8 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
                 if (id_put(&seen, ck, c) < 0) goto fail;
             }
             code[i] = (int32_t)PyLong_AsLong(c);
-            if (!call_from && same(e->cat, S_cpu_op) && HAS_OP(e) && (e->flags & F_ARGS) && e->call_from &&
-                PyUnicode_GET_LENGTH(e->call_from) > 0)
+            if (!call_from && same(e->cat, S_cpu_op) && (e->flags & F_ARGS) && op_obj(e, F_CALL_FROM) &&
+                PyUnicode_GET_LENGTH(op_obj(e, F_CALL_FROM)) > 0)
                 call_from = 1;
         }
         if (p >= 0 && p < i) {
@@ -1448,11 +1449,12 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         Ev *e = ev_at(cpu, i);
         if (!e) goto done;
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
-        size_t j = corr_slot(e->corr, mask);
+        int64_t corr = op_int(e, F_CORR);
+        size_t j = corr_slot(corr, mask);
         for (;; j = (j + 1) & mask) {
             CorrRow *r = &rows[j];
-            if (!r->pid) { r->corr = e->corr; r->pid = EV_PID(e); r->first = k; r->last = i; break; }
-            if (r->corr != e->corr) continue;
+            if (!r->pid) { r->corr = corr; r->pid = EV_PID(e); r->first = k; r->last = i; break; }
+            if (r->corr != corr) continue;
             /* the same id: the same process (the key's equality, as the dict's) or another row */
             int eq = r->pid == EV_PID(e) ? 1 : PyObject_RichCompareBool(r->pid, EV_PID(e), Py_EQ);
             if (eq < 0) goto done;
@@ -1468,8 +1470,9 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         o[g] = -1;
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
         Py_ssize_t best = -1;
-        for (size_t j = corr_slot(e->corr, mask); rows[j].pid; j = (j + 1) & mask)
-            if (rows[j].corr == e->corr && rows[j].first > best) { best = rows[j].first; o[g] = rows[j].last; }
+        int64_t corr = op_int(e, F_CORR);
+        for (size_t j = corr_slot(corr, mask); rows[j].pid; j = (j + 1) & mask)
+            if (rows[j].corr == corr && rows[j].first > best) { best = rows[j].first; o[g] = rows[j].last; }
     }
 done:
     free(rows);
@@ -1597,9 +1600,9 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
         if (r < 0) goto done;
         if (r) continue;
         PyObject *grid = empty_b, *block = empty_b, *opname = empty_s;
-        if ((e->flags & F_ARGS) && HAS_OP(e)) {
-            if (e->grid) grid = e->grid;
-            if (e->block) block = e->block;
+        if (e->flags & F_ARGS) {
+            if (op_obj(e, F_GRID)) grid = op_obj(e, F_GRID);
+            if (op_obj(e, F_BLOCK)) block = op_obj(e, F_BLOCK);
         }
         int32_t li = launcher[g];
         int backward = 0;
@@ -1610,9 +1613,10 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
                 Ev *oe = ev_at(cpu, op);
                 if (!oe) goto done;
                 if (oe->name) opname = oe->name;
-                if ((oe->flags & F_ARGS) && HAS_OP(oe) && oe->dims && PyObject_IsTrue(oe->dims) == 1) {
-                    Py_INCREF(oe->dims);
-                    PyList_SetItem(dims, g, oe->dims);
+                PyObject *od = oe->flags & F_ARGS ? op_obj(oe, F_DIMS) : NULL;
+                if (od && PyObject_IsTrue(od) == 1) {
+                    Py_INCREF(od);
+                    PyList_SetItem(dims, g, od);
                 }
             }
         }
@@ -3052,10 +3056,11 @@ done:
 /* An event's input dims as the statements read them (``bytes(args.input_dims)``, b"" without
  * args): NULL for b"". */
 static PyObject *dims_of(Ev *e) {
-    if (!(e->flags & F_ARGS) || !HAS_OP(e) || !e->dims) return NULL;
-    Py_ssize_t k = PyObject_Length(e->dims);
-    if (k < 0) { PyErr_Clear(); return e->dims; }
-    return k ? e->dims : NULL;
+    PyObject *dims = e->flags & F_ARGS ? op_obj(e, F_DIMS) : NULL;
+    if (!dims) return NULL;
+    Py_ssize_t k = PyObject_Length(dims);
+    if (k < 0) { PyErr_Clear(); return dims; }
+    return k ? dims : NULL;
 }
 
 static inline uint64_t mix64(uint64_t h, uint64_t v) {

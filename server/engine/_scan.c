@@ -315,7 +315,7 @@ static Slab *slab_take(void) {
  * go of once it has read them: apart, their slabs empty and are unmapped then (mixed, their holes
  * kept 17 MB of a 255 MB trace's analysis mapped, measured). */
 static void *ev_malloc(size_t size, int stream) {
-    size = (size + 15) & ~(size_t)15;
+    size = (size + 7) & ~(size_t)7; /* 8-byte aligned: an event's widest field (a pointer, a double) */
     if (!slab_cur[stream] || slab_bump[stream] + size > slab_end[stream]) {
         Slab *s = slab_take();
         if (!s) return NULL;
@@ -356,12 +356,12 @@ static void pool_init(void) {}
 /* ------------------------------------------------------------------ the event type (layouts: _scan.h) */
 static PyTypeObject ArgsType;
 
+/* The object fields, in the order of their flags (PACKED). */
+static const uint32_t OBJ_FLAGS[] = {F_DIMS, F_TYPES, F_GRID, F_BLOCK, F_ANAME, F_CALL_FROM};
+
 static void ev_dealloc(Ev *e) {
     Py_XDECREF(e->name); Py_XDECREF(e->cat); Py_XDECREF(e->thread);
-    if (HAS_OP(e)) {
-        Py_XDECREF(e->dims); Py_XDECREF(e->types); Py_XDECREF(e->grid); Py_XDECREF(e->block);
-        Py_XDECREF(e->aname); Py_XDECREF(e->call_from);
-    }
+    for (int k = 0; k < 6; k++) Py_XDECREF(op_obj(e, OBJ_FLAGS[k]));
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -383,7 +383,7 @@ static PyObject *ev_pid(PyObject *s, void *c) { return obj_or(EV(s)->thread ? EV
 static PyObject *ev_tid(PyObject *s, void *c) { return obj_or(EV(s)->thread ? EV_TID(s) : NULL, Py_None); }
 static PyObject *ev_ts(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->ts); }
 static PyObject *ev_dur(PyObject *s, void *c) { return PyFloat_FromDouble(EV(s)->dur); }
-static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, HAS_OP(s) ? EV(s)->id : 0); }
+static PyObject *ev_id(PyObject *s, void *c) { return int_or_none(EV(s), F_ID, op_int(s, F_ID)); }
 static PyObject *ev_none(PyObject *s, void *c) { Py_RETURN_NONE; }
 static PyObject *ev_args(PyObject *s, void *c) {
     if (!(EV(s)->flags & F_ARGS)) Py_RETURN_NONE;
@@ -405,6 +405,22 @@ static int ev_set_cat(PyObject *s, PyObject *v, void *c) {
     Py_SETREF(EV(s)->cat, v);
     return 0;
 }
+
+/* The bytes an event takes (sys.getsizeof): its layout's, the op slots it has included, as
+ * new_event sizes it. */
+static size_t ev_size(PyObject *s) {
+    if (Py_TYPE(s) == &EvMemType) return sizeof(EvMem);
+    if (!HAS_OP(s)) return sizeof(EvBase);
+    size_t n = sizeof(EvBase) + 8 * (size_t)__builtin_popcount(EV(s)->flags & PACKED);
+    return IS_FULL(s) ? n + 5 * sizeof(int64_t) : n;
+}
+
+static PyObject *ev_sizeof(PyObject *s, PyObject *unused) { return PyLong_FromSize_t(ev_size(s)); }
+
+static PyMethodDef ev_methods[] = {
+    {"__sizeof__", ev_sizeof, METH_NOARGS, NULL},
+    {NULL},
+};
 
 static PyGetSetDef ev_getset[] = {
     {"ph", ev_ph, NULL, NULL, NULL},
@@ -440,13 +456,14 @@ PyTypeObject EvType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "One trace event (read-only but its category; numbers unboxed, strings interned).",
     .tp_getset = ev_getset,
+    .tp_methods = ev_methods,
     .tp_repr = ev_repr,
 };
 
 PyTypeObject EvFullType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "profd.server.engine._scan.EventWithArgs",
-    .tp_basicsize = sizeof(Ev),
+    .tp_basicsize = sizeof(EvBase), /* and its slots: new_event sizes each event */
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_free = ev_free,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -456,7 +473,7 @@ PyTypeObject EvFullType = {
 PyTypeObject EvOpType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "profd.server.engine._scan.OpEvent",
-    .tp_basicsize = OP_SIZE,
+    .tp_basicsize = sizeof(EvBase), /* and its slots: new_event sizes each event */
     .tp_dealloc = (destructor)ev_dealloc,
     .tp_free = ev_free,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -479,24 +496,23 @@ static void args_dealloc(ArgsView *a) {
 }
 
 #define AV(self) (((ArgsView *)(self))->ev)
-#define AVX(self, field) (HAS_OP(AV(self)) ? AV(self)->field : NULL)
 #define AVM(self, k) (mem_fields(AV(self)) ? mem_fields(AV(self))[k] : 0)
-static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, HAS_OP(AV(s)) ? AV(s)->ext : 0); }
-static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, HAS_OP(AV(s)) ? AV(s)->corr : 0); }
-static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, HAS_OP(AV(s)) ? AV(s)->seq : 0); }
-static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, HAS_OP(AV(s)) ? AV(s)->fwd : 0); }
+static PyObject *a_ext(PyObject *s, void *c) { return int_or_none(AV(s), F_EXT, op_int(AV(s), F_EXT)); }
+static PyObject *a_corr(PyObject *s, void *c) { return int_or_none(AV(s), F_CORR, op_int(AV(s), F_CORR)); }
+static PyObject *a_seq(PyObject *s, void *c) { return int_or_none(AV(s), F_SEQ, op_int(AV(s), F_SEQ)); }
+static PyObject *a_fwd(PyObject *s, void *c) { return int_or_none(AV(s), F_FWD, op_int(AV(s), F_FWD)); }
 static PyObject *a_devtype(PyObject *s, void *c) { return int_or_none(AV(s), F_DEVTYPE, AVM(s, 0)); }
 static PyObject *a_memb(PyObject *s, void *c) { return int_or_none(AV(s), F_MEMB, AVM(s, 1)); }
 static PyObject *a_talloc(PyObject *s, void *c) { return int_or_none(AV(s), F_TALLOC, AVM(s, 2)); }
 static PyObject *a_tres(PyObject *s, void *c) { return int_or_none(AV(s), F_TRES, AVM(s, 3)); }
 static PyObject *a_addr(PyObject *s, void *c) { return int_or_none(AV(s), F_ADDR, AVM(s, 4)); }
-static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, HAS_OP(AV(s)) ? AV(s)->nbytes : 0); }
-static PyObject *a_dims(PyObject *s, void *c) { return obj_or(AVX(s, dims), EMPTY_BYTES); }
-static PyObject *a_types(PyObject *s, void *c) { return obj_or(AVX(s, types), EMPTY_BYTES); }
-static PyObject *a_grid(PyObject *s, void *c) { return obj_or(AVX(s, grid), EMPTY_BYTES); }
-static PyObject *a_block(PyObject *s, void *c) { return obj_or(AVX(s, block), EMPTY_BYTES); }
-static PyObject *a_name(PyObject *s, void *c) { return obj_or(AVX(s, aname), Py_None); }
-static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(AVX(s, call_from), Py_None); }
+static PyObject *a_nbytes(PyObject *s, void *c) { return int_or_none(AV(s), F_NBYTES, op_int(AV(s), F_NBYTES)); }
+static PyObject *a_dims(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_DIMS), EMPTY_BYTES); }
+static PyObject *a_types(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_TYPES), EMPTY_BYTES); }
+static PyObject *a_grid(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_GRID), EMPTY_BYTES); }
+static PyObject *a_block(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_BLOCK), EMPTY_BYTES); }
+static PyObject *a_name(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_ANAME), Py_None); }
+static PyObject *a_call_from(PyObject *s, void *c) { return obj_or(op_obj(AV(s), F_CALL_FROM), Py_None); }
 /* stream and device are kept as "given or not", all the model reads of them (gpu_role): True or None */
 static PyObject *a_flag(const Ev *e, uint32_t flag) {
     if (e->flags & flag) Py_RETURN_TRUE;
@@ -1249,7 +1265,7 @@ static int read_double(Cur *c, double *out) {
     return 0;
 }
 
-static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
+static int set_i64(Cur *c, EvParse *e, uint32_t flag, int64_t *slot) {
     /* the allocator and copy sizes are numbers (int | float); the others are ids (int | str) */
     int r = read_i64(c, slot, flag & (F_MEMB | F_TALLOC | F_TRES | F_NBYTES));
     if (r < 0) return -1;
@@ -1259,12 +1275,12 @@ static int set_i64(Cur *c, Ev *e, uint32_t flag, int64_t *slot) {
 }
 
 /* One member's value, by key: 0 ok, -1 incomplete/error. */
-typedef int (*MemberFn)(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n);
+typedef int (*MemberFn)(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n);
 
 /* The members of the object at c->p ('{'), each handed to ``member``. Inlined into its two
  * callers, so ``member`` is a direct call the compiler can see (3-4% of the scan, measured as
  * scan_string's). */
-static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c, Ev *e, MemberFn member) {
+static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c, EvParse *e, MemberFn member) {
     c->p++; /* '{' */
     skip_ws(c);
     NEED(c, 1);
@@ -1296,7 +1312,7 @@ static int str_or_null(Scanner *sc, Cur *c, PyObject **slot) {
 }
 
 /* args' stream or device: an id, or null (absent); the flag says which (model._classify). */
-static int arg_lane(Cur *c, Ev *e, uint32_t flag) {
+static int arg_lane(Cur *c, EvParse *e, uint32_t flag) {
     NEED(c, 1);
     if (*c->p == 'n') { e->flags &= ~flag; return skip_literal(c, "null", 4); }
     e->flags |= flag;
@@ -1308,7 +1324,7 @@ static int arg_lane(Cur *c, Ev *e, uint32_t flag) {
 
 /* One member of args, by key: found by the key's length first, then its bytes (an op's args hold
  * a dozen keys, most of them skipped: each went down the whole list of compares before). */
-static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
+static int args_member(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n) {
     switch (n) {
     case 4:
         if (IS("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
@@ -1357,7 +1373,7 @@ static int args_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) 
 }
 
 /* The event's args: an object, or null (absent). */
-static int event_args(Scanner *sc, Cur *c, Ev *e) {
+static int event_args(Scanner *sc, Cur *c, EvParse *e) {
     NEED(c, 1);
     if (*c->p == 'n') {
         e->flags &= ~F_ARGS;
@@ -1369,7 +1385,7 @@ static int event_args(Scanner *sc, Cur *c, Ev *e) {
 }
 
 /* One member of an event, by key: by its length first, as args_member. */
-static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n) {
+static int event_member(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n) {
     switch (n) {
     case 2:
         if (IS("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
@@ -1396,7 +1412,7 @@ static int event_member(Scanner *sc, Cur *c, Ev *e, const char *k, Py_ssize_t n)
 #undef IS
 
 /* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
-static int parse_event(Scanner *sc, Cur *c, Ev *e) {
+static int parse_event(Scanner *sc, Cur *c, EvParse *e) {
     NEED(c, 1);
     if (*c->p != '{') FAIL(c, "unsupported: event is not an object");
     return each_member(sc, c, e, event_member);
@@ -1408,7 +1424,7 @@ static int contains(PyObject *set, PyObject *v) {
 }
 
 /* Each set None keeps every event of its phases; other phases are never kept. */
-static int keep(Scanner *sc, Ev *e) {
+static int keep(Scanner *sc, EvParse *e) {
     PyObject *ph = sc->ph;
     if (!ph || PyUnicode_GET_LENGTH(ph) != 1) return 0;
     switch (PyUnicode_READ_CHAR(ph, 0)) {
@@ -1457,30 +1473,43 @@ static PyObject *thread_of(Scanner *sc) {
     return slot->pair;
 }
 
-static PyObject *new_event(Scanner *sc, const Ev *tmp) {
+static PyObject *new_event(Scanner *sc, const EvParse *tmp) {
     PyObject *thread = thread_of(sc);
     if (!thread) return NULL;
     const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES | F_ADDR;
-    int op = (tmp->flags & ~(uint32_t)(F_ARGS | MEM)) || tmp->dims || tmp->types || tmp->grid || tmp->block ||
-             tmp->aname || tmp->call_from;
-    int mem = (tmp->flags & MEM) != 0;
+    PyObject *const objs[6] = {tmp->dims, tmp->types, tmp->grid, tmp->block, tmp->aname, tmp->call_from};
+    uint32_t flags = tmp->flags;
+    for (int k = 0; k < 6; k++) /* an object field is present where the parse left a pointer */
+        flags = objs[k] ? flags | OBJ_FLAGS[k] : flags & ~OBJ_FLAGS[k];
+    int op = (flags & ~(uint32_t)(F_ARGS | MEM)) != 0;
+    int mem = (flags & MEM) != 0;
     PyTypeObject *type = op && mem ? &EvFullType : op ? &EvOpType : mem ? &EvMemType : &EvType;
     unsigned char ph = (unsigned char)PyUnicode_READ_CHAR(sc->ph, 0); /* keep() took only one-letter phases */
-    Ev *e = (Ev *)ev_malloc((size_t)type->tp_basicsize, ph != 'X');
+    int slots = op ? __builtin_popcount(flags & PACKED) : 0;
+    size_t size = sizeof(EvBase) + 8 * (size_t)slots + (mem ? 5 * sizeof(int64_t) : 0); /* ev_size's */
+    Ev *e = (Ev *)ev_malloc(size, ph != 'X');
     if (!e) return PyErr_NoMemory();
     PyObject_Init((PyObject *)e, type);
-    size_t size = op ? (size_t)type->tp_basicsize : sizeof(EvBase);
-    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), size - sizeof(PyObject));
-    if (mem && !op) memcpy(&((EvMem *)e)->devtype, &tmp->devtype, 5 * sizeof(int64_t));
+    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), sizeof(EvBase) - sizeof(PyObject));
+    e->flags = flags;
     e->ph = ph;
     e->thread = thread;
     if (!e->name) e->name = EMPTY_STR;
     if (!e->cat) e->cat = EMPTY_STR;
     Py_INCREF(e->name); Py_INCREF(e->cat); Py_INCREF(e->thread);
-    if (op) {
-        Py_XINCREF(e->dims); Py_XINCREF(e->types); Py_XINCREF(e->grid); Py_XINCREF(e->block);
-        Py_XINCREF(e->aname); Py_XINCREF(e->call_from);
+    int64_t *slot = (int64_t *)((char *)e + sizeof(EvBase));
+    if (op) { /* the present fields in the order of their flags (PACKED), as op_slot finds them */
+        const int64_t ints[6] = {tmp->ext, tmp->corr, tmp->seq, tmp->fwd, tmp->id, tmp->nbytes};
+        const uint32_t int_flags[6] = {F_EXT, F_CORR, F_SEQ, F_FWD, F_ID, F_NBYTES};
+        for (int k = 0; k < 6; k++)
+            if (flags & int_flags[k]) *slot++ = ints[k];
+        for (int k = 0; k < 6; k++)
+            if (objs[k]) {
+                Py_INCREF(objs[k]);
+                memcpy(slot++, &objs[k], sizeof(PyObject *));
+            }
     }
+    if (mem) memcpy(slot, &tmp->devtype, 5 * sizeof(int64_t));
     return (PyObject *)e;
 }
 
@@ -1520,7 +1549,7 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
             goto fail;
         }
         if (sc->state == 0 && *c.p == ']') { c.p++; sc->state = 3; break; }
-        Ev tmp;
+        EvParse tmp;
         memset(&tmp, 0, sizeof(tmp));
         sc->ph = NULL;
         sc->pid = sc->tid = ZERO;
