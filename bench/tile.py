@@ -16,23 +16,15 @@ with orjson, so producing 1 GB needs only the source's objects in memory.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import re
 import sys
 
 import orjson
+from cases import _read  # bench/ is this script's directory: on sys.path when run
 
 ID_ARGS = ("External id", "correlation", "Python id", "Python parent id")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return data
 
 
 def _plan(events: list) -> tuple[float, int, int, int]:
