@@ -703,20 +703,20 @@ fail:
     return NULL;
 }
 
-/* frames(cpu, parent, parse_frame, launch_cats) -> (frame_ids, frame_of, token, name_codes: int32
- * bytes, names: list, table: list of frames, has_call_from: bool, launch indices, user_annotation
- * indices: int32 column, first start time or None). The model's second pass: each python
+/* frames(cpu, parent, parse_frame) -> (frame_ids, frame_of, token, name_codes: int32 bytes, names:
+ * list, table: list of frames, has_call_from: bool, user_annotation indices: int32 column, first
+ * start time or None). The model's second pass: each python
  * frame's parsed Frame (parse_frame(name) once per distinct name), the innermost user frame around
  * every event, the direct child of that frame (through user_annotation labels) holding it, and a
  * code per distinct name of the non-python events. */
 static PyObject *frames(PyObject *mod, PyObject *args) {
-    PyObject *cpu, *parse, *launch_cats;
+    PyObject *cpu, *parse;
     Py_buffer pv;
-    if (!PyArg_ParseTuple(args, "O!y*OO", &PyList_Type, &cpu, &pv, &parse, &launch_cats)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*O", &PyList_Type, &cpu, &pv, &parse)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu);
     PyObject *fb = NULL, *fo = NULL, *tb = NULL, *cb = NULL, *names = NULL, *table = NULL, *user = NULL,
-             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL, *lb = NULL, *ub = NULL;
-    Py_ssize_t nl = 0, nu = 0;
+             *code_of = NULL, *frame_of_name = NULL, *id_of = NULL, *ub = NULL;
+    Py_ssize_t nu = 0;
     double t0 = 0.0;
     unsigned char *label = NULL; /* per event: a user_annotation (its children read this, not it again) */
     IdCache seen = ID_CACHE(2); /* (name, 1): a python frame's id; (name, 2): another event's code */
@@ -726,28 +726,20 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     tb = new_column('i', n); cb = new_column('i', n);
     names = PyList_New(0); table = PyList_New(0); user = PyList_New(0);
     code_of = PyDict_New(); frame_of_name = PyDict_New(); id_of = PyDict_New();
-    lb = new_column('i', n); ub = new_column('i', n);
-    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of || !lb || !ub)
+    ub = new_column('i', n);
+    if (!fb || !fo || !tb || !cb || !names || !table || !user || !code_of || !frame_of_name || !id_of || !ub)
         goto fail;
     int32_t *fid = (int32_t *)col_data(fb), *fof = (int32_t *)col_data(fo),
             *tok = (int32_t *)col_data(tb), *code = (int32_t *)col_data(cb),
-            *lidx = (int32_t *)col_data(lb), *uidx = (int32_t *)col_data(ub);
+            *uidx = (int32_t *)col_data(ub);
     int call_from = 0;
     if (!(label = malloc(n ? n : 1))) { PyErr_NoMemory(); goto fail; }
-    PyObject *last_cat = NULL; /* runs of one category: its launch_cats answer again */
-    int last_lc = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Ev *e = ev_at(cpu, i);
         if (!e) goto fail;
         int32_t p = parent[i];
         fid[i] = -1; fof[i] = -1; tok[i] = -1; code[i] = -1;
         if (i == 0 || e->ts < t0) t0 = e->ts;
-        if (e->cat != last_cat) {
-            last_lc = PySet_Contains(launch_cats, e->cat);
-            if (last_lc < 0) goto fail;
-            last_cat = e->cat;
-        }
-        if (last_lc) lidx[nl++] = (int32_t)i;
         label[i] = same(e->cat, S_user_annotation);
         if (label[i]) uidx[nu++] = (int32_t)i;
         if (same(e->cat, S_python_function)) {
@@ -819,20 +811,20 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
     free(label);
     free(seen.s);
     Py_DECREF(user); Py_DECREF(code_of); Py_DECREF(frame_of_name); Py_DECREF(id_of);
-    if (col_resize(&lb, nl, 4) < 0 || col_resize(&ub, nu, 4) < 0) {
-        Py_XDECREF(lb); Py_XDECREF(ub); lb = ub = NULL;
+    if (col_resize(&ub, nu, 4) < 0) {
+        Py_XDECREF(ub); ub = NULL;
         Py_DECREF(fb); Py_DECREF(fo); Py_DECREF(tb); Py_DECREF(cb); Py_DECREF(names); Py_DECREF(table);
         return NULL;
     }
     PyObject *t0obj = n ? PyFloat_FromDouble(t0) : (Py_INCREF(Py_None), Py_None);
-    return Py_BuildValue("(NNNNNNONNN)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False, lb, ub, t0obj);
+    return Py_BuildValue("(NNNNNNONN)", fb, fo, tb, cb, names, table, call_from ? Py_True : Py_False, ub, t0obj);
 fail:
     PyBuffer_Release(&pv);
     free(label);
     free(seen.s);
     Py_XDECREF(fb); Py_XDECREF(fo); Py_XDECREF(tb); Py_XDECREF(cb); Py_XDECREF(names); Py_XDECREF(table);
     Py_XDECREF(user); Py_XDECREF(code_of); Py_XDECREF(frame_of_name); Py_XDECREF(id_of);
-    Py_XDECREF(lb); Py_XDECREF(ub);
+    Py_XDECREF(ub);
     return NULL;
 }
 
@@ -1436,18 +1428,26 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
     Py_buffer lv;
     if (!PyArg_ParseTuple(args, "O!y*O!", &PyList_Type, &cpu, &lv, &PyList_Type, &gpu)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), nl = lv.len / 4, ng = PyList_GET_SIZE(gpu);
-    PyObject *out = NULL;
+    PyObject *out = new_column('i', ng);
     size_t cap = 16;
     while (cap < (size_t)nl * 2) cap <<= 1;
     size_t mask = cap - 1;
-    CorrRow *rows = calloc(cap, sizeof(CorrRow));
-    if (!rows) { PyErr_NoMemory(); goto done; }
+    CorrRow *rows = out ? calloc(cap, sizeof(CorrRow)) : NULL;
+    if (!rows) {
+        if (out) PyErr_NoMemory();
+        Py_XDECREF(out);
+        PyBuffer_Release(&lv);
+        return NULL;
+    }
+    int32_t *o = (int32_t *)col_data(out);
     const int32_t *launch = lv.buf;
-    for (Py_ssize_t k = 0; k < nl; k++) {
+    int bad = 0; /* 1: an item not an event; -1: the pids' compare raised */
+    PyThreadState *ts = PyEval_SaveThread(); /* read without the GIL: passes.start_work */
+    for (Py_ssize_t k = 0; k < nl && !bad; k++) {
         int32_t i = launch[k];
         if (i < 0 || i >= n) continue;
-        Ev *e = ev_at(cpu, i);
-        if (!e) goto done;
+        Ev *e = ev_released(cpu, i);
+        if (!e) { bad = 1; break; }
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
         int64_t corr = op_int(e, F_CORR);
         size_t j = corr_slot(corr, mask);
@@ -1455,18 +1455,21 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
             CorrRow *r = &rows[j];
             if (!r->pid) { r->corr = corr; r->pid = EV_PID(e); r->first = k; r->last = i; break; }
             if (r->corr != corr) continue;
-            /* the same id: the same process (the key's equality, as the dict's) or another row */
-            int eq = r->pid == EV_PID(e) ? 1 : PyObject_RichCompareBool(r->pid, EV_PID(e), Py_EQ);
-            if (eq < 0) goto done;
+            /* the same id: the same process (the key's equality, as the dict's) or another row; the
+             * scanner makes one object per pid written the same, so Python compares seldom */
+            int eq = 1;
+            if (r->pid != EV_PID(e)) {
+                GIL_BACK(ts);
+                eq = PyObject_RichCompareBool(r->pid, EV_PID(e), Py_EQ);
+                ts = PyEval_SaveThread();
+            }
+            if (eq < 0) { bad = -1; break; }
             if (eq) { r->last = i; break; }
         }
     }
-    out = new_column('i', ng);
-    if (!out) goto done;
-    int32_t *o = (int32_t *)col_data(out);
-    for (Py_ssize_t g = 0; g < ng; g++) {
-        Ev *e = ev_at(gpu, g);
-        if (!e) { Py_CLEAR(out); goto done; }
+    for (Py_ssize_t g = 0; g < ng && !bad; g++) {
+        Ev *e = ev_released(gpu, g);
+        if (!e) { bad = 1; break; }
         o[g] = -1;
         if (!(e->flags & F_ARGS) || !(e->flags & F_CORR) || !HAS_OP(e)) continue;
         Py_ssize_t best = -1;
@@ -1474,9 +1477,14 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
         for (size_t j = corr_slot(corr, mask); rows[j].pid; j = (j + 1) & mask)
             if (rows[j].corr == corr && rows[j].first > best) { best = rows[j].first; o[g] = rows[j].last; }
     }
-done:
+    GIL_BACK(ts);
     free(rows);
     PyBuffer_Release(&lv);
+    if (bad) {
+        if (bad > 0) not_an_event();
+        Py_DECREF(out);
+        return NULL;
+    }
     return out;
 }
 

@@ -12,8 +12,9 @@ keeps msgspec's events, and it runs every reference pass: ``for_events`` decides
 never a mix.
 
 The passes marked ``beside`` read the events with the GIL released, so ``start_work`` can run them
-on another thread while Python goes on (the model's build starts the GPU events' sort and the
-second thread's nesting so, the analysis the frame shapes and the allocator's owners); the
+on another thread while Python goes on (the model's build starts the GPU events' sort, the
+second thread's nesting and the correlation join so, the analysis the frame shapes and the
+allocator's owners); the
 reference and a differential run take no thread.
 
 The reference is the oracle: ``differential()`` runs each pass both ways and compares what they
@@ -338,11 +339,11 @@ def _by_start_c(events: list) -> list:
     return _BUILT.by_start(events)
 
 
-def _frames_ref(cpu, parent, parse_frame, launch_cats):
+def _frames_ref(cpu, parent, parse_frame):
     """The model's second pass: the parsed python frames (an id per event into a table of distinct
     frames), the user frame around each event, the statement token (the frame's direct child,
     through record_function labels) holding it, the non-python events by name, whether any op
-    carries CallFrom, the launch calls, the annotations and the first start."""
+    carries CallFrom, the annotations and the first start."""
     n = len(cpu)
     ids = array("i", [-1]) * n  # index into table of the event's parsed frame
     table: list = []
@@ -382,16 +383,13 @@ def _frames_ref(cpu, parent, parse_frame, launch_cats):
                     token[i] = i
                 else:
                     token[i] = token[p]
-    launches = array("i", [i for i, e in enumerate(cpu) if e.cat in launch_cats])
     annotations = array("i", [i for i, e in enumerate(cpu) if e.cat == "user_annotation"])
     first_ts = min((e.ts for e in cpu), default=None)
-    return ids, table, frame_of, token, by_name, call_from, launches, annotations, first_ts
+    return ids, table, frame_of, token, by_name, call_from, annotations, first_ts
 
 
-def _frames_c(cpu, parent, parse_frame, launch_cats):
-    fb, fo, tb, cb, names, table, call_from, lb, ub, first_ts = _BUILT.frames(
-        cpu, parent, parse_frame, launch_cats
-    )
+def _frames_c(cpu, parent, parse_frame):
+    fb, fo, tb, cb, names, table, call_from, ub, first_ts = _BUILT.frames(cpu, parent, parse_frame)
     off, idx = _children_c(column("i", cb), len(names))
     by_name = {name: idx[off[k] : off[k + 1]] for k, name in enumerate(names)}
     return (
@@ -401,7 +399,6 @@ def _frames_c(cpu, parent, parse_frame, launch_cats):
         column("i", tb),
         by_name,
         call_from,
-        column("i", lb),
         column("i", ub),
         first_ts,
     )
@@ -1629,11 +1626,17 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "frames",
-            "frames, frame_of, token, events by name, has_call_from, launches, labels, t0",
+            "frames, frame_of, token, events by name, has_call_from, labels, t0",
             _frames_ref,
             _frames_c,
         ),
-        Pass("launchers", "launcher: the launch call of each GPU event", _launchers_ref, _launchers_c),
+        Pass(
+            "launchers",
+            "launcher: the launch call of each GPU event",
+            _launchers_ref,
+            _launchers_c,
+            beside=True,
+        ),
         Pass(
             "children",
             "a flat index of items by parent (children, GPU events by launch)",
