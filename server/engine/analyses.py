@@ -270,8 +270,12 @@ def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
     # each launched event's step, by its launch call's start (-1: none), and which of them count
     step = run.step_of(m.launcher, m.cpu_starts(), array("d", starts), array("d", ends))
     _, kernel, copy = kinds
-    per = run.merge_groups(m.gpu_spans().flat, step, kernel, len(m.steps))
-    per_copy = run.merge_groups(m.gpu_spans().flat, step, copy, len(m.steps))
+    flat = m.gpu_spans().flat
+    per = run.merge_groups(flat, step, kernel, len(m.steps))
+    per_copy = run.merge_groups(flat, step, copy, len(m.steps))
+    # the union of both a step, as one pass over the events: a union of unions is the union (one
+    # call, where a merge of each step's two lists made 354 at 1 GB: 0.05 s)
+    per_both = run.merge_groups(flat, step, passes.mask_or(kernel, copy), len(m.steps))
     wait = [0.0] * len(m.steps)
     for i in m.indices(SYNC_CALLS):
         e = cpu[i]
@@ -280,8 +284,7 @@ def step_gpu(m: TraceModel, kinds: tuple[bytes, bytes, bytes]) -> list[StepGpu]:
             wait[k] += min(e.dur, m.steps[k].end - e.ts)
     main = m.tindex.starts.get(m.main_thread, ()) if m.main_thread is not None else ()
     out = []
-    for s, merged, copies, w in zip(m.steps, per, per_copy, wait):  # merge_groups merged them
-        both = run.merge(merged + copies, None)  # flat columns: concatenated, then merged
+    for s, merged, copies, both, w in zip(m.steps, per, per_copy, per_both, wait):
         n = bisect.bisect_right(main, s.end) - bisect.bisect_left(main, s.ts)
         out.append(
             StepGpu(
