@@ -57,7 +57,9 @@ def child(mode: str, path: str) -> dict:
         doc = msgspec.json.decode(_read(path))
         extra["events"] = len(doc["traceEvents"])
     elif mode == "profd-load":
-        from profd.server.engine import loader
+        from profd.server.engine import loader, passes
+
+        passes.one_malloc_arena()
 
         extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         doc, _, _ = loader.load(path)
@@ -65,8 +67,10 @@ def child(mode: str, path: str) -> dict:
     elif mode in ("profd-full", "profd-select"):
         from profd.client_cli.format import json_doc
         from profd.protocol.catalog import RULES
-        from profd.server.engine import Options
+        from profd.server.engine import Options, passes
         from profd.server.engine.analyze import analyze_or_error
+
+        passes.one_malloc_arena()  # as profd-client's process (client_cli.common.analyze_local)
 
         extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         sel = mode == "profd-select"

@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import SRC, trace
 
 CLIENT = shutil.which("profd-client", path=os.path.dirname(sys.executable))
@@ -138,3 +140,35 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     err = p.stderr.read().decode()
     assert p.wait(60) in (0, 120), err
     assert "Traceback" not in err, err
+
+
+def test_the_client_process_shares_one_malloc_arena(monkeypatch, capsys):
+    """``profd-client``'s own process (``common.KEEP_LAST`` set by its entry) asks for one malloc
+    arena before its first in-process analysis starts the reader's and the passes' threads (each
+    kept an arena of its own: bench/cases.py measures what that cost); a program that calls
+    ``main()`` itself (KEEP_LAST None) keeps its malloc as it was."""
+    from profd.client_cli import common
+    from profd.client_cli.main import main
+    from profd.server.engine import passes
+
+    calls = []
+    monkeypatch.setattr(passes, "one_malloc_arena", lambda: calls.append(1) or True)
+    argv = ["analyze", "--no-daemon", "--isolated", "--fail-on", "never", trace("tinygpt_naive")]
+    monkeypatch.setattr(common, "KEEP_LAST", [])
+    assert main(argv) == 0
+    assert calls == [1]
+    monkeypatch.setattr(common, "KEEP_LAST", None)
+    assert main(argv) == 0
+    assert calls == [1]
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_one_malloc_arena_is_taken_where_the_native_layer_is_built():
+    from profd.server.engine import passes
+
+    mod = passes.native()
+    if mod is None:
+        pytest.skip("the native layer is not built")
+    assert mod.malloc_arenas(0) is False  # not a setting: refused
+    assert passes.one_malloc_arena() is True

@@ -26,6 +26,9 @@
 #define MAX_DEPTH 64
 #define EVENT_DEPTH 3
 #include <math.h>
+#if defined(__GLIBC__)
+#include <malloc.h> /* mallopt: malloc_arenas */
+#endif
 
 /* ------------------------------------------------------------------ intern table */
 typedef struct {
@@ -1760,8 +1763,25 @@ static PyObject *depth_scan(PyObject *mod, PyObject *args) {
 }
 
 
+/* malloc_arenas(n) -> bool: glibc's malloc gives the process at most n arenas (True where it took
+ * the setting). Each thread that mallocs otherwise gets an arena of its own, and the passes run
+ * beside the rules keep theirs: 3.5 MB of the 51 MB tiling's 63.5 MB peak, 10 MB at 255 MB
+ * (measured with MALLOC_ARENA_MAX=1, the same setting). For the processes that run analyses
+ * (passes.one_malloc_arena), not at import: a program that embeds the engine keeps its own. */
+static PyObject *malloc_arenas(PyObject *mod, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+#if defined(__GLIBC__) && defined(M_ARENA_MAX)
+    return PyBool_FromLong(n > 0 && mallopt(M_ARENA_MAX, (int)n) == 1);
+#else
+    (void)n;
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef module_methods[] = {
     {"depth", depth_scan, METH_VARARGS, "depth(buf, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over)"},
+    {"malloc_arenas", malloc_arenas, METH_O, "malloc_arenas(n) -> bool: at most n malloc arenas (glibc)"},
     {NULL},
 };
 
