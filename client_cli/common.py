@@ -465,10 +465,10 @@ def analyze_local(
 ) -> list[T.Report]:
     """Reports of ``paths`` in this process; ``summaries`` (when given) gets the rank summary of
     each that is a rank of a multi-process job, from the same run."""
-    from ..server.engine import analyze_for_jobs, analyze_or_error, passes
+    from ..server.engine import analyze_for_jobs, analyze_or_error, one_malloc_arena
 
     if KEEP_LAST is not None:  # the profd-client process: its threads share one malloc arena
-        passes.one_malloc_arena()
+        one_malloc_arena()
     out = []
     for p in paths:
         if progress:

@@ -149,10 +149,10 @@ def test_the_client_process_shares_one_malloc_arena(monkeypatch, capsys):
     ``main()`` itself (KEEP_LAST None) keeps its malloc as it was."""
     from profd.client_cli import common
     from profd.client_cli.main import main
-    from profd.server.engine import passes
+    from profd.server import engine
 
     calls = []
-    monkeypatch.setattr(passes, "one_malloc_arena", lambda: calls.append(1) or True)
+    monkeypatch.setattr(engine, "one_malloc_arena", lambda: calls.append(1) or True)
     argv = ["analyze", "--no-daemon", "--isolated", "--fail-on", "never", trace("tinygpt_naive")]
     monkeypatch.setattr(common, "KEEP_LAST", [])
     assert main(argv) == 0

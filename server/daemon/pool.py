@@ -169,10 +169,9 @@ def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
     if mem_bytes:
         _cap_memory(mem_bytes)
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
-        from .. import engine  # noqa: F401
-        from ..engine import passes
+        from .. import engine
 
-        passes.one_malloc_arena()  # before its first analysis starts the reader and passes' threads
+        engine.one_malloc_arena()  # before its first analysis starts the reader and passes' threads
     except Exception:  # pragma: no cover - the task itself will say what is wrong
         pass
 

@@ -42,6 +42,7 @@ from .job import (
 )
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
+from .passes import one_malloc_arena
 from .rules import thresholds as rule_thresholds
 from .rules.util import plural, size, us
 from .sourcemap import SourceMap, line_starts, nameable, read_lines, source_line, split_lines
@@ -70,6 +71,7 @@ def rule_page(code: str) -> Optional[str]:
 __all__ = [
     # the pipeline
     "Options",
+    "one_malloc_arena",
     "TraceError",
     "analyze_file",
     "analyze_or_error",
