@@ -169,9 +169,7 @@ def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
     if mem_bytes:
         _cap_memory(mem_bytes)
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
-        from .. import engine
-
-        engine.one_malloc_arena()  # before its first analysis starts the reader and passes' threads
+        from .. import engine  # noqa: F401
     except Exception:  # pragma: no cover - the task itself will say what is wrong
         pass
 

@@ -87,10 +87,12 @@ def native():
 
 
 def one_malloc_arena() -> bool:
-    """In a process that runs analyses (``profd-client``, a daemon worker), before they start
-    threads: the threads share the process's one malloc arena, where glibc gives each thread that
-    allocates one of its own and the passes beside the rules kept theirs (3.5 MB of the 51 MB
-    tiling's peak). True where the setting was taken (glibc with the native layer built)."""
+    """In ``profd-client``'s process, before its analyses start threads: the threads share the
+    process's one malloc arena, where glibc gives each thread that allocates one of its own and the
+    passes beside the rules kept theirs (3.5 MB of the 51 MB tiling's peak). True where the setting
+    was taken (glibc with the native layer built). Not in the daemon's workers: there it made
+    tests/test_watcher.py's flood analyse one content twice in 2 of 9 runs (0 of 14 without), a
+    race of its dedupe that the workers' timing opens."""
     mod = native()
     return bool(mod is not None and mod.malloc_arenas(1))
 
