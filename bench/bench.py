@@ -46,11 +46,8 @@ import subprocess
 import sys
 import time
 
-from cases import SELECT_RULE  # bench/ is this script's directory: on sys.path when run
+from cases import HERE, OUT, ROOT, SELECT_RULE  # bench/ is this script's directory: on sys.path when run
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-OUT = os.path.join(HERE, "out")
 DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
 # HTA lives in its own venv (bench/setup_hta.sh) so its pandas/numpy/plotly stack stays out of the
 # project's; the hta child runs under that venv's python (it must not import profd).

@@ -592,7 +592,7 @@ def _medians_both_ways(runs: list) -> None:
     assert passes.differs(ref, got) is None, (ref, got)
 
 
-def test_run_medians_select_as_the_sort_gives(tmp_path):
+def test_run_medians_select_as_the_sort_gives():
     """Synthetic (orders and values no trace is known to hold, beside launch-storm's real runs in
     the differential cases above): the medians found by selection equal the sorted ones bit for
     bit: odd and even counts, runs of equal values, orders that defeat a median-of-three pivot

@@ -687,10 +687,11 @@ static PyObject *classify(PyObject *mod, PyObject *args) {
                 Py_DECREF(id);
                 if (r < 0) goto fail;
             }
-        } else if (ph == 'M' && same(e->name, S_thread_name) && (e->flags & F_ARGS) && op_obj(e, F_ANAME) &&
-                   PyUnicode_GET_LENGTH(op_obj(e, F_ANAME)) > 0) {
+        } else if (ph == 'M' && same(e->name, S_thread_name) && (e->flags & F_ARGS)) {
+            PyObject *name = op_obj(e, F_ANAME);
+            if (!name || PyUnicode_GET_LENGTH(name) == 0) continue;
             PyObject *key = thread_key(e);
-            if (!key || PyDict_SetItem(names, key, op_obj(e, F_ANAME)) < 0) { Py_XDECREF(key); goto fail; }
+            if (!key || PyDict_SetItem(names, key, name) < 0) { Py_XDECREF(key); goto fail; }
             Py_DECREF(key);
         }
     }
@@ -792,9 +793,10 @@ static PyObject *frames(PyObject *mod, PyObject *args) {
                 if (id_put(&seen, ck, c) < 0) goto fail;
             }
             code[i] = (int32_t)PyLong_AsLong(c);
-            if (!call_from && same(e->cat, S_cpu_op) && (e->flags & F_ARGS) && op_obj(e, F_CALL_FROM) &&
-                PyUnicode_GET_LENGTH(op_obj(e, F_CALL_FROM)) > 0)
-                call_from = 1;
+            if (!call_from && same(e->cat, S_cpu_op) && (e->flags & F_ARGS)) {
+                PyObject *cf = op_obj(e, F_CALL_FROM);
+                call_from = cf && PyUnicode_GET_LENGTH(cf) > 0;
+            }
         }
         if (p >= 0 && p < i) {
             int32_t f = fof[p];
@@ -1609,8 +1611,9 @@ static PyObject *kernel_configs(PyObject *mod, PyObject *args) {
         if (r) continue;
         PyObject *grid = empty_b, *block = empty_b, *opname = empty_s;
         if (e->flags & F_ARGS) {
-            if (op_obj(e, F_GRID)) grid = op_obj(e, F_GRID);
-            if (op_obj(e, F_BLOCK)) block = op_obj(e, F_BLOCK);
+            PyObject *eg = op_obj(e, F_GRID), *eb = op_obj(e, F_BLOCK);
+            if (eg) grid = eg;
+            if (eb) block = eb;
         }
         int32_t li = launcher[g];
         int backward = 0;

@@ -409,16 +409,16 @@ static int ev_set_cat(PyObject *s, PyObject *v, void *c) {
     return 0;
 }
 
-/* The bytes an event takes (sys.getsizeof): its layout's, the op slots it has included, as
- * new_event sizes it. */
-static size_t ev_size(PyObject *s) {
-    if (Py_TYPE(s) == &EvMemType) return sizeof(EvMem);
-    if (!HAS_OP(s)) return sizeof(EvBase);
-    size_t n = sizeof(EvBase) + 8 * (size_t)__builtin_popcount(EV(s)->flags & PACKED);
-    return IS_FULL(s) ? n + 5 * sizeof(int64_t) : n;
+/* The bytes of an event with these flags: the prefix, a slot per op field it has (op) and the
+ * allocator's five (mem). What new_event allocates and sys.getsizeof says. */
+static size_t ev_bytes(uint32_t flags, int op, int mem) {
+    return sizeof(EvBase) + (op ? 8 * (size_t)__builtin_popcount(flags & PACKED) : 0) +
+           (mem ? 5 * sizeof(int64_t) : 0);
 }
 
-static PyObject *ev_sizeof(PyObject *s, PyObject *unused) { return PyLong_FromSize_t(ev_size(s)); }
+static PyObject *ev_sizeof(PyObject *s, PyObject *unused) {
+    return PyLong_FromSize_t(ev_bytes(EV(s)->flags, HAS_OP(s), IS_FULL(s) || Py_TYPE(s) == &EvMemType));
+}
 
 static PyMethodDef ev_methods[] = {
     {"__sizeof__", ev_sizeof, METH_NOARGS, NULL},
@@ -1488,9 +1488,7 @@ static PyObject *new_event(Scanner *sc, const EvParse *tmp) {
     int mem = (flags & MEM) != 0;
     PyTypeObject *type = op && mem ? &EvFullType : op ? &EvOpType : mem ? &EvMemType : &EvType;
     unsigned char ph = (unsigned char)PyUnicode_READ_CHAR(sc->ph, 0); /* keep() took only one-letter phases */
-    int slots = op ? __builtin_popcount(flags & PACKED) : 0;
-    size_t size = sizeof(EvBase) + 8 * (size_t)slots + (mem ? 5 * sizeof(int64_t) : 0); /* ev_size's */
-    Ev *e = (Ev *)ev_malloc(size, ph != 'X');
+    Ev *e = (Ev *)ev_malloc(ev_bytes(flags, op, mem), ph != 'X');
     if (!e) return PyErr_NoMemory();
     PyObject_Init((PyObject *)e, type);
     memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), sizeof(EvBase) - sizeof(PyObject));
@@ -1766,7 +1764,7 @@ static PyObject *depth_scan(PyObject *mod, PyObject *args) {
 /* malloc_arenas(n) -> bool: glibc's malloc gives the process at most n arenas (True where it took
  * the setting). Each thread that mallocs otherwise gets an arena of its own, and the passes run
  * beside the rules keep theirs: 3.5 MB of the 51 MB tiling's 63.5 MB peak, 10 MB at 255 MB
- * (measured with MALLOC_ARENA_MAX=1, the same setting). For the processes that run analyses
+ * (measured with MALLOC_ARENA_MAX=1, the same setting). For profd-client's process
  * (passes.one_malloc_arena), not at import: a program that embeds the engine keeps its own. */
 static PyObject *malloc_arenas(PyObject *mod, PyObject *arg) {
     long n = PyLong_AsLong(arg);

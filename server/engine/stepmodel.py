@@ -109,6 +109,7 @@ class StepModel:
         self._ctx = weakref.ref(ctx)
         m, a = ctx.model, ctx.a
         self.steps: list[SimStep] = []
+        self._points: list[Point] = []  # the replayed calls by row: the steps' points one after another
         self._by_line: Optional[dict] = None
         self._by_group: Optional[dict] = None
         self.latency = 0.0
@@ -172,7 +173,7 @@ class StepModel:
             self._row_scale.extend(array("d", [st.scale]) * len(st.points))
         self._row_of = dict(zip(rows, range(len(rows))))  # cpu index of a call -> its row
         self._op_of = dict(zip(ops, range(len(ops))))  # gpu index -> its op
-        self._points = points  # by row
+        self._points = points
         # per op the cpu index of the call that launched it (a dict of each, 1 MB at 7,000 calls)
         self._op_call = array("i", chain.from_iterable(map(repeat, rows, map(sub, op_off[1:], op_off))))
         self._ones = array("d", [1.0]) * len(rows)
@@ -267,11 +268,10 @@ class StepModel:
         """(trace path, line) -> the calls placed on that user line, in order."""
         if self._by_line is None:
             out: dict = {}
-            for st in self.steps:
-                for p in st.points:
-                    key = self.ctx.line_key(p.i)
-                    if key is not None:
-                        out.setdefault((key.trace_path, key.line), []).append(p)
+            for p in self._points:
+                key = self.ctx.line_key(p.i)
+                if key is not None:
+                    out.setdefault((key.trace_path, key.line), []).append(p)
             self._by_line = out
         return self._by_line
 
@@ -280,7 +280,7 @@ class StepModel:
         if self._by_group is None:
             ctx = self.ctx
             m = ctx.model
-            pts = list(self.points())
+            pts = self._points
             if m.has_call_from:  # line_id reads the event, not its token
                 groups = [ctx.line_id(p.i) for p in pts]
             else:  # one group per line token: asked of its first call, as the calls come
@@ -306,8 +306,7 @@ class StepModel:
         return self.by_line().get((loc.trace_path, loc.line), [])
 
     def points(self):
-        for st in self.steps:
-            yield from st.points
+        return iter(self._points)
 
 
 def _overridden(base: array, values: dict, slot_of: dict) -> array:
