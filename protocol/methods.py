@@ -86,6 +86,7 @@ class StatusResult(Struct):
     analyses: int  # analyses run since the daemon started
     sessions: int
     uptime_s: float
+    discarded: int = 0  # of the analyses, those whose report went unused (the file changed under it)
 
 
 class ReportReady(Struct):

@@ -348,6 +348,7 @@ class Core:
             queued=self.intake.queued if self.intake else 0,
             running=running,
             analyses=self.analyses,
+            discarded=self.dedupe.discarded,
             sessions=len(self.sessions),
             uptime_s=round(time.time() - self.started, 3),
         )
@@ -364,11 +365,13 @@ class Core:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved if dropped
         hashed = await self.dedupe.hash_beside(path, size)
         if hashed is None:
-            return None  # gone: the analysis finishes unused
+            task.add_done_callback(self.dedupe.unused)  # gone: the analysis finishes unused
+            return None
         sha, hsig = hashed
         key = f"{sha}:{fp}"
-        if self._known(key):  # committed meanwhile under another name
-            self._link(path, key, hsig)
+        if self._known(key):  # committed meanwhile under another name (or replaced by it
+            self._link(path, key, hsig)  # after the analysis opened the file: A -> B -> A)
+            task.add_done_callback(self.dedupe.unused)
             return None
         data, made = await self.dedupe.adopt(key, path, hsig, task)  # a repeat from now joins it
         return key, data, made
@@ -544,16 +547,19 @@ class Core:
             data, made = await self._analyze_once(key, path, size, opts, hsig=hsig)
         if made is None:  # the file was replaced while read: nothing is known of it, look again
             return Outcome(ok=False, commit=None)
+        if made[0] != key and self._known(made[0]):  # replaced after its hash by content
+            self.dedupe.discarded += 1  # already reported (A -> B -> A): this run was not needed
         key, hsig = made
         report = relabel(T.decode_report(data), path)
         data_out = data if report.error is None else T.encode(report)
         commit = functools.partial(self._commit, key, path, hsig, data_out, report)
         # The report is of the content ``key`` (the file ``hsig``), whatever the path holds by now:
         # a file replaced again after it was read keeps the work done for that content.
-        ok = report.error is None
-        return Outcome(
-            ok=ok, commit=commit, sig=hsig, keep=functools.partial(commit, current=False) if ok else None
-        )
+        if report.error is None:
+            return Outcome(ok=True, commit=commit, sig=hsig, keep=functools.partial(commit, current=False))
+        # Its commit waits out ``quiet``: meanwhile a repeat of this content joins this result.
+        release = self.dedupe.hold(key, hsig[0], (data, made))
+        return Outcome(ok=False, commit=commit, sig=hsig, release=release)
 
     # ---- profd/analyze ----------------------------------------------------------------------
     def sources_changed(self, key: str) -> bool:

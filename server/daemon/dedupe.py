@@ -35,6 +35,14 @@ class Dedupe:
         self._runs: dict[str, asyncio.Future] = {}  # key -> its run's (data, made)
         self._busy_sizes: Counter = Counter()  # file sizes of analyses in flight
         self._unhashed: dict[int, list[asyncio.Future]] = {}  # size -> hashes still running
+        # Analyses whose report was not used: the file changed under them, so what they read
+        # cannot be named (it is looked at again), or it was content already reported.
+        self.discarded = 0
+
+    def unused(self, analysis: asyncio.Future) -> None:
+        """A finished analysis whose report nobody takes (a done callback)."""
+        if not analysis.cancelled() and analysis.exception() is None:
+            self.discarded += 1
 
     # ---- by size: could a file be a repeat? -------------------------------------------------
     def may_repeat(self, size: int) -> bool:
@@ -70,6 +78,32 @@ class Dedupe:
         is registered under it, so a repeat joins it)."""
         for t in list(self._unhashed.get(size, ())):
             await asyncio.wait([t])
+
+    def hold(self, key: str, size: int, result: tuple[bytes, Made]) -> Callable[[], None]:
+        """Keep a finished run's ``result`` for content ``key`` (a file of ``size`` bytes) known
+        until the returned release is called: the error report of a file that did not parse waits
+        ``quiet`` s before it is committed (it may still be being written), and a repeat of that
+        content meanwhile must join this result, not analyse the content again."""
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(result)
+        mine = key not in self._runs
+        if mine:
+            self._runs[key] = fut
+        self._busy_sizes[size] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            if mine and self._runs.get(key) is fut:
+                del self._runs[key]
+            self._busy_sizes[size] -= 1
+            if self._busy_sizes[size] <= 0:
+                del self._busy_sizes[size]
+
+        return release
 
     # ---- by key: share one run --------------------------------------------------------------
     async def run(
@@ -113,6 +147,8 @@ class Dedupe:
         try:
             data, read = await analysis
             made = await self._made_from(path, key, hsig, read)
+            if made is None:
+                self.discarded += 1
         except BaseException as e:
             if not fut.done():
                 fut.set_exception(e)

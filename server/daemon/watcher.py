@@ -9,7 +9,8 @@ Threads: watchdog's observer thread only tests a path and posts it to an inbox t
   -> queue (newest first: the file a user just dropped goes ahead of any backlog; not bounded
      apart from the paths themselves, which ``pending``/``busy`` hold anyway: a bound made the
      overflow poll for room, and a file dropped after 4,000 waited 10 s among them)
-  -> a worker calls ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
+  -> a worker re-stats it (changed while queued -> pending again), then calls
+     ``handle(path, stat)`` (hash, look up, analyse in the daemon's executor)
   -> ok: ``commit()``; failed to parse: wait ``quiet`` s (holding no worker); still unchanged ->
      ``commit()`` the one error report; changed meanwhile -> back to pending (still written).
 
@@ -258,12 +259,14 @@ class Outcome:
     ``commit`` None: no report of what the path holds (it was replaced while read): look again.
     ``sig``: the signature of the file the report was made from, when the handler knows it, else
     the queued signature is what counts. ``keep``: records the report for its content alone,
-    when the path has changed since."""
+    when the path has changed since. ``release``: called once the watcher is done with the
+    outcome, committed or not (an error report held for its ``quiet`` wait lets go of it)."""
 
     ok: bool
     commit: Optional[Callable[[], None]]
     sig: Optional[Sig] = None
     keep: Optional[Callable[[], None]] = None
+    release: Optional[Callable[[], None]] = None
 
 
 Handler = Callable[[str, Sig], Awaitable[Optional[Outcome]]]
@@ -351,14 +354,30 @@ class Intake:
 
     async def _one(self, path: str, sig: Sig) -> None:
         self.dirty.discard(path)
+        if signature(path) != sig:
+            # Replaced or written while it waited in the queue (A -> B -> A on one name): the
+            # handler judges a file by its signature (is its size one seen before?), so a stale
+            # one would analyse content already reported. Let it settle again.
+            self._release(path, again=True)
+            return
         out = await self.handle(path, sig)
         self.handled += 1
         if out is None:
             self._release(path)
             return
+        waiting = False
+        try:
+            waiting = self._settle(path, sig, out)
+        finally:
+            if not waiting and out.release is not None:
+                out.release()
+
+    def _settle(self, path: str, sig: Sig, out: Outcome) -> bool:
+        """Commit ``out`` or send ``path`` round again; True when the commit waits out ``quiet``
+        (``_quiet_over`` ends it)."""
         if out.commit is None:
             self._release(path, again=True)
-            return
+            return False
         made_from, now = out.sig or sig, signature(path)
         if now != made_from:  # replaced or still written while read: go round again
             log.info(
@@ -367,28 +386,33 @@ class Intake:
             if out.keep is not None:
                 out.keep()  # the work done stands for the content it read
             self._release(path, again=True)
-            return
+            return False
         sig = made_from
         if out.ok:
             out.commit()
             self._release(path)
-            return
+            return False
         # Did not parse. Still being written? It must stay unchanged for ``quiet`` s; the wait
         # holds no worker, so a folder of bad files does not hold up the good ones.
         self.loop.call_later(self.quiet, self._quiet_over, path, sig, out)
+        return True
 
     def _quiet_over(self, path: str, sig: Sig, out: Outcome) -> None:
-        now = signature(path)
-        if now is None:
-            self._release(path)
-        elif now != sig:
-            self._release(path, again=True)
-        else:
-            try:
-                out.commit()  # the one error report for this content
-            except Exception:
-                log.exception("profd: recording the error report of %s failed", path)
-            self._release(path)
+        try:
+            now = signature(path)
+            if now is None:
+                self._release(path)
+            elif now != sig:
+                self._release(path, again=True)
+            else:
+                try:
+                    out.commit()  # the one error report for this content
+                except Exception:
+                    log.exception("profd: recording the error report of %s failed", path)
+                self._release(path)
+        finally:
+            if out.release is not None:
+                out.release()
 
     def _release(self, path: str, again: bool = False) -> None:
         self.busy.discard(path)
