@@ -126,10 +126,9 @@ def test_no_finding_reads_as_its_own_contradiction(name):
 
 
 def test_the_step_models_calls_are_the_traces_launch_and_sync_calls_with_their_gpu_work():
-    """The step model keeps its replayed calls as columns and makes each call's Point when asked
-    (4.4 MB of Points, tuples and dicts at 7,168 calls, 0.55 MB of columns now): every Point is
-    its cpu event's start and end, and its ops are the GPU events that call launched, with their
-    durations and one stream number per GPU stream; a line's calls are the Points of its rows."""
+    """The replayed calls the fixes change: every Point is a launch or sync call, in time order,
+    at its cpu event's start and end, and its ops are the GPU events that call launched, with
+    their durations and one stream number per GPU stream; a line's calls are the Points on it."""
     from profd.server.engine.stepmodel import BLOCKING, NONBLOCKING, QUEUED, SYNC, StepModel
 
     path = os.path.join(EXAMPLES, "tinygpt_naive.json.gz")
@@ -138,37 +137,16 @@ def test_the_step_models_calls_are_the_traces_launch_and_sync_calls_with_their_g
     ctx = Context(m, analyze(m), path, Options(workspace=list(WORKSPACE)))
     sm = StepModel.of(ctx)
     pts = list(sm.points())
-    assert len(pts) == sum(len(st.rows) for st in sm.steps) > 1000
+    assert len(pts) == sum(len(st.points) for st in sm.steps) > 1000
+    assert [p.ts for p in pts] == sorted(p.ts for p in pts)  # one thread's calls, in time order
     streams: dict = {}
     for p in pts:
         e = m.cpu[p.i]
         assert (p.ts, p.end) == (e.ts, e.ts + e.dur) and p.kind in (NONBLOCKING, BLOCKING, SYNC, QUEUED)
+        assert p.kind != SYNC or not p.ops
         for g, stream, dur in p.ops:
             assert m.launcher[g] == p.i and dur == m.gpu[g].dur
             assert streams.setdefault((m.gpu[g].pid, m.gpu[g].tid), stream) == stream
     assert sorted(streams.values()) == list(range(len(streams)))
-    assert [p.ts for p in pts] == sorted(p.ts for p in pts)  # one thread's calls, in time order
-    (line, rows), *_ = sorted(sm.by_line().items(), key=lambda kv: -len(kv[1]))
-    assert [p.i for p in pts if (k := ctx.line_key(p.i)) and (k.trace_path, k.line) == line] == [
-        pts[r].i for r in rows
-    ]
-
-
-def test_slots_answer_as_the_dict_of_a_column_does():
-    """StepModel's key -> row lookups (``Slots``, 12 bytes a key) against the dict they replaced:
-    present keys, absent ones between and beyond, negative ones, and a key given twice (the dict
-    keeps its last slot)."""
-    import random
-    from array import array
-
-    from profd.server.engine.stepmodel import Slots
-
-    rnd = random.Random(7)
-    for n in (0, 1, 2, 50, 3000):
-        keys = array("i", rnd.sample(range(-100, 10 * n + 100), n))
-        if n > 2:
-            keys[n // 2] = keys[1]  # a repeat
-        want = dict(zip(keys, range(len(keys))))
-        got = Slots(keys)
-        for k in range(-120, 10 * n + 140):
-            assert got.get(k) == want.get(k), (n, k)
+    (line, on), *_ = sorted(sm.by_line().items(), key=lambda kv: -len(kv[1]))
+    assert on == [p for p in pts if (k := ctx.line_key(p.i)) and (k.trace_path, k.line) == line]

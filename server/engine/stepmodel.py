@@ -50,7 +50,7 @@ MIN_SCALE = 0.1  # the profiler never made dispatch more than ten times slower  
 NONBLOCKING, BLOCKING, SYNC, QUEUED = 0, 1, 2, 3  # QUEUED: a launch that waited for queue room
 
 
-class Point(msgspec.Struct):  # a replayed call, made when asked for (StepModel keeps columns)
+class Point(msgspec.Struct):  # one per replayed call: thousands
     i: int  # cpu event index of the call
     ts: float
     end: float
@@ -63,7 +63,7 @@ class SimStep(msgspec.Struct):
     ts: float
     end: float
     scale: float  # unprofiled / profiled CPU time between calls
-    rows: range  # its calls' rows in the StepModel
+    points: list
     cpu_us: float = 0.0  # profiled CPU time between calls (what ``scale`` applies to)
     gpu_us: float = 0.0  # GPU work of its calls
     tail: float = 0.0  # profiled CPU time after the last call
@@ -109,9 +109,7 @@ class StepModel:
         self._ctx = weakref.ref(ctx)
         m, a = ctx.model, ctx.a
         self.steps: list[SimStep] = []
-        # The replayed calls as rows, the steps' one after another: columns, each call's Point made
-        # when asked for (a Point, its ops' tuples and two dicts of rows took 4.4 MB at 7,168 calls).
-        self._rows = array("i")  # each row's cpu index
+        self._points: list[Point] = []  # the replayed calls by row: the steps' points one after another
         self._by_line: Optional[dict] = None
         self._by_group: Optional[dict] = None
         self.latency = 0.0
@@ -146,6 +144,11 @@ class StepModel:
         streams: dict = {}  # (pid, tid) -> its number, in order of first op
         gpu = m.gpu
         op_stream = array("i", [streams.setdefault((gpu[g].pid, gpu[g].tid), len(streams)) for g in ops])
+        each_op = list(zip(ops, op_stream, op_dur))  # (gpu index, stream number, duration)
+        points = [
+            Point(i, starts[i], starts[i] + durs[i], k, each_op[a:b], p)
+            for i, k, p, a, b in zip(rows, kinds, pre, op_off, op_off[1:])
+        ]
         threads = list(m.tindex.starts.values())
         for j, s in enumerate(msteps):
             a, b = step_rows[j], step_rows[j + 1]
@@ -156,7 +159,7 @@ class StepModel:
                     s.ts,
                     s.end,
                     unprof / cpu_us[j] if cpu_us[j] > 0 else 1.0,
-                    range(a, b),
+                    points[a:b],
                     cpu_us[j],
                     sum(op_dur[op_off[a] : op_off[b]]),  # Python's sum (compensated from 3.12), as before
                     tail[j],
@@ -165,12 +168,12 @@ class StepModel:
         # the rows as the replay pass reads them (run): the steps' rows one after another
         self._pre, self._kind, self._step_rows, self._tail = pre, kinds, step_rows, tail
         self._op_off, self._op_stream, self._op_dur = op_off, op_stream, op_dur
-        self._rows, self._ops, self._starts, self._durs = rows, ops, starts, durs
         self._row_scale = array("d")
         for st in self.steps:
-            self._row_scale.extend(array("d", [st.scale]) * len(st.rows))
-        self._row_of = Slots(rows)  # cpu index of a call -> its row
-        self._op_of = Slots(ops)  # gpu index -> its op
+            self._row_scale.extend(array("d", [st.scale]) * len(st.points))
+        self._row_of = dict(zip(rows, range(len(rows))))  # cpu index of a call -> its row
+        self._op_of = dict(zip(ops, range(len(ops))))  # gpu index -> its op
+        self._points = points
         # per op the cpu index of the call that launched it (a dict of each, 1 MB at 7,000 calls)
         self._op_call = array("i", chain.from_iterable(map(repeat, rows, map(sub, op_off[1:], op_off))))
         self._ones = array("d", [1.0]) * len(rows)
@@ -239,11 +242,11 @@ class StepModel:
     def removed(self, ch: Change) -> tuple[float, float]:
         """(CPU µs, GPU µs) per step that ``ch`` takes out, wherever the step waits: its own cost."""
         cpu = gpu = 0.0
-        row_of, pre, scale, starts, durs = self._row_of, self._pre, self._row_scale, self._starts, self._durs
+        row_of, pre, scale, points = self._row_of, self._pre, self._row_scale, self._points
         for i in ch.nonblock:
             r = row_of.get(i)
-            if r is not None and self._kind[r] in (SYNC, BLOCKING):
-                cpu += (starts[i] + durs[i]) - starts[i]  # as a Point's end - ts
+            if r is not None and points[r].kind in (SYNC, BLOCKING):
+                cpu += points[r].end - points[r].ts
         for i, k in ch.keep.items():
             r = row_of.get(i)
             if r is not None:
@@ -251,7 +254,7 @@ class StepModel:
         for i in ch.drop:
             r = row_of.get(i)
             if r is not None:
-                gpu += sum(self._op_dur[self._op_off[r] : self._op_off[r + 1]])
+                gpu += sum(d for _, _, d in points[r].ops)
         op_of, op_dur, op_call = self._op_of, self._op_dur, self._op_call
         for g, d2 in ch.dur.items():
             o = op_of.get(g)
@@ -262,32 +265,32 @@ class StepModel:
 
     # ---- selecting what a finding's fix touches -----------------------------------------------
     def by_line(self) -> dict:
-        """(trace path, line) -> the rows of the calls placed on that user line, in order."""
+        """(trace path, line) -> the calls placed on that user line, in order."""
         if self._by_line is None:
             out: dict = {}
-            for r, i in enumerate(self._rows):
-                key = self.ctx.line_key(i)
+            for p in self._points:
+                key = self.ctx.line_key(p.i)
                 if key is not None:
-                    out.setdefault((key.trace_path, key.line), []).append(r)
+                    out.setdefault((key.trace_path, key.line), []).append(p)
             self._by_line = out
         return self._by_line
 
     def by_group(self) -> dict:
-        """Context.line_id's group -> the rows of the calls in it, in order."""
+        """Context.line_id's group -> the calls in it, in order."""
         if self._by_group is None:
             ctx = self.ctx
             m = ctx.model
-            rows = self._rows
+            pts = self._points
             if m.has_call_from:  # line_id reads the event, not its token
-                groups = list(map(ctx.line_id, rows))
+                groups = [ctx.line_id(p.i) for p in pts]
             else:  # one group per line token: asked of its first call, as the calls come
-                tokens = m.passes.take(ctx.line_tokens(), rows, NO_LINE)
+                tokens = m.passes.take(ctx.line_tokens(), array("i", [p.i for p in pts]), NO_LINE)
                 first, code = m.passes.codes(tokens)
-                groups = list(map([ctx.line_id(rows[k]) for k in first].__getitem__, code))
+                groups = list(map([ctx.line_id(pts[k].i) for k in first].__getitem__, code))
             out: dict = {}
-            for r, group in enumerate(groups):
+            for p, group in zip(pts, groups):
                 if group is not None:
-                    out.setdefault(group, []).append(r)
+                    out.setdefault(group, []).append(p)
             self._by_group = out
         return self._by_group
 
@@ -297,34 +300,13 @@ class StepModel:
         loc = d.location
         group = self.ctx.group_of(loc)
         if group is not None:
-            return list(map(self._point, self.by_group().get(group, ())))
+            return self.by_group().get(group, [])
         if not loc.trace_path or not loc.line:
             return []
-        return list(map(self._point, self.by_line().get((loc.trace_path, loc.line), ())))
+        return self.by_line().get((loc.trace_path, loc.line), [])
 
     def points(self):
-        """Every replayed call, in row order."""
-        return map(self._point, range(len(self._rows)))
-
-    def _point(self, r: int) -> Point:
-        i, a, b = self._rows[r], self._op_off[r], self._op_off[r + 1]
-        start = self._starts[i]
-        ops = list(zip(self._ops[a:b], self._op_stream[a:b], self._op_dur[a:b]))
-        return Point(i, start, start + self._durs[i], self._kind[r], ops, self._pre[r])
-
-
-class Slots:
-    """Key -> slot over the distinct int keys of a column (slot = place in it): a dict's ``get``
-    in 12 bytes a key, where a dict of 7,168 took 0.74 MB. A key given twice has its last slot."""
-
-    def __init__(self, keys: array):
-        order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: equal keys by slot
-        self._keys = array("q", map(keys.__getitem__, order))
-        self._slots = array("i", order)
-
-    def get(self, key: int) -> Optional[int]:
-        j = bisect.bisect_right(self._keys, key) - 1
-        return self._slots[j] if j >= 0 and self._keys[j] == key else None
+        return iter(self._points)
 
 
 def _overridden(base: array, values: dict, slot_of: dict) -> array:
