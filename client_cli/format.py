@@ -564,10 +564,13 @@ def _pct_change(old: float, new: float) -> str:
 def status_text(st: dict, doc: dict) -> str:
     watch = f"watching {st['watch']}" if st.get("watch") else "watching no folder (analyses on request)"
     ws = ", ".join(st.get("workspace") or []) or "none"
+    # an analysis whose file changed while it was read is not a report: said apart (older daemons
+    # do not send the count)
+    discarded = f" ({st['discarded']} of a file that changed as it was read)" if st.get("discarded") else ""
     return (
         f"profd {st['version']} pid {st['pid']} on {doc['host']}:{doc['port']}: {watch}; workspace {ws}; "
         f"{plural(st['reports'], 'report')}, {st['queued']} queued, {st['running']} running, "
-        f"{plural(st['analyses'], 'analysis', 'analyses')}, {plural(st['sessions'], 'session')}, "
+        f"{plural(st['analyses'], 'analysis', 'analyses')}{discarded}, {plural(st['sessions'], 'session')}, "
         f"up {st['uptimeS']:.0f} s\n"
     )
 

@@ -172,3 +172,21 @@ def test_one_malloc_arena_is_taken_where_the_native_layer_is_built():
         pytest.skip("the native layer is not built")
     assert mod.malloc_arenas(0) is False  # not a setting: refused
     assert passes.one_malloc_arena() is True
+
+
+def test_status_says_the_analyses_whose_file_changed_as_it_was_read_apart():
+    """``profd-client status``: the daemon's ``discarded`` analyses (the file changed under them,
+    so they made no report) are said beside the count, and nothing is said when there are none or
+    the daemon is older and does not send the field."""
+    from profd.client_cli.format import status_text
+    from profd.protocol.methods import StatusResult
+    import msgspec
+
+    doc = {"host": "127.0.0.1", "port": 1}
+    st = StatusResult("0.1.0", 1, "tcp", None, [], 3, 0, 0, 4, 1, 2.0, discarded=1)
+    wire = json.loads(msgspec.json.encode(st))  # as the client receives it
+    assert "4 analyses (1 of a file that changed as it was read), 1 session" in status_text(wire, doc)
+    wire["discarded"] = 0
+    assert "4 analyses, 1 session" in status_text(wire, doc)
+    del wire["discarded"]
+    assert "4 analyses, 1 session" in status_text(wire, doc)
