@@ -53,10 +53,8 @@ NONBLOCKING, BLOCKING, SYNC, QUEUED = 0, 1, 2, 3  # QUEUED: a launch that waited
 class Point(msgspec.Struct):  # one per replayed call: thousands
     i: int  # cpu event index of the call
     ts: float
-    end: float
     kind: int
     ops: list  # (gpu index, stream number, duration)
-    pre: float = 0.0  # profiled CPU time between the previous call (or the step's start) and this one
 
 
 class SimStep(msgspec.Struct):
@@ -145,10 +143,7 @@ class StepModel:
         gpu = m.gpu
         op_stream = array("i", [streams.setdefault((gpu[g].pid, gpu[g].tid), len(streams)) for g in ops])
         each_op = list(zip(ops, op_stream, op_dur))  # (gpu index, stream number, duration)
-        points = [
-            Point(i, starts[i], starts[i] + durs[i], k, each_op[a:b], p)
-            for i, k, p, a, b in zip(rows, kinds, pre, op_off, op_off[1:])
-        ]
+        points = [Point(i, starts[i], k, each_op[a:b]) for i, k, a, b in zip(rows, kinds, op_off, op_off[1:])]
         threads = list(m.tindex.starts.values())
         for j, s in enumerate(msteps):
             a, b = step_rows[j], step_rows[j + 1]
@@ -247,10 +242,11 @@ class StepModel:
         """(CPU µs, GPU µs) per step that ``ch`` takes out, wherever the step waits: its own cost."""
         cpu = gpu = 0.0
         row_of, pre, scale, points = self._row_of, self._pre, self._row_scale, self._points
+        starts, durs = self.ctx.model.cpu_starts(), self.ctx.model.durs
         for i in ch.nonblock:
             r = row_of.get(i)
             if r is not None and points[r].kind in (SYNC, BLOCKING):
-                cpu += points[r].end - points[r].ts
+                cpu += (starts[i] + durs[i]) - starts[i]  # the call's end - its start
         for i, k in ch.keep.items():
             r = row_of.get(i)
             if r is not None:
