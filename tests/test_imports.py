@@ -8,8 +8,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from profd.server.engine import passes
+
+NATIVE_SHA = passes.native() is not None and passes.native().sha256_native()
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
+BIG = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")  # 10 MB of JSON
 
 # Each of these is imported only by what an analysis of named files does not do: the LSP server
 # (pygls, lsprotocol), the folder watcher (watchdog), the MCP server (mcp), the daemon and its
@@ -58,23 +65,27 @@ NOT_IMPORTED = (
 # cause (a bare ``import msgspec`` loads them) and allows these two, nothing else.
 BY_MSGSPEC_ON_310 = ["signal", "subprocess"] if sys.version_info < (3, 11) else []
 
-PROBE = f"""
+PROBE = """
 import sys
 from profd.client_cli.main import main
-rc = main(["analyze", "--no-daemon", "--format", "json", "--fail-on", "never", "-o", {os.devnull!r}, {TRACE!r}])
+rc = main(["analyze", "--no-daemon", "--format", "json", "--fail-on", "never", "-o", {null!r}, {trace!r}])
 print(rc)
 print("\\n".join(sorted(sys.modules)))
 """
 
 
-def test_in_process_analyze_imports_no_front_end_or_pool(tmp_path):
-    p = subprocess.run(
-        [sys.executable, "-c", PROBE],
+def _probe(trace: str, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE.format(null=os.devnull, trace=trace)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env={**os.environ, "PROFD_NO_DAEMON": "1"},
     )
+
+
+def test_in_process_analyze_imports_no_front_end_or_pool(tmp_path):
+    p = _probe(TRACE, tmp_path)
     assert p.returncode == 0, p.stderr
     rc, *mods = p.stdout.split()
     assert rc == "0", p.stderr
@@ -89,3 +100,16 @@ def test_in_process_analyze_imports_no_front_end_or_pool(tmp_path):
         ).stdout.split()
         assert {"uuid", "platform", *BY_MSGSPEC_ON_310} <= set(bare), "msgspec no longer brings them"
     assert loaded == BY_MSGSPEC_ON_310, f"an in-process analyze imported {loaded}"
+
+
+@pytest.mark.skipif(not NATIVE_SHA, reason="no native layer, or a CPU without SHA extensions")
+def test_a_large_trace_is_hashed_without_openssl_where_the_native_sha256_runs(tmp_path):
+    """A 10 MB trace (past SMALL_HASH_BYTES) is hashed by the native layer's sha256, not by
+    hashlib's OpenSSL: loading that costs 3.7 MiB of resident memory, 7% of a 51 MB trace's whole
+    analysis (issue 32's peak RSS goal)."""
+    p = _probe(BIG, tmp_path)
+    assert p.returncode == 0, p.stderr
+    rc, *mods = p.stdout.split()
+    assert rc == "0", p.stderr
+    assert "profd.server.engine.rules.kernels" in mods
+    assert "hashlib" not in mods and "_hashlib" not in mods

@@ -626,17 +626,56 @@ def test_depth_rule_same_in_c_and_python(data, cuts, limit):
     ],
     ids=["empty", "tiny", "small", "under", "at", "across", "over"],
 )
-def test_the_trace_hash_is_sha256_whichever_implementation_hashes_it(parts):
-    """A small trace is hashed by the interpreter's own sha256 and a large one by OpenSSL's
-    (``loader.Sha256``): the digest is the same, the sha256 of the bytes, at either side of the
-    bar and where the parts pass it midway."""
+@pytest.mark.parametrize("native", [True, False], ids=["native", "reference"])
+def test_the_trace_hash_is_sha256_whichever_implementation_hashes_it(parts, native):
+    """With the native layer off, a small trace is hashed by the interpreter's own sha256 and a
+    large one by OpenSSL's; with it on (and SHA extensions on the CPU), by _sha256.c at every size
+    (``loader.Sha256``): the digest is the same, the sha256 of the bytes, at either side of the bar
+    and where the parts pass it midway."""
     import hashlib
 
-    h = loader.Sha256()
-    for p in parts:
-        h.update(p)
-    whole = b"".join(parts)
-    assert h.hexdigest() == hashlib.sha256(whole).hexdigest() == loader.sha256_of(whole)
+    with passes.use_native(native):
+        h = loader.Sha256()
+        for p in parts:
+            h.update(p)
+        whole = b"".join(parts)
+        assert h.hexdigest() == hashlib.sha256(whole).hexdigest() == loader.sha256_of(whole)
+
+
+NATIVE_SHA = passes.native() is not None and passes.native().sha256_native()
+
+
+@pytest.mark.skipif(not NATIVE_SHA, reason="no native layer, or a CPU without SHA extensions")
+def test_the_native_sha256_is_hashlibs_on_every_length_and_split():
+    """_sha256.c against hashlib (the oracle): every length across the first blocks and the padding
+    boundaries (55, 56, 63, 64 bytes, ...), bytes that are not all equal, fed whole and in parts of
+    every small size, and a hexdigest read midway that does not end the hash. Synthetic bytes: a
+    hash is a function of its bytes alone."""
+    import hashlib
+    import random
+
+    rnd = random.Random(32)
+    data = bytes(rnd.getrandbits(8) for _ in range(700))
+    Sha256 = passes.native().Sha256
+    for n in range(len(data) + 1):
+        want = hashlib.sha256(data[:n]).hexdigest()
+        h = Sha256()
+        h.update(data[:n])
+        assert h.hexdigest() == want, n
+        step = 1 + n % 67
+        h = Sha256()
+        for i in range(0, n, step):
+            h.update(memoryview(data)[i : min(n, i + step)])
+            if i == step:
+                assert h.hexdigest() == hashlib.sha256(data[: min(n, i + step)]).hexdigest()
+        assert h.hexdigest() == want, (n, step)
+    big = bytearray(rnd.getrandbits(8) for _ in range(1 << 16)) * 40  # past the GIL's release size
+    h = Sha256()
+    h.update(big[:12345])
+    h.update(big[12345:])
+    assert h.hexdigest() == hashlib.sha256(big).hexdigest()
+    with pytest.raises(TypeError):
+        h.update("text")
 
 
 @SETTINGS

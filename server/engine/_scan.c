@@ -1800,7 +1800,7 @@ PyMODINIT_FUNC PyInit__scan(void) {
     if (!EMPTY_BYTES || !EMPTY_STR || !ZERO) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
-    if (PyModule_AddFunctions(m, PASS_METHODS) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddFunctions(m, PASS_METHODS) < 0 || sha256_init(m) < 0) { Py_DECREF(m); return NULL; }
     Py_INCREF(&ScannerType);
     Py_INCREF(&EvType);
     PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType);

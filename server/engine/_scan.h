@@ -115,5 +115,6 @@ static inline PyObject *int_or_none(const Ev *e, uint32_t flag, int64_t v) {
 /* _passes.c: the module's pass functions, and what they need made once at import */
 extern PyMethodDef PASS_METHODS[];
 int passes_init(void);
+int sha256_init(PyObject *m); /* _sha256.c: adds Sha256 and sha256_native to the module */
 
 #endif

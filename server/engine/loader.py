@@ -306,21 +306,32 @@ def _check_size(path: str, size: int, gz: bool) -> None:
         )
 
 
-# A trace under this many bytes is hashed by the interpreter's own sha256, one over it by
-# OpenSSL's (hashlib): OpenSSL hashes ~8x faster (SHA-NI: 970 against 120 MB/s, measured), but
-# loading it (hashlib's import) costs ~6 ms, 4% of a small trace's `profd-client analyze`; the two
-# break even near 0.7 MB.
+# Without the native sha256 (PROFD_NATIVE=0, no build, a CPU without SHA extensions): a trace
+# under this many bytes is hashed by the interpreter's own sha256, one over it by OpenSSL's
+# (hashlib): OpenSSL hashes ~8x faster (SHA-NI: 970 against 120 MB/s, measured), but loading it
+# (hashlib's import) costs ~6 ms, 4% of a small trace's `profd-client analyze`; the two break even
+# near 0.7 MB.
 SMALL_HASH_BYTES = 512 << 10
 
 
+def _native_sha256() -> Any:
+    """The native layer's sha256 (_sha256.c) where it is on and this CPU runs it, else None: as
+    fast as OpenSSL's at every size, without hashlib's 3.7 MiB of resident memory or its import."""
+    mod = passes.native()
+    return mod.Sha256 if mod is not None and mod.sha256_native() else None
+
+
 class Sha256:
-    """The sha256 of bytes given in parts, by the implementation their size calls for
-    (``SMALL_HASH_BYTES``): the parts are held, not copied, until they pass it."""
+    """The sha256 of bytes given in parts, by the native layer's (``_native_sha256``) where there
+    is one, else by the one their size calls for (``SMALL_HASH_BYTES``): the parts are then held,
+    not copied, until they pass it."""
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
         self._size = 0
-        self._big: Any = None  # OpenSSL's, once the parts pass SMALL_HASH_BYTES
+        native = _native_sha256()
+        # the native one, else OpenSSL's once the parts pass SMALL_HASH_BYTES
+        self._big: Any = native() if native is not None else None
 
     def update(self, data: bytes) -> None:
         if self._big is not None:

@@ -45,7 +45,7 @@ try:
 except ImportError:  # no compiler where it was installed: the reference alone, slower and larger
     _BUILT = None
 
-NATIVE_SOURCES = ("_scan.c", "_passes.c", "_scan.h")
+NATIVE_SOURCES = ("_scan.c", "_passes.c", "_sha256.c", "_scan.h")
 
 
 def stale_build(built: str, sources: tuple = NATIVE_SOURCES) -> Optional[str]:
