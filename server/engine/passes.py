@@ -90,10 +90,13 @@ def one_malloc_arena() -> bool:
     """In ``profd-client``'s process, before its analyses start threads: the threads share the
     process's one malloc arena, where glibc gives each thread that allocates one of its own and the
     passes beside the rules kept theirs (3.5 MB of the 51 MB tiling's peak). True where the setting
-    was taken (glibc with the native layer built). Not in the daemon's workers: there it made
-    tests/test_watcher.py's flood analyse one content twice in 2 of 9 runs (0 of 14 without).
-    Those were races in the daemon's intake and dedupe that the workers' timing opened, since
-    mended (ef2ed5b); the call has not been measured in the workers again."""
+    was taken (glibc with the native layer built). Not in the daemon's workers, measured there
+    with the flood's races mended (ef2ed5b): five alternating pairs of ``make bench-daemon`` at
+    1 GB gave the worker 609-615 against 621-623 MiB of peak RSS, but its analysis took longer in
+    four pairs of five (+0.5 to +1.4 s of 5.1-7.9 s), where in profd-client's own process the
+    setting is time-neutral (1 GB, three pairs: 5.09-5.15 against 4.99-5.13 s). A guess, not tested: the
+    worker shares the cores with the daemon's loop, and a thread preempted while it holds the one
+    arena's lock stalls the others."""
     mod = native()
     return bool(mod is not None and mod.malloc_arenas(1))
 
