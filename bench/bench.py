@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 
+import installed
 from cases import HERE, OUT, ROOT, SELECT_RULE  # bench/ is this script's directory: on sys.path when run
 
 DEFAULT_SOURCE = os.path.join(ROOT, "examples", "tinygpt_naive.json.gz")
@@ -81,10 +82,12 @@ MODES = [
 
 # ---- children (bench/cases.py) ----------------------------------------------------------------
 def child_python(mode: str) -> str:
-    """The interpreter for a case: HTA's own venv for ``hta`` when it exists, else ours."""
-    if mode == "hta" and os.path.exists(HTA_PYTHON):
-        return HTA_PYTHON
-    return sys.executable
+    """The interpreter for a case: HTA's own venv for ``hta`` when it exists (and for a check
+    whether HTA is installed), else one that runs profd as installed from a wheel
+    (``installed.python()``: its module doc says why)."""
+    if mode == "hta":
+        return HTA_PYTHON if os.path.exists(HTA_PYTHON) else sys.executable
+    return installed.python()
 
 
 def have_hta() -> bool:
@@ -242,6 +245,7 @@ def main(argv=None) -> int:
     print(
         f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, source {os.path.relpath(ns.source, ROOT)}"
     )
+    print(f"# {installed.describe()}")
     for mode in modes:
         print(f"#   {mode:12} {dict(MODES)[mode]}")
     before = machine_speed()

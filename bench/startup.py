@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+import installed  # bench/ is this script's directory: on sys.path when run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TRACE = os.path.join(ROOT, "examples", "seed_n64_bf16.json.gz")
 
@@ -107,13 +109,16 @@ def main(argv=None) -> int:
     )
     ns = ap.parse_args(argv)
     env = child_env()
+    py = installed.python()  # profd as a wheel installs it (the module doc of bench/installed.py)
     cases = [
-        ("python -c pass", [sys.executable, "-c", "pass"]),
-        ("python -c 'import orjson'", [sys.executable, "-c", "import orjson"]),
+        ("python -c pass", [py, "-c", "pass"]),
+        ("python -c 'import orjson'", [py, "-c", "import orjson"]),
+        ("analyze", analyze_cmd(py, ns.trace)),
+        # this checkout's venv, where profd is an editable install: its finder runs at each start
+        ("analyze (editable install)", analyze_cmd(sys.executable, ns.trace)),
     ]
-    for py in [sys.executable, *ns.python]:
-        label = "analyze" if py == sys.executable else f"analyze ({os.path.relpath(py, '/work')})"
-        cases.append((label, analyze_cmd(py, ns.trace)))
+    for other in ns.python:
+        cases.append((f"analyze ({os.path.relpath(other, '/work')})", analyze_cmd(other, ns.trace)))
     for _, cmd in cases:  # warm-up: the .pyc files written, the trace in the page cache
         run_once(cmd, env)
     times: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in cases}
@@ -124,6 +129,7 @@ def main(argv=None) -> int:
         f"# {os.path.relpath(ns.trace, ROOT)}, {ns.rounds} rounds round-robin, {os.cpu_count()} cpus, "
         f"load {os.getloadavg()[0]:.1f}"
     )
+    print(f"# {installed.describe()}")
     base_wall = statistics.median(w for w, _ in times["python -c pass"])
     base_cpu = statistics.median(c for _, c in times["python -c pass"])
     hdr = f"{'case':<44} {'wall ms':>8} {'cpu ms':>8} {'wall/pass':>9} {'cpu/pass':>9}"
@@ -139,8 +145,8 @@ def main(argv=None) -> int:
         f"{'MET' if w < 0.150 else 'MISSED'}"
     )
     if ns.importtime:
-        for py in [sys.executable, *ns.python]:
-            importtime(py, ns.trace, ns.importtime)
+        for exe in [py, *ns.python]:
+            importtime(exe, ns.trace, ns.importtime)
     return 0
 
 
