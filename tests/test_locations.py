@@ -220,3 +220,27 @@ def test_what_a_token_calls_once_per_shape_is_what_it_calls_alone(path):
         assert S.call_of(m, t) == S._call_of(m, t)
         assert S._labelled_method(m, t) == S._find_labelled_method(m, t)
     assert len(m._calls) <= len(set(sh.tokshape))
+
+
+def test_a_parsed_file_is_walked_once_in_asts_order():
+    """The statement and module passes walk a parsed file once per frame line they place;
+    ``statements.walked`` lists a node's walk once and keeps it: the same nodes in ast.walk's
+    breadth-first order (``_resume_floor`` takes the first loop as the outermost), and the same list
+    on the next call. On every shipped workload source."""
+    import ast
+
+    from profd.server.engine.statements import walked
+
+    files = sorted(glob.glob(os.path.join(SRC, "*.py")))
+    assert files
+    for path in files:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        first = walked(tree)
+        assert [type(n) for n in first] == [type(n) for n in ast.walk(tree)]
+        assert all(a is b for a, b in zip(first, ast.walk(tree)))
+        assert walked(tree) is first
+        funcs = [n for n in first if isinstance(n, ast.FunctionDef)]
+        for fn in funcs:
+            assert all(a is b for a, b in zip(walked(fn), ast.walk(fn)))
+            assert len(walked(fn)) == sum(1 for _ in ast.walk(fn))

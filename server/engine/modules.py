@@ -35,6 +35,7 @@ import msgspec
 from ...protocol.types import HotLine, KernelStat, Location, ModuleGroup, ModuleNode, ModuleTree
 from . import kernels
 from .model import TraceModel
+from .statements import walked
 from .passes import arange
 from .rules.util import median
 
@@ -470,7 +471,7 @@ def _class_attrs(tree, line: int):
     if tree is None:
         return None
     cls = None
-    for node in ast.walk(tree):
+    for node in walked(tree):
         if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
             if cls is None or node.lineno > cls.lineno:
                 cls = node
@@ -481,7 +482,7 @@ def _class_attrs(tree, line: int):
     for f in methods:
         if f.name != "__init__":
             continue
-        for st in ast.walk(f):
+        for st in walked(f):
             if isinstance(st, (ast.Assign, ast.AnnAssign)):
                 targets = st.targets if isinstance(st, ast.Assign) else [st.target]
                 for t in targets:
@@ -502,7 +503,7 @@ def _class_attrs(tree, line: int):
             continue
         uses = [
             n
-            for n in ast.walk(f)
+            for n in walked(f)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
         ]
         for u in sorted(uses, key=lambda u: (u.lineno, u.col_offset)):
