@@ -45,3 +45,31 @@ def test_what_an_analysis_keeps_is_in_the_oldest_generation():
     cpu = done.model.cpu
     assert any(o is cpu for o in gc.get_objects(2))
     assert not any(o is cpu for g in (0, 1) for o in gc.get_objects(g))
+
+
+def test_what_only_the_rules_read_is_let_go_before_the_replay_and_remade_on_a_later_read(monkeypatch):
+    """Once every rule has run, the context's shared rule columns and the model's nearest-op and
+    nearest-frame columns are let go (``Context.rules_done``), before the impact replay (the
+    analysis' last big allocation). A reader after that remakes them: every rule run again over
+    the finished analysis finds what the report holds."""
+    from profd.server.engine import impact
+    from profd.server.engine.rules import load_all
+
+    seen = []
+    assign = impact.assign
+
+    def watched(ctx, diagnostics):
+        seen.append(
+            (dict(ctx._columns), "_ops_above" in ctx.model.__dict__, "_frames_above" in ctx.model.__dict__)
+        )
+        return assign(ctx, diagnostics)
+
+    monkeypatch.setattr(impact, "assign", watched)
+    done = analyze_trace(TRACE, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    assert seen == [({}, False, False)]
+    ctx = done.context
+    rules = load_all()
+    again = {(d.code, d.message) for code in sorted(rules) for d in rules[code](ctx)}
+    reported = {(d.code, d.message) for d in done.report.diagnostics if d.code != "unused-suppression"}
+    assert reported and reported <= again
+    assert "_ops_above" in done.model.__dict__ and ctx._columns  # remade by the rules that read them

@@ -134,6 +134,7 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
             import logging  # here: the one use, and no start-up cost for it
 
             logging.getLogger("profd.engine").exception("rule %s failed on %s", code, info.path)
+    ctx.rules_done()
     impact.assign(ctx, diagnostics)
     if options.disabled:  # the findings run only for the impact of the enabled ones
         diagnostics = [d for d in diagnostics if d.code not in options.disabled]

@@ -316,6 +316,13 @@ class TraceModel:
             above = self._ops_above = self.passes.nearest(self.parent, self.cat_mask("cpu_op"))
         return above
 
+    def let_go_of_indexes(self) -> None:
+        """Let go of the per-event columns made on first read and remade on the next (the nearest
+        enclosing op and frame, the category masks): called once the rules have run, which read
+        them; the impact replay and the report's parts do not (0.5 MB each at 119,000 events)."""
+        for name in ("_ops_above", "_frames_above", "_cat_masks"):
+            self.__dict__.pop(name, None)
+
     def cpu_starts(self) -> array:
         """Each cpu event's start, as one column (made by build; each thread's start column in
         ``tindex.starts`` is a view of its slice)."""
