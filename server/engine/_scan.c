@@ -209,7 +209,7 @@ static inline PyObject *table_get_last(Table *t, Last *last, char kind, const ch
 /* ------------------------------------------------------------------ where the events live
  * The scanner makes an event per trace event (4 million in a 1 GB trace, ~400 MB): from the
  * allocator, each new 4 KB page of them faulted and zeroed by the kernel on the scanning thread
- * (~20% of its time at 1 GB, measured with perf). Here events come from 2 MiB slabs that a helper
+ * (~20% of its time at 1 GB, measured with perf). Here events come from 1 MiB slabs that a helper
  * thread maps and touches ahead of the scanner (one ready at a time, only while a scanner is at
  * work), so the faults happen on the second core. A slab's header counts its live events; the
  * last one freed unmaps it (memory goes back as with pymalloc's arenas). Linux only (mmap,
@@ -217,7 +217,10 @@ static inline PyObject *table_get_last(Table *t, Last *last, char kind, const ch
 #if defined(__linux__)
 #include <pthread.h>
 #include <sys/mman.h>
-#define SLAB_BYTES ((size_t)1 << 21)
+/* 1 MiB: the slabs the helper has touched and the scanner not filled yet (the one ready, the two
+ * streams' current ones) are the scan's transient, let go when it ends: 2 MiB slabs peaked the 51
+ * MB tiling's load 1.5 MiB higher, at no measured speed (255 MB and 1 GB loads, alternating). */
+#define SLAB_BYTES ((size_t)1 << 20)
 #define SLAB_HEAD 64 /* the header's room: events start 64-byte aligned */
 #define POOL_N 1
 

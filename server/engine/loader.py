@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import itertools
 import os
 import queue
 import re
@@ -261,6 +260,14 @@ def _raw_blocks(path: str, f):
         yield b
 
 
+def _first_then(first: bytes, rest):
+    """``first``, then what ``rest`` yields, holding ``first`` no longer than its turn."""
+    box = [first]
+    del first
+    yield box.pop()
+    yield from rest
+
+
 def json_blocks(path: str, f):
     """The JSON bytes of the open file ``f``, BLOCK_BYTES at a time: gzip (by magic, not by
     name) inflated as it goes, the size cap checked on the way."""
@@ -268,7 +275,8 @@ def json_blocks(path: str, f):
     first = next(raw, b"")
     gz = first[:2] == b"\x1f\x8b"
     size = 0
-    chunks = itertools.chain([first], raw)
+    chunks = _first_then(first, raw)
+    del first  # held here (and in a chain's argument tuple, before) it was a block kept to the end
     for out in _inflate(path, chunks) if gz else filter(None, chunks):
         size += len(out)
         _check_size(path, size, gz)
@@ -642,7 +650,11 @@ def _events(s: _Stream, scanner, scan) -> list:
             raise _Declined()  # the Skipper found the element's end, the scanner did not
         whole = False
         tail = s.buf[end:]  # the element that does not end here (and blanks before it)
-        block = s.blocks.next_block() if len(tail) < JOIN_BYTES else None
+        if len(tail) < JOIN_BYTES:
+            s.buf = b""  # type: ignore[assignment]  # the block read to its end: let go before the next comes
+            block = s.blocks.next_block()
+        else:
+            block = None
         if block:
             joined = tail + block[:JOIN_BYTES]
             try:
