@@ -4,7 +4,9 @@ This checkout's venv holds profd as an *editable* install: its ``.pth`` runs a f
 start of that interpreter, which imports ``pathlib``, ``urllib.parse``, ``ipaddress`` and
 ``fnmatch`` (2.1 MiB of resident memory, ~20 ms of start-up, measured: ``python -c pass`` 10.8
 against 8.7 MiB in a plain venv). An installed wheel has no finder, so a bench child run from this
-venv counted the finder in every case's peak RSS and in the start-up bench's wall time.
+venv counted the finder in every case's peak RSS and in the start-up bench's wall time (net of what
+profd imports anyway: 0.5-0.9 MB of the 51 MB case's peak; a small trace's analyze within the
+machine's noise).
 
 ``python()`` makes ``bench/out/venv-installed`` once: a venv without pip whose one ``.pth`` puts on
 the path (1) ``bench/out/installed``, where ``profd/`` is laid out as the wheel lays it out
