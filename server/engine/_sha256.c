@@ -9,7 +9,7 @@
  * instructions per four rounds, the message schedule in two more.
  *
  * Where the CPU lacks them (older x86, other architectures) ``sha256_native()`` is False and the
- * loader takes hashlib. tests/test_loader.py checks this against hashlib on every length around a
+ * loader takes hashlib. tests/test_loader_stream.py checks this against hashlib on every length around a
  * block and padding boundary and on split updates.
  *
  * The rounds follow Intel's published use of the instructions ("Intel SHA Extensions", Gulley et
@@ -144,17 +144,11 @@ static void sha_dealloc(Sha256Object *h) {
 static PyObject *sha_update(Sha256Object *h, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    if (view.len >= RELEASE_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(h->lock, 1);
-        sha_feed(h, view.buf, (size_t)view.len);
-        PyThread_release_lock(h->lock);
-        Py_END_ALLOW_THREADS
-    } else {
-        PyThread_acquire_lock(h->lock, 1);
-        sha_feed(h, view.buf, (size_t)view.len);
-        PyThread_release_lock(h->lock);
-    }
+    PyThreadState *released = view.len >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    PyThread_acquire_lock(h->lock, 1);
+    sha_feed(h, view.buf, (size_t)view.len);
+    PyThread_release_lock(h->lock);
+    if (released) PyEval_RestoreThread(released);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }

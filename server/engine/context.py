@@ -122,10 +122,10 @@ class Context:
         self._columns: dict[Any, Any] = {}  # the per-GPU-event columns several rules read (below)
 
     def rules_done(self) -> None:
-        """Let go of the columns only the rules read (``_columns``), once every rule has run: the
-        impact replay and the report's parts read none of them (a later reader makes one again),
-        and the replay's own model is the analysis' last big allocation (~1 MB less at its peak on
-        the 51 MB tiling), and of the model's indexes only the rules read."""
+        """Once every rule has run, let go of what only the rules read: the columns they share
+        (``_columns``) and the model's indexes (``TraceModel.let_go_of_indexes``). The impact
+        replay, the analysis' last big allocation, and the report's parts read none of them (a
+        later reader makes one again): ~1 MB less at the 51 MB tiling's peak."""
         self._columns = {}
         self.model.let_go_of_indexes()
 
@@ -345,11 +345,6 @@ class Context:
         if got is None:
             got = self._columns["user_frames"] = self.model.passes.fixed_points(self.model.frame_of)
         return got
-
-    def gpu_durs(self) -> array:
-        """Each GPU event's duration, as one column (the analyses' own: a list of its floats took
-        32 bytes an event where the column takes 8, 14 MB at 1 GB)."""
-        return self.a.gpu_durs
 
     def launch_steps(self) -> list:
         """Per GPU event the step its launch call started in, None without one (or outside every

@@ -59,9 +59,10 @@ CLASSES = (GEMM, ATTENTION, CONV, ELEMENTWISE, REDUCTION, COPY, COMMUNICATION, O
 
 
 class _Pattern:
-    """A family's pattern, compiled on its first search. A typical trace's names are ASCII, so the
-    case-blind families as written (kept for other text: ``_Families``) are never compiled for it;
-    compiling every family twice at import took ~15 ms of a small trace's 150 ms analysis."""
+    """A pattern of this module's, compiled on its first search. A typical trace's names are
+    ASCII, so the case-blind families as written (kept for other text: ``_Families``) are never
+    compiled for it; compiling every family twice at import took ~15 ms of a small trace's 150 ms
+    analysis."""
 
     __slots__ = ("pattern", "flags", "_rx")
 

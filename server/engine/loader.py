@@ -262,9 +262,8 @@ def _raw_blocks(path: str, f):
 
 def _first_then(first: bytes, rest):
     """``first``, then what ``rest`` yields, holding ``first`` no longer than its turn."""
-    box = [first]
-    del first
-    yield box.pop()
+    yield first
+    del first  # before the next block is read
     yield from rest
 
 

@@ -174,7 +174,7 @@ def unfused_attention(ctx: Context) -> Iterable[Diagnostic]:
         return
     subtrees = {op: m.subtree(op) for c in found for op in c["ops"]}
     backward_of = _backward_map(m, chain.from_iterable(subtrees.values()))
-    durs = ctx.gpu_durs()
+    durs = a.gpu_durs
     step_us = ctx.mean_step_us or a.window_us
     groups: dict = {}
     for c in found:

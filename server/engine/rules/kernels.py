@@ -165,7 +165,7 @@ def kernel_jitter(ctx: Context) -> Iterable[Diagnostic]:
         m.frame_of,
         m.fwd_of,
     )
-    durs = ctx.gpu_durs()
+    durs = ctx.a.gpu_durs
     for key, gs in groups.items():
         if len(gs) < JITTER_MIN_SAMPLES:
             continue
@@ -269,7 +269,7 @@ def fp32_matmul(ctx: Context) -> Iterable[Diagnostic]:
     # the fp32 CUDA-core GEMMs, asked once per kernel key; their launch lines by number (equal
     # line_id groups, equal numbers)
     # columns, not the events: durations (gpu_durs), names by key (a kernel's key holds its name)
-    launcher, line_ids, durs = m.launcher, ctx.launch_line_ids(), ctx.gpu_durs()
+    launcher, line_ids, durs = m.launcher, ctx.launch_line_ids(), a.gpu_durs
     name_of, codes = [k[0] for k in a.keys.keys], a.keys.codes
     for g in m.passes.positions(a.keys.mask(lambda k, c: c == K.GEMM and K.is_fp32_simt_gemm(k[0]))):
         d = durs[g]

@@ -485,7 +485,7 @@ def zero_grad_not_none(ctx: Context) -> Iterable[Diagnostic]:
     if not hits:
         return
     n_ops = sum(len(o) for _, o in hits)
-    durs = ctx.gpu_durs()
+    durs = ctx.a.gpu_durs
     gpu = sum(map(durs.__getitem__, m.gpu_under_many([j for _, ops in hits for j in ops])))
     yield ctx.diag(
         "zero-grad-not-none",
