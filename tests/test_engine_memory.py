@@ -6,6 +6,8 @@ import gc
 import os
 import weakref
 
+import pytest
+
 from profd.server.engine import Options
 from profd.server.engine.analyze import analyze_trace
 from profd.server.engine.passes import Spans
@@ -73,3 +75,62 @@ def test_what_only_the_rules_read_is_let_go_before_the_replay_and_remade_on_a_la
     reported = {(d.code, d.message) for d in done.report.diagnostics if d.code != "unused-suppression"}
     assert reported and reported <= again
     assert "_ops_above" in done.model.__dict__ and ctx._columns  # remade by the rules that read them
+
+
+_FRAGMENT = """
+import builtins, sys
+from profd.server.engine import passes
+if sys.argv[1] == "ctypes":
+    passes._BUILT = None  # the fallback a build without the native layer takes
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+xs = [bytes(1000) for _ in range(200_000)]
+builtins.kept = xs[::64]  # live blocks between the freed ones: the heap cannot shrink by itself
+del xs
+before = rss()
+took = passes.trim_malloc()
+print(took, before - rss())
+"""
+
+
+@pytest.mark.parametrize("how", ["native", "ctypes"])
+def test_trim_malloc_gives_the_heaps_free_pages_back(how):
+    """``passes.trim_malloc`` (the engine's per-rule trim, the daemon workers' after each task)
+    hands back the pages of blocks freed between live ones, which glibc keeps resident otherwise:
+    200 MB of 1 KB blocks freed with every 64th kept must shrink the process by most of it. In a
+    child process: the test runner's own heap is not the test's to measure."""
+    import subprocess
+    import sys
+
+    from profd.server.engine import passes
+
+    if how == "native" and passes._BUILT is None:
+        pytest.skip("the native layer is not built")
+    if not os.path.exists("/proc/self/statm"):
+        pytest.skip("no /proc")
+    out = subprocess.run(
+        [sys.executable, "-c", _FRAGMENT, how], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if out[0] == "False":
+        pytest.skip("this C library cannot trim (not glibc)")
+    assert int(out[1]) > 100 << 20, out
+
+
+def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch):
+    """The rules' transients (their columns, a pass's results) are freed when the rule ends, and
+    would stay resident as holes in the heap up to the analysis' peak: the engine trims once a
+    rule has run, and once more when what only the rules read is let go (``Context.rules_done``)
+    before the impact replay, whose objects come from Python's own arenas, not those holes."""
+    from profd.server.engine import analyze as pipeline
+    from profd.server.engine.rules import load_all
+
+    events: list[str] = []
+    monkeypatch.setattr(pipeline, "trim_malloc", lambda: events.append("trim") or True)
+    done_before = pipeline.Context.rules_done
+    monkeypatch.setattr(
+        pipeline.Context, "rules_done", lambda self: events.append("done") or done_before(self)
+    )
+    analyze_trace(TRACE, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
+    ran = len(pipeline._rules_to_run(load_all(), set()))
+    assert events == ["trim"] * ran + ["done", "trim"]

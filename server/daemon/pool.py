@@ -207,30 +207,11 @@ def release_memory() -> bool:
     the diagnostics' path). Freed blocks stay in the C allocator's heap and thread arenas
     otherwise: a worker idled at ~310 MB after each 1 GB trace, ~90 MB after this (60-100 ms,
     bench/daemon_bench.py --series). The cycles the task left are collected first so that their
-    memory goes too. False where the C library has no ``malloc_trim`` (not glibc)."""
+    memory goes too. False where the C library cannot trim (not glibc)."""
+    from ..engine import trim_malloc  # the worker imported the engine at its start
+
     gc.collect()
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
-
-
-_trim_fn: list = []  # [the C library's malloc_trim or None], looked up once
-
-
-def _malloc_trim():
-    if not _trim_fn:
-        fn = None
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None).malloc_trim
-            fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-        except (ImportError, OSError, AttributeError):
-            pass
-        _trim_fn.append(fn)
-    return _trim_fn[0]
+    return trim_malloc()
 
 
 def _rss_bytes(pid: int) -> int:

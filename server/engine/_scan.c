@@ -27,7 +27,7 @@
 #define EVENT_DEPTH 3
 #include <math.h>
 #if defined(__GLIBC__)
-#include <malloc.h> /* mallopt: malloc_arenas */
+#include <malloc.h> /* mallopt, malloc_trim: malloc_arenas, trim_malloc */
 #endif
 
 /* ------------------------------------------------------------------ intern table */
@@ -1780,9 +1780,26 @@ static PyObject *malloc_arenas(PyObject *mod, PyObject *arg) {
 #endif
 }
 
+/* trim_malloc() -> bool: glibc gives the free pages of its heaps back to the system (True where
+ * it can: glibc). Without the GIL: the passes beside the rules go on meanwhile. For
+ * passes.trim_malloc. */
+static PyObject *trim_malloc(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+#if defined(__GLIBC__)
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef module_methods[] = {
     {"depth", depth_scan, METH_VARARGS, "depth(buf, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over)"},
     {"malloc_arenas", malloc_arenas, METH_O, "malloc_arenas(n) -> bool: at most n malloc arenas (glibc)"},
+    {"trim_malloc", trim_malloc, METH_NOARGS, "trim_malloc() -> bool: the heaps' free pages back to the system (glibc)"},
     {NULL},
 };
 

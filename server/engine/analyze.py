@@ -22,6 +22,7 @@ from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
 from .model import TraceModel, build
+from .passes import trim_malloc
 from .statements import start_frame_shapes
 from .rules import load, load_all
 from .rules.util import us
@@ -134,7 +135,9 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
             import logging  # here: the one use, and no start-up cost for it
 
             logging.getLogger("profd.engine").exception("rule %s failed on %s", code, info.path)
+        trim_malloc()  # the rule's transients: their pages back, not held to the peak at the end
     ctx.rules_done()
+    trim_malloc()  # what only the rules read: the impact's objects come from Python's own arenas
     impact.assign(ctx, diagnostics)
     if options.disabled:  # the findings run only for the impact of the enabled ones
         diagnostics = [d for d in diagnostics if d.code not in options.disabled]

@@ -42,7 +42,7 @@ from .job import (
 )
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
-from .passes import one_malloc_arena
+from .passes import one_malloc_arena, trim_malloc
 from .rules import thresholds as rule_thresholds
 from .rules.util import plural, size, us
 from .sourcemap import SourceMap, line_starts, nameable, read_lines, source_line, split_lines
@@ -72,6 +72,7 @@ __all__ = [
     # the pipeline
     "Options",
     "one_malloc_arena",
+    "trim_malloc",
     "TraceError",
     "analyze_file",
     "analyze_or_error",
