@@ -351,11 +351,10 @@ static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
     return 0;
 }
 
-/* nest(events, base, slack, cats) -> (parent: int32 column, child_dur, starts, durs: float64 column,
- * codes: bytes)
+/* nest(events, base, slack, cats) -> (parent: int32 column, starts, durs: float64 column, codes: bytes)
  * Sorts ``events`` (one thread's, all of this module's Event type) in place by start, longest
  * first among equal starts, as two stable sorts would; then gives each event its innermost
- * enclosing event (position base + j, or -1) and each event the summed duration of its children.
+ * enclosing event (position base + j, or -1).
  * A child may end ``slack`` after its parent (Kineto rounds to ns). A python frame that starts
  * inside another python frame but ends after it (the tracer lost its exit: Dynamo's frame swaps
  * leave ``<built-in method apply ...>`` frames "running" to the end of the trace) nests in it,
@@ -378,11 +377,10 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     Py_ssize_t *stack = malloc(sizeof(Py_ssize_t) * (n ? n : 1));
     double *eend = malloc(sizeof(double) * (n ? n : 1)); /* end as nesting sees it (clamped) */
     unsigned char *pyf = malloc(n ? n : 1); /* by sorted place: a python frame */
-    PyObject *pbytes = new_column('i', n), *cbytes = new_column('d', n), *sbytes = new_column('d', n),
-             *dbytes = new_column('d', n);
+    PyObject *pbytes = new_column('i', n), *sbytes = new_column('d', n), *dbytes = new_column('d', n);
     PyObject *kbytes = PyBytes_FromStringAndSize(NULL, n);
-    if (!items || !stack || !eend || !pyf || !pbytes || !cbytes || !sbytes || !dbytes || !kbytes) {
-        free(items); free(stack); free(eend); free(pyf); Py_XDECREF(pbytes); Py_XDECREF(cbytes);
+    if (!items || !stack || !eend || !pyf || !pbytes || !sbytes || !dbytes || !kbytes) {
+        free(items); free(stack); free(eend); free(pyf); Py_XDECREF(pbytes);
         Py_XDECREF(sbytes); Py_XDECREF(dbytes); Py_XDECREF(kbytes);
         return PyErr_NoMemory();
     }
@@ -413,41 +411,33 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     if (bad) {
         GIL_BACK(ts);
         if (bad > 0) not_an_event();
-        free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes); Py_DECREF(cbytes);
+        free(items); free(stack); free(eend); free(pyf); Py_DECREF(pbytes);
         Py_DECREF(sbytes); Py_DECREF(dbytes); Py_DECREF(kbytes);
         return NULL;
     }
     sort_items(items, n);
     int32_t *parent = (int32_t *)col_data(pbytes);
-    double *cdur = (double *)col_data(cbytes), *starts = (double *)col_data(sbytes);
-    double *durs = (double *)col_data(dbytes);
+    double *starts = (double *)col_data(sbytes), *durs = (double *)col_data(dbytes);
     unsigned char *codes = (unsigned char *)PyBytes_AS_STRING(kbytes);
     Py_ssize_t top = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        double ts = items[j].ts, end = ts + items[j].dur, dur = items[j].dur;
+        double ts = items[j].ts, end = ts + items[j].dur;
         uint16_t k = items[j].kind;
         starts[j] = ts;
-        durs[j] = dur;
+        durs[j] = items[j].dur;
         codes[j] = (unsigned char)(k & 0xff);
         pyf[j] = (k & 0x100) != 0;
-        cdur[j] = 0.0;
         while (top) {
             double tend = eend[stack[top - 1]];
             if (ts < tend && end <= tend + slack) break;
             if (ts < tend && pyf[j] && pyf[stack[top - 1]]) {
-                end = tend; /* a frame whose exit was lost */
-                dur = tend - ts;
+                end = tend; /* a frame whose exit was lost (hot_lines' child_durations clamps it so) */
                 break;
             }
             top--;
         }
         eend[j] = end;
-        if (top) {
-            parent[j] = (int32_t)(base + stack[top - 1]);
-            cdur[stack[top - 1]] += dur;
-        } else {
-            parent[j] = -1;
-        }
+        parent[j] = top ? (int32_t)(base + stack[top - 1]) : -1;
         stack[top++] = j;
     }
     GIL_BACK(ts);
@@ -456,7 +446,7 @@ static PyObject *nest(PyObject *mod, PyObject *args) {
     free(stack);
     free(eend);
     free(pyf);
-    return Py_BuildValue("(NNNNN)", pbytes, cbytes, sbytes, dbytes, kbytes);
+    return Py_BuildValue("(NNNN)", pbytes, sbytes, dbytes, kbytes);
 }
 
 /* by_start(events) -> list: the events in start order, those of one start in their order (as
@@ -1055,8 +1045,8 @@ static PyObject *memory_columns(PyObject *mod, PyObject *args) {
     return Py_BuildValue("(NNNNNN)", ts, mb, ta, tr, dt, ad);
 }
 
-/* hot_lines(cpu, gpu, parent, child_dur, frame_of, fwd_of, lines, keys, launched_off, launched,
- *           gpu_class, launch_cats)
+/* hot_lines(cpu, gpu, parent, starts, frame_of, fwd_of, lines, keys, launched_off, launched,
+ *           gpu_class, launch_cats, durs, python, launch, slack)
  * The per-event sums of passes._hot_sums_ref, in the same order (so the same floats). ``lines``:
  * per event the number of its hot line (-1: none, and for every label), ``keys``: of its line key
  * (equal keys, equal numbers; -1: none). Returns the hot lines in order of first event (their
@@ -1122,12 +1112,58 @@ static int slot_values(PyObject *dicts, const Sums *sums) {
     return 0;
 }
 
+/* Each cpu event's children's summed duration, as nest nested them (``parent``, in each thread's
+ * sorted order; ``starts`` and ``durs``, its columns): a child's duration, or for a python frame
+ * whose exit the tracer lost, its time up to its parent's end as nesting saw it (nest's clamp).
+ * The model keeps no column of it (8 bytes an event, read by this pass alone): made here, the
+ * children added in event order as nest would, so the same floats. NULL (error set) without
+ * memory. */
+static double *child_durations(const int32_t *parent, const double *starts, const double *durs, Py_ssize_t n,
+                               double slack) {
+    double *cdur = calloc(n ? n : 1, sizeof(double));
+    int32_t *clamped = NULL; /* the events nesting clamped, in event order (few: lost exits) */
+    double *clamped_end = NULL;
+    Py_ssize_t nc = 0, cap = 0;
+    if (!cdur) { PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t p = parent[i];
+        if (p < 0 || p >= n) continue; /* the sums' loop refuses a bad parent */
+        double ts = starts[i], dur = durs[i], end = ts + dur, tend = starts[p] + durs[p];
+        Py_ssize_t lo = 0, hi = nc; /* p's own end as nesting saw it: clamped too, or its own */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (clamped[mid] < p) lo = mid + 1; else hi = mid;
+        }
+        if (lo < nc && clamped[lo] == p) tend = clamped_end[lo];
+        if (!(ts < tend && end <= tend + slack)) { /* nested, yet not inside: nest clamped it */
+            dur = tend - ts;
+            if (nc == cap) {
+                cap = cap ? 2 * cap : 64;
+                int32_t *c = realloc(clamped, cap * sizeof(int32_t));
+                if (c) clamped = c;
+                double *e = c ? realloc(clamped_end, cap * sizeof(double)) : NULL;
+                if (e) clamped_end = e;
+                if (!c || !e) { free(cdur); free(clamped); free(clamped_end); PyErr_NoMemory(); return NULL; }
+            }
+            clamped[nc] = (int32_t)i; /* i grows: the list stays sorted */
+            clamped_end[nc++] = tend;
+        }
+        cdur[p] += dur;
+    }
+    free(clamped);
+    free(clamped_end);
+    return cdur;
+}
+
 static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     PyObject *cpu, *gpu, *classes, *launch_cats;
     Py_buffer pv, cv, fv, wv, lnv, kyv, ov, lv, dv, yv, av;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*y*O!Oy*y*y*", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
-                          &fv, &wv, &lnv, &kyv, &ov, &lv, &PyList_Type, &classes, &launch_cats, &dv, &yv, &av))
+    double slack;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*y*y*y*y*O!Oy*y*y*d", &PyList_Type, &cpu, &PyList_Type, &gpu, &pv, &cv,
+                          &fv, &wv, &lnv, &kyv, &ov, &lv, &PyList_Type, &classes, &launch_cats, &dv, &yv, &av,
+                          &slack))
         return NULL;
+    double *cdur = NULL;
     Py_ssize_t n = PyList_GET_SIZE(cpu), ng = PyList_GET_SIZE(gpu);
     int32_t *hid_of = NULL, *order = NULL, *first = NULL;
     Py_ssize_t cap = 0, nh = 0, nl = 0;
@@ -1150,7 +1186,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
     const unsigned char *py = yv.buf, *launch = av.buf;
     const int32_t *parent = pv.buf, *fof = fv.buf, *fwd = wv.buf, *lines = lnv.buf, *keys = kyv.buf;
     const int32_t *off = ov.buf, *gl = lv.buf;
-    const double *cdur = cv.buf;
+    if (!(cdur = child_durations(parent, cv.buf, durs, n, slack))) goto done;
     for (Py_ssize_t i = 0; i < n; i++)
         if (lines[i] >= nl) nl = (Py_ssize_t)lines[i] + 1;
     hid_of = malloc(sizeof(int32_t) * (nl ? nl : 1));
@@ -1245,6 +1281,7 @@ static PyObject *hot_lines(PyObject *mod, PyObject *args) {
         else for (int d = 0; d < 10; d++) Py_XDECREF(b[d]);
     }
 done:
+    free(cdur);
     free(kseen.s); free(sseen.s); free(ksum.v); free(stot.v); free(stot.n); free(stot.cls);
     free(hid_of); free(order); free(first); free(calls); free(launches);
     free(cself); free(ctot); free(cbwd); free(gus); free(gfwd); free(gbwd);
@@ -3423,7 +3460,7 @@ PyMethodDef PASS_METHODS[] = {
     {"owners", owners, METH_VARARGS, "owners(cpu, parent, events, starts, bases, slack, cat) -> (owner, thread, threads)"},
     {"memory_columns", memory_columns, METH_VARARGS, "memory_columns(samples) -> column bytes"},
     {"by_start", by_start, METH_VARARGS, "by_start(events) -> the events sorted by start, stable"},
-    {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, child_dur, starts, durs float64, codes) bytes"},
+    {"nest", nest, METH_VARARGS, "nest(events, base, slack, cats) -> (parent int32, starts, durs float64, codes) bytes"},
     {"children", children, METH_VARARGS, "children(parent int32 buffer[, n]) -> (offsets, kids) int32 column"},
     /* the summary analyses and the module tree */
     {"spans", spans, METH_VARARGS, "spans(events) -> each event's (start, end), flat float64 column"},

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ...protocol.types import HotLine, KernelStat
 from . import kernels
-from .model import LAUNCH_CATS
+from .model import LAUNCH_CATS, NEST_SLACK_US
 from .passes import NO_LINE, arange, negative
 
 
@@ -57,7 +57,7 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         m.cpu,
         m.gpu,
         m.parent,
-        m.child_dur,
+        m.cpu_starts(),
         m.frame_of,
         m.fwd_of,
         lines,
@@ -69,6 +69,7 @@ def hot_lines(ctx) -> dict[tuple, HotLine]:
         m.durs,
         m.cat_mask("python_function"),
         m.cat_mask(*LAUNCH_CATS),
+        NEST_SLACK_US,
     )
     for n, i in enumerate(first):  # in order of first event, as the hot lines are made
         h = line(i)

@@ -468,25 +468,23 @@ def build(doc: TraceDoc) -> TraceModel:
     # cpu: the first thread's list itself (no reference to its events taken again), the others appended
     cpu: list[Event] = []
     parent = array("i")
-    child_dur = array("d")
     durs = array("d")
     codes = bytearray()
     cpu_starts = array("d")  # each cpu event's start; each thread's starts are a slice of it
     placed: list[tuple[tuple, int, int]] = []
     keys = sorted(by_thread, key=str)
     nested = _nest_threads(run, [by_thread[k] for k in keys])
-    for key, (pb, cb, sb, db, kb) in zip(keys, nested):
+    for key, (pb, sb, db, kb) in zip(keys, nested):
         evs = by_thread[key]
         placed.append((key, len(cpu), len(evs)))
         codes += kb
         if cpu:  # the first thread's columns themselves, the others' appended
             parent += pb
-            child_dur += cb
             cpu_starts += sb
             durs += db
             cpu += evs
         else:
-            parent, child_dur, cpu_starts, durs = pb, cb, sb, db
+            parent, cpu_starts, durs = pb, sb, db
             cpu = evs
     whole = memoryview(cpu_starts)  # (the column is complete: no resize while the slices live)
     starts = {key: whole[base : base + n] for key, base, n in placed}
@@ -531,7 +529,6 @@ def build(doc: TraceDoc) -> TraceModel:
     )  # (off, kids): i's children are kids[off[i] : off[i + 1]]
     m._cpu_starts = cpu_starts
     m._by_name = by_name
-    m.child_dur = child_dur
     m.durs = durs
     m.cat_codes = cat_codes  # 1 + each cpu event's category's place in CPU_CAT_CODES, 0 none
     m.token = token

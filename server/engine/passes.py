@@ -328,7 +328,7 @@ def _keep_cats(args) -> Callable[[], None]:
     return undo
 
 
-def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, array, bytes]:
+def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
     -1 at the top; a child may end ``slack`` after its parent), its children's summed duration,
@@ -343,37 +343,34 @@ def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, a
     evs.sort(key=_dur, reverse=True)  # two stable sorts: start, then longest first
     evs.sort(key=_ts)
     parent = array("i", [-1]) * len(evs)
-    child_dur = array("d", [0.0]) * len(evs)
     stack: list[int] = []  # positions in evs
     eend = array("d", [0.0]) * len(evs)  # each event's end as nesting sees it (clamped, below)
     for j, e in enumerate(evs):
-        end, dur = e.ts + e.dur, e.dur
+        end = e.ts + e.dur
         while stack:
             tend = eend[stack[-1]]
             if e.ts < tend and end <= tend + slack:
                 break
             if e.ts < tend and e.cat == "python_function" and evs[stack[-1]].cat == "python_function":
-                end, dur = tend, tend - e.ts  # a python frame whose exit the tracer lost
+                end = tend  # a python frame whose exit the tracer lost (_child_durations clamps it so)
                 break
             stack.pop()
         eend[j] = end
         if stack:
             parent[j] = base + stack[-1]
-            child_dur[stack[-1]] += dur
         stack.append(j)
     code = {c: k + 1 for k, c in reversed(list(enumerate(cats)))}  # the first place of a name
     return (
         parent,
-        child_dur,
         array("d", map(_ts, evs)),
         array("d", map(_dur, evs)),
         bytes(code.get(e.cat, 0) for e in evs),
     )
 
 
-def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, array, bytes]:
-    pb, cb, sb, db, kb = _BUILT.nest(evs, base, slack, cats)
-    return column("i", pb), column("d", cb), column("d", sb), column("d", db), kb
+def _nest_c(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, bytes]:
+    pb, sb, db, kb = _BUILT.nest(evs, base, slack, cats)
+    return column("i", pb), column("d", sb), column("d", db), kb
 
 
 def _by_start_ref(events: list) -> list:
@@ -659,11 +656,34 @@ def _ancestors_c(parent: array, items: array) -> bytes:
     return _BUILT.ancestors(parent, items)
 
 
+def _child_durations(cpu, parent: array, slack: float) -> array:
+    """Each cpu event's children's summed duration, as nest nested them: a child's duration, or for
+    a python frame whose exit the tracer lost, its time up to its parent's end as nesting saw it
+    (nest's clamp: nested, yet not inside). The model keeps no column of it (8 bytes an event, for
+    the hot lines alone); the children add in event order, as nest would."""
+    out = array("d", [0.0]) * len(cpu)
+    clamped: dict[int, float] = {}  # the events nesting clamped (few: lost exits) -> their end as it saw it
+    for i, e in enumerate(cpu):
+        p = parent[i]
+        if p < 0:
+            continue
+        tend = clamped.get(p)
+        if tend is None:
+            pe = cpu[p]
+            tend = float(pe.ts + pe.dur)  # as nest's column of ends holds it
+        dur = e.dur
+        if not (e.ts < tend and e.ts + e.dur <= tend + slack):
+            clamped[i] = tend
+            dur = tend - e.ts
+        out[p] += dur
+    return out
+
+
 def _hot_sums_ref(
     cpu,
     gpu,
     parent,
-    child_dur,
+    starts,
     frame_of,
     fwd_of,
     lines,
@@ -675,15 +695,17 @@ def _hot_sums_ref(
     durs,
     python,
     launch,
+    slack,
 ):
     """Each event's time onto its hot line (``lines``: its number, -1 for none and for every label;
     ``keys``: the number of its line key, for the outermost call of a line): the hot lines in order
     of first event (their numbers, and that event), and per hot line in that order calls, launches
     (int64), cpu self, cpu total (outermost call of the line), cpu backward, gpu, gpu forward, gpu
     backward (float64), kernel classes and kernel stats; the native pass sums in the same order
-    (the same floats). ``durs``, ``python`` and ``launch`` (1 for a python frame, a launch call):
-    the model's columns, which the native pass reads in place of the cpu events and ``launch_cats``;
-    the events here."""
+    (the same floats). ``starts``, ``durs``, ``python`` and ``launch`` (1 for a python frame, a launch
+    call): the model's columns, which the native pass reads in place of the cpu events and
+    ``launch_cats``; the events here. ``slack``: nest's, for the self times (``_child_durations``)."""
+    child_dur = _child_durations(cpu, parent, slack)
     order, first = array("i"), array("i")
     at: dict[int, int] = {}
     s: list[list] = []
@@ -1665,7 +1687,7 @@ PASSES: dict[str, Pass] = {
         ),
         Pass(
             "nest",
-            "one thread's events sorted; parent, child_dur, start, duration and category code of each",
+            "one thread's events sorted; parent, start, duration and category code of each",
             _nest_ref,
             _nest_c,
             beside=True,
