@@ -59,7 +59,7 @@ def child(mode: str, path: str) -> dict:
     elif mode == "profd-load":
         from profd.server.engine import loader, passes
 
-        passes.one_malloc_arena()
+        passes.own_the_heap()
 
         extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         doc, _, _ = loader.load(path)
@@ -70,7 +70,7 @@ def child(mode: str, path: str) -> dict:
         from profd.server.engine import Options, passes
         from profd.server.engine.analyze import analyze_or_error
 
-        passes.one_malloc_arena()  # as profd-client's process (client_cli.common.analyze_local)
+        passes.own_the_heap()  # as profd-client's process (client_cli.common.analyze_local)
 
         extra["import_s"], extra["import_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
         sel = mode == "profd-select"

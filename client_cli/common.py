@@ -465,10 +465,10 @@ def analyze_local(
 ) -> list[T.Report]:
     """Reports of ``paths`` in this process; ``summaries`` (when given) gets the rank summary of
     each that is a rank of a multi-process job, from the same run."""
-    from ..server.engine import analyze_for_jobs, analyze_or_error, one_malloc_arena
+    from ..server.engine import analyze_for_jobs, analyze_or_error, own_the_heap
 
-    if KEEP_LAST is not None:  # the profd-client process: its threads share one malloc arena
-        one_malloc_arena()
+    if KEEP_LAST is not None:  # the profd-client process: the engine's alone (one arena, trimmed)
+        own_the_heap()
     out = []
     for p in paths:
         if progress:

@@ -142,17 +142,18 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     assert "Traceback" not in err, err
 
 
-def test_the_client_process_shares_one_malloc_arena(monkeypatch, capsys):
+def test_the_client_process_owns_its_heap(monkeypatch, capsys):
     """``profd-client``'s own process (``common.KEEP_LAST`` set by its entry) asks for one malloc
     arena before its first in-process analysis starts the reader's and the passes' threads (each
-    kept an arena of its own: bench/cases.py measures what that cost); a program that calls
-    ``main()`` itself (KEEP_LAST None) keeps its malloc as it was."""
+    kept an arena of its own: bench/cases.py measures what that cost), and for the heap trimmed
+    between rules (``passes.own_the_heap``); a program that calls ``main()`` itself (KEEP_LAST
+    None) keeps its malloc as it was."""
     from profd.client_cli import common
     from profd.client_cli.main import main
     from profd.server import engine
 
     calls = []
-    monkeypatch.setattr(engine, "one_malloc_arena", lambda: calls.append(1) or True)
+    monkeypatch.setattr(engine, "own_the_heap", lambda: calls.append(1) or True)
     argv = ["analyze", "--no-daemon", "--isolated", "--fail-on", "never", trace("tinygpt_naive")]
     monkeypatch.setattr(common, "KEEP_LAST", [])
     assert main(argv) == 0
@@ -164,14 +165,16 @@ def test_the_client_process_shares_one_malloc_arena(monkeypatch, capsys):
 
 
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_one_malloc_arena_is_taken_where_the_native_layer_is_built():
+def test_one_malloc_arena_is_taken_where_the_native_layer_is_built(monkeypatch):
     from profd.server.engine import passes
 
     mod = passes.native()
     if mod is None:
         pytest.skip("the native layer is not built")
     assert mod.malloc_arenas(0) is False  # not a setting: refused
-    assert passes.one_malloc_arena() is True
+    monkeypatch.setattr(passes, "TRIM_BETWEEN_RULES", False)  # restored after: this process embeds the engine
+    assert passes.own_the_heap() is True
+    assert passes.TRIM_BETWEEN_RULES is True
 
 
 def test_status_says_the_analyses_whose_file_changed_as_it_was_read_apart():

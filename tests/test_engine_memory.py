@@ -117,20 +117,24 @@ def test_trim_malloc_gives_the_heaps_free_pages_back(how):
     assert int(out[1]) > 100 << 20, out
 
 
-def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch):
+@pytest.mark.parametrize("own", [True, False])
+def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch, own):
     """The rules' transients (their columns, a pass's results) are freed when the rule ends, and
-    would stay resident as holes in the heap up to the analysis' peak: the engine trims once a
-    rule has run, and once more when what only the rules read is let go (``Context.rules_done``)
-    before the impact replay, whose objects come from Python's own arenas, not those holes."""
-    from profd.server.engine import analyze as pipeline
+    would stay resident as holes in the heap up to the analysis' peak: in a process that is the
+    engine's alone (``own_the_heap``: profd-client's) the engine trims once a rule has run, and
+    once more when what only the rules read is let go (``Context.rules_done``) before the impact
+    replay, whose objects come from Python's own arenas, not those holes. Where the engine is
+    embedded it leaves the host's heap alone (a trim walks all of it)."""
+    from profd.server.engine import analyze as pipeline, passes
     from profd.server.engine.rules import load_all
 
     events: list[str] = []
-    monkeypatch.setattr(pipeline, "trim_malloc", lambda: events.append("trim") or True)
+    monkeypatch.setattr(passes, "TRIM_BETWEEN_RULES", own)
+    monkeypatch.setattr(passes, "trim_malloc", lambda: events.append("trim") or True)
     done_before = pipeline.Context.rules_done
     monkeypatch.setattr(
         pipeline.Context, "rules_done", lambda self: events.append("done") or done_before(self)
     )
     analyze_trace(TRACE, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
     ran = len(pipeline._rules_to_run(load_all(), set()))
-    assert events == ["trim"] * ran + ["done", "trim"]
+    assert events == (["trim"] * ran + ["done", "trim"] if own else ["done"])

@@ -1768,7 +1768,7 @@ static PyObject *depth_scan(PyObject *mod, PyObject *args) {
  * the setting). Each thread that mallocs otherwise gets an arena of its own, and the passes run
  * beside the rules keep theirs: 3.5 MB of the 51 MB tiling's 63.5 MB peak, 10 MB at 255 MB
  * (measured with MALLOC_ARENA_MAX=1, the same setting). For profd-client's process
- * (passes.one_malloc_arena), not at import: a program that embeds the engine keeps its own. */
+ * (passes.own_the_heap), not at import: a program that embeds the engine keeps its own. */
 static PyObject *malloc_arenas(PyObject *mod, PyObject *arg) {
     long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred()) return NULL;

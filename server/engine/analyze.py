@@ -17,12 +17,11 @@ import msgspec
 from ... import __version__
 from ...protocol.catalog import RULES as CATALOG
 from ...protocol.types import Diagnostic, HotLine, Report, Step, Summary, TraceInfo
-from . import impact, loader, modules, suppress
+from . import impact, loader, modules, passes, suppress
 from .analyses import Analysis, analyze, verdict
 from .bound import bound
 from .context import Context, Options
 from .model import TraceModel, build
-from .passes import trim_malloc
 from .statements import start_frame_shapes
 from .rules import load, load_all
 from .rules.util import us
@@ -135,9 +134,11 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
             import logging  # here: the one use, and no start-up cost for it
 
             logging.getLogger("profd.engine").exception("rule %s failed on %s", code, info.path)
-        trim_malloc()  # the rule's transients: their pages back, not held to the peak at the end
+        if passes.TRIM_BETWEEN_RULES:  # the rule's transients: not held resident up to the peak
+            passes.trim_malloc()
     ctx.rules_done()
-    trim_malloc()  # what only the rules read: the impact's objects come from Python's own arenas
+    if passes.TRIM_BETWEEN_RULES:  # what only the rules read: the replay's objects come from Python's arenas
+        passes.trim_malloc()
     impact.assign(ctx, diagnostics)
     if options.disabled:  # the findings run only for the impact of the enabled ones
         diagnostics = [d for d in diagnostics if d.code not in options.disabled]

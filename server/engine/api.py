@@ -42,7 +42,7 @@ from .job import (
 )
 from .loader import TraceError
 from .modules import render as render_modules, top_modules, tree_document
-from .passes import one_malloc_arena, trim_malloc
+from .passes import own_the_heap, trim_malloc
 from .rules import thresholds as rule_thresholds
 from .rules.util import plural, size, us
 from .sourcemap import SourceMap, line_starts, nameable, read_lines, source_line, split_lines
@@ -71,7 +71,7 @@ def rule_page(code: str) -> Optional[str]:
 __all__ = [
     # the pipeline
     "Options",
-    "one_malloc_arena",
+    "own_the_heap",
     "trim_malloc",
     "TraceError",
     "analyze_file",

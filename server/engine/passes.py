@@ -86,30 +86,44 @@ def native():
     return _BUILT if enabled else None
 
 
-def one_malloc_arena() -> bool:
-    """In ``profd-client``'s process, before its analyses start threads: the threads share the
-    process's one malloc arena, where glibc gives each thread that allocates one of its own and the
-    passes beside the rules kept theirs (3.5 MB of the 51 MB tiling's peak). True where the setting
-    was taken (glibc with the native layer built). Not in the daemon's workers, measured there
-    with the flood's races mended (ef2ed5b): five alternating pairs of ``make bench-daemon`` at
-    1 GB gave the worker 609-615 against 621-623 MiB of peak RSS, but its analysis took longer in
-    four pairs of five (+0.5 to +1.4 s of 5.1-7.9 s), where in profd-client's own process the
-    setting is time-neutral (1 GB, three pairs: 5.09-5.15 against 4.99-5.13 s). A guess, not tested: the
-    worker shares the cores with the daemon's loop, and a thread preempted while it holds the one
-    arena's lock stalls the others."""
+def own_the_heap() -> bool:
+    """In ``profd-client``'s process, before its analyses start threads: the process is the
+    engine's alone, and its C heap is kept lean for it.
+
+    - One malloc arena: the threads share the process's one, where glibc gives each thread that
+      allocates one of its own and the passes beside the rules kept theirs (3.5 MB of the 51 MB
+      tiling's peak). True where that setting was taken (glibc with the native layer built).
+    - The heap trimmed after each rule and before the replay (``TRIM_BETWEEN_RULES``; see
+      ``trim_malloc``).
+
+    Not where the engine is embedded: a trim walks every free block of the heap, ~6 ms a call in a
+    600 MB process whose heap is fragmented (a test runner), 33 calls an analysis. Not in the
+    daemon's workers, which trim once a task is done (``pool.release_memory``): one arena there was
+    measured with the flood's races mended (ef2ed5b): five alternating pairs of ``make
+    bench-daemon`` at 1 GB gave the worker 609-615 against 621-623 MiB of peak RSS, but its analysis
+    took longer in four pairs of five (+0.5 to +1.4 s of 5.1-7.9 s), where in profd-client's own
+    process the setting is time-neutral (1 GB, three pairs: 5.09-5.15 against 4.99-5.13 s). A
+    guess, not tested: the worker shares the cores with the daemon's loop, and a thread preempted
+    while it holds the one arena's lock stalls the others."""
+    global TRIM_BETWEEN_RULES
+    TRIM_BETWEEN_RULES = True
     mod = native()
     return bool(mod is not None and mod.malloc_arenas(1))
+
+
+TRIM_BETWEEN_RULES = False  # own_the_heap: the engine trims after each rule (analyze_context)
 
 
 def trim_malloc() -> bool:
     """Give the free pages of the C allocator's heaps back to the system: False where the C library
     cannot (not glibc). Freed blocks otherwise stay resident in the heap, between the live ones, and
-    count in the process' RSS. The engine trims after each rule (analyze_context): a rule's
-    transients (columns of 0.1-1 MB at the 51 MB tiling) leave holes that later, smaller objects
-    fill only in part, and the peak, at the end of the rules, held them: 49.4-49.7 against
-    48.3-48.5 MiB there, at 2-6 ms for the rules' 32 trims (1 GB: -11 MiB, 20 ms of 5 s).
-    The daemon's workers trim once a task is done (pool.release_memory). Natively where the native
-    layer is built (without the GIL: the passes beside the rules go on), through ctypes otherwise."""
+    count in the process' RSS. In profd-client's process (``own_the_heap``) the engine trims after
+    each rule (analyze_context): a rule's transients (columns of 0.1-1 MB at the 51 MB tiling) leave
+    holes that later, smaller objects fill only in part, and the peak, at the end of the rules, held
+    them: 49.4-49.7 against 48.3-48.5 MiB there, at 2-6 ms for the rules' 32 trims (1 GB: -11 MiB,
+    20 ms of 5 s). The daemon's workers trim once a task is done (pool.release_memory). Natively
+    where the native layer is built (without the GIL: the passes beside the rules go on), through
+    ctypes otherwise."""
     mod = _BUILT  # not native(): a memory setting, the same with the Python passes
     if mod is not None:
         return bool(mod.trim_malloc())
