@@ -7,6 +7,7 @@ analysis' leftovers, whose sizes no test trace controls.)"""
 import asyncio
 import os
 
+from profd.server.daemon.hashing import BACKGROUND_NICE
 from profd.server.daemon.pool import WorkerPool, _rss_bytes
 
 
@@ -83,3 +84,17 @@ def test_analyze_for_jobs_hands_its_model_to_the_caller_to_free():
     hold: list = []
     report, _ = analyze_for_jobs(os.path.join(EXAMPLES, "seed_n4096_bf16.json.gz"), hold=hold)
     assert len(hold) == 1 and hold[0].report is report and len(hold[0].model.cpu) > 0
+
+
+async def test_an_analysis_runs_at_a_lower_priority_than_the_daemon():
+    """An analysis keeps both cores busy; the daemon's event loop answers hovers meanwhile, so the
+    worker yields to it (and to the user's own programs): its niceness is the daemon's +
+    ``BACKGROUND_NICE``."""
+    pool = WorkerPool(1, True, 60.0, 2 << 30, retire_rss=1 << 40, retire_after_s=60)
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        # asked of the worker itself: the process that runs the task
+        want = min(mine + BACKGROUND_NICE, 19)
+        assert await pool.run(os.getpriority, os.PRIO_PROCESS, 0) == want
+    finally:
+        pool.close()

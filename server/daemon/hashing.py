@@ -19,10 +19,13 @@ from typing import Optional
 from .watcher import Sig, sig_of
 
 BACKGROUND_MIN_BYTES = 64 << 20  # below this the hash takes a few ms: a thread does it
+# How much the daemon's work in other processes (this hash, the analyses: pool._lower_priority)
+# yields to its event loop (os.nice): the loop answers the editor.
+BACKGROUND_NICE = 10
 
 _CHILD = (
     "import hashlib, os, sys\n"
-    "os.nice(10)\n"
+    f"os.nice({BACKGROUND_NICE})\n"
     "h = hashlib.sha256()\n"
     "with open(sys.argv[1], 'rb') as f:\n"
     "    st = os.fstat(f.fileno())\n"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from ...protocol import types as T
 from ...protocol.job import RankSummary
+from .hashing import BACKGROUND_NICE
 from .index import relabel
 from .watcher import Sig, same_file, sig_of, signature
 
@@ -166,11 +167,26 @@ def _worker_init(quiet_stderr: bool, mem_bytes: int = 0) -> None:
                 os._exit(0)
 
     threading.Thread(target=watch_parent, name="profd-parent-watch", daemon=True).start()
+    _lower_priority()
     if mem_bytes:
         _cap_memory(mem_bytes)
     try:  # every worker imports the engine now, not on its first trace (~50 ms on the way)
         from .. import engine  # noqa: F401
     except Exception:  # pragma: no cover - the task itself will say what is wrong
+        pass
+
+
+def _lower_priority() -> None:
+    """An analysis keeps the cores busy (its reader and scanner threads, the passes beside the
+    rules), and at the daemon's own priority the event loop that answers a hover waited its turn
+    behind them. Niced, the scheduler runs the loop as soon as a request wakes it; the analysis
+    loses nothing on an otherwise idle machine, and yields to the user's own programs too.
+    Measured (``make bench-daemon``, 1 GB, four runs each alternating): hover p95 5.6-7.6 ->
+    3.5-4.4 ms, p99 7.1-13.0 -> 5.1-7.0 ms; the daemon's own share of the publish unchanged
+    (0.014-0.016 s)."""
+    try:
+        os.nice(BACKGROUND_NICE)
+    except (AttributeError, OSError):  # pragma: no cover - no nice (Windows), or refused
         pass
 
 
