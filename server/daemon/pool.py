@@ -181,9 +181,9 @@ def _lower_priority() -> None:
     rules), and at the daemon's own priority the event loop that answers a hover waited its turn
     behind them. Niced, the scheduler runs the loop as soon as a request wakes it; the analysis
     loses nothing on an otherwise idle machine, and yields to the user's own programs too.
-    Measured (``make bench-daemon``, 1 GB, four runs each alternating): hover p95 5.6-7.6 ->
-    3.5-4.4 ms, p99 7.1-13.0 -> 5.1-7.0 ms; the daemon's own share of the publish unchanged
-    (0.014-0.016 s)."""
+    Measured (``make bench-daemon``, 1 GB, seven runs each alternating): hover p95 5.6-9.4 ->
+    3.5-4.8 ms, p99 7.1-13.0 -> 5.1-7.2 ms (one run of seven 15.0 ms, the machine slowed); the
+    daemon's own share of the publish unchanged (0.009-0.028 s)."""
     try:
         os.nice(BACKGROUND_NICE)
     except (AttributeError, OSError):  # pragma: no cover - no nice (Windows), or refused
