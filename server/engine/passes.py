@@ -345,10 +345,11 @@ def _keep_cats(args) -> Callable[[], None]:
 def _nest_ref(evs: list, base: int, slack: float, cats: tuple) -> tuple[array, array, array, bytes]:
     """Sort one thread's events (by start, longest first among equal starts, so a parent precedes
     the children that start with it) and give each its innermost enclosing event (base + position,
-    -1 at the top; a child may end ``slack`` after its parent), its children's summed duration,
-    its start, its duration and its category's code (1 + its place in ``cats``, 0 for none):
-    (int32, float64, float64, float64 arrays, bytes). The columns are made where the events are
-    read anyway (each later pass over an event's fields costs a cache miss an event).
+    -1 at the top; a child may end ``slack`` after its parent), its start, its duration and its
+    category's code (1 + its place in ``cats``, 0 for none): (int32, float64, float64 arrays,
+    bytes). The columns are made where the events are read anyway (each later pass over an event's
+    fields costs a cache miss an event). The children's summed durations, which only the hot lines
+    read, are theirs to make (``_child_durations``).
 
     A python frame that starts inside another python frame but ends after it is one whose exit the
     tracer lost (Dynamo's frame swaps leave ``<built-in method apply ...>`` "running" to the end of
