@@ -808,7 +808,7 @@ from profd.server.engine import loader, _scan
 def rss():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) << 10
 out = []
-for _ in range(3):
+for _ in range(6):
     doc, _, _ = loader.load(sys.argv[1])
     assert isinstance(doc.traceEvents[0], _scan.Event)
     held = sum(map(sys.getsizeof, doc.traceEvents))
@@ -830,8 +830,11 @@ def test_event_memory_goes_back_when_the_events_die():
     assert held > 8 << 20  # enough events for the RSS to show them
     for _, loaded, freed in runs:
         assert loaded - freed > held // 2  # most of the events' memory is returned when they die
-    # one trace after another: no growth (a slab pinned per trace would add up)
-    assert runs[2][2] - runs[0][2] < 4 << 20
+    # one trace after another: no growth (a slab pinned per trace would add up: 8 MiB over the four
+    # traces after the second). The first load grows the process once (3.2-3.5 MB here, 5.2 MB on
+    # CI's 3.10: the loader's thread and imports, the allocator's first arenas), so the count starts
+    # after it.
+    assert runs[5][2] - runs[1][2] < 4 << 20
 
 
 _FORKED = r"""
