@@ -678,6 +678,131 @@ def test_the_native_sha256_is_hashlibs_on_every_length_and_split():
         h.update("text")
 
 
+@pytest.mark.skipif(
+    not NATIVE_SHA or os.name != "posix", reason="update_from is the native sha256's, on POSIX"
+)
+def test_the_native_sha256_reads_a_file_as_hashlib_hashes_its_bytes(tmp_path):
+    """``update_from`` (the file read without the GIL) against hashlib on the same bytes: from an
+    offset, across its read size, after bytes fed by ``update``, and a length past the file's end
+    (it hashes what there is and says how much). Synthetic bytes: a hash is a function of them."""
+    import hashlib
+    import random
+
+    rnd = random.Random(7)
+    data = rnd.randbytes((256 << 10) * 3 + 1234)
+    f = tmp_path / "bytes"
+    f.write_bytes(data)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        Sha256 = passes.native().Sha256
+        for offset, length in [
+            (0, len(data)),
+            (5, 70_000),
+            (100, (256 << 10) + 1),
+            (3, 0),
+            (1000, len(data)),
+        ]:
+            h = Sha256()
+            h.update(b"head")
+            got = h.update_from(fd, offset, length)
+            want = data[offset : offset + length]
+            assert got == len(want)
+            assert h.hexdigest() == hashlib.sha256(b"head" + want).hexdigest(), (offset, length)
+        with pytest.raises(ValueError):
+            Sha256().update_from(fd, -1, 10)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        Sha256().update_from(fd, 0, 10)  # closed
+
+
+def _plain_copy(tmp_path, name="trace.json"):
+    """A real trace (tinygpt_naive) inflated to a plain JSON file of its own."""
+    out = tmp_path / name
+    out.write_bytes(gzip.decompress(open(os.path.join(EXAMPLES, "tinygpt_naive.json.gz"), "rb").read()))
+    return str(out)
+
+
+@pytest.mark.skipif(
+    not NATIVE_SHA or os.name != "posix", reason="LaterSha needs the native sha256's update_from"
+)
+def test_a_big_plain_trace_is_hashed_after_its_events_are_read(tmp_path, monkeypatch):
+    """Past HASH_LATER_BYTES (lowered here to take the real 5 MB trace) a plain JSON file comes
+    with a LaterSha, and its report's sha256 is the file's, as when the reader hashes it; a
+    gzipped one is still hashed by the reader (its hash is of the inflated bytes)."""
+    import hashlib
+
+    path = _plain_copy(tmp_path)
+    want = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    inline = engine.analyze_file(path)
+    monkeypatch.setattr(loader, "HASH_LATER_BYTES", 1 << 20)
+    _doc, sha, _size = loader.load(path, later=True)
+    assert isinstance(sha, loader.LaterSha) and sha.result() == want
+    assert loader.load(path)[1] == want  # a caller that asks for the digest now gets it now
+    later = engine.analyze_file(path)
+    assert later.trace.sha256 == inline.trace.sha256 == want
+    assert msgspec.json.encode(later) == msgspec.json.encode(inline)
+    gz = os.path.join(EXAMPLES, "tinygpt_naive.json.gz")
+    assert loader.load(gz, later=True)[1] == want
+
+
+@pytest.mark.skipif(
+    not NATIVE_SHA or os.name != "posix", reason="LaterSha needs the native sha256's update_from"
+)
+def test_a_trace_changed_while_it_was_read_is_refused_not_hashed_as_another(tmp_path, monkeypatch):
+    """The bytes hashed later must be the bytes analysed: a file written to between its open and
+    its hash (here: its modification time moved, with the hash held until then) gets the error
+    report that names it, not a report keyed by a digest of other bytes."""
+    import threading
+
+    path = _plain_copy(tmp_path)
+    monkeypatch.setattr(loader, "HASH_LATER_BYTES", 1 << 20)
+    go = threading.Event()
+    monkeypatch.setattr(loader, "_background_priority", lambda: go.wait(30))
+    _doc, sha, _size = loader.load(path, later=True)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a write, as far as stat tells
+    go.set()
+    with pytest.raises(TraceError, match="changed while it was read"):
+        sha.result()
+    # through the pipeline: the write comes once the file is open (the hash thread has started)
+    monkeypatch.setattr(
+        loader, "_background_priority", lambda: os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    )
+    rep = engine.analyze_or_error(path)
+    assert (
+        rep.error
+        == f"profd: bad trace {path}: changed while it was read (analyse it again once it is written)"
+    )
+    monkeypatch.setattr(loader, "_background_priority", lambda: None)
+    assert engine.analyze_or_error(path).error is None  # unchanged since its open: a report
+
+
+@pytest.mark.skipif(
+    not NATIVE_SHA or os.name != "posix", reason="LaterSha needs the native sha256's update_from"
+)
+def test_a_declined_load_lets_its_later_hash_go(tmp_path, monkeypatch):
+    """A file the scanner declines is decoded and hashed whole (msgspec's path): the LaterSha that
+    the streaming load started stops and closes its descriptor, and the digest is the file's.
+    Synthetic: an escaped key (the scanner declines those) in an otherwise real trace's events."""
+    import hashlib
+
+    monkeypatch.setattr(loader, "HASH_LATER_BYTES", 1 << 20)
+    path = tmp_path / "declined.json"
+    data = open(_plain_copy(tmp_path), "rb").read()
+    at = data.index(b'"name"', data.index(b'"traceEvents"'))  # an event's key
+    path.write_bytes(data[:at] + b'"na\\u006de"' + data[at + 6 :])
+    made = []
+    monkeypatch.setattr(loader, "LaterSha", lambda *a, _k=loader.LaterSha: made.append(_k(*a)) or made[-1])
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    _doc, sha, _size = loader.load(str(path), later=True)
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert made and made[0]._stop
+    assert made[0].result() is None  # stopped, its descriptor closed
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds
+
+
 @SETTINGS
 @given(st.text(), st.booleans())
 def test_scanner_unescapes_strings_as_json_does(text, ascii_only):
@@ -876,7 +1001,7 @@ def test_loads_on_threads_at_once_put_the_switch_interval_back(monkeypatch):
     stream = loader._load_stream
     during: list[float] = []
 
-    def held(path, scan):
+    def held(path, scan, *later):
         if path == first:
             first_in.set()
             assert second_in.wait(10)
@@ -884,7 +1009,7 @@ def test_loads_on_threads_at_once_put_the_switch_interval_back(monkeypatch):
             second_in.set()
             assert first_out.wait(10)
         during.append(sys.getswitchinterval())
-        return stream(path, scan)
+        return stream(path, scan, *later)
 
     def run_first():
         loader.load(first)

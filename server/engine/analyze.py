@@ -66,15 +66,20 @@ def analyze_trace(path: str, options: Optional[Options] = None) -> Analyzed:
     report, a rank's summary, the annotated copy). Raises ``loader.TraceError`` for a file that is
     not a trace."""
     with _cyclic_gc_paused():
-        doc, sha, size = loader.load(path)
+        doc, sha, size = loader.load(path, later=True)
         return analyze_document(path, doc, sha, size, options)
 
 
 def analyze_document(
-    path: str, doc: loader.TraceDoc, sha: str, size: int, options: Optional[Options] = None
+    path: str,
+    doc: loader.TraceDoc,
+    sha: "str | loader.LaterSha",
+    size: int,
+    options: Optional[Options] = None,
 ) -> Analyzed:
     """The pipeline from a decoded document on, for a caller that decoded the file itself
-    (annotate keeps the events as written). Lets go of the document's events."""
+    (annotate keeps the events as written). Lets go of the document's events. ``sha``: the
+    digest, or the loader's ``LaterSha`` still hashing it beside the analysis."""
     options = options or Options()
     with _cyclic_gc_paused():
         model = build(doc)
@@ -84,7 +89,9 @@ def analyze_document(
         model.start_memory()
         analysis = analyze(model)
         ctx = Context(model, analysis, path, options)
-        report = analyze_context(ctx, trace_info(path, sha, size, model))
+        report = analyze_context(ctx, trace_info(path, sha if isinstance(sha, str) else "", size, model))
+        if not isinstance(sha, str):
+            report.trace.sha256 = sha.result()  # no rule reads it: waited for at the end
     return Analyzed(report, model, analysis, ctx)
 
 
