@@ -52,7 +52,7 @@ SELECT: list[str] = []  # --select CODE (repeatable): these rules alone and no r
 # inflates and hashes the blocks (loader._Blocks). The load takes about as long as the busier one:
 # this says which one that is, and how much room the other has. "beside": the CPU of the passes
 # started on the second core while the rules run (passes.start_work).
-THREADS = {"scanning": 0.0, "reading": 0.0, "beside": 0.0}
+THREADS = {"scanning": 0.0, "reading": 0.0, "beside": 0.0, "hashing": 0.0}
 
 
 class Clock:
@@ -136,6 +136,9 @@ def instrument(clock: Clock) -> None:
     # a pass started beside the rules (passes.start_work) runs on its own thread, outside the table
     # above: its time shows where its result is waited for, and its CPU here
     _thread_cpu(passes.Started, "_run", "beside")
+    # a big plain file's hash, on a thread of its own from the load on (loader.LaterSha, which runs
+    # as a passes.Started: threads_line takes its CPU out of "beside")
+    _thread_cpu(loader.LaterSha, "_hash", "hashing")
 
 
 def _thread_cpu(owner, attr: str, key: str) -> None:
@@ -153,9 +156,12 @@ def _thread_cpu(owner, attr: str, key: str) -> None:
 
 
 def threads_line(threads: dict) -> str:
+    hashing = threads.get("hashing", 0.0)
     return (
         f"  {'load threads (cpu)':40} scanning {threads['scanning']:.3f} s, reading (read, inflate, "
-        f"sha256) {threads['reading']:.3f} s\n  {'passes beside the rules (cpu)':40} {threads['beside']:.3f} s"
+        f"sha256 unless hashed later) {threads['reading']:.3f} s\n"
+        f"  {'a big plain file hashed later (cpu)':40} {hashing:.3f} s (from the load on, lowest priority)\n"
+        f"  {'passes beside the rules (cpu)':40} {threads['beside'] - hashing:.3f} s"
     )
 
 

@@ -749,6 +749,26 @@ def test_a_big_plain_trace_is_hashed_after_its_events_are_read(tmp_path, monkeyp
 @pytest.mark.skipif(
     not NATIVE_SHA or os.name != "posix", reason="LaterSha needs the native sha256's update_from"
 )
+def test_without_a_thread_to_be_had_the_later_hash_is_made_when_asked_for(tmp_path, monkeypatch):
+    """A process that cannot start a thread (a daemon worker's memory cap counts each thread's
+    stack) still gets the file's digest: LaterSha hashes it in place when ``result()`` asks."""
+    import hashlib
+
+    path = _plain_copy(tmp_path)
+    monkeypatch.setattr(loader, "HASH_LATER_BYTES", 1 << 20)
+
+    def no_thread(*a):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(passes, "Started", no_thread)
+    _doc, sha, _size = loader.load(path, later=True)
+    assert isinstance(sha, loader.LaterSha)
+    assert sha.result() == hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.mark.skipif(
+    not NATIVE_SHA or os.name != "posix", reason="LaterSha needs the native sha256's update_from"
+)
 def test_a_trace_changed_while_it_was_read_is_refused_not_hashed_as_another(tmp_path, monkeypatch):
     """The bytes hashed later must be the bytes analysed: a file written to between its open and
     its hash (here: its modification time moved, with the hash held until then) gets the error
