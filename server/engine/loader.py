@@ -587,8 +587,12 @@ def _load_stream(path: str, scan, later: bool = False) -> "tuple[TraceDoc, str |
         _blank_to_end(s)
         if not events and scanner.total:
             raise _Declined()  # nothing the model reads: msgspec tells a foreign file from a trace of other events
-        sha, size = blocks.result()
-        if sha is None:
+        digest, size = blocks.result()
+        sha: "str | LaterSha"
+        if digest is not None:
+            sha = digest
+        else:  # the reader left the hash to its LaterSha
+            assert blocks.later is not None
             sha = blocks.later
     except BaseException:
         if blocks.later is not None:  # declined or failed: no digest wanted
