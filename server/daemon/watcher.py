@@ -50,6 +50,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from ..engine import nameable
+from ..engine.loader import file_signature
 from .confine import within
 
 log = logging.getLogger("profd.watcher")
@@ -184,12 +185,7 @@ def matches(path: str) -> bool:
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 
-def sig_of(st: os.stat_result) -> Sig:
-    """A file's signature from its stat: what says it is the same file, unchanged. Size and
-    mtime alone do not (``rsync -a``, ``cp -p`` and ``tar x`` give another content the old ones):
-    the inode and the change time, which no tool can set back, do."""
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-
+sig_of = file_signature  # the engine's, which checks the file it hashes after reading by it
 
 HOLE_MIN = 1 << 20  # files from this size are asked for holes (a sparse file)
 

@@ -829,8 +829,12 @@ def _hash_later(path: str, fd: int) -> "Optional[LaterSha]":
     return LaterSha(path, os.dup(fd), st)
 
 
-def _signature(st: os.stat_result) -> tuple:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+def file_signature(st: os.stat_result) -> tuple:
+    """A file's signature from its stat, (size, mtime_ns, ino, ctime_ns): what says it is the same
+    file, unchanged (the daemon's watcher keys files by it too). Size and mtime alone do not
+    (``rsync -a``, ``cp -p`` and ``tar x`` give another content the old ones): the inode and the
+    change time, which no tool can set back, do."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 class LaterSha:
@@ -854,7 +858,7 @@ class LaterSha:
         self.path = path
         self.size = st.st_size
         self._fd = fd
-        self._signature = _signature(st)
+        self._signature = file_signature(st)
         self._stop = False
         try:
             self._work: Optional[passes.Started] = passes.Started(self._hash, ())
@@ -878,7 +882,7 @@ class LaterSha:
             os.close(self._fd)
         if self._stop:
             return None
-        if hashed != self.size or _signature(st) != self._signature:
+        if hashed != self.size or file_signature(st) != self._signature:
             raise TraceError(self.path, "changed while it was read (analyse it again once it is written)")
         return h.hexdigest()
 
