@@ -49,8 +49,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from ..engine import nameable
-from ..engine.loader import file_signature
+from ..engine import file_signature, nameable
 from .confine import within
 
 log = logging.getLogger("profd.watcher")

@@ -6,6 +6,8 @@ an engine submodule; tests/test_layout.py fails on an import that goes around it
   ``analyze_or_error``; a rank's summary from the same run: ``analyze_rank``, ``summarize_rank``,
   ``analyze_for_jobs`` (the summary only of a multi-process job's rank);
   a job's: ``analyze_job``, ``group_jobs``, ``reduce_job``; the annotated copy: ``annotate_file``;
+- what says a file is unchanged (``file_signature``), as the loader checks the file it hashes
+  after reading and the daemon's watcher checks the files it keys;
 - the options every front end builds (``Options``, its wire shape ``protocol.options``);
 - what the front ends say of a report: diffs, impact, module trees, rule pages, numbers;
 - the source text the findings sit on, read as the engine reads it, and its inline suppressions;
@@ -40,7 +42,7 @@ from .job import (
     reduce_job,
     summarize_rank,
 )
-from .loader import TraceError
+from .loader import TraceError, file_signature
 from .modules import render as render_modules, top_modules, tree_document
 from .passes import own_the_heap, trim_malloc
 from .rules import thresholds as rule_thresholds
@@ -74,6 +76,7 @@ __all__ = [
     "own_the_heap",
     "trim_malloc",
     "TraceError",
+    "file_signature",
     "analyze_file",
     "analyze_or_error",
     "annotate_file",
