@@ -7,6 +7,7 @@ the events, the bare-array form, string ids, escaped keys, a "traceEvents" insid
 marked as such.
 """
 
+import contextlib
 import glob
 import gzip
 import math
@@ -71,6 +72,17 @@ def _kept(events):
     return out
 
 
+@contextlib.contextmanager
+def two_threads(split: int):
+    """Blocks of ``2 * split`` bytes and more lexed by the scanner and its worker thread (_scan.c,
+    "the worker"), as only blocks of 512 KB and more are by default."""
+    was = _scan.split_bytes(split)
+    try:
+        yield
+    finally:
+        _scan.split_bytes(was)
+
+
 def _whole(path):
     doc = loader.decode(path, loader.read_bytes(path))
     return doc
@@ -95,6 +107,55 @@ def test_same_events_as_msgspec(path, monkeypatch):
     monkeypatch.setattr(loader, "JOIN_BYTES", 400)
     joined, _, _ = loader.load(path)
     assert [_norm(e) for e in joined.traceEvents] == [_norm(e) for e in doc.traceEvents]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: os.path.relpath(p, EXAMPLES))
+def test_two_threads_read_a_trace_as_one_does(path, monkeypatch):
+    """The worker lexes the far part of each block from a guessed element start, and the scanner
+    takes its records only where it arrives at that very byte: the events are the one thread's,
+    in its order, with blocks of every size (the default 2 MB, a few KB)."""
+    one, _, _ = loader.load(path)
+    posted, taken, read = _scan.split_stats()
+    with two_threads(1024):
+        both, _, _ = loader.load(path)
+        assert isinstance(both.traceEvents[0], _scan.Event)  # scanned, not declined to msgspec
+        assert [_norm(e) for e in both.traceEvents] == [_norm(e) for e in one.traceEvents]
+        assert both.events_total == one.events_total
+        monkeypatch.setattr(loader, "BLOCK_BYTES", 9001)
+        small, _, _ = loader.load(path)
+        assert [_norm(e) for e in small.traceEvents] == [_norm(e) for e in one.traceEvents]
+    now = _scan.split_stats()
+    if os.path.getsize(path) > 64 << 10:  # a trace this size holds blocks of 2 KB and more: split
+        assert now[1] > taken and now[2] > read
+
+
+def test_a_wrong_guess_costs_time_not_events(tmp_path):
+    """Synthetic (no trace we have puts objects in an array in its args; a producer may): the
+    worker's guess of an element's start ('}' ',' '{' '"') lands inside an event's args, where the
+    scanner never arrives; those records are dropped, and the events are the one thread's."""
+    inner = [{"k": i, "v": "x" * 40} for i in range(30)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i % 7}",
+            "pid": 1,
+            "tid": 2,
+            "ts": 10.0 + i,
+            "dur": 1.0,
+            "args": {"External id": i, "Concrete Inputs": inner},
+        }
+        for i in range(400)
+    ]
+    path = _write(tmp_path, "t.json", orjson.dumps({"traceEvents": events}))
+    one, _, _ = loader.load(path)
+    posted, taken, _ = _scan.split_stats()
+    with two_threads(4096):
+        both, _, _ = loader.load(path)
+    now = _scan.split_stats()
+    assert [_norm(e) for e in both.traceEvents] == [_norm(e) for e in one.traceEvents]
+    assert len(one.traceEvents) == 400
+    assert now[0] - posted > now[1] - taken  # some guesses were wrong, and dropped
 
 
 @pytest.mark.parametrize(
@@ -447,6 +508,9 @@ def _same_as_msgspec(tmp_path_factory, data: bytes) -> None:
     assert [_norm(e) for e in _kept(doc.traceEvents)] == [_norm(e) for e in ref]
     scanned = bool(doc.traceEvents) and isinstance(doc.traceEvents[0], _scan.Event)
     hypothesis.event("decoded by the scanner" if scanned else "declined: msgspec decoded it")
+    with two_threads(64):  # the same bytes lexed by two threads: the worker's guesses land anywhere
+        split, _, _ = loader.load(path)
+    assert [_norm(e) for e in split.traceEvents] == [_norm(e) for e in doc.traceEvents]
 
 
 # Every field an event's args can carry, as a trace writes it: the op fields the scanner keeps only

@@ -8,6 +8,12 @@
  * allocating them. It is resumable at event granularity, so the loader feeds it fixed-size blocks
  * and never holds the whole file.
  *
+ * Two stages: a lexer reads an element into a record (numbers in place, strings as ids of its own
+ * intern table: no Python object, so it can run without the GIL), and the scanner makes the
+ * record's event (the objects, the event, the list) under the GIL. A big block is lexed by two
+ * threads, the far part by a worker (below, "the worker"), whose records the scanner adopts only
+ * where its own reading proves the worker began at an element.
+ *
  * It accepts exactly the inputs msgspec's typed decode (loader.TraceDoc) accepts and gives the same
  * values. Anything it is unsure about (a string id, a float in an int field, an escaped key, bad
  * JSON, a truncated file) raises ValueError, and the loader falls back to msgspec, which then gives
@@ -30,19 +36,40 @@
 #include <malloc.h> /* mallopt, malloc_trim: malloc_arenas, trim_malloc */
 #endif
 
-/* ------------------------------------------------------------------ intern table */
+/* ------------------------------------------------------------------ intern table
+ * Token bytes -> a small id, with no Python object: a Lexer (below) runs on a thread without the
+ * GIL. The object of an id is made once, under the GIL, when an event first needs it (tok_obj). */
+typedef uint32_t Tok; /* TOK_ABSENT, TOK_NULL, LONG_TOK | k (the k-th long token of the lexer's
+                       * current event or run), or an interned id (FIRST_ID on) */
+#define TOK_ABSENT 0u
+#define TOK_NULL 1u
+#define FIRST_ID 2u
+#define LONG_TOK 0x80000000u
+
 typedef struct {
     uint64_t hash;
-    char *key; /* kind byte + token bytes, malloc'd */
+    char *key; /* kind byte + token bytes: keys[id] */
     Py_ssize_t klen;
-    PyObject *val; /* owned */
+    Tok id; /* 0: an empty slot */
 } Slot;
+
+/* A token too long to intern: its bytes where they lie in the block (scanned while it is held). */
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+    char kind;
+} Span;
 
 typedef struct {
     Slot *slots;
     size_t cap, used;
-    PyObject *big; /* list: the tokens of the current event too long to intern (owned here until
-                    * the event is built or dropped), or NULL */
+    char **keys;        /* per id: kind byte + token bytes, malloc'd */
+    Py_ssize_t *klens;  /* per id: the key's length */
+    PyObject **objs;    /* per id: its object once made, or NULL (owned by a scanner's own table,
+                         * borrowed from it in its worker's) */
+    size_t ids, ids_cap; /* the next id; the per-id arrays' room */
+    Span *longs;        /* the current event's (or worker run's) long tokens */
+    size_t nlongs, longs_cap;
 } Table;
 
 /* A token longer than this is not interned: the table would keep a copy of its bytes (a 1 GB name
@@ -102,36 +129,25 @@ static inline int same_bytes(const char *a, const char *b, Py_ssize_t n) {
     return 1;
 }
 
-static void table_free(Table *t) {
-    for (size_t i = 0; i < t->cap; i++) {
-        if (t->slots[i].hash) {
-            free(t->slots[i].key);
-            Py_DECREF(t->slots[i].val);
-        }
+/* ``owns``: the objects are the table's own (the scanner's), not borrowed (its worker's). */
+static void table_free(Table *t, int owns) {
+    for (size_t id = FIRST_ID; id < t->ids; id++) {
+        free(t->keys[id]);
+        if (owns) Py_XDECREF(t->objs[id]);
     }
-    free(t->slots);
-    t->slots = NULL;
-    t->cap = t->used = 0;
-    Py_CLEAR(t->big);
-}
-
-/* Let go of the current event's long tokens (its Event, if kept, holds its own references). */
-static void table_event_done(Table *t) {
-    if (t->big && PyList_GET_SIZE(t->big)) PyList_SetSlice(t->big, 0, PyList_GET_SIZE(t->big), NULL);
+    free(t->slots); free(t->keys); free(t->klens); free(t->objs); free(t->longs);
+    memset(t, 0, sizeof *t);
 }
 
 static int table_grow(Table *t) {
     size_t ncap = t->cap ? t->cap * 2 : 1024;
     Slot *ns = calloc(ncap, sizeof(Slot));
-    if (!ns) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!ns) return -1;
     for (size_t i = 0; i < t->cap; i++) {
         Slot *s = &t->slots[i];
-        if (!s->hash) continue;
+        if (!s->id) continue;
         size_t j = s->hash & (ncap - 1);
-        while (ns[j].hash) j = (j + 1) & (ncap - 1);
+        while (ns[j].id) j = (j + 1) & (ncap - 1);
         ns[j] = *s;
     }
     free(t->slots);
@@ -140,70 +156,84 @@ static int table_grow(Table *t) {
     return 0;
 }
 
-/* Borrowed reference to the interned object for (kind, token); made by make() on a miss. */
-typedef PyObject *(*MakeFn)(const char *s, Py_ssize_t n);
+static int table_more_ids(Table *t) {
+    size_t cap = t->ids_cap ? 2 * t->ids_cap : 1024;
+    char **k = realloc(t->keys, cap * sizeof *k);
+    if (!k) return -1;
+    t->keys = k;
+    Py_ssize_t *l = realloc(t->klens, cap * sizeof *l);
+    if (!l) return -1;
+    t->klens = l;
+    PyObject **o = realloc(t->objs, cap * sizeof *o);
+    if (!o) return -1;
+    memset(o + t->ids_cap, 0, (cap - t->ids_cap) * sizeof *o);
+    t->objs = o;
+    t->ids_cap = cap;
+    if (!t->ids) t->ids = FIRST_ID;
+    return 0;
+}
 
-static PyObject *table_get(Table *t, char kind, const char *s, Py_ssize_t n, MakeFn make, const char **key) {
+/* The token (kind, s[0:n]) as an id of t, into *out: 0, or -1 out of memory. No Python. */
+static int table_tok(Table *t, char kind, const char *s, Py_ssize_t n, Tok *out) {
     if (n > INTERN_MAX) {
-        if (!t->big && !(t->big = PyList_New(0))) return NULL;
-        PyObject *v = make(s, n);
-        if (!v) return NULL;
-        int r = PyList_Append(t->big, v);
-        Py_DECREF(v);
-        return r < 0 ? NULL : v; /* borrowed from t->big */
+        if (t->nlongs == t->longs_cap) {
+            size_t cap = t->longs_cap ? 2 * t->longs_cap : 16;
+            Span *l = realloc(t->longs, cap * sizeof *l);
+            if (!l) return -1;
+            t->longs = l;
+            t->longs_cap = cap;
+        }
+        t->longs[t->nlongs] = (Span){s, n, kind};
+        *out = LONG_TOK | (Tok)t->nlongs++;
+        return 0;
     }
-    if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0) return NULL;
+    if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0) return -1;
     uint64_t h = hash_bytes(kind, s, n);
     size_t j = h & (t->cap - 1);
     for (;;) {
         Slot *sl = &t->slots[j];
-        if (!sl->hash) break;
+        if (!sl->id) break;
         if (sl->hash == h && sl->klen == n + 1 && sl->key[0] == kind && same_bytes(sl->key + 1, s, n)) {
-            if (key) *key = sl->key;
-            return sl->val;
+            *out = sl->id;
+            return 0;
         }
         j = (j + 1) & (t->cap - 1);
     }
-    PyObject *v = make(s, n);
-    if (!v) return NULL;
+    if (t->ids >= t->ids_cap && table_more_ids(t) < 0) return -1;
     char *k = malloc(n + 1);
-    if (!k) {
-        Py_DECREF(v);
-        PyErr_NoMemory();
-        return NULL;
-    }
+    if (!k) return -1;
     k[0] = kind;
     memcpy(k + 1, s, n);
-    Slot *sl = &t->slots[j];
-    sl->hash = h;
-    sl->key = k;
-    sl->klen = n + 1;
-    sl->val = v;
+    Tok id = (Tok)t->ids++;
+    t->keys[id] = k;
+    t->klens[id] = n + 1;
+    t->slots[j] = (Slot){h, k, n + 1, id};
     t->used++;
-    if (key) *key = k;
-    return v;
+    *out = id;
+    return 0;
 }
 
-/* The last token one field read and its object: the same value again (the phase, category, pid
- * and tid of the next event, often its name) is its object at the cost of one compare, not a hash
- * and a probe. ``key`` is the table's copy (kind byte + bytes), which lives as long as the table. */
+/* The last token one field read and its id: the same value again (the phase, category, pid and
+ * tid of the next event, often its name) is its id at the cost of one compare, not a hash and a
+ * probe. ``key`` is the table's copy (kind byte + bytes), which lives as long as the table. */
 typedef struct {
     const char *key;
     Py_ssize_t klen;
-    PyObject *val; /* borrowed from the table */
+    Tok id; /* 0: none yet */
 } Last;
 
-static inline PyObject *table_get_last(Table *t, Last *last, char kind, const char *s, Py_ssize_t n, MakeFn make) {
-    if (last->val && last->klen == n + 1 && last->key[0] == kind && same_bytes(last->key + 1, s, n))
-        return last->val;
-    const char *key = NULL;
-    PyObject *v = table_get(t, kind, s, n, make, &key);
-    if (v && key) { /* not a long token (no key: not interned, owned by the event's list) */
-        last->key = key;
-        last->klen = n + 1;
-        last->val = v;
+static inline int table_tok_last(Table *t, Last *last, char kind, const char *s, Py_ssize_t n, Tok *out) {
+    if (last->id && last->klen == n + 1 && last->key[0] == kind && same_bytes(last->key + 1, s, n)) {
+        *out = last->id;
+        return 0;
     }
-    return v;
+    if (table_tok(t, kind, s, n, out) < 0) return -1;
+    if (!(*out & LONG_TOK)) {
+        last->key = t->keys[*out];
+        last->klen = n + 1;
+        last->id = *out;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ where the events live
@@ -567,19 +597,38 @@ typedef struct {
     PyObject *pair;      /* owned; NULL: an empty slot */
 } ThreadSlot;
 
+/* What a lexer keeps between events: its table and each field's last token. No Python object:
+ * the scanner's own lexer runs under the GIL, its worker's without it. */
+typedef struct {
+    Table table;
+    Last last_ph, last_cat, last_name, last_pid, last_tid, last_other;
+} Lexer;
+
+/* One array element as a lexer reads it: numbers in place, strings as tokens of its table. */
+typedef struct {
+    double ts, dur;
+    uint32_t flags;
+    Tok ph, cat, name, pid, tid, bp;
+    Tok objs[6]; /* dims, types, grid, block, aname, call_from: in the order of OBJ_FLAGS */
+    int64_t ext, corr, seq, fwd, id, nbytes;
+    int64_t devtype, memb, talloc, tres, addr; /* in this order in EvMem too */
+} Rec;
+enum { O_DIMS, O_TYPES, O_GRID, O_BLOCK, O_ANAME, O_CALL_FROM };
+
+typedef struct Worker Worker;
+
 typedef struct {
     PyObject_HEAD
-    Table table;
+    Lexer lex;
     PyObject *x_cats, *flow_cats, *instant_names, *meta_names; /* sets, or None: keep all */
     Py_ssize_t total;  /* array elements seen */
     int state;         /* 0: at '[' content start, 1: after ',', 2: after an element, 3: done */
-    Last last_ph, last_cat, last_name, last_pid, last_tid, last_other;
-    /* the event being read: its phase, pid and tid (borrowed from the table), which the event
-     * keeps as one byte and one shared (pid, tid) pair */
-    PyObject *ph, *pid, *tid;
+    PyObject *big;     /* list: the objects of the current event's long tokens, or NULL */
     ThreadSlot *threads; /* open addressing on the (pid, tid) objects: one pair per distinct two */
     size_t threads_cap, threads_used;
     int pooling; /* counted in pool_users: between its first scan and the array's end */
+    Worker *worker; /* lexes the far part of a big block on the second core (NULL: none yet) */
+    double share;   /* the part of a block the worker takes, from the two threads' last rates */
 } Scanner;
 
 typedef struct {
@@ -1102,14 +1151,12 @@ static PyObject *make_int(const char *s, Py_ssize_t n) {
     return PyLong_FromString(tmp, NULL, 10);
 }
 
-/* A string value, interned (``last``: the field's last token). -1 with c->err for a non-string
+/* A string value as a token (``last``: the field's last token). -1 with c->err for a non-string
  * (the typed decode would reject it). */
-static int read_str(Scanner *sc, Cur *c, PyObject **out, Last *last) {
+static int read_str(Lexer *lx, Cur *c, Tok *out, Last *last) {
     const char *s; Py_ssize_t n; int esc;
     if (scan_string(c, &s, &n, &esc) < 0) return -1;
-    PyObject *v = table_get_last(&sc->table, last, esc ? 'e' : 's', s, n, esc ? make_escaped : make_str);
-    if (!v) FAIL(c, "string");
-    *out = v;
+    if (table_tok_last(&lx->table, last, esc ? 'e' : 's', s, n, out) < 0) FAIL(c, "out of memory");
     return 0;
 }
 
@@ -1167,22 +1214,20 @@ static int read_i64(Cur *c, int64_t *out, int numeric_str) {
     return 0;
 }
 
-/* int | str | null, as the typed decode's Id accepts: interned object (pid, tid). */
-static int read_id_obj(Scanner *sc, Cur *c, PyObject **out, Last *last) {
+/* int | str | null, as the typed decode's Id accepts, as a token (pid, tid). */
+static int read_id_tok(Lexer *lx, Cur *c, Tok *out, Last *last) {
     NEED(c, 1);
-    if (*c->p == '"') return read_str(sc, c, out, last);
+    if (*c->p == '"') return read_str(lx, c, out, last);
     if (*c->p == 'n') {
         if (skip_literal(c, "null", 4) < 0) return -1;
-        *out = Py_None;
+        *out = TOK_NULL;
         return 0;
     }
     const char *s; Py_ssize_t n; int is_int;
     if (*c->p != '-' && (*c->p < '0' || *c->p > '9')) FAIL(c, "unsupported: id type");
     if (scan_number(c, &s, &n, &is_int) < 0) return -1;
     if (!is_int) FAIL(c, "unsupported: float id");
-    PyObject *v = table_get_last(&sc->table, last, 'i', s, n, make_int);
-    if (!v) FAIL(c, "int");
-    *out = v;
+    if (table_tok_last(&lx->table, last, 'i', s, n, out) < 0) FAIL(c, "out of memory");
     return 0;
 }
 
@@ -1198,12 +1243,10 @@ static int check_id(Cur *c) {
     return 0;
 }
 
-static int read_raw(Scanner *sc, Cur *c, PyObject **out) {
+static int read_raw(Lexer *lx, Cur *c, Tok *out) {
     const char *start = c->p;
     if (skip_value(c, EVENT_DEPTH + 2) < 0) return -1;
-    PyObject *v = table_get(&sc->table, 'r', start, c->p - start, make_bytes, NULL);
-    if (!v) FAIL(c, "raw");
-    *out = v;
+    if (table_tok(&lx->table, 'r', start, c->p - start, out) < 0) FAIL(c, "out of memory");
     return 0;
 }
 
@@ -1271,7 +1314,7 @@ static int read_double(Cur *c, double *out) {
     return 0;
 }
 
-static int set_i64(Cur *c, EvParse *e, uint32_t flag, int64_t *slot) {
+static int set_i64(Cur *c, Rec *e, uint32_t flag, int64_t *slot) {
     /* the allocator and copy sizes are numbers (int | float); the others are ids (int | str) */
     int r = read_i64(c, slot, flag & (F_MEMB | F_TALLOC | F_TRES | F_NBYTES));
     if (r < 0) return -1;
@@ -1281,12 +1324,12 @@ static int set_i64(Cur *c, EvParse *e, uint32_t flag, int64_t *slot) {
 }
 
 /* One member's value, by key: 0 ok, -1 incomplete/error. */
-typedef int (*MemberFn)(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n);
+typedef int (*MemberFn)(Lexer *lx, Cur *c, Rec *e, const char *k, Py_ssize_t n);
 
 /* The members of the object at c->p ('{'), each handed to ``member``. Inlined into its two
  * callers, so ``member`` is a direct call the compiler can see (3-4% of the scan, measured as
  * scan_string's). */
-static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c, EvParse *e, MemberFn member) {
+static inline __attribute__((always_inline)) int each_member(Lexer *lx, Cur *c, Rec *e, MemberFn member) {
     c->p++; /* '{' */
     skip_ws(c);
     NEED(c, 1);
@@ -1300,7 +1343,7 @@ static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c
         if (*c->p != ':') FAIL(c, "expected ':'");
         c->p++;
         skip_ws(c);
-        if (member(sc, c, e, k, n) < 0) return -1;
+        if (member(lx, c, e, k, n) < 0) return -1;
         skip_ws(c);
         NEED(c, 1);
         if (*c->p == ',') { c->p++; skip_ws(c); continue; }
@@ -1310,15 +1353,15 @@ static inline __attribute__((always_inline)) int each_member(Scanner *sc, Cur *c
 }
 
 /* A string member that may be null (absent): args' name and CallFrom, the event's bp. */
-static int str_or_null(Scanner *sc, Cur *c, PyObject **slot) {
+static int str_or_null(Lexer *lx, Cur *c, Tok *slot) {
     NEED(c, 1);
-    if (*c->p != 'n') return read_str(sc, c, slot, &sc->last_other);
-    *slot = NULL;
+    if (*c->p != 'n') return read_str(lx, c, slot, &lx->last_other);
+    *slot = TOK_ABSENT;
     return skip_literal(c, "null", 4);
 }
 
 /* args' stream or device: an id, or null (absent); the flag says which (model._classify). */
-static int arg_lane(Cur *c, EvParse *e, uint32_t flag) {
+static int arg_lane(Cur *c, Rec *e, uint32_t flag) {
     NEED(c, 1);
     if (*c->p == 'n') { e->flags &= ~flag; return skip_literal(c, "null", 4); }
     e->flags |= flag;
@@ -1330,31 +1373,31 @@ static int arg_lane(Cur *c, EvParse *e, uint32_t flag) {
 
 /* One member of args, by key: found by the key's length first, then its bytes (an op's args hold
  * a dozen keys, most of them skipped: each went down the whole list of compares before). */
-static int args_member(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n) {
+static int args_member(Lexer *lx, Cur *c, Rec *e, const char *k, Py_ssize_t n) {
     switch (n) {
     case 4:
         if (IS("Addr")) return set_i64(c, e, F_ADDR, &e->addr);
-        if (IS("grid")) return read_raw(sc, c, &e->grid);
-        if (IS("name")) return str_or_null(sc, c, &e->aname);
+        if (IS("grid")) return read_raw(lx, c, &e->objs[O_GRID]);
+        if (IS("name")) return str_or_null(lx, c, &e->objs[O_ANAME]);
         break;
     case 5:
         if (IS("Bytes")) return set_i64(c, e, F_MEMB, &e->memb);
         if (IS("bytes")) return set_i64(c, e, F_NBYTES, &e->nbytes);
-        if (IS("block")) return read_raw(sc, c, &e->block);
+        if (IS("block")) return read_raw(lx, c, &e->objs[O_BLOCK]);
         break;
     case 6:
         if (IS("stream")) return arg_lane(c, e, F_STREAM);
         if (IS("device")) return arg_lane(c, e, F_DEVICE);
         break;
     case 8:
-        if (IS("CallFrom")) return str_or_null(sc, c, &e->call_from);
+        if (IS("CallFrom")) return str_or_null(lx, c, &e->objs[O_CALL_FROM]);
         break;
     case 9:
         if (IS("Python id") || IS("Device Id")) return check_id(c);
         break;
     case 10:
-        if (IS("Input Dims")) return read_raw(sc, c, &e->dims);
-        if (IS("Input type")) return read_raw(sc, c, &e->types);
+        if (IS("Input Dims")) return read_raw(lx, c, &e->objs[O_DIMS]);
+        if (IS("Input type")) return read_raw(lx, c, &e->objs[O_TYPES]);
         break;
     case 11:
         if (IS("External id")) return set_i64(c, e, F_EXT, &e->ext);
@@ -1379,7 +1422,7 @@ static int args_member(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_
 }
 
 /* The event's args: an object, or null (absent). */
-static int event_args(Scanner *sc, Cur *c, EvParse *e) {
+static int event_args(Lexer *lx, Cur *c, Rec *e) {
     NEED(c, 1);
     if (*c->p == 'n') {
         e->flags &= ~F_ARGS;
@@ -1387,41 +1430,38 @@ static int event_args(Scanner *sc, Cur *c, EvParse *e) {
     }
     if (*c->p != '{') FAIL(c, "unsupported: args is not an object");
     e->flags |= F_ARGS;
-    return each_member(sc, c, e, args_member);
+    return each_member(lx, c, e, args_member);
 }
 
 /* One member of an event, by key: by its length first, as args_member. */
-static int event_member(Scanner *sc, Cur *c, EvParse *e, const char *k, Py_ssize_t n) {
+static int event_member(Lexer *lx, Cur *c, Rec *e, const char *k, Py_ssize_t n) {
     switch (n) {
     case 2:
-        if (IS("ph")) return read_str(sc, c, &sc->ph, &sc->last_ph);
+        if (IS("ph")) return read_str(lx, c, &e->ph, &lx->last_ph);
         if (IS("ts")) return read_double(c, &e->ts);
         if (IS("id")) return set_i64(c, e, F_ID, &e->id);
-        if (IS("bp")) {
-            PyObject *ignored;
-            return str_or_null(sc, c, &ignored);
-        }
+        if (IS("bp")) return str_or_null(lx, c, &e->bp); /* unread, but its string is checked as the others' */
         break;
     case 3:
-        if (IS("cat")) return read_str(sc, c, &e->cat, &sc->last_cat);
-        if (IS("pid")) return read_id_obj(sc, c, &sc->pid, &sc->last_pid);
-        if (IS("tid")) return read_id_obj(sc, c, &sc->tid, &sc->last_tid);
+        if (IS("cat")) return read_str(lx, c, &e->cat, &lx->last_cat);
+        if (IS("pid")) return read_id_tok(lx, c, &e->pid, &lx->last_pid);
+        if (IS("tid")) return read_id_tok(lx, c, &e->tid, &lx->last_tid);
         if (IS("dur")) return read_double(c, &e->dur);
         break;
     case 4:
-        if (IS("name")) return read_str(sc, c, &e->name, &sc->last_name);
-        if (IS("args")) return event_args(sc, c, e);
+        if (IS("name")) return read_str(lx, c, &e->name, &lx->last_name);
+        if (IS("args")) return event_args(lx, c, e);
         break;
     }
     return skip_value(c, EVENT_DEPTH + 1);
 }
 #undef IS
 
-/* One array element into *e (borrowed refs). 0 ok, -1 incomplete/error. */
-static int parse_event(Scanner *sc, Cur *c, EvParse *e) {
+/* One array element into *e (zeroed by the caller). 0 ok, -1 incomplete/error. No Python. */
+static int parse_event(Lexer *lx, Cur *c, Rec *e) {
     NEED(c, 1);
     if (*c->p != '{') FAIL(c, "unsupported: event is not an object");
-    return each_member(sc, c, e, event_member);
+    return each_member(lx, c, e, event_member);
 }
 
 static int contains(PyObject *set, PyObject *v) {
@@ -1430,14 +1470,13 @@ static int contains(PyObject *set, PyObject *v) {
 }
 
 /* Each set None keeps every event of its phases; other phases are never kept. */
-static int keep(Scanner *sc, EvParse *e) {
-    PyObject *ph = sc->ph;
+static int keep(Scanner *sc, PyObject *ph, PyObject *cat, PyObject *name) {
     if (!ph || PyUnicode_GET_LENGTH(ph) != 1) return 0;
     switch (PyUnicode_READ_CHAR(ph, 0)) {
-    case 'X': return contains(sc->x_cats, e->cat ? e->cat : EMPTY_STR);
-    case 's': case 'f': return contains(sc->flow_cats, e->cat ? e->cat : EMPTY_STR);
-    case 'i': case 'I': return contains(sc->instant_names, e->name ? e->name : EMPTY_STR);
-    case 'M': return contains(sc->meta_names, e->name ? e->name : EMPTY_STR);
+    case 'X': return contains(sc->x_cats, cat ? cat : EMPTY_STR);
+    case 's': case 'f': return contains(sc->flow_cats, cat ? cat : EMPTY_STR);
+    case 'i': case 'I': return contains(sc->instant_names, name ? name : EMPTY_STR);
+    case 'M': return contains(sc->meta_names, name ? name : EMPTY_STR);
     default: return 0;
     }
 }
@@ -1456,9 +1495,9 @@ static void threads_free(Scanner *sc) {
     sc->threads_cap = sc->threads_used = 0;
 }
 
-/* The (pid, tid) pair of the event just read, one object per distinct two (borrowed). A trace has
- * a few threads and streams, whose events interleave: a probe, no allocation, an event. */
-static PyObject *thread_of(Scanner *sc) {
+/* The (pid, tid) pair of an event, one object per distinct two (borrowed). A trace has a few
+ * threads and streams, whose events interleave: a probe, no allocation, an event. */
+static PyObject *thread_of(Scanner *sc, PyObject *pid, PyObject *tid) {
     if (2 * (sc->threads_used + 1) > sc->threads_cap) {
         size_t cap = sc->threads_cap ? 2 * sc->threads_cap : 16;
         ThreadSlot *t = calloc(cap, sizeof(ThreadSlot));
@@ -1469,41 +1508,40 @@ static PyObject *thread_of(Scanner *sc) {
         sc->threads = t;
         sc->threads_cap = cap;
     }
-    ThreadSlot *slot = &sc->threads[thread_slot(sc->threads, sc->threads_cap, sc->pid, sc->tid)];
+    ThreadSlot *slot = &sc->threads[thread_slot(sc->threads, sc->threads_cap, pid, tid)];
     if (!slot->pair) {
-        if (!(slot->pair = PyTuple_Pack(2, sc->pid, sc->tid))) return NULL;
-        slot->pid = sc->pid;
-        slot->tid = sc->tid;
+        if (!(slot->pair = PyTuple_Pack(2, pid, tid))) return NULL;
+        slot->pid = pid;
+        slot->tid = tid;
         sc->threads_used++;
     }
     return slot->pair;
 }
 
-static PyObject *new_event(Scanner *sc, const EvParse *tmp) {
-    PyObject *thread = thread_of(sc);
-    if (!thread) return NULL;
+/* The event of record r, whose strings are ``name``, ``cat``, ``objs`` (borrowed, or NULL). */
+static PyObject *new_event(Scanner *sc, const Rec *r, unsigned char ph, PyObject *name, PyObject *cat,
+                           PyObject *thread, PyObject *const objs[6]) {
     const uint32_t MEM = F_DEVTYPE | F_MEMB | F_TALLOC | F_TRES | F_ADDR;
-    PyObject *const objs[6] = {tmp->dims, tmp->types, tmp->grid, tmp->block, tmp->aname, tmp->call_from};
-    uint32_t flags = tmp->flags;
-    for (int k = 0; k < 6; k++) /* an object field is present where the parse left a pointer */
+    uint32_t flags = r->flags;
+    for (int k = 0; k < 6; k++) /* an object field is present where the record has its token */
         flags = objs[k] ? flags | OBJ_FLAGS[k] : flags & ~OBJ_FLAGS[k];
     int op = (flags & ~(uint32_t)(F_ARGS | MEM)) != 0;
     int mem = (flags & MEM) != 0;
     PyTypeObject *type = op && mem ? &EvFullType : op ? &EvOpType : mem ? &EvMemType : &EvType;
-    unsigned char ph = (unsigned char)PyUnicode_READ_CHAR(sc->ph, 0); /* keep() took only one-letter phases */
     Ev *e = (Ev *)ev_malloc(ev_bytes(flags, op, mem), ph != 'X');
     if (!e) return PyErr_NoMemory();
     PyObject_Init((PyObject *)e, type);
-    memcpy((char *)e + sizeof(PyObject), (const char *)tmp + sizeof(PyObject), sizeof(EvBase) - sizeof(PyObject));
+    e->name = name ? name : EMPTY_STR;
+    e->cat = cat ? cat : EMPTY_STR;
+    e->thread = thread;
+    e->ts = r->ts;
+    e->dur = r->dur;
     e->flags = flags;
     e->ph = ph;
-    e->thread = thread;
-    if (!e->name) e->name = EMPTY_STR;
-    if (!e->cat) e->cat = EMPTY_STR;
     Py_INCREF(e->name); Py_INCREF(e->cat); Py_INCREF(e->thread);
     int64_t *slot = (int64_t *)((char *)e + sizeof(EvBase));
     if (op) { /* the present fields in the order of their flags (PACKED), as op_slot finds them */
-        const int64_t ints[6] = {tmp->ext, tmp->corr, tmp->seq, tmp->fwd, tmp->id, tmp->nbytes};
+        const int64_t ints[6] = {r->ext, r->corr, r->seq, r->fwd, r->id, r->nbytes};
         const uint32_t int_flags[6] = {F_EXT, F_CORR, F_SEQ, F_FWD, F_ID, F_NBYTES};
         for (int k = 0; k < 6; k++)
             if (flags & int_flags[k]) *slot++ = ints[k];
@@ -1513,11 +1551,283 @@ static PyObject *new_event(Scanner *sc, const EvParse *tmp) {
                 memcpy(slot++, &objs[k], sizeof(PyObject *));
             }
     }
-    if (mem) memcpy(slot, &tmp->devtype, 5 * sizeof(int64_t));
+    if (mem) memcpy(slot, &r->devtype, 5 * sizeof(int64_t));
     return (PyObject *)e;
 }
 
 static PyObject *ZERO;
+
+static PyObject *make_token(char kind, const char *s, Py_ssize_t n) {
+    switch (kind) {
+    case 's': return make_str(s, n);
+    case 'e': return make_escaped(s, n);
+    case 'i': return make_int(s, n);
+    default: return make_bytes(s, n); /* 'r' */
+    }
+}
+
+/* The object of token k of table t (sc's own lexer's, or its worker's), into *out: borrowed, NULL
+ * for an absent token. Made on first use; a worker's token takes the object of the same token in
+ * the scanner's own table, so one value is one object, whichever thread read it. A long token's
+ * object is new each time, held by sc->big until its event is built. 0, or -1 with an exception. */
+static int tok_obj_slow(Scanner *sc, Table *t, Tok k, PyObject **out);
+
+static inline __attribute__((always_inline)) int tok_obj(Scanner *sc, Table *t, Tok k, PyObject **out) {
+    if (k >= FIRST_ID && !(k & LONG_TOK) && t->objs[k]) { /* the common case: made before */
+        *out = t->objs[k];
+        return 0;
+    }
+    if (k < FIRST_ID) {
+        *out = k == TOK_NULL ? Py_None : NULL;
+        return 0;
+    }
+    return tok_obj_slow(sc, t, k, out);
+}
+
+static int tok_obj_slow(Scanner *sc, Table *t, Tok k, PyObject **out) {
+    if (k & LONG_TOK) {
+        const Span *sp = &t->longs[k & ~LONG_TOK];
+        PyObject *v = make_token(sp->kind, sp->s, sp->n);
+        if (!v) return -1;
+        if (!sc->big && !(sc->big = PyList_New(0))) { Py_DECREF(v); return -1; }
+        int r = PyList_Append(sc->big, v);
+        Py_DECREF(v);
+        *out = v;
+        return r;
+    }
+    PyObject *v = t->objs[k];
+    if (!v) {
+        const char *key = t->keys[k];
+        Py_ssize_t n = t->klens[k] - 1;
+        if (t == &sc->lex.table) {
+            if (!(v = make_token(key[0], key + 1, n))) return -1;
+        } else {
+            Tok own;
+            if (table_tok(&sc->lex.table, key[0], key + 1, n, &own) < 0) { PyErr_NoMemory(); return -1; }
+            if (tok_obj(sc, &sc->lex.table, own, &v) < 0) return -1;
+        }
+        t->objs[k] = v;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Record r (tokens of table t) as an event appended to ``out``, if the scanner keeps it: each of
+ * its strings made (or found) first, kept or not, so a bad string is refused as the typed decode
+ * would. 0, or -1 with an exception. */
+static inline __attribute__((always_inline)) int emit(Scanner *sc, Table *t, const Rec *r, PyObject *out) {
+    PyObject *ph, *cat, *name, *pid, *tid, *bp, *objs[6];
+    if (tok_obj(sc, t, r->ph, &ph) < 0 || tok_obj(sc, t, r->cat, &cat) < 0 || tok_obj(sc, t, r->name, &name) < 0 ||
+        tok_obj(sc, t, r->pid, &pid) < 0 || tok_obj(sc, t, r->tid, &tid) < 0 || tok_obj(sc, t, r->bp, &bp) < 0)
+        return -1;
+    for (int k = 0; k < 6; k++)
+        if (tok_obj(sc, t, r->objs[k], &objs[k]) < 0) return -1;
+    if (!keep(sc, ph, cat, name)) return 0;
+    PyObject *thread = thread_of(sc, pid ? pid : ZERO, tid ? tid : ZERO); /* absent: 0, as the typed decode */
+    if (!thread) return -1;
+    unsigned char letter = (unsigned char)PyUnicode_READ_CHAR(ph, 0); /* keep() took only one-letter phases */
+    PyObject *ev = new_event(sc, r, letter, name, cat, thread, objs);
+    if (!ev) return -1;
+    int rc = PyList_Append(out, ev);
+    Py_DECREF(ev);
+    return rc;
+}
+
+/* Let go of the event's long tokens (its Event, if kept, holds its own references). */
+static void event_done(Scanner *sc) {
+    sc->lex.table.nlongs = 0;
+    if (sc->big && PyList_GET_SIZE(sc->big)) PyList_SetSlice(sc->big, 0, PyList_GET_SIZE(sc->big), NULL);
+}
+
+/* ------------------------------------------------------------------ the worker
+ * A big block is lexed by two threads: the scanner from its start, and a worker thread (no GIL, no
+ * Python object: records of tokens) from the first element it finds past a split point. The
+ * worker's place is a guess (a '}' ',' '{' '"' run, which a string or a nested object may also
+ * hold): its records are taken only when the scanner, reading on from its own start, arrives at
+ * an element at that very byte, where lexing from there is what it would have done itself. Any
+ * other arrival drops them, and the scanner reads on alone: the result never depends on the guess,
+ * only the speed. The scanner then makes the records' events (objects, the intern table, the list:
+ * all under the GIL), and goes on from where the worker stopped (the block's end, an element that
+ * does not end in it, or one the worker could not read, which the scanner reads again and refuses
+ * or resumes as its own). */
+static Py_ssize_t SPLIT_MIN = 256 << 10; /* a block shorter than twice this is scanned alone */
+#define REGION_MAX ((Py_ssize_t)8 << 20) /* one job at most (a whole buffer scanned at once: _rescan) */
+static Py_ssize_t SPLITS[3]; /* jobs posted, jobs taken, elements the worker read (split_stats) */
+
+#ifndef _WIN32
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+struct Worker {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pid_t pid;           /* the process that started it (a forked child has no such thread) */
+    int quit, posted, done;
+    int cancel;          /* atomic: the scanner no longer wants the job */
+    const char *base, *from, *to, *end; /* the job: start past ``from``, stop at an element past ``to`` */
+    const char *start, *stop; /* the result: where it began (NULL: no element found) and stopped */
+    int stop_state;      /* the scanner's state at ``stop`` (1: at an element, 2: after one) */
+    Rec *recs;
+    size_t n, cap;
+    Lexer lex;
+    int64_t ns;          /* the job's time */
+};
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline int is_ws(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
+
+/* The first '{' in [p, end) that looks like an element's start: after '}' ',' and before '"'
+ * (blanks between). A guess: the scanner checks it (the worker's comment). */
+static const char *guess_element(const char *base, const char *p, const char *end) {
+    while (p < end) {
+        const char *q = memchr(p, ',', end - p);
+        if (!q) return NULL;
+        const char *a = q;
+        while (a > base && is_ws(a[-1])) a--;
+        if (a > base && a[-1] == '}') {
+            const char *b = q + 1;
+            while (b < end && is_ws(*b)) b++;
+            if (b < end && *b == '{') {
+                const char *d = b + 1;
+                while (d < end && is_ws(*d)) d++;
+                if (d < end && *d == '"') return b;
+            }
+        }
+        p = q + 1;
+    }
+    return NULL;
+}
+
+static void worker_job(Worker *w) {
+    int64_t t0 = now_ns();
+    w->n = 0;
+    w->lex.table.nlongs = 0;
+    w->stop_state = 1;
+    w->start = w->stop = guess_element(w->base, w->from, w->end);
+    if (!w->start) goto out;
+    Cur c = {.base = w->base, .p = w->start, .end = w->end};
+    for (;;) {
+        if (__atomic_load_n(&w->cancel, __ATOMIC_RELAXED)) break;
+        if (w->n == w->cap) {
+            size_t cap = w->cap ? 2 * w->cap : 4096;
+            Rec *r = realloc(w->recs, cap * sizeof *r);
+            if (!r) break;
+            w->recs = r;
+            w->cap = cap;
+        }
+        Rec *r = &w->recs[w->n];
+        memset(r, 0, sizeof *r);
+        size_t longs = w->lex.table.nlongs;
+        if (parse_event(&w->lex, &c, r) < 0) { /* incomplete or refused: the scanner reads it again */
+            w->lex.table.nlongs = longs;
+            break;
+        }
+        w->n++;
+        w->stop = c.p;
+        w->stop_state = 2;
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') {
+            c.p++;
+            skip_ws(&c);
+            w->stop = c.p;
+            w->stop_state = 1;
+            if (c.p >= w->to) break;
+            continue;
+        }
+        w->stop = c.p; /* ']', the block's end, or what the scanner refuses */
+        break;
+    }
+out:
+    w->ns = now_ns() - t0;
+}
+
+static void *worker_run(void *arg) {
+    Worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->posted && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit) break;
+        pthread_mutex_unlock(&w->mu);
+        worker_job(w);
+        pthread_mutex_lock(&w->mu);
+        w->posted = 0;
+        w->done = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The scanner's worker, started on first use; NULL when none can run (no thread, a forked child). */
+static Worker *worker_of(Scanner *sc) {
+    Worker *w = sc->worker;
+    if (w) return w->pid == getpid() ? w : NULL;
+    if (!(w = calloc(1, sizeof *w))) return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->pid = getpid();
+    w->done = 1;
+    if (pthread_create(&w->th, NULL, worker_run, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return NULL;
+    }
+    sc->worker = w;
+    return w;
+}
+
+static void worker_post(Worker *w, const char *base, const char *from, const char *to, const char *end) {
+    pthread_mutex_lock(&w->mu);
+    w->base = base; w->from = from; w->to = to; w->end = end;
+    __atomic_store_n(&w->cancel, 0, __ATOMIC_RELAXED);
+    w->done = 0;
+    w->posted = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait for the posted job (without the GIL when it is not done yet); ``cancel``: stop it soon. */
+static void worker_wait(Worker *w, int cancel) {
+    if (cancel) __atomic_store_n(&w->cancel, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&w->mu);
+    int done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (done) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&w->mu);
+    while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    Py_END_ALLOW_THREADS
+}
+
+static void worker_free(Worker *w) {
+    if (!w) return;
+    if (w->pid == getpid()) {
+        pthread_mutex_lock(&w->mu);
+        w->quit = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+    }
+    table_free(&w->lex.table, 0);
+    free(w->recs);
+    free(w);
+}
+#else
+struct Worker { int unused; };
+static Worker *worker_of(Scanner *sc) { (void)sc; return NULL; }
+static void worker_free(Worker *w) { (void)w; }
+#endif
 
 /* scan(buf, pos, final) -> (events, pos, done) */
 static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
@@ -1529,6 +1839,12 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
     if (out) Py_INCREF(out);
     else if (!(out = PyList_New(0))) { PyBuffer_Release(&view); return NULL; }
     Cur c = {.base = view.buf, .p = (const char *)view.buf + pos, .end = (const char *)view.buf + view.len};
+    Worker *w = NULL; /* with a job posted: the worker lexes past ``from`` */
+    const char *from = NULL;
+#ifndef _WIN32
+    const char *posted_at = NULL;
+    int64_t posted_ns = 0;
+#endif
     if (pos < 0 || pos > view.len) { c.err = "bad position"; goto fail; }
     const char *yielded = c.p;
     if (!sc->pooling && sc->state != 3) { pool_use(1); sc->pooling = 1; }
@@ -1553,26 +1869,59 @@ static PyObject *scanner_scan(Scanner *sc, PyObject *args) {
             goto fail;
         }
         if (sc->state == 0 && *c.p == ']') { c.p++; sc->state = 3; break; }
-        EvParse tmp;
-        memset(&tmp, 0, sizeof(tmp));
-        sc->ph = NULL;
-        sc->pid = sc->tid = ZERO;
+#ifndef _WIN32
+        if (w && c.p >= from) { /* at the first element past the split: the worker's, if it began here */
+            int64_t arrived = now_ns();
+            worker_wait(w, 0);
+            int took = w->start == c.p;
+            if (took && w->stop > w->start && w->ns > 0 && arrived > posted_ns) {
+                /* the next split from the two rates: the worker's part should end as the scanner
+                 * arrives (a moving average: one block's rates are noisy) */
+                double mine = (double)(c.p - posted_at) / (double)(arrived - posted_ns);
+                double its = (double)(w->stop - w->start) / (double)w->ns;
+                double want = 0.85 * its / (mine + its); /* a little early: a late worker holds the scanner up */
+                sc->share = 0.7 * sc->share + 0.3 * (want < 0.1 ? 0.1 : want > 0.9 ? 0.9 : want);
+            }
+            Worker *done = w;
+            w = NULL;
+            if (took) {
+                SPLITS[1]++;
+                SPLITS[2] += (Py_ssize_t)done->n;
+                for (size_t k = 0; k < done->n; k++) {
+                    sc->total++;
+                    int r = emit(sc, &done->lex.table, &done->recs[k], out);
+                    event_done(sc);
+                    if (r < 0) goto fail_py;
+                }
+                c.p = done->stop;
+                sc->state = done->stop_state;
+                continue;
+            }
+        } else if (!w && c.end - c.p >= 2 * SPLIT_MIN && (w = worker_of(sc))) {
+            Py_ssize_t region = c.end - c.p < REGION_MAX ? c.end - c.p : REGION_MAX;
+            from = c.p + (Py_ssize_t)((double)region * (1.0 - sc->share));
+            worker_post(w, c.base, from, c.p + region, c.end);
+            SPLITS[0]++;
+            posted_at = c.p;
+            posted_ns = now_ns();
+        }
+#endif
+        Rec rec;
+        memset(&rec, 0, sizeof(rec));
         const char *start = c.p;
-        if (parse_event(sc, &c, &tmp) < 0) {
-            table_event_done(&sc->table);
+        if (parse_event(&sc->lex, &c, &rec) < 0) {
+            event_done(sc);
             if (c.err) goto fail;
             c.p = start; /* incomplete: resume at this element with the next block */
             break;
         }
         sc->total++;
         sc->state = 2;
-        if (keep(sc, &tmp)) {
-            PyObject *ev = new_event(sc, &tmp);
-            if (!ev || PyList_Append(out, ev) < 0) { Py_XDECREF(ev); table_event_done(&sc->table); goto fail_py; }
-            Py_DECREF(ev);
-        }
-        table_event_done(&sc->table);
+        int r = emit(sc, &sc->lex.table, &rec, out);
+        event_done(sc);
+        if (r < 0) goto fail_py;
     }
+    if (w) worker_wait(w, 1); /* the buffer is let go below: the worker must be off it */
     if (c.incomplete && final && sc->state != 3) { c.err = "truncated"; goto fail; }
     if (sc->pooling && sc->state == 3) { pool_use(-1); sc->pooling = 0; }
     PyObject *res = Py_BuildValue("(Nni)", out, (Py_ssize_t)(c.p - c.base), sc->state == 3);
@@ -1582,6 +1931,7 @@ fail:
     if (PyErr_Occurred()) PyErr_Clear();
     PyErr_Format(PyExc_ValueError, "%s at byte %zd of the block", c.err, (Py_ssize_t)(c.p - c.base));
 fail_py:
+    if (w) worker_wait(w, 1);
     Py_DECREF(out);
     PyBuffer_Release(&view);
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scan failed");
@@ -1605,13 +1955,16 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
     if (sc->pooling) { pool_use(-1); sc->pooling = 0; }
     sc->state = 0;
     sc->total = 0;
+    sc->share = 0.5;
     threads_free(sc);
     return 0;
 }
 
 static void scanner_dealloc(Scanner *sc) {
     if (sc->pooling) pool_use(-1);
-    table_free(&sc->table);
+    worker_free(sc->worker);
+    table_free(&sc->lex.table, 1);
+    Py_XDECREF(sc->big);
     Py_XDECREF(sc->x_cats); Py_XDECREF(sc->flow_cats); Py_XDECREF(sc->instant_names); Py_XDECREF(sc->meta_names);
     threads_free(sc);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
@@ -1796,7 +2149,23 @@ static PyObject *trim_malloc(PyObject *mod, PyObject *unused) {
 #endif
 }
 
+/* split_bytes(n) -> the old value: a block shorter than 2n is scanned by one thread (tests lower
+ * it, so their small traces take the two-thread path; 0 and less: never split). */
+static PyObject *split_bytes(PyObject *mod, PyObject *arg) {
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t was = SPLIT_MIN;
+    SPLIT_MIN = n > 0 ? n : PY_SSIZE_T_MAX / 4;
+    return PyLong_FromSsize_t(was);
+}
+
+static PyObject *split_stats(PyObject *mod, PyObject *unused) {
+    return Py_BuildValue("(nnn)", SPLITS[0], SPLITS[1], SPLITS[2]);
+}
+
 static PyMethodDef module_methods[] = {
+    {"split_stats", split_stats, METH_NOARGS, "split_stats() -> (jobs posted, jobs taken, elements the worker read), since import"},
+    {"split_bytes", split_bytes, METH_O, "split_bytes(n) -> old n: blocks of 2n bytes and more are lexed by two threads"},
     {"depth", depth_scan, METH_VARARGS, "depth(buf, depth, in_string, escaped, limit) -> (depth, in_string, escaped, over)"},
     {"malloc_arenas", malloc_arenas, METH_O, "malloc_arenas(n) -> bool: at most n malloc arenas (glibc)"},
     {"trim_malloc", trim_malloc, METH_NOARGS, "trim_malloc() -> bool: the heaps' free pages back to the system (glibc)"},

@@ -53,14 +53,6 @@ typedef struct {
 /* An event as stored: its fields past the prefix are read through op_obj, op_int, mem_fields. */
 typedef EvBase Ev;
 
-/* An event as the scanner parses it, every field in place (new_event stores what is present). */
-typedef struct {
-    EV_BASE_FIELDS
-    PyObject *dims, *types, *grid, *block, *aname, *call_from;   /* interned or NULL */
-    int64_t ext, corr, seq, fwd, id, nbytes;
-    int64_t devtype, memb, talloc, tres, addr; /* in this order in EvMem too */
-} EvParse;
-
 typedef struct {
     EV_BASE_FIELDS
     int64_t devtype, memb, talloc, tres, addr;

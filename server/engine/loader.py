@@ -918,15 +918,13 @@ class _Blocks:
     File reads, zlib and sha256 release the GIL, so this work overlaps the scanner's.
     """
 
-    # Why the scanning stays on the caller's thread, not split with this one (measured on the 2-core
-    # VM, 255 MB tiling; `bench/breakdown.py` prints both threads' CPU): this thread is not idle.
-    # sha256 alone takes 0.21 s (1.2-1.4 GB/s with SHA-NI, what `openssl speed` gives), the reads
-    # 0.04 s: 0.25-0.28 s of CPU beside a scanning thread's 0.34 s, the process 0.59-0.65 s in all,
-    # so a 0.34-0.36 s load is within ~10% of what two cores allow. A prototype that parsed each
-    # block's second part here (the elements as records of spans and numbers, without the GIL,
-    # adopted where the scanner's own reading ended at the guessed boundary) made the one-thread
-    # scan 13% slower (the records written and read back) and the load no faster (0.40-0.47 s
-    # against 0.36-0.39 s, alternating).
+    # The scanning runs on the caller's thread, and a big block's far part on the scanner's own
+    # worker thread (_scan.c, "the worker"); this thread reads (and inflates, and for a small or
+    # gzipped file hashes) one block ahead. Splitting the scan did not pay while this thread also
+    # hashed every file (a prototype: the load no faster, 0.40-0.47 s against 0.36-0.39 s at 255
+    # MB); with a big plain file's hash moved to LaterSha, the second core has room for it: the
+    # scan alone of the 255 MB tiling 0.24-0.26 s against 0.38-0.39 s, its load 0.47-0.53 s
+    # against 0.51-0.64 s, and 1 GB 2.27-2.79 s against 2.76-3.22 s (alternating, issue 32).
 
     def __init__(self, path: str, later: bool = False):
         self.path = path
