@@ -1774,7 +1774,14 @@ static Worker *worker_of(Scanner *sc) {
     pthread_cond_init(&w->cv, NULL);
     w->pid = getpid();
     w->done = 1;
-    if (pthread_create(&w->th, NULL, worker_run, w) != 0) {
+    /* a small stack, as the slab helper's: the lexer's deepest call is MAX_DEPTH levels of
+     * skip_value, and a default 8 MB stack counts against a daemon worker's RLIMIT_DATA cap */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 << 10);
+    int failed = pthread_create(&w->th, &at, worker_run, w) != 0;
+    pthread_attr_destroy(&at);
+    if (failed) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         free(w);
