@@ -129,6 +129,21 @@ def test_two_threads_read_a_trace_as_one_does(path, monkeypatch):
         assert now[1] > taken and now[2] > read
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_a_scanners_worker_thread_ends_with_its_scanner():
+    """Each scanner that splits a block starts a worker thread, joined when the scanner is freed:
+    a daemon loads trace after trace, and a thread left behind by each would pile up."""
+    path = TRACES[0]
+    with two_threads(1024):
+        loader.load(path)  # the slab helper and the reader have started once
+        threads = len(os.listdir("/proc/self/task"))
+        posted = _scan.split_stats()[0]
+        for _ in range(5):
+            loader.load(path)
+        assert _scan.split_stats()[0] > posted  # the loads did split
+        assert len(os.listdir("/proc/self/task")) <= threads
+
+
 def test_a_wrong_guess_costs_time_not_events(tmp_path):
     """Synthetic (no trace we have puts objects in an array in its args; a producer may): the
     worker's guess of an element's start ('}' ',' '{' '"') lands inside an event's args, where the
