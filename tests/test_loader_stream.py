@@ -815,8 +815,14 @@ def test_a_big_plain_trace_is_hashed_after_its_events_are_read(tmp_path, monkeyp
     want = hashlib.sha256(open(path, "rb").read()).hexdigest()
     inline = engine.analyze_file(path)
     monkeypatch.setattr(loader, "HASH_LATER_BYTES", 1 << 20)
+    made, when_read = [], []
+    monkeypatch.setattr(loader, "LaterSha", lambda *a, _k=loader.LaterSha: made.append(_k(*a)) or made[-1])
+    monkeypatch.setattr(
+        loader, "_events", lambda *a, _f=loader._events: (_f(*a), when_read.append(made[0]._started))[0]
+    )
     _doc, sha, _size = loader.load(path, later=True)
-    assert isinstance(sha, loader.LaterSha) and sha.result() == want
+    assert when_read == [False] and made[0]._started  # hashed once the events are read, not beside
+    assert sha is made[0] and sha.result() == want
     assert loader.load(path)[1] == want  # a caller that asks for the digest now gets it now
     later = engine.analyze_file(path)
     assert later.trace.sha256 == inline.trace.sha256 == want

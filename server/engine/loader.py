@@ -594,6 +594,7 @@ def _load_stream(path: str, scan, later: bool = False) -> "tuple[TraceDoc, str |
         else:  # the reader left the hash to its LaterSha
             assert blocks.later is not None
             sha = blocks.later
+            sha.start()  # the events are read: the second core is free now
     except BaseException:
         if blocks.later is not None:  # declined or failed: no digest wanted
             blocks.later.cancel()
@@ -839,16 +840,21 @@ def file_signature(st: os.stat_result) -> tuple:
 
 class LaterSha:
     """The sha256 of a big plain JSON file, read a second time (from the page cache) and hashed on a
-    thread of its own at the lowest priority: ``result()`` waits for it.
+    thread of its own at the lowest priority once the events are read (``start``): ``result()``
+    waits for it.
 
     Why not on the reader thread, as a gzipped or small file is: loading a big file keeps both
-    cores busy (the scanner on one; reading, hashing and faulting the event slabs in on the other),
-    and the hash was a third of that second core's work, where after the load that core is mostly
-    idle (the rules run on the first). Started with the load, behind every other thread of the
-    process: it takes what time the load leaves (little) and then the second core while the rules
-    run. The full analysis of the 1 GB tiling with no hash at all took 3.38-3.69 s against
+    cores busy (the scanner and its worker lexing; the reader reading, the slab helper faulting
+    the events' memory in), while after the load the second core is mostly idle (the rules run on
+    the first). The full analysis of the 1 GB tiling with no hash at all took 3.38-3.69 s against
     4.04-5.07 s with the reader's (five alternating pairs); with this one, 3.35-3.77 against
     3.59-5.06 s (six pairs, each faster; the CHANGELOG has the rest).
+
+    Why not from the load's start, as it first was: nice 19 did not keep it out of the load's way.
+    Per-thread CPU sampled every 0.1 s showed it taking 0.4-1.0 of a core through the 1 GB load,
+    the scanner 0.5-0.8 and its worker 0.4-0.5; the scanner waited 0.52-0.87 s on the run queue
+    (1,487-1,543 involuntary switches). Started once the events are read: 0.20-0.29 s (582-847),
+    the scanner at 0.8-1.1 of a core, and the hash done within the rules' time.
 
     The file hashed is the one read (its descriptor ``dup``ed) and as it was opened: a file whose
     size, modification or change time moved meanwhile is a TraceError, since the bytes hashed would
@@ -860,10 +866,18 @@ class LaterSha:
         self._fd = fd
         self._signature = file_signature(st)
         self._stop = False
+        self._started = False
+        self._work: Optional[passes.Started] = None
+
+    def start(self) -> None:
+        """Begin hashing, on a thread of its own: once the events are read (the class says why)."""
+        if self._started:
+            return
+        self._started = True
         try:
-            self._work: Optional[passes.Started] = passes.Started(self._hash, ())
+            self._work = passes.Started(self._hash, ())
         except RuntimeError:  # no thread to be had (a worker's memory cap counts its stack)
-            self._work = None
+            self._work = None  # hashed in place when asked for
 
     def _hash(self) -> Optional[str]:
         _background_priority()
@@ -888,10 +902,16 @@ class LaterSha:
 
     def result(self) -> str:
         """The digest; raises TraceError where the file changed meanwhile or cannot be read."""
-        return self._work.result() if self._work is not None else self._hash()
+        self.start()
+        if self._work is not None:
+            return self._work.result()
+        return self._hash() if not self._stop else None  # type: ignore[return-value]  # cancelled
 
     def cancel(self) -> None:
         self._stop = True
+        if not self._started:  # never to run: its descriptor is closed here, not by the hash
+            self._started = True
+            os.close(self._fd)
 
 
 # How much LaterSha hashes between looks at its stop flag (a declined load's hash ends early), each
