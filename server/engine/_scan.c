@@ -644,9 +644,14 @@ typedef struct {
  * blank runs, inlined or called out of line, made the scan 3-5% slower on compact and pretty
  * traces (fewer instructions, by callgrind, yet more time; scanner.scan timed alternately in one
  * process, issue 32). */
-static inline void skip_ws(Cur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+static inline int is_ws(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
+
+static inline const char *past_ws(const char *p, const char *end) {
+    while (p < end && is_ws(*p)) p++;
+    return p;
 }
+
+static inline void skip_ws(Cur *c) { c->p = past_ws(c->p, c->end); }
 
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
@@ -1681,8 +1686,6 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static inline int is_ws(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
-
 /* The first '{' in [p, end) that looks like an element's start: after '}' ',' and before '"'
  * (blanks between). A guess: the scanner checks it (the worker's comment). */
 static const char *guess_element(const char *base, const char *p, const char *end) {
@@ -1692,11 +1695,9 @@ static const char *guess_element(const char *base, const char *p, const char *en
         const char *a = q;
         while (a > base && is_ws(a[-1])) a--;
         if (a > base && a[-1] == '}') {
-            const char *b = q + 1;
-            while (b < end && is_ws(*b)) b++;
+            const char *b = past_ws(q + 1, end);
             if (b < end && *b == '{') {
-                const char *d = b + 1;
-                while (d < end && is_ws(*d)) d++;
+                const char *d = past_ws(b + 1, end);
                 if (d < end && *d == '"') return b;
             }
         }

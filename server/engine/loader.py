@@ -876,8 +876,8 @@ class LaterSha:
         self._started = True
         try:
             self._work = passes.Started(self._hash, ())
-        except RuntimeError:  # no thread to be had (a worker's memory cap counts its stack)
-            self._work = None  # hashed in place when asked for
+        except RuntimeError:  # no thread to be had (a worker's memory cap counts its stack):
+            pass  # hashed in place when asked for (result)
 
     def _hash(self) -> Optional[str]:
         _background_priority()
