@@ -1709,7 +1709,7 @@ static const char *guess_element(const char *base, const char *p, const char *en
 
 /* The worker's records in a mapping of their own, grown by doubling: unmapped, they go back to the
  * system at once. Had the worker's thread malloc'd them, they would sit in its own malloc arena,
- * which keeps freed pages: a few MB more resident after each load (a test reloads a trace six
+ * which keeps freed pages: a few MB more resident after some loads (a test reloads a trace twelve
  * times). Returns 0 when no memory is left (the old records stay). */
 static int recs_grow(Worker *w) {
     size_t cap = w->cap ? 2 * w->cap : 4096;
