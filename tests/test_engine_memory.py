@@ -117,19 +117,23 @@ def test_trim_malloc_gives_the_heaps_free_pages_back(how):
     assert int(out[1]) > 100 << 20, out
 
 
-@pytest.mark.parametrize("own", [True, False])
-def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch, own):
+@pytest.mark.parametrize("own, big", [(True, False), (False, False), (True, True)])
+def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch, own, big):
     """The rules' transients (their columns, a pass's results) are freed when the rule ends, and
     would stay resident as holes in the heap up to the analysis' peak: in a process that is the
     engine's alone (``own_the_heap``: profd-client's) the engine trims once a rule has run, and
     once more when what only the rules read is let go (``Context.rules_done``) before the impact
     replay, whose objects come from Python's own arenas, not those holes. Where the engine is
-    embedded it leaves the host's heap alone (a trim walks all of it)."""
+    embedded it leaves the host's heap alone (a trim walks all of it). Nor for a trace of
+    ``TRIM_BELOW_BYTES`` or more (``big``: the limit set below this trace's size), whose peak is far
+    under the file's size and whose next rules would fault the trimmed pages in again."""
     from profd.server.engine import analyze as pipeline, passes
     from profd.server.engine.rules import load_all
 
     events: list[str] = []
     monkeypatch.setattr(passes, "TRIM_BETWEEN_RULES", own)
+    if big:
+        monkeypatch.setattr(passes, "TRIM_BELOW_BYTES", os.path.getsize(TRACE))
     monkeypatch.setattr(passes, "trim_malloc", lambda: events.append("trim") or True)
     done_before = pipeline.Context.rules_done
     monkeypatch.setattr(
@@ -137,4 +141,4 @@ def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch, own
     )
     analyze_trace(TRACE, Options(workspace=[os.path.join(ROOT, "examples", "src")]))
     ran = len(pipeline._rules_to_run(load_all(), set()))
-    assert events == (["trim"] * ran + ["done", "trim"] if own else ["done"])
+    assert events == (["trim"] * ran + ["done", "trim"] if own and not big else ["done"])

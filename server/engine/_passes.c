@@ -330,7 +330,7 @@ static int id_put(IdCache *c, const uint64_t *k, PyObject *v) {
     size_t stride = (size_t)c->w + 1;
     if (!c->s || 2 * (c->n + 1) > c->mask + 1) { /* kept at most half full */
         size_t cap = c->s ? 2 * (c->mask + 1) : 1024;
-        uint64_t *t = calloc(cap * stride, sizeof(uint64_t));
+        uint64_t *t = zeroed(cap * stride, sizeof(uint64_t));
         if (!t) { PyErr_NoMemory(); return -1; }
         for (size_t j = 0; c->s && j <= c->mask; j++) {
             const uint64_t *e = c->s + j * stride;
@@ -1120,7 +1120,7 @@ static int slot_values(PyObject *dicts, const Sums *sums) {
  * memory. */
 static double *child_durations(const int32_t *parent, const double *starts, const double *durs, Py_ssize_t n,
                                double slack) {
-    double *cdur = calloc(n ? n : 1, sizeof(double));
+    double *cdur = zeroed(n ? n : 1, sizeof(double));
     int32_t *clamped = NULL; /* the events nesting clamped, in event order (few: lost exits) */
     double *clamped_end = NULL;
     Py_ssize_t nc = 0, cap = 0;
@@ -1401,7 +1401,7 @@ static PyObject *ancestor_sums(PyObject *mod, PyObject *args) {
     PyObject *res = NULL;
     int64_t *tot = NULL;
     if (vv.len / 8 != m) { PyErr_SetString(PyExc_ValueError, "sizes differ"); goto done; }
-    tot = calloc(n ? n : 1, sizeof(int64_t));
+    tot = zeroed(n ? n : 1, sizeof(int64_t));
     if (!tot) { PyErr_NoMemory(); goto done; }
     const int32_t *parent = pv.buf, *items = iv.buf;
     const int64_t *vals = vv.buf;
@@ -1471,7 +1471,7 @@ static PyObject *launchers(PyObject *mod, PyObject *args) {
     size_t cap = 16;
     while (cap < (size_t)nl * 2) cap <<= 1;
     size_t mask = cap - 1;
-    CorrRow *rows = out ? calloc(cap, sizeof(CorrRow)) : NULL;
+    CorrRow *rows = out ? zeroed(cap, sizeof(CorrRow)) : NULL;
     if (!rows) {
         if (out) PyErr_NoMemory();
         Py_XDECREF(out);
@@ -1560,9 +1560,9 @@ static PyObject *replay(PyObject *mod, PyObject *args) {
         if (stream[o] < 0) { PyErr_SetString(PyExc_ValueError, "replay: a negative stream id"); goto done; }
         if (stream[o] >= nstreams) nstreams = stream[o] + 1;
     }
-    freet = calloc(nstreams ? nstreams : 1, sizeof(double));
+    freet = zeroed(nstreams ? nstreams : 1, sizeof(double));
     order = malloc(sizeof(int32_t) * (nstreams ? nstreams : 1));
-    seen = calloc(nstreams ? nstreams : 1, 1);
+    seen = zeroed(nstreams ? nstreams : 1, 1);
     if (!freet || !order || !seen) { PyErr_NoMemory(); goto done; }
     Py_ssize_t nseen = 0;
     double c = 0.0;
@@ -1974,7 +1974,7 @@ static PyObject *replay_rows(PyObject *mod, PyObject *args) {
     const unsigned char *sync = yv.buf, *blocking = bv.buf;
     Py_ssize_t cap = m ? m : 1;
     step = malloc(sizeof(int32_t) * cap); kind = malloc(cap); order = malloc(sizeof(int32_t) * cap);
-    count = calloc(ns + 1, sizeof(int32_t));
+    count = zeroed(ns + 1, sizeof(int32_t));
     if (!step || !kind || !order || !count) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t k = 0; k < m; k++) {  /* each call's step and kind */
         int32_t i = idx[k];
@@ -2471,7 +2471,7 @@ static PyObject *merge_groups(PyObject *mod, PyObject *args) {
     const double *f = fv.buf;
     const int32_t *group = gv.buf;
     const unsigned char *mask = mv.buf;
-    off = calloc(ng + 2, sizeof(Py_ssize_t));
+    off = zeroed(ng + 2, sizeof(Py_ssize_t));
     s = malloc(sizeof(Span) * (n ? n : 1));
     if (!off || !s) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t j = 0; j < n; j++)
@@ -2728,7 +2728,7 @@ static int rows_init(Rows *r, Py_ssize_t nodes, Py_ssize_t cap) {
     memset(r, 0, sizeof(Rows));
     r->nodes = nodes;
     cap = cap ? cap : 1;
-    r->index = calloc(nodes ? nodes : 1, sizeof(PyObject *));
+    r->index = zeroed(nodes ? nodes : 1, sizeof(PyObject *));
     r->node = malloc(cap * sizeof(int32_t));
     r->key = malloc(cap * sizeof(PyObject *));
     r->cls = malloc(cap * sizeof(PyObject *));
@@ -2801,7 +2801,7 @@ static PyObject *module_gpu(PyObject *mod, PyObject *args) {
     fb = new_column('d', nn);
     bb = new_column('d', nn);
     lb = new_column('i', nn);
-    seen = calloc((size_t)maxl + 2, 1);
+    seen = zeroed((size_t)maxl + 2, 1);
     if (ok_c < 0 || ok_n < 0 || !fb || !bb || !lb || !seen) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto done; }
     double *fwd = (double *)col_data(fb), *bwd = (double *)col_data(bb);
     int32_t *launches = (int32_t *)col_data(lb);
@@ -2862,7 +2862,7 @@ static PyObject *survivors(PyObject *mod, PyObject *args) {
     while (cap < 2 * nr) cap <<= 1;
     keys = malloc(cap * sizeof(int64_t));
     last = malloc(cap * sizeof(double));
-    used = calloc(cap, 1);
+    used = zeroed(cap, 1);
     out_r = malloc((nr ? nr : 1) * sizeof(int32_t));
     out_s = malloc((nr ? nr : 1) * sizeof(int32_t));
     if (!keys || !last || !used || !out_r || !out_s) { PyErr_NoMemory(); goto done; }
@@ -3026,9 +3026,9 @@ static PyObject *loop_calls(PyObject *mod, PyObject *args) {
     while (cap < 4 * (size_t)n) cap <<= 1;
     int64_t *keys = malloc(cap * sizeof(int64_t)), *seen_k = malloc(cap * sizeof(int64_t));
     int32_t *slot_b = malloc(cap * sizeof(int32_t));
-    unsigned char *used = calloc(cap, 1), *seen_u = calloc(cap, 1);
+    unsigned char *used = zeroed(cap, 1), *seen_u = zeroed(cap, 1);
     int32_t *li = malloc((n ? n : 1) * sizeof(int32_t)), *item_b = malloc((2 * n + 1) * sizeof(int32_t));
-    Py_ssize_t *off = calloc(2 * n + 2, sizeof(Py_ssize_t)), *fill = NULL;
+    Py_ssize_t *off = zeroed(2 * n + 2, sizeof(Py_ssize_t)), *fill = NULL;
     int32_t *members = malloc((2 * n + 1) * sizeof(int32_t)), *touched = malloc((n ? n : 1) * sizeof(int32_t));
     if (fv.len / 4 != nc || ov.len / 4 != nc || rv.len / 4 != nc) {
         PyErr_SetString(PyExc_ValueError, "loop_calls: sizes differ");
@@ -3060,7 +3060,7 @@ static PyObject *loop_calls(PyObject *mod, PyObject *args) {
     for (Py_ssize_t b = 0; b < nb; b++) off[b + 1] += off[b];
     if (!(fill = malloc((nb + 1) * sizeof(Py_ssize_t)))) { free(pair_item); PyErr_NoMemory(); goto done; }
     memcpy(fill, off, (nb + 1) * sizeof(Py_ssize_t));
-    unsigned char *how = calloc(nb + 1, 1);
+    unsigned char *how = zeroed(nb + 1, 1);
     if (!how) { free(pair_item); PyErr_NoMemory(); goto done; }
     for (Py_ssize_t j = 0; j < ni; j++) {
         int32_t b = item_b[j] / 2;

@@ -141,7 +141,7 @@ static void table_free(Table *t, int owns) {
 
 static int table_grow(Table *t) {
     size_t ncap = t->cap ? t->cap * 2 : 1024;
-    Slot *ns = calloc(ncap, sizeof(Slot));
+    Slot *ns = zeroed(ncap, sizeof(Slot));
     if (!ns) return -1;
     for (size_t i = 0; i < t->cap; i++) {
         Slot *s = &t->slots[i];

@@ -131,6 +131,7 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
     parts no rule reads only when ``options.parts`` asks for them (``PARTS``)."""
     options = ctx.options
     diagnostics: list[Diagnostic] = []
+    trim = passes.TRIM_BETWEEN_RULES and info.size_bytes < passes.TRIM_BELOW_BYTES
     rules = _enabled_rules(options.disabled)
     for code in _rules_to_run(rules, options.disabled):
         try:
@@ -141,10 +142,10 @@ def analyze_context(ctx: Context, info: TraceInfo) -> Report:
             import logging  # here: the one use, and no start-up cost for it
 
             logging.getLogger("profd.engine").exception("rule %s failed on %s", code, info.path)
-        if passes.TRIM_BETWEEN_RULES:  # the rule's transients: not held resident up to the peak
+        if trim:  # the rule's transients: not held resident up to the peak
             passes.trim_malloc()
     ctx.rules_done()
-    if passes.TRIM_BETWEEN_RULES:  # what only the rules read: the replay's objects come from Python's arenas
+    if trim:  # what only the rules read: the replay's objects come from Python's arenas
         passes.trim_malloc()
     impact.assign(ctx, diagnostics)
     if options.disabled:  # the findings run only for the impact of the enabled ones

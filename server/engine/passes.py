@@ -112,6 +112,13 @@ def own_the_heap() -> bool:
 
 
 TRIM_BETWEEN_RULES = False  # own_the_heap: the engine trims after each rule (analyze_context)
+# ... of a trace smaller than this. A trim gives back what the next rule's allocations then fault
+# in again, 4 KiB at a time. The trims held the 51 MB tiling's peak RSS ~1 MiB (2% of the file)
+# lower, where the interpreter's own ~30 MiB is half the peak; at 255 MB and 1 GB they lowered it
+# by 0-8 and 10-15 MiB (at most 3% of the file, whose peak is ~0.6x the file there) and cost
+# 30,000 of the 1 GB analysis's 190,000 page faults (~2.3 us each on the bench's VM) and 3-7% of
+# its time in alternating runs (issue 32).
+TRIM_BELOW_BYTES = 128 << 20
 
 
 def trim_malloc() -> bool:
@@ -120,8 +127,9 @@ def trim_malloc() -> bool:
     count in the process' RSS. In profd-client's process (``own_the_heap``) the engine trims after
     each rule (analyze_context): a rule's transients (columns of 0.1-1 MB at the 51 MB tiling) leave
     holes that later, smaller objects fill only in part, and the peak, at the end of the rules, held
-    them: 49.4-49.7 against 48.3-48.5 MiB there, at 2-6 ms for the rules' 32 trims (1 GB: -11 MiB,
-    20 ms of 5 s). The daemon's workers trim once a task is done (pool.release_memory). Natively
+    them: 49.4-49.7 against 48.3-48.5 MiB there, at 2-6 ms for the rules' 32 trims. Not for a trace
+    of ``TRIM_BELOW_BYTES`` or more, where what a trim gives back is faulted in again by the next
+    rule. The daemon's workers trim once a task is done (pool.release_memory). Natively
     where the native layer is built (without the GIL: the passes beside the rules go on), through
     ctypes otherwise."""
     mod = _BUILT  # not native(): a memory setting, the same with the Python passes
@@ -183,7 +191,8 @@ def negative(col: array) -> bytes:
     one call an event)."""
     size = col.itemsize
     top = size - 1 if sys.byteorder == "little" else 0  # where each value's sign bit is
-    return col.tobytes()[top::size].translate(_SIGN)
+    # the sign bytes read in place (a strided view), not out of a copy of the whole column
+    return memoryview(col).cast("B")[top::size].tobytes().translate(_SIGN)
 
 
 def column(typecode: str, data) -> array:
