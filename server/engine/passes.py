@@ -191,8 +191,9 @@ def negative(col: array) -> bytes:
     one call an event)."""
     size = col.itemsize
     top = size - 1 if sys.byteorder == "little" else 0  # where each value's sign bit is
-    # the sign bytes read in place (a strided view), not out of a copy of the whole column
-    return memoryview(col).cast("B")[top::size].tobytes().translate(_SIGN)
+    # a copy of the column sliced: a strided memoryview's tobytes() copies a byte at a time, 3x
+    # slower at 200,000 and 3.9 million items (issue 32)
+    return col.tobytes()[top::size].translate(_SIGN)
 
 
 def column(typecode: str, data) -> array:
