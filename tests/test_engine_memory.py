@@ -125,7 +125,7 @@ def test_the_engine_trims_after_each_rule_and_before_the_replay(monkeypatch, own
     once more when what only the rules read is let go (``Context.rules_done``) before the impact
     replay, whose objects come from Python's own arenas, not those holes. Where the engine is
     embedded it leaves the host's heap alone (a trim walks all of it). Nor for a trace of
-    ``TRIM_BELOW_BYTES`` or more (``big``: the limit set below this trace's size), whose peak is far
+    ``TRIM_BELOW_BYTES`` or more (``big``: the limit set to this trace's size), whose peak is far
     under the file's size and whose next rules would fault the trimmed pages in again."""
     from profd.server.engine import analyze as pipeline, passes
     from profd.server.engine.rules import load_all

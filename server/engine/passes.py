@@ -115,9 +115,9 @@ TRIM_BETWEEN_RULES = False  # own_the_heap: the engine trims after each rule (an
 # ... of a trace smaller than this. A trim gives back what the next rule's allocations then fault
 # in again, 4 KiB at a time. The trims held the 51 MB tiling's peak RSS ~1 MiB (2% of the file)
 # lower, where the interpreter's own ~30 MiB is half the peak; at 255 MB and 1 GB they lowered it
-# by 0-8 and 10-15 MiB (at most 3% of the file, whose peak is ~0.6x the file there) and cost
-# 30,000 of the 1 GB analysis's 190,000 page faults (~2.3 us each on the bench's VM) and 3-7% of
-# its time in alternating runs (issue 32).
+# by -1 to 10 and 5 to 22 MiB (at most 4% of the file, whose peak is ~0.6x the file there) and
+# cost 30,000 of the 1 GB analysis's 193,000-195,000 page faults (~2.3 us each on the bench's VM)
+# and 0.5-8% of its time in alternating runs (issue 32).
 TRIM_BELOW_BYTES = 128 << 20
 
 
